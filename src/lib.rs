@@ -5,9 +5,11 @@
 //! kernels), `transport` (moving bytes), `rendezvous` (forming the group).
 
 pub mod error;
+pub mod log;
 pub mod dtype;
 pub mod coll;
 pub mod rendezvous;
+pub mod ffi;
 
 pub use error::{Error, Result, Status};
 pub use dtype::{DType, ReduceOp};

@@ -1,0 +1,11 @@
+//! The extern "C" surface. Only conversion and checks live here: null and range checks, integer
+//! to enum conversion, handle <-> object, the panic boundary and `dc_last_error`.
+
+#![allow(non_camel_case_types)]
+
+pub mod types;
+mod boundary;
+mod status;
+
+pub use boundary::{guard, set_last_error};
+pub use types::*;
