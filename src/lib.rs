@@ -13,3 +13,6 @@ pub mod ffi;
 
 pub use error::{Error, Result, Status};
 pub use dtype::{DType, ReduceOp};
+pub mod buffer;
+pub mod completion;
+pub mod transport;

@@ -1,0 +1,96 @@
+//! The compact frame header that precedes every message on a data connection.
+//!
+//! 32 bytes, little endian: magic u8, kind u8, reserved u16, check u32, ctx u64, tag u64, len u64.
+//! `check` is the collective signature (0 for point-to-point); `len` is the body length.
+
+use crate::error::{Error, Result, Status};
+
+pub const HEADER_LEN: usize = 32;
+const MAGIC: u8 = 0xDC;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum FrameKind {
+    /// A message body of `len` bytes follows.
+    Data = 1,
+    /// The sender aborted communicator `ctx`.
+    Abort = 2,
+    /// The sender is shutting down gracefully; nothing more will come.
+    Close = 3,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    pub kind: FrameKind,
+    pub check: u32,
+    pub ctx: u64,
+    pub tag: u64,
+    pub len: u64,
+}
+
+impl Header {
+    pub fn data(ctx: u64, tag: u64, check: u32, len: usize) -> Header {
+        Header { kind: FrameKind::Data, check, ctx, tag, len: len as u64 }
+    }
+
+    pub fn control(kind: FrameKind, ctx: u64) -> Header {
+        Header { kind, check: 0, ctx, tag: 0, len: 0 }
+    }
+
+    pub fn encode(&self) -> [u8; HEADER_LEN] {
+        let mut b = [0u8; HEADER_LEN];
+        b[0] = MAGIC;
+        b[1] = self.kind as u8;
+        b[4..8].copy_from_slice(&self.check.to_le_bytes());
+        b[8..16].copy_from_slice(&self.ctx.to_le_bytes());
+        b[16..24].copy_from_slice(&self.tag.to_le_bytes());
+        b[24..32].copy_from_slice(&self.len.to_le_bytes());
+        b
+    }
+
+    /// Parses a header; anything malformed is an error (the connection is then dropped).
+    pub fn decode(b: &[u8; HEADER_LEN]) -> Result<Header> {
+        let bad = |what: &str| Error::new(Status::PeerLost, format!("malformed frame header ({what})"));
+        if b[0] != MAGIC {
+            return Err(bad("bad magic"));
+        }
+        let kind = match b[1] {
+            1 => FrameKind::Data,
+            2 => FrameKind::Abort,
+            3 => FrameKind::Close,
+            _ => return Err(bad("unknown kind")),
+        };
+        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
+        let h = Header {
+            kind,
+            check: u32::from_le_bytes(b[4..8].try_into().unwrap()),
+            ctx: u64_at(8),
+            tag: u64_at(16),
+            len: u64_at(24),
+        };
+        if h.kind != FrameKind::Data && h.len != 0 {
+            return Err(bad("control frame with a body"));
+        }
+        Ok(h)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_rejects_garbage() {
+        let h = Header::data(0xdead_beef_1234, 1 << 63 | 77, 0x0102_0304, 12345);
+        assert_eq!(Header::decode(&h.encode()).unwrap(), h);
+        let mut g = h.encode();
+        g[0] = 0;
+        assert!(Header::decode(&g).is_err());
+        let mut g = h.encode();
+        g[1] = 9;
+        assert!(Header::decode(&g).is_err());
+        let mut c = Header::control(FrameKind::Abort, 5).encode();
+        c[24] = 1;
+        assert!(Header::decode(&c).is_err());
+    }
+}

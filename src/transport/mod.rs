@@ -1,0 +1,10 @@
+//! Moving bytes between ranks. Transports know nothing of algorithms: they post tagged sends and
+//! receives on a communicator context and complete them.
+
+pub mod frame;
+pub mod ops;
+pub mod matching;
+pub mod socket;
+pub mod handshake;
+
+pub use ops::{CtxState, RecvOp, SendOp, TagMatch};

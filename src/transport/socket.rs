@@ -1,0 +1,853 @@
+//! TCP transport: one connection per pair of ranks, a background progress thread that reads
+//! every connection and writes what callers could not write at once, matching by context,
+//! source and tag. A body whose receive is already posted is read straight into the caller's
+//! buffer; small frames are batched through a per-connection staging buffer.
+//!
+//! Lock order: a connection's `rx` may be held while taking `matcher`; nothing else nests.
+
+use super::frame::{FrameKind, Header, HEADER_LEN};
+use super::handshake::{self, Hello};
+use super::matching::{deliver_copy, verdict, Matcher, Unexpected};
+use super::ops::{CtxState, RecvOp, SendOp, TagMatch};
+use crate::buffer::{ConstBuf, MutBuf};
+use crate::completion::Done;
+use crate::dc_log;
+use crate::error::{Error, Result, Status};
+use crate::log::Level;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::io;
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Bytes staged per connection for batching small frames.
+const STAGE_LEN: usize = 64 * 1024;
+/// Bodies with at least this much left are read straight into their destination.
+const DIRECT_READ_MIN: usize = 16 * 1024;
+/// How long an unauthenticated connection may take to present its hello.
+const HELLO_WAIT: Duration = Duration::from_secs(5);
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+enum Target {
+    Header { buf: [u8; HEADER_LEN], got: usize },
+    /// Filling a posted receive: `keep` bytes go to the buffer, the rest of `len` is discarded.
+    User { op: Arc<RecvOp>, len: usize, keep: usize, off: usize, result: Result<Done> },
+    Unexp { hdr: Header, src: u32, data: Vec<u8> },
+    Discard { remaining: usize },
+}
+
+impl Target {
+    fn header() -> Target {
+        Target::Header { buf: [0; HEADER_LEN], got: 0 }
+    }
+}
+
+struct Rx {
+    stage: Box<[u8]>,
+    start: usize,
+    end: usize,
+    target: Target,
+}
+
+enum Body {
+    User(ConstBuf),
+    Owned(Vec<u8>),
+}
+
+struct TxItem {
+    hdr: [u8; HEADER_LEN],
+    hdr_off: usize,
+    body: Body,
+    off: usize,
+    op: Option<Arc<SendOp>>,
+}
+
+impl TxItem {
+    fn body(&self) -> &[u8] {
+        match &self.body {
+            // SAFETY: the op's buffer stays valid until the op completes; it completes only
+            // when this item is written, cancelled (body copied first) or failed.
+            Body::User(b) => unsafe { b.as_slice() },
+            Body::Owned(v) => v,
+        }
+    }
+
+    /// Stops using the caller's buffer: copies what is left of it and detaches the op.
+    fn detach(&mut self) -> Option<Arc<SendOp>> {
+        if let Body::User(_) = self.body {
+            let rest = self.body()[self.off..].to_vec();
+            self.body = Body::Owned(rest);
+            self.off = 0;
+        }
+        self.op.take()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum PeerState {
+    Up,
+    /// The peer said goodbye (destroyed its communicator).
+    Closed,
+    Lost(String),
+}
+
+struct Peer {
+    rank: u32,
+    stream: TcpStream,
+    rx: Mutex<Rx>,
+    tx: Mutex<VecDeque<TxItem>>,
+    /// Outgoing bytes are queued: the progress thread watches for writability.
+    tx_busy: AtomicBool,
+    /// Nothing more will be read (EOF or error).
+    rx_done: AtomicBool,
+    state: Mutex<PeerState>,
+}
+
+impl Peer {
+    fn fd(&self) -> RawFd {
+        self.stream.as_raw_fd()
+    }
+
+    fn gone_error(&self) -> Option<Error> {
+        match &*lock(&self.state) {
+            PeerState::Up => None,
+            PeerState::Closed => Some(Error::new(
+                Status::PeerLost,
+                format!("rank {} has closed its connection (it destroyed its communicator or exited)", self.rank),
+            )),
+            PeerState::Lost(why) => Some(Error::new(Status::PeerLost, format!("rank {} is lost: {why}", self.rank))),
+        }
+    }
+}
+
+/// Things noticed while reading that must be handled after the connection's lock is released.
+enum Event {
+    RemoteAbort(u64),
+    Closed,
+    Gone(String),
+}
+
+pub struct SocketTransport {
+    rank: u32,
+    size: u32,
+    peers: Vec<Option<Arc<Peer>>>,
+    matcher: Mutex<Matcher>,
+    ctxs: Mutex<HashMap<u64, Weak<CtxState>>>,
+    /// Contexts a peer aborted before this process created them.
+    early_aborts: Mutex<HashSet<u64>>,
+    wake: OwnedFd,
+    stop: AtomicBool,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// A bound, listening data socket whose address the rendezvous publishes.
+pub struct Listener {
+    inner: TcpListener,
+}
+
+impl Listener {
+    /// Binds an ephemeral port on `ip` (the interface that reaches the master, never all).
+    pub fn bind(ip: IpAddr, backlog_hint: usize) -> Result<Listener> {
+        let addr = SocketAddr::new(ip, 0);
+        let sock = socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::STREAM, None)
+            .map_err(|e| Error::system("socket", e))?;
+        sock.bind(&addr.into()).map_err(|e| Error::system(format!("bind {addr}"), e))?;
+        sock.listen((backlog_hint + 16).min(4096) as i32).map_err(|e| Error::system("listen", e))?;
+        Ok(Listener { inner: sock.into() })
+    }
+
+    pub fn local_addr(&self) -> Result<SocketAddr> {
+        self.inner.local_addr().map_err(|e| Error::system("getsockname", e))
+    }
+}
+
+/// Who we are and what a peer must present.
+pub struct MeshConfig {
+    pub rank: u32,
+    pub size: u32,
+    pub token_digest: [u8; 32],
+    pub job_id: u64,
+    pub deadline: Instant,
+}
+
+fn tune(stream: &TcpStream) -> Result<()> {
+    stream.set_nodelay(true).map_err(|e| Error::system("TCP_NODELAY", e))?;
+    let s = socket2::SockRef::from(stream);
+    let _ = s.set_keepalive(true);
+    Ok(())
+}
+
+fn connect_to(addr: SocketAddr, cfg: &MeshConfig, peer: u32) -> Result<TcpStream> {
+    let mut backoff = Duration::from_millis(2);
+    loop {
+        let left = cfg.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Error::new(Status::Timeout, format!("could not connect to rank {peer} at {addr} within the timeout")));
+        }
+        match TcpStream::connect_timeout(&addr, left.min(Duration::from_secs(5))) {
+            Ok(mut s) => {
+                tune(&s)?;
+                let hello = Hello { digest: cfg.token_digest, job_id: cfg.job_id, rank: cfg.rank, world_size: cfg.size };
+                handshake::offer(&mut s, &hello, peer, left)?;
+                return Ok(s);
+            }
+            Err(e) if matches!(e.kind(), io::ErrorKind::ConnectionRefused | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted) => {
+                std::thread::sleep(backoff.min(left));
+                backoff = (backoff * 2).min(Duration::from_millis(200));
+            }
+            Err(e) => return Err(Error::system(format!("connect to rank {peer} at {addr}"), e)),
+        }
+    }
+}
+
+/// Accepts connections from ranks above ours until all arrived. Unauthenticated connections are
+/// handled concurrently with bounded reads, so a silent or garbage client cannot stall the job.
+fn accept_higher(listener: &Listener, cfg: &MeshConfig, out: &mut [Option<TcpStream>]) -> Result<()> {
+    listener.inner.set_nonblocking(true).map_err(|e| Error::system("listener", e))?;
+    let mut missing: usize = ((cfg.rank + 1)..cfg.size).filter(|&r| out[r as usize].is_none()).count();
+    // Pending unauthenticated connections each get a short-lived thread reading one fixed-size hello.
+    let (tx, rx) = crossbeam::channel::unbounded::<(TcpStream, Option<Hello>)>();
+    while missing > 0 {
+        let now = Instant::now();
+        if now >= cfg.deadline {
+            let who: Vec<String> = ((cfg.rank + 1)..cfg.size).filter(|&r| out[r as usize].is_none()).map(|r| r.to_string()).collect();
+            return Err(Error::new(Status::Timeout, format!("ranks {} never connected to rank {}", who.join(", "), cfg.rank)));
+        }
+        match listener.inner.accept() {
+            Ok((s, from)) => {
+                let tx = tx.clone();
+                let digest = cfg.token_digest;
+                let job = cfg.job_id;
+                let _ = s.set_nonblocking(false);
+                std::thread::spawn(move || {
+                    let mut s = s;
+                    let hello = handshake::check_offer(&mut s, &digest, job, HELLO_WAIT);
+                    if hello.is_none() {
+                        dc_log!(Level::Warn, None, "refused a data connection from {from}: no valid job token");
+                    }
+                    let _ = tx.send((s, hello));
+                });
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(Error::system("accept", e)),
+        }
+        match rx.recv_timeout(Duration::from_millis(2)) {
+            Ok((mut s, Some(h))) => {
+                let r = h.rank;
+                if r > cfg.rank && r < cfg.size && h.world_size == cfg.size && out[r as usize].is_none() {
+                    tune(&s)?;
+                    if handshake::accept(&mut s).is_ok() {
+                        out[r as usize] = Some(s);
+                        missing -= 1;
+                    }
+                } else {
+                    handshake::refuse(&mut s);
+                }
+            }
+            Ok((_, None)) | Err(_) => {}
+        }
+    }
+    Ok(())
+}
+
+impl SocketTransport {
+    /// Connects to every other rank (`addrs` in rank order, ours included) and starts progress.
+    pub fn connect_mesh(listener: Listener, addrs: &[SocketAddr], cfg: &MeshConfig) -> Result<Arc<SocketTransport>> {
+        let n = cfg.size as usize;
+        let mut streams: Vec<Option<TcpStream>> = (0..n).map(|_| None).collect();
+        for j in 0..cfg.rank {
+            streams[j as usize] = Some(connect_to(addrs[j as usize], cfg, j)?);
+        }
+        accept_higher(&listener, cfg, &mut streams)?;
+        drop(listener);
+        let mut peers = Vec::with_capacity(n);
+        for (r, s) in streams.into_iter().enumerate() {
+            peers.push(match s {
+                None => None,
+                Some(stream) => {
+                    stream.set_nonblocking(true).map_err(|e| Error::system("nonblocking", e))?;
+                    Some(Arc::new(Peer {
+                        rank: r as u32,
+                        stream,
+                        rx: Mutex::new(Rx { stage: vec![0u8; STAGE_LEN].into_boxed_slice(), start: 0, end: 0, target: Target::header() }),
+                        tx: Mutex::new(VecDeque::new()),
+                        tx_busy: AtomicBool::new(false),
+                        rx_done: AtomicBool::new(false),
+                        state: Mutex::new(PeerState::Up),
+                    }))
+                }
+            });
+        }
+        // SAFETY: eventfd returns a new descriptor we own, or -1.
+        let efd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if efd < 0 {
+            return Err(Error::system("eventfd", io::Error::last_os_error()));
+        }
+        let t = Arc::new(SocketTransport {
+            rank: cfg.rank,
+            size: cfg.size,
+            peers,
+            matcher: Mutex::new(Matcher::default()),
+            ctxs: Mutex::new(HashMap::new()),
+            early_aborts: Mutex::new(HashSet::new()),
+            // SAFETY: efd is a fresh descriptor owned by nobody else.
+            wake: unsafe { OwnedFd::from_raw_fd(efd) },
+            stop: AtomicBool::new(false),
+            thread: Mutex::new(None),
+        });
+        let t2 = t.clone();
+        let handle = std::thread::Builder::new()
+            .name(format!("dc-progress-r{}", cfg.rank))
+            .spawn(move || t2.progress_loop())
+            .map_err(|e| Error::system("spawn progress thread", e))?;
+        *lock(&t.thread) = Some(handle);
+        dc_log!(Level::Info, Some(cfg.rank as usize), "socket transport: connected to {} peers", n.saturating_sub(1));
+        Ok(t)
+    }
+
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    pub fn size(&self) -> u32 {
+        self.size
+    }
+
+    fn peer(&self, r: u32) -> &Arc<Peer> {
+        self.peers[r as usize].as_ref().expect("no connection to self")
+    }
+
+    fn wake_progress(&self) {
+        let one: u64 = 1;
+        // SAFETY: writing 8 bytes from a valid u64 to our eventfd.
+        unsafe { libc::write(self.wake.as_raw_fd(), &one as *const u64 as *const libc::c_void, 8) };
+    }
+
+    /// Makes a context known so aborts from peers reach it.
+    pub fn register_ctx(&self, ctx: &Arc<CtxState>) {
+        lock(&self.ctxs).insert(ctx.id, Arc::downgrade(ctx));
+        if lock(&self.early_aborts).remove(&ctx.id) {
+            ctx.abort("a peer aborted this communicator");
+        }
+    }
+
+    /// Forgets a destroyed context and any messages still waiting for it.
+    pub fn unregister_ctx(&self, id: u64) {
+        lock(&self.ctxs).remove(&id);
+        lock(&self.matcher).remove_ctx(id);
+    }
+
+    // ---- posting -------------------------------------------------------------------------
+
+    /// Starts sending `buf` to world rank `dst`. Completes when the bytes are handed to the kernel.
+    pub fn post_send(&self, ctx: &Arc<CtxState>, dst: u32, tag: u64, check: u32, buf: ConstBuf) -> Result<Arc<SendOp>> {
+        if let Some(e) = ctx.abort_error() {
+            return Err(e);
+        }
+        let op = SendOp::new(ctx.clone(), dst, buf);
+        if dst == self.rank {
+            self.send_to_self(ctx.id, tag, check, buf);
+            op.comp.complete(Ok(Done { bytes: buf.len(), source: dst, tag }));
+            return Ok(op);
+        }
+        let item = TxItem { hdr: Header::data(ctx.id, tag, check, buf.len()).encode(), hdr_off: 0, body: Body::User(buf), off: 0, op: Some(op.clone()) };
+        self.enqueue(self.peer(dst), item)?;
+        Ok(op)
+    }
+
+    fn enqueue(&self, peer: &Arc<Peer>, item: TxItem) -> Result<()> {
+        let mut q = lock(&peer.tx);
+        if let Some(e) = peer.gone_error() {
+            return Err(e);
+        }
+        let was_empty = q.is_empty();
+        q.push_back(item);
+        if was_empty {
+            // Fast path: write from the caller's thread; hand the rest to the progress thread.
+            let drained = self.flush(peer, &mut q).unwrap_or(false);
+            if !drained {
+                peer.tx_busy.store(true, Ordering::Release);
+                drop(q);
+                self.wake_progress();
+            }
+        }
+        Ok(())
+    }
+
+    fn send_to_self(&self, ctx: u64, tag: u64, check: u32, buf: ConstBuf) {
+        // SAFETY: the caller's send buffer is valid for the duration of this call.
+        let data = unsafe { buf.as_slice() };
+        let mut m = lock(&self.matcher);
+        let msg = Unexpected { src: self.rank, tag, check, data: data.to_vec() };
+        match m.take_posted(ctx, self.rank, tag) {
+            Some(op) => deliver_copy(&op, &msg),
+            None => m.push_unexpected(ctx, msg),
+        }
+    }
+
+    /// Posts a receive from world rank `src` (None: any source).
+    pub fn post_recv(&self, ctx: &Arc<CtxState>, src: Option<u32>, tag: TagMatch, check: u32, buf: MutBuf) -> Result<Arc<RecvOp>> {
+        if let Some(e) = ctx.abort_error() {
+            return Err(e);
+        }
+        let op = RecvOp::new(ctx.clone(), src, tag, check, buf);
+        let mut m = lock(&self.matcher);
+        if let Some(msg) = m.take_unexpected(&op) {
+            drop(m);
+            deliver_copy(&op, &msg);
+            return Ok(op);
+        }
+        if let Some(s) = src.filter(|&s| s != self.rank) {
+            if let Some(e) = self.peer(s).gone_error() {
+                return Err(e);
+            }
+        }
+        m.push_posted(op.clone());
+        Ok(op)
+    }
+
+    // ---- cancelling ----------------------------------------------------------------------
+
+    /// Withdraws a receive (timeout, abort, drop). On return the transport no longer touches its
+    /// buffer; the op is completed with `err` unless it had already finished.
+    pub fn cancel_recv(&self, op: &Arc<RecvOp>, err: Error) {
+        if lock(&self.matcher).remove_posted(op) {
+            op.comp.complete(Err(err));
+            return;
+        }
+        let from = op.filling_from.load(Ordering::Acquire);
+        if from != u32::MAX && from != self.rank {
+            let mut rx = lock(&self.peer(from).rx);
+            if let Target::User { op: o, len, off, .. } = &rx.target {
+                if Arc::ptr_eq(o, op) {
+                    let remaining = len - off;
+                    rx.target = Target::Discard { remaining };
+                    op.filling_from.store(u32::MAX, Ordering::Release);
+                    op.comp.complete(Err(err));
+                }
+            }
+        }
+    }
+
+    /// Withdraws a send: not yet started, it is dropped; half written, the rest is copied so
+    /// the stream stays well-formed. The op is completed with `err` unless already finished.
+    pub fn cancel_send(&self, op: &Arc<SendOp>, err: Error) {
+        if op.dst != self.rank {
+            let mut q = lock(&self.peer(op.dst).tx);
+            if let Some(i) = q.iter().position(|it| it.op.as_ref().is_some_and(|o| Arc::ptr_eq(o, op))) {
+                if q[i].hdr_off == 0 {
+                    q.remove(i);
+                } else {
+                    q[i].detach();
+                }
+            }
+        }
+        op.comp.complete(Err(err));
+    }
+
+    // ---- abort ---------------------------------------------------------------------------
+
+    /// Fails every pending operation of aborted contexts and tells `members` (world ranks).
+    pub fn abort_ctx(&self, ctx: &Arc<CtxState>, members: &[u32]) {
+        self.fail_aborted();
+        for &m in members {
+            if m != self.rank {
+                let p = self.peer(m);
+                let hdr = Header::control(FrameKind::Abort, ctx.id).encode();
+                let _ = self.enqueue(p, TxItem { hdr, hdr_off: 0, body: Body::Owned(Vec::new()), off: 0, op: None });
+            }
+        }
+    }
+
+    fn fail_aborted(&self) {
+        let fail = |c: &Arc<CtxState>| Err(c.abort_error().unwrap_or_else(|| Error::new(Status::Aborted, "aborted")));
+        let ops = lock(&self.matcher).drain_posted(|op| op.ctx.is_aborted());
+        for op in ops {
+            op.comp.complete(fail(&op.ctx));
+        }
+        for p in self.peers.iter().flatten() {
+            {
+                let mut rx = lock(&p.rx);
+                if let Target::User { op, len, off, .. } = &rx.target {
+                    if op.ctx.is_aborted() {
+                        let (op, remaining) = (op.clone(), len - off);
+                        rx.target = Target::Discard { remaining };
+                        op.filling_from.store(u32::MAX, Ordering::Release);
+                        op.comp.complete(fail(&op.ctx));
+                    }
+                }
+            }
+            let mut q = lock(&p.tx);
+            let mut i = 0;
+            while i < q.len() {
+                let aborted = q[i].op.as_ref().is_some_and(|o| o.ctx.is_aborted());
+                if aborted && q[i].hdr_off == 0 {
+                    let it = q.remove(i).unwrap();
+                    let op = it.op.unwrap();
+                    op.comp.complete(fail(&op.ctx));
+                    continue;
+                }
+                if aborted {
+                    if let Some(op) = q[i].detach() {
+                        op.comp.complete(fail(&op.ctx));
+                    }
+                }
+                i += 1;
+            }
+        }
+    }
+
+    fn on_remote_abort(&self, ctx_id: u64, from: u32) {
+        let ctx = lock(&self.ctxs).get(&ctx_id).and_then(|w| w.upgrade());
+        match ctx {
+            Some(c) => {
+                if c.abort(&format!("rank {from} aborted the communicator")) {
+                    dc_log!(Level::Warn, Some(self.rank as usize), "rank {from} aborted communicator {ctx_id:#x}");
+                }
+            }
+            None => {
+                lock(&self.early_aborts).insert(ctx_id);
+            }
+        }
+        self.fail_aborted();
+    }
+
+    // ---- writing -------------------------------------------------------------------------
+
+    /// Writes queued frames until the queue is empty (Ok(true)) or the socket is full (Ok(false)).
+    fn flush(&self, peer: &Peer, q: &mut VecDeque<TxItem>) -> io::Result<bool> {
+        while let Some(it) = q.front_mut() {
+            let body = it.body();
+            let hdr_rest = &it.hdr[it.hdr_off..];
+            let body_rest = &body[it.off..];
+            let iov = [
+                libc::iovec { iov_base: hdr_rest.as_ptr() as *mut libc::c_void, iov_len: hdr_rest.len() },
+                libc::iovec { iov_base: body_rest.as_ptr() as *mut libc::c_void, iov_len: body_rest.len() },
+            ];
+            // SAFETY: a zeroed msghdr is valid; iov points at live slices for the call.
+            let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+            msg.msg_iov = iov.as_ptr() as *mut libc::iovec;
+            msg.msg_iovlen = if body_rest.is_empty() { 1 } else { 2 };
+            // SAFETY: valid fd and msghdr; MSG_NOSIGNAL turns a broken pipe into EPIPE.
+            let n = unsafe { libc::sendmsg(peer.fd(), &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                match e.kind() {
+                    io::ErrorKind::WouldBlock => return Ok(false),
+                    io::ErrorKind::Interrupted => continue,
+                    _ => return Err(e),
+                }
+            }
+            let mut n = n as usize;
+            let h = n.min(hdr_rest.len());
+            it.hdr_off += h;
+            n -= h;
+            it.off += n;
+            if it.hdr_off == HEADER_LEN && it.off == it.body().len() {
+                let done = q.pop_front().unwrap();
+                if let Some(op) = done.op {
+                    let bytes = op.buf.len();
+                    op.comp.complete(Ok(Done { bytes, source: op.dst, tag: 0 }));
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    fn pump_tx(&self, peer: &Peer) -> Option<Event> {
+        let mut q = lock(&peer.tx);
+        match self.flush(peer, &mut q) {
+            Ok(true) => {
+                peer.tx_busy.store(false, Ordering::Release);
+                None
+            }
+            Ok(false) => None,
+            Err(e) => Some(Event::Gone(format!("write failed: {e}"))),
+        }
+    }
+
+    // ---- reading -------------------------------------------------------------------------
+
+    fn pump_rx(&self, peer: &Peer, events: &mut Vec<Event>) {
+        let mut rx = lock(&peer.rx);
+        loop {
+            while rx.start < rx.end {
+                if let Err(e) = self.consume(peer, &mut rx, events) {
+                    events.push(Event::Gone(e.msg));
+                    return;
+                }
+            }
+            rx.start = 0;
+            rx.end = 0;
+            let (ptr, len, direct) = match &mut rx.target {
+                Target::User { op, keep, off, .. } if *keep - (*off).min(*keep) >= DIRECT_READ_MIN => {
+                    // SAFETY: off < keep <= buf.len(); the op is ours until completed.
+                    (unsafe { op.buf.as_ptr().add(*off) }, *keep - *off, true)
+                }
+                Target::Unexp { hdr, data, .. } if hdr.len as usize - data.len() >= DIRECT_READ_MIN => {
+                    let want = hdr.len as usize - data.len();
+                    data.reserve(want);
+                    // SAFETY: reserved capacity; set_len only after the kernel wrote the bytes.
+                    (unsafe { data.as_mut_ptr().add(data.len()) }, want, true)
+                }
+                _ => (rx.stage.as_mut_ptr(), rx.stage.len(), false),
+            };
+            // SAFETY: ptr is valid for len writable bytes (see above).
+            let n = unsafe { libc::recv(peer.fd(), ptr as *mut libc::c_void, len, libc::MSG_DONTWAIT) };
+            if n == 0 {
+                events.push(Event::Gone("connection closed by the peer (process exited or was killed?)".into()));
+                return;
+            }
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                match e.kind() {
+                    io::ErrorKind::WouldBlock => return,
+                    io::ErrorKind::Interrupted => continue,
+                    _ => {
+                        events.push(Event::Gone(format!("read failed: {e}")));
+                        return;
+                    }
+                }
+            }
+            let n = n as usize;
+            if !direct {
+                rx.end = n;
+                continue;
+            }
+            match &mut rx.target {
+                Target::User { off, .. } => *off += n,
+                // SAFETY: the kernel initialised n more bytes within the reserved capacity.
+                Target::Unexp { data, .. } => unsafe { data.set_len(data.len() + n) },
+                _ => unreachable!(),
+            }
+            self.maybe_finish(peer, &mut rx);
+        }
+    }
+
+    /// Consumes staged bytes into the current target.
+    fn consume(&self, peer: &Peer, rx: &mut Rx, events: &mut Vec<Event>) -> Result<()> {
+        let Rx { stage, start, end, target } = rx;
+        let avail = &stage[*start..*end];
+        match target {
+            Target::Header { buf, got } => {
+                let n = avail.len().min(HEADER_LEN - *got);
+                buf[*got..*got + n].copy_from_slice(&avail[..n]);
+                *got += n;
+                *start += n;
+                if *got == HEADER_LEN {
+                    let hdr = Header::decode(buf)?;
+                    *target = self.on_header(peer, hdr, events);
+                }
+            }
+            Target::User { op, keep, off, .. } => {
+                let n = avail.len().min(*keep - (*off).min(*keep));
+                // SAFETY: off + n <= keep <= buf.len(); the op is ours until completed.
+                unsafe { std::ptr::copy_nonoverlapping(avail.as_ptr(), op.buf.as_ptr().add(*off), n) };
+                *off += n;
+                *start += n;
+            }
+            Target::Unexp { hdr, data, .. } => {
+                let n = avail.len().min(hdr.len as usize - data.len());
+                data.extend_from_slice(&avail[..n]);
+                *start += n;
+            }
+            Target::Discard { remaining } => {
+                let n = avail.len().min(*remaining);
+                *remaining -= n;
+                *start += n;
+            }
+        }
+        self.maybe_finish(peer, rx);
+        Ok(())
+    }
+
+    /// Moves on from a finished body: completes its receive or files it as unexpected.
+    fn maybe_finish(&self, peer: &Peer, rx: &mut Rx) {
+        let next = match &mut rx.target {
+            Target::User { op, len, keep, off, result } if *off >= *keep => {
+                op.filling_from.store(u32::MAX, Ordering::Release);
+                let r = std::mem::replace(result, Ok(Done::default()));
+                op.comp.complete(r);
+                let rest = *len - *keep;
+                if rest > 0 { Target::Discard { remaining: rest } } else { Target::header() }
+            }
+            Target::Unexp { hdr, src, data } if data.len() == hdr.len as usize => {
+                let msg = Unexpected { src: *src, tag: hdr.tag, check: hdr.check, data: std::mem::take(data) };
+                let mut m = lock(&self.matcher);
+                match m.take_posted(hdr.ctx, msg.src, msg.tag) {
+                    Some(op) => deliver_copy(&op, &msg),
+                    None => m.push_unexpected(hdr.ctx, msg),
+                }
+                Target::header()
+            }
+            Target::Discard { remaining: 0 } => Target::header(),
+            _ => return,
+        };
+        rx.target = next;
+        let _ = peer;
+    }
+
+    fn on_header(&self, peer: &Peer, hdr: Header, events: &mut Vec<Event>) -> Target {
+        match hdr.kind {
+            FrameKind::Abort => {
+                events.push(Event::RemoteAbort(hdr.ctx));
+                Target::header()
+            }
+            FrameKind::Close => {
+                events.push(Event::Closed);
+                Target::header()
+            }
+            FrameKind::Data => {
+                let len = hdr.len as usize;
+                let posted = lock(&self.matcher).take_posted(hdr.ctx, peer.rank, hdr.tag);
+                match posted {
+                    Some(op) => {
+                        let (keep, result) = verdict(&op, peer.rank, hdr.tag, hdr.check, len);
+                        op.filling_from.store(peer.rank, Ordering::Release);
+                        Target::User { op, len, keep, off: 0, result }
+                    }
+                    None => Target::Unexp { hdr, src: peer.rank, data: Vec::with_capacity(len.min(STAGE_LEN)) },
+                }
+            }
+        }
+    }
+
+    fn handle_events(&self, peer: &Arc<Peer>, events: &mut Vec<Event>) {
+        for ev in events.drain(..) {
+            match ev {
+                Event::RemoteAbort(ctx) => self.on_remote_abort(ctx, peer.rank),
+                Event::Closed => {
+                    *lock(&peer.state) = PeerState::Closed;
+                    dc_log!(Level::Info, Some(self.rank as usize), "rank {} closed its connection", peer.rank);
+                    self.fail_peer_ops(peer);
+                }
+                Event::Gone(why) => {
+                    peer.rx_done.store(true, Ordering::Release);
+                    {
+                        let mut st = lock(&peer.state);
+                        if *st == PeerState::Up {
+                            dc_log!(Level::Warn, Some(self.rank as usize), "lost rank {}: {why}", peer.rank);
+                            *st = PeerState::Lost(why);
+                        }
+                    }
+                    self.fail_peer_ops(peer);
+                }
+            }
+        }
+    }
+
+    /// Fails everything that waits on a peer that is gone.
+    fn fail_peer_ops(&self, peer: &Arc<Peer>) {
+        let err = || Err(peer.gone_error().unwrap_or_else(|| Error::new(Status::PeerLost, format!("rank {} is gone", peer.rank))));
+        {
+            let mut rx = lock(&peer.rx);
+            if peer.rx_done.load(Ordering::Acquire) {
+                if let Target::User { op, .. } = std::mem::replace(&mut rx.target, Target::header()) {
+                    op.filling_from.store(u32::MAX, Ordering::Release);
+                    op.comp.complete(err());
+                }
+            }
+        }
+        if peer.rx_done.load(Ordering::Acquire) {
+            let mut q = lock(&peer.tx);
+            for mut it in q.drain(..) {
+                if let Some(op) = it.op.take() {
+                    op.comp.complete(err());
+                }
+            }
+            peer.tx_busy.store(false, Ordering::Release);
+        }
+        let ops = lock(&self.matcher).drain_posted(|op| op.src == Some(peer.rank));
+        for op in ops {
+            op.comp.complete(err());
+        }
+    }
+
+    // ---- the progress thread ---------------------------------------------------------------
+
+    fn progress_loop(self: Arc<Self>) {
+        let mut pfds: Vec<libc::pollfd> = Vec::new();
+        let mut who: Vec<Arc<Peer>> = Vec::new();
+        let mut events = Vec::new();
+        while !self.stop.load(Ordering::Acquire) {
+            pfds.clear();
+            who.clear();
+            pfds.push(libc::pollfd { fd: self.wake.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+            for p in self.peers.iter().flatten() {
+                let mut ev = 0;
+                if !p.rx_done.load(Ordering::Acquire) {
+                    ev |= libc::POLLIN;
+                }
+                if p.tx_busy.load(Ordering::Acquire) {
+                    ev |= libc::POLLOUT;
+                }
+                if ev != 0 {
+                    pfds.push(libc::pollfd { fd: p.fd(), events: ev, revents: 0 });
+                    who.push(p.clone());
+                }
+            }
+            // SAFETY: pfds is a valid array of pollfd for the call.
+            let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, 1000) };
+            if n <= 0 {
+                continue;
+            }
+            if pfds[0].revents != 0 {
+                let mut v: u64 = 0;
+                // SAFETY: reading 8 bytes into a u64 from our eventfd.
+                unsafe { libc::read(self.wake.as_raw_fd(), &mut v as *mut u64 as *mut libc::c_void, 8) };
+            }
+            for (pfd, peer) in pfds[1..].iter().zip(who.iter()) {
+                if pfd.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 && !peer.rx_done.load(Ordering::Acquire) {
+                    self.pump_rx(peer, &mut events);
+                }
+                if pfd.revents & (libc::POLLOUT | libc::POLLERR) != 0 && peer.tx_busy.load(Ordering::Acquire) {
+                    if let Some(ev) = self.pump_tx(peer) {
+                        events.push(ev);
+                    }
+                }
+                if !events.is_empty() {
+                    self.handle_events(peer, &mut events);
+                }
+            }
+        }
+    }
+
+    /// Says goodbye to every peer, flushes what is queued, waits briefly for their goodbyes,
+    /// and stops the progress thread. Pending sends get until `deadline`.
+    pub fn shutdown(&self, deadline: Instant) {
+        let handle = lock(&self.thread).take();
+        let Some(handle) = handle else { return };
+        for p in self.peers.iter().flatten() {
+            if p.gone_error().is_none() {
+                let hdr = Header::control(FrameKind::Close, 0).encode();
+                let _ = self.enqueue(p, TxItem { hdr, hdr_off: 0, body: Body::Owned(Vec::new()), off: 0, op: None });
+            }
+        }
+        let polite = deadline.min(Instant::now() + Duration::from_secs(2));
+        let flushed = |p: &Arc<Peer>| lock(&p.tx).is_empty() || p.rx_done.load(Ordering::Acquire);
+        while Instant::now() < deadline && !self.peers.iter().flatten().all(flushed) {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        let said_bye = |p: &Arc<Peer>| p.gone_error().is_some();
+        while Instant::now() < polite && !self.peers.iter().flatten().all(said_bye) {
+            std::thread::sleep(Duration::from_micros(500));
+        }
+        self.stop.store(true, Ordering::Release);
+        self.wake_progress();
+        let _ = handle.join();
+        for p in self.peers.iter().flatten() {
+            let _ = p.stream.shutdown(std::net::Shutdown::Write);
+            let mut sink = [0u8; 4096];
+            // Drain what is left so closing sends FIN, not RST.
+            // SAFETY: reading into a local buffer.
+            while unsafe { libc::recv(p.fd(), sink.as_mut_ptr() as *mut libc::c_void, sink.len(), libc::MSG_DONTWAIT) } > 0 {}
+        }
+    }
+}
