@@ -3,9 +3,14 @@
 
 #![allow(non_camel_case_types)]
 
-pub mod types;
 mod boundary;
+mod checks;
+pub mod coll;
+pub mod comm;
+pub mod p2p;
+pub mod request;
 mod status;
+pub mod types;
 
 pub use boundary::{guard, set_last_error};
 pub use types::*;

@@ -34,7 +34,11 @@ pub fn verdict(op: &RecvOp, src: u32, tag: u64, check: u32, len: usize) -> (usiz
     if check != op.check {
         let e = Error::new(
             Status::Mismatch,
-            format!("rank {src} sent a message of another collective (signature {check:#010x}, expected {:#010x})", op.check),
+            format!(
+                "rank {src} called {} where this rank called {}",
+                crate::collective::describe(check),
+                crate::collective::describe(op.check)
+            ),
         );
         return (0, Err(e));
     }

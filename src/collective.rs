@@ -1,0 +1,146 @@
+//! A collective call as the engine sees it: validated buffers plus parameters, its signature
+//! word for the cheap always-on mismatch check, and dispatch to the algorithm in `coll`.
+
+use crate::buffer::{ConstBuf, MutBuf};
+use crate::coll::{self, Link};
+use crate::dtype::{DType, ReduceOp};
+use crate::error::Result;
+
+/// Arguments of one collective call (sizes in bytes; counts/displacements converted to bytes).
+#[derive(Debug, Clone)]
+pub enum CollArgs {
+    Allreduce { send: Option<ConstBuf>, recv: MutBuf, dt: DType, op: ReduceOp },
+    Broadcast { buf: MutBuf, dt: DType, root: usize },
+    Reduce { send: Option<ConstBuf>, recv: Option<MutBuf>, bytes: usize, dt: DType, op: ReduceOp, root: usize },
+    Allgather { send: Option<ConstBuf>, recv: MutBuf, dt: DType },
+    Allgatherv { send: Option<ConstBuf>, recv: MutBuf, counts: Vec<usize>, displs: Vec<usize>, dt: DType },
+    Gather { send: ConstBuf, recv: Option<MutBuf>, dt: DType, root: usize },
+    Scatter { send: Option<ConstBuf>, recv: MutBuf, dt: DType, root: usize },
+    /// `send: None` = in place: `recv` is the whole send buffer and the result lands in block `rank`.
+    ReduceScatter { send: Option<ConstBuf>, recv: MutBuf, dt: DType, op: ReduceOp },
+    Alltoall { send: ConstBuf, recv: MutBuf, dt: DType },
+    Alltoallv { send: ConstBuf, scounts: Vec<usize>, sdispls: Vec<usize>, recv: MutBuf, rcounts: Vec<usize>, rdispls: Vec<usize>, dt: DType },
+    Barrier,
+}
+
+/// Collective kinds, numbered for the signature word.
+const KINDS: [&str; 11] = [
+    "allreduce", "broadcast", "reduce", "allgather", "allgatherv", "gather", "scatter", "reduce_scatter", "alltoall", "alltoallv", "barrier",
+];
+
+const NONE4: u32 = 0xF;
+const NO_ROOT: u32 = 0x7FFFF;
+
+/// Packs kind (5 bits), dtype (4), op (4) and root (19) into the word every frame of the call
+/// carries, so ranks that disagree on what they are calling find out at the first message.
+pub fn signature(kind: usize, dt: Option<DType>, op: Option<ReduceOp>, root: Option<usize>) -> u32 {
+    let dt = dt.map_or(NONE4, |d| d as u32);
+    let op = op.map_or(NONE4, |o| o as u32);
+    let root = root.map_or(NO_ROOT, |r| (r as u32).min(NO_ROOT - 1));
+    ((kind as u32 + 1) << 27) | (dt << 23) | (op << 19) | root
+}
+
+/// Human-readable form of a signature word, for mismatch messages.
+pub fn describe(sig: u32) -> String {
+    let kind = ((sig >> 27) as usize).wrapping_sub(1);
+    let Some(name) = KINDS.get(kind) else { return format!("point-to-point or unknown ({sig:#x})") };
+    let mut parts = Vec::new();
+    if let Some(d) = DType::from_raw(((sig >> 23) & 0xF) as i64) {
+        parts.push(d.name().to_string());
+    }
+    if let Some(o) = ReduceOp::from_raw(((sig >> 19) & 0xF) as i64) {
+        parts.push(o.name().to_string());
+    }
+    if sig & NO_ROOT != NO_ROOT {
+        parts.push(format!("root {}", sig & NO_ROOT));
+    }
+    format!("{name}({})", parts.join(", "))
+}
+
+impl CollArgs {
+    fn kind(&self) -> usize {
+        match self {
+            CollArgs::Allreduce { .. } => 0,
+            CollArgs::Broadcast { .. } => 1,
+            CollArgs::Reduce { .. } => 2,
+            CollArgs::Allgather { .. } => 3,
+            CollArgs::Allgatherv { .. } => 4,
+            CollArgs::Gather { .. } => 5,
+            CollArgs::Scatter { .. } => 6,
+            CollArgs::ReduceScatter { .. } => 7,
+            CollArgs::Alltoall { .. } => 8,
+            CollArgs::Alltoallv { .. } => 9,
+            CollArgs::Barrier => 10,
+        }
+    }
+
+    /// The C name of the call ("dc_allreduce").
+    pub fn name(&self) -> &'static str {
+        [
+            "dc_allreduce", "dc_broadcast", "dc_reduce", "dc_allgather", "dc_allgatherv", "dc_gather", "dc_scatter",
+            "dc_reduce_scatter", "dc_alltoall", "dc_alltoallv", "dc_barrier",
+        ][self.kind()]
+    }
+
+    pub fn signature(&self) -> u32 {
+        use CollArgs::*;
+        let (dt, op, root) = match self {
+            Allreduce { dt, op, .. } | ReduceScatter { dt, op, .. } => (Some(*dt), Some(*op), None),
+            Reduce { dt, op, root, .. } => (Some(*dt), Some(*op), Some(*root)),
+            Broadcast { dt, root, .. } | Gather { dt, root, .. } | Scatter { dt, root, .. } => (Some(*dt), None, Some(*root)),
+            Allgather { dt, .. } | Allgatherv { dt, .. } | Alltoall { dt, .. } | Alltoallv { dt, .. } => (Some(*dt), None, None),
+            Barrier => (None, None, None),
+        };
+        signature(self.kind(), dt, op, root)
+    }
+
+    /// Runs the algorithm over `link`.
+    ///
+    /// # Safety
+    /// The buffers must be valid (as promised by the C caller) and not used by anyone else
+    /// until this returns; distinct buffers must not overlap (the C surface checks).
+    pub unsafe fn run(&self, link: &dyn Link) -> Result<()> {
+        use CollArgs::*;
+        match self {
+            Allreduce { send, recv, dt, op } => coll::allreduce::allreduce(link, send.map(|s| s.as_slice()), recv.as_mut_slice(), *dt, *op),
+            Broadcast { buf, root, .. } => coll::broadcast::broadcast(link, buf.as_mut_slice(), *root),
+            Reduce { send, recv, bytes, dt, op, root } => {
+                coll::reduce_coll::reduce(link, send.map(|s| s.as_slice()), recv.map(|r| r.as_mut_slice()), *bytes, *dt, *op, *root)
+            }
+            Allgather { send, recv, .. } => coll::allgather::allgather(link, send.map(|s| s.as_slice()), recv.as_mut_slice()),
+            Allgatherv { send, recv, counts, displs, .. } => {
+                coll::allgather::allgatherv(link, send.map(|s| s.as_slice()), recv.as_mut_slice(), counts, displs)
+            }
+            Gather { send, recv, root, .. } => coll::gather::gather(link, send.as_slice(), recv.map(|r| r.as_mut_slice()), *root),
+            Scatter { send, recv, root, .. } => coll::gather::scatter(link, send.map(|s| s.as_slice()), recv.as_mut_slice(), *root),
+            ReduceScatter { send, recv, dt, op } => {
+                let bufs = match send {
+                    Some(s) => coll::reduce_scatter::ReduceScatterBufs::Separate { send: s.as_slice(), recv: recv.as_mut_slice() },
+                    None => coll::reduce_scatter::ReduceScatterBufs::InPlace(recv.as_mut_slice()),
+                };
+                coll::reduce_scatter::reduce_scatter(link, bufs, *dt, *op)
+            }
+            Alltoall { send, recv, .. } => coll::alltoall::alltoall(link, send.as_slice(), recv.as_mut_slice()),
+            Alltoallv { send, scounts, sdispls, recv, rcounts, rdispls, .. } => {
+                coll::alltoall::alltoallv(link, send.as_slice(), scounts, sdispls, recv.as_mut_slice(), rcounts, rdispls)
+            }
+            Barrier => coll::barrier::barrier(link),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signatures_describe_themselves() {
+        let s = signature(0, Some(DType::Float32), Some(ReduceOp::Sum), None);
+        assert_eq!(describe(s), "allreduce(float32, sum)");
+        let b = signature(1, Some(DType::Int8), None, Some(3));
+        assert_eq!(describe(b), "broadcast(int8, root 3)");
+        assert_ne!(s, b);
+        assert_eq!(describe(signature(10, None, None, None)), "barrier()");
+        assert!(describe(0).starts_with("point-to-point"));
+    }
+}

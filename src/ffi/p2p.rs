@@ -1,0 +1,136 @@
+//! Point-to-point exports.
+
+use super::boundary::guard;
+use super::checks::{self, on_rank};
+use super::types::{dc_dtype, dc_status, DC_ANY_SOURCE, DC_ANY_TAG};
+use crate::comm::{Comm, P2pOp};
+use crate::error::{Error, Result, Status};
+use crate::request::Request;
+use std::sync::Arc;
+
+/// Who sent a received message, with which tag, and how many elements came.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct dc_recv_info {
+    /// Rank in the communicator of the sender.
+    pub source: i32,
+    /// Tag of the message.
+    pub tag: i32,
+    /// Number of elements received (may be less than the receive count).
+    pub count: usize,
+}
+
+fn user_tag(tag: i32, any_ok: bool) -> Result<Option<u32>> {
+    match tag {
+        DC_ANY_TAG if any_ok => Ok(None),
+        t if t >= 0 => Ok(Some(t as u32)),
+        t => Err(Error::new(Status::InvalidArgument, format!("tag {t} is negative{}", if any_ok { " (and not DC_ANY_TAG)" } else { "" }))),
+    }
+}
+
+unsafe fn start_send(buf: *const libc::c_void, count: usize, dt: dc_dtype, dst: i32, tag: i32, c: &Comm) -> Result<(P2pOp, i32)> {
+    let dt = checks::dtype(dt)?;
+    let dst_r = checks::rank_in(dst, c.size(), "dst")?;
+    let tag = user_tag(tag, false)?.unwrap_or(0);
+    let b = checks::src_buf(buf, checks::bytes(count, dt, "count")?, "buf")?;
+    Ok((c.post_send(b, dst_r, tag)?, dst))
+}
+
+unsafe fn start_recv(buf: *mut libc::c_void, count: usize, dt: dc_dtype, src: i32, tag: i32, c: &Comm) -> Result<(P2pOp, usize)> {
+    let dt = checks::dtype(dt)?;
+    let src_r = if src == DC_ANY_SOURCE { None } else { Some(checks::rank_in(src, c.size(), "src")?) };
+    let tag = user_tag(tag, true)?;
+    let b = checks::dst_buf(buf, checks::bytes(count, dt, "count")?, "buf")?;
+    Ok((c.post_recv(b, src_r, tag)?, dt.size()))
+}
+
+/// Sends `count` elements of `dt` to rank `dst` with `tag` (>= 0). Blocks until the data is
+/// handed to the transport (the buffer may then be reused), at most for the comm's timeout.
+/// Statuses: DC_ERR_INVALID_ARGUMENT, DC_ERR_TIMEOUT, DC_ERR_PEER_LOST, DC_ERR_ABORTED.
+#[no_mangle]
+pub unsafe extern "C" fn dc_send(buf: *const libc::c_void, count: usize, dt: dc_dtype, dst: i32, tag: i32, comm: *mut Comm) -> dc_status {
+    guard("dc_send", || {
+        let c = checks::comm(comm)?;
+        on_rank(c, || {
+            let (op, _) = start_send(buf, count, dt, dst, tag, c)?;
+            c.wait_p2p(&op, c.op_deadline(), &|| format!("sending to rank {dst}")).map(|_| ())
+        })
+    })
+}
+
+/// Receives up to `count` elements of `dt` from rank `src` (or DC_ANY_SOURCE) with `tag` (or
+/// DC_ANY_TAG). Messages between one pair with one tag arrive in the order sent. A longer
+/// message is DC_ERR_INVALID_ARGUMENT (truncation) with nothing written past `count`. `info`
+/// (may be NULL) receives the sender, tag and element count. Blocks up to the comm's timeout.
+/// Statuses: DC_ERR_INVALID_ARGUMENT, DC_ERR_TIMEOUT, DC_ERR_PEER_LOST, DC_ERR_ABORTED.
+#[no_mangle]
+pub unsafe extern "C" fn dc_recv(
+    buf: *mut libc::c_void,
+    count: usize,
+    dt: dc_dtype,
+    src: i32,
+    tag: i32,
+    comm: *mut Comm,
+    info: *mut dc_recv_info,
+) -> dc_status {
+    guard("dc_recv", || {
+        let c = checks::comm(comm)?;
+        on_rank(c, || {
+            let (op, esize) = start_recv(buf, count, dt, src, tag, c)?;
+            let what = || if src < 0 { "receiving from any rank".to_string() } else { format!("receiving from rank {src}") };
+            let d = c.wait_p2p(&op, c.op_deadline(), &what)?;
+            if let Some(i) = info.as_mut() {
+                *i = dc_recv_info { source: c.comm_rank_of(d.source), tag: d.tag as i32, count: d.bytes / esize };
+            }
+            Ok(())
+        })
+    })
+}
+
+/// Starts a send (see dc_send) and returns at once with a request in `*req`; the buffer must
+/// stay untouched until the request completes. Free the request with dc_request_free.
+#[no_mangle]
+pub unsafe extern "C" fn dc_isend(
+    buf: *const libc::c_void,
+    count: usize,
+    dt: dc_dtype,
+    dst: i32,
+    tag: i32,
+    comm: *mut Comm,
+    req: *mut *mut Request,
+) -> dc_status {
+    guard("dc_isend", || {
+        let c = checks::comm_arc(comm)?;
+        on_rank(&c, || {
+            let out = checks::out(req, "req")?;
+            let (op, peer) = start_send(buf, count, dt, dst, tag, &c)?;
+            let deadline = c.op_deadline();
+            *out = Box::into_raw(Box::new(Request::p2p(Arc::clone(&c), op, peer, deadline)));
+            Ok(())
+        })
+    })
+}
+
+/// Starts a receive (see dc_recv) and returns at once with a request in `*req`; after it
+/// completes, dc_request_recv_info tells who sent what. Free with dc_request_free.
+#[no_mangle]
+pub unsafe extern "C" fn dc_irecv(
+    buf: *mut libc::c_void,
+    count: usize,
+    dt: dc_dtype,
+    src: i32,
+    tag: i32,
+    comm: *mut Comm,
+    req: *mut *mut Request,
+) -> dc_status {
+    guard("dc_irecv", || {
+        let c = checks::comm_arc(comm)?;
+        on_rank(&c, || {
+            let out = checks::out(req, "req")?;
+            let (op, esize) = start_recv(buf, count, dt, src, tag, &c)?;
+            let deadline = c.op_deadline();
+            *out = Box::into_raw(Box::new(Request::p2p(Arc::clone(&c), op, src, deadline).with_elem_size(esize)));
+            Ok(())
+        })
+    })
+}

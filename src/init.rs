@@ -1,0 +1,76 @@
+//! `dc_init`: resolve the configuration, rendezvous, connect the data mesh, build the world comm.
+
+use crate::comm::{Comm, World};
+use crate::dc_log;
+use crate::error::{Error, Result, Status};
+use crate::log::Level;
+use crate::rendezvous::config::{resolve, InitOptions};
+use crate::rendezvous::{exchange, rendezvous};
+use crate::transport::handshake::token_digest;
+use crate::transport::socket::{Listener, MeshConfig, SocketTransport};
+use std::io::Read;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+fn random_u64() -> u64 {
+    let mut b = [0u8; 8];
+    if std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b)).is_err() {
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        return t.as_nanos() as u64 ^ ((std::process::id() as u64) << 32);
+    }
+    u64::from_le_bytes(b)
+}
+
+/// Forms the job described by `opts` and the environment and returns its world communicator.
+pub fn init(opts: &InitOptions) -> Result<Arc<Comm>> {
+    let cfg = resolve(opts, &|k| std::env::var(k).ok())?;
+    match cfg.backend.as_str() {
+        "auto" | "socket" => {}
+        "shm" => return Err(Error::new(Status::Unavailable, "backend \"shm\": the shared-memory transport is not available in this build (use \"socket\" or \"auto\")")),
+        "nccl" => return Err(Error::new(Status::Unavailable, "backend \"nccl\": this build has no NCCL support")),
+        other => return Err(Error::new(Status::InvalidArgument, format!("unknown backend \"{other}\" (expected auto, shm, socket or nccl)"))),
+    }
+    let rdv = rendezvous(&cfg)?;
+    let (rank, size) = (rdv.rank, rdv.world_size);
+    let deadline = Instant::now() + rdv.timeout;
+    let timeout_ms = rdv.timeout.as_millis() as i64;
+
+    // A job id spread by rank 0 keeps data connections of different jobs (same token) apart.
+    let job_id = if rank == 0 {
+        let id = random_u64();
+        rdv.store.set("job_id", &id.to_le_bytes())?;
+        id
+    } else {
+        let v = rdv.store.get("job_id", deadline).map_err(|e| e.context("waiting for rank 0 to publish the job id"))?;
+        u64::from_le_bytes(v.as_slice().try_into().map_err(|_| Error::new(Status::Rendezvous, "malformed job id in the store"))?)
+    };
+
+    let listener = Listener::bind(rdv.bind_ip, size)?;
+    let my_addr = listener.local_addr()?;
+    dc_log!(Level::Info, Some(rank), "data listener on {my_addr}");
+    let all = exchange(&*rdv.store, "data_addr", rank, size, my_addr.to_string().as_bytes(), deadline)?;
+    let addrs: Vec<SocketAddr> = all
+        .iter()
+        .enumerate()
+        .map(|(r, v)| {
+            std::str::from_utf8(v).ok().and_then(|s| s.parse().ok()).ok_or_else(|| Error::new(Status::Rendezvous, format!("rank {r} published a malformed address")))
+        })
+        .collect::<Result<_>>()?;
+    let mesh = MeshConfig { rank: rank as u32, size: size as u32, token_digest: token_digest(&rdv.token), job_id, deadline };
+    let transport = SocketTransport::connect_mesh(listener, &addrs, &mesh)?;
+    for (r, a) in addrs.iter().enumerate() {
+        if r != rank {
+            dc_log!(Level::Info, Some(rank), "rank {r} at {a}: transport socket");
+        }
+    }
+    let world = Arc::new(World { transport, keepalive: Mutex::new(Vec::new()), shutdown_wait: Duration::from_millis(timeout_ms.clamp(0, 30_000) as u64) });
+    {
+        let mut keep = world.keepalive.lock().unwrap_or_else(|p| p.into_inner());
+        keep.push(Box::new(rdv.store.clone()));
+        if let Some(s) = rdv.server {
+            keep.push(Box::new(s));
+        }
+    }
+    Ok(Comm::new_world(world, job_id, timeout_ms, "socket"))
+}

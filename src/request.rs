@@ -1,0 +1,109 @@
+//! Requests: a pending non-blocking operation, waited on from any thread.
+
+use crate::comm::{Comm, P2pOp};
+use crate::completion::{Completion, Done, WaitOutcome};
+use crate::error::{Error, Result, Status};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Extra time a waiter gives a collective worker past the op's own deadline, after which the
+/// worker has certainly failed the op itself.
+const WORKER_GRACE: Duration = Duration::from_secs(2);
+
+enum Kind {
+    P2p { op: P2pOp, peer: i32, recv: bool },
+    Coll { comp: Arc<Completion> },
+}
+
+pub struct Request {
+    comm: Arc<Comm>,
+    kind: Kind,
+    deadline: Instant,
+    elem_size: usize,
+}
+
+/// What `dc_request_recv_info` reports: comm rank of the sender, tag, bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct RecvInfo {
+    pub source: i32,
+    pub tag: i32,
+    pub bytes: usize,
+}
+
+impl Request {
+    pub fn p2p(comm: Arc<Comm>, op: P2pOp, peer: i32, deadline: Instant) -> Request {
+        let recv = matches!(op, P2pOp::Recv(_));
+        Request { comm, kind: Kind::P2p { op, peer, recv }, deadline, elem_size: 1 }
+    }
+
+    pub fn collective(comm: Arc<Comm>, comp: Arc<Completion>, deadline: Instant) -> Request {
+        Request { comm, kind: Kind::Coll { comp }, deadline, elem_size: 1 }
+    }
+
+    /// Element size of a receive, so `recv_info` can count elements.
+    pub fn with_elem_size(mut self, n: usize) -> Request {
+        self.elem_size = n.max(1);
+        self
+    }
+
+    pub fn elem_size(&self) -> usize {
+        self.elem_size
+    }
+
+    fn finished(&self) -> Option<Result<Done>> {
+        match &self.kind {
+            Kind::P2p { op: P2pOp::Send(s), .. } => s.comp.result(),
+            Kind::P2p { op: P2pOp::Recv(r), .. } => r.comp.result(),
+            Kind::Coll { comp } => comp.result(),
+        }
+    }
+
+    /// Blocks until the op finishes or its deadline passes; returns the op's status, again and
+    /// again if called more than once.
+    pub fn wait(&self) -> Result<Done> {
+        match &self.kind {
+            Kind::P2p { op, peer, recv } => {
+                let (peer, recv) = (*peer, *recv);
+                let what = || {
+                    let dir = if recv { "receive from" } else { "send to" };
+                    if peer < 0 { format!("waiting for a {dir} any rank") } else { format!("waiting for a {dir} rank {peer}") }
+                };
+                self.comm.wait_p2p(op, self.deadline, &what)
+            }
+            Kind::Coll { comp } => match comp.wait(self.deadline + WORKER_GRACE, &|| None) {
+                WaitOutcome::Finished(r) => r,
+                _ => Err(Error::new(Status::Timeout, "non-blocking collective did not finish within the timeout")),
+            },
+        }
+    }
+
+    pub fn is_completed(&self) -> bool {
+        match &self.kind {
+            Kind::P2p { op, .. } => Comm::p2p_done(op),
+            Kind::Coll { comp } => comp.is_done(),
+        }
+    }
+
+    /// Sender, tag and size of a completed receive.
+    pub fn recv_info(&self) -> Result<RecvInfo> {
+        let Kind::P2p { recv: true, .. } = self.kind else {
+            return Err(Error::new(Status::InvalidUsage, "request is not a receive"));
+        };
+        match self.finished() {
+            None => Err(Error::new(Status::InvalidUsage, "receive has not completed yet (wait for it first)")),
+            Some(Err(e)) => Err(e),
+            Some(Ok(d)) => Ok(RecvInfo { source: self.comm.comm_rank_of(d.source), tag: d.tag as i32, bytes: d.bytes }),
+        }
+    }
+}
+
+impl Drop for Request {
+    fn drop(&mut self) {
+        if !self.is_completed() {
+            let _ = self.wait();
+        }
+        if let Kind::P2p { op, .. } = &self.kind {
+            self.comm.cancel_p2p(op, Error::new(Status::Aborted, "request freed"));
+        }
+    }
+}
