@@ -7,6 +7,7 @@
 pub mod error;
 pub mod log;
 pub mod dtype;
+pub mod reduce;
 pub mod coll;
 pub mod rendezvous;
 pub mod ffi;
