@@ -10,6 +10,7 @@ pub mod dtype;
 pub mod buffer;
 pub mod completion;
 pub mod transport;
+pub mod reduce;
 pub mod coll;
 pub mod collective;
 pub mod comm;

@@ -39,3 +39,54 @@ impl<'a> Pending<'a> {
         self.0.wait()
     }
 }
+
+mod util;
+
+pub mod allgather;
+pub mod allreduce;
+pub mod alltoall;
+pub mod barrier;
+pub mod broadcast;
+pub mod gather;
+pub mod reduce_coll;
+pub mod reduce_scatter;
+
+#[cfg(test)]
+pub(crate) mod testing;
+
+pub use allgather::{allgather, allgatherv};
+pub use allreduce::allreduce;
+pub use alltoall::{alltoall, alltoallv};
+pub use barrier::barrier;
+pub use broadcast::broadcast;
+pub use gather::{gather, scatter};
+pub use reduce_coll::reduce;
+pub use reduce_scatter::{reduce_scatter, ReduceScatterBufs};
+
+/// Algorithm selection thresholds, all in bytes of the caller's payload (before any f16/bf16
+/// widening). Tuned for the socket transport's model: ~25 us per message, ~2.5 GB/s per link.
+pub mod tuning {
+    /// allreduce up to this many bytes per rank: every rank sends its input to every other rank
+    /// and reduces all inputs in rank order (one message latency). Above: ring reduce-scatter +
+    /// ring allgather (bandwidth optimal, 2(n-1) steps). Crossover of the cost model is
+    /// ~150-300 KiB for 3..8 ranks; kept lower because the direct algorithm costs n x memory
+    /// and n-1 concurrent messages per rank.
+    pub const ALLREDUCE_SMALL_BYTES: usize = 64 << 10;
+    /// reduce_scatter up to this many bytes of total input per rank: direct (each block sent to
+    /// its owner, reduced in rank order). Above: ring.
+    pub const REDUCE_SCATTER_SMALL_BYTES: usize = 64 << 10;
+    /// reduce up to this many bytes: binomial tree (combines in rank order from the root).
+    /// Above: ring reduce-scatter, then each rank sends its finished chunk to the root.
+    pub const REDUCE_SMALL_BYTES: usize = 256 << 10;
+    /// broadcast up to this many bytes (or with 2 ranks): binomial tree. Above: pipelined chain.
+    pub const BROADCAST_SMALL_BYTES: usize = 1 << 20;
+    /// Pipelined-chain segment: len/16 clamped to [MIN, MAX].
+    pub const BROADCAST_SEGMENT_MIN: usize = 64 << 10;
+    pub const BROADCAST_SEGMENT_MAX: usize = 256 << 10;
+    /// allgather(v) up to this many bytes of total output: direct (every rank sends its block
+    /// to every other rank at once). Above: ring.
+    pub const ALLGATHER_SMALL_BYTES: usize = 256 << 10;
+    /// Ring reduce-scatter steps are cut into segments of this size (rounded down to whole
+    /// elements) so reducing one segment overlaps receiving the next.
+    pub const RING_SEGMENT_BYTES: usize = 256 << 10;
+}

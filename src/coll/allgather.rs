@@ -1,0 +1,141 @@
+//! allgather and allgatherv: direct exchange for small outputs, ring for large; plus the ring
+//! allgather core shared with allreduce.
+
+use std::ops::Range;
+
+use super::tuning::ALLGATHER_SMALL_BYTES;
+use super::util::{blocks, check_len, peers, ranges_in, wait_all, Carve, Recv};
+use super::Link;
+use crate::error::{Result, Status};
+use crate::bail;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Algo {
+    Direct,
+    Ring,
+}
+
+/// Ring allgather: rank `r`'s block is already at `buf[ranges[r]]`; afterwards every block is
+/// everywhere. At step `s` rank `r` forwards block `r-s` to `r+1` and receives block `r-s-1`
+/// from `r-1`, straight into place. `ranges` must be pairwise disjoint.
+pub(crate) fn ring_allgather(link: &dyn Link, buf: &mut [u8], ranges: &[Range<usize>]) -> Result<()> {
+    let (n, r) = (link.size(), link.rank());
+    assert_eq!(ranges.len(), n);
+    let (right, left) = ((r + 1) % n, (r + n - 1) % n);
+    let buf = Carve::new(buf);
+    for s in 0..n.saturating_sub(1) {
+        let sb = ranges[(r + n - s) % n].clone();
+        let rb = ranges[(r + 2 * n - s - 1) % n].clone();
+        // SAFETY: distinct blocks are disjoint (caller's contract; sb != rb since n >= 2).
+        let rv = Recv::post(link, left, unsafe { buf.part_mut(rb) })?;
+        let sd = link.send(right, unsafe { buf.part(sb) })?;
+        wait_all(vec![rv], vec![sd])?;
+    }
+    Ok(())
+}
+
+/// Direct allgather: every rank posts receives for every other block and sends its own block to
+/// every other rank.
+pub(crate) fn direct_allgather(link: &dyn Link, buf: &mut [u8], ranges: &[Range<usize>]) -> Result<()> {
+    let (n, r) = (link.size(), link.rank());
+    let buf = Carve::new(buf);
+    let mut recvs = Vec::with_capacity(n);
+    for p in peers(r, n) {
+        // SAFETY: blocks are pairwise disjoint; ours (ranges[r]) is only read.
+        recvs.push(Recv::post(link, p, unsafe { buf.part_mut(ranges[p].clone()) })?);
+    }
+    // SAFETY: as above.
+    let mine = unsafe { buf.part(ranges[r].clone()) };
+    let mut sends = Vec::with_capacity(n);
+    for p in peers(r, n) {
+        sends.push(link.send(p, mine)?);
+    }
+    wait_all(recvs, sends)
+}
+
+fn run(link: &dyn Link, recv: &mut [u8], ranges: &[Range<usize>], algo: Algo) -> Result<()> {
+    if link.size() == 1 {
+        return Ok(());
+    }
+    match algo {
+        Algo::Direct => direct_allgather(link, recv, ranges),
+        Algo::Ring => ring_allgather(link, recv, ranges),
+    }
+}
+
+/// Gathers every rank's block into `recv` (`size * block` bytes, block `j` from rank `j`).
+/// `send` None: in place, this rank's block is already at `recv[rank*block..]`.
+pub fn allgather(link: &dyn Link, send: Option<&[u8]>, recv: &mut [u8]) -> Result<()> {
+    let n = link.size();
+    let block = match send {
+        Some(s) => {
+            check_len(recv.len(), n * s.len(), "allgather: recv buffer")?;
+            s.len()
+        }
+        None => {
+            if recv.len() % n != 0 {
+                bail!(
+                    Status::InvalidArgument,
+                    "allgather: in-place buffer of {} bytes is not {n} equal blocks",
+                    recv.len()
+                );
+            }
+            recv.len() / n
+        }
+    };
+    let algo = if recv.len() <= ALLGATHER_SMALL_BYTES { Algo::Direct } else { Algo::Ring };
+    allgather_with(link, send, recv, block, algo)
+}
+
+pub(crate) fn allgather_with(
+    link: &dyn Link,
+    send: Option<&[u8]>,
+    recv: &mut [u8],
+    block: usize,
+    algo: Algo,
+) -> Result<()> {
+    let (n, r) = (link.size(), link.rank());
+    if let Some(s) = send {
+        recv[r * block..(r + 1) * block].copy_from_slice(s);
+    }
+    if block == 0 {
+        return Ok(());
+    }
+    run(link, recv, &blocks(n, block), algo)
+}
+
+/// Gathers `counts[j]` bytes from rank `j` into `recv[displs[j]..]`. Blocks must lie within
+/// `recv` and not overlap. `send` None: in place (this rank's block already at its displacement).
+pub fn allgatherv(
+    link: &dyn Link,
+    send: Option<&[u8]>,
+    recv: &mut [u8],
+    counts: &[usize],
+    displs: &[usize],
+) -> Result<()> {
+    let (n, r) = (link.size(), link.rank());
+    let ranges = ranges_in(counts, displs, n, recv.len(), true, "allgatherv")?;
+    if let Some(s) = send {
+        check_len(s.len(), counts[r], "allgatherv: send buffer")?;
+    }
+    let total: usize = counts.iter().sum();
+    let algo = if total <= ALLGATHER_SMALL_BYTES { Algo::Direct } else { Algo::Ring };
+    allgatherv_with(link, send, recv, &ranges, algo)
+}
+
+pub(crate) fn allgatherv_with(
+    link: &dyn Link,
+    send: Option<&[u8]>,
+    recv: &mut [u8],
+    ranges: &[Range<usize>],
+    algo: Algo,
+) -> Result<()> {
+    let r = link.rank();
+    if let Some(s) = send {
+        recv[ranges[r].clone()].copy_from_slice(s);
+    }
+    if ranges.iter().all(|x| x.is_empty()) {
+        return Ok(());
+    }
+    run(link, recv, ranges, algo)
+}
