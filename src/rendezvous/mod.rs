@@ -1,7 +1,41 @@
 //! Rendezvous: init-method parsing, launcher environment detection, key-value stores, job token.
+//!
+//! [`config::resolve`] turns `dc_init_options` and the environment into a [`config::JobConfig`];
+//! [`rendezvous`] forms the group from it: it finds (or, on rank 0, serves) the store, gives this
+//! init a fresh key prefix, and waits until every rank has joined. Later steps (transport address
+//! exchange) use [`exchange`] on the returned store.
+//!
+//! Key layout in a shared store, for group `G`:
+//! - `G/gen/R`: how many times rank `R` has initialised group `G` against this store; the n-th
+//!   init of every rank uses generation `n-1` (so repeated `dc_init`s of one group against a
+//!   long-lived launcher store, or several thread-ranks, get fresh keys);
+//! - `G/arrivals`: file:// with rank -1: the n-th arrival is rank `(n-1) % world_size` of
+//!   generation `(n-1) / world_size`;
+//! - `G/GEN/...`: everything else of that init (through a [`PrefixStore`]), e.g. `G/0/join/3`.
 
-use crate::error::Result;
-use std::time::Instant;
+pub mod config;
+pub mod file_store;
+pub mod mem_store;
+pub mod netif;
+pub mod prefix_store;
+pub mod sha256;
+pub mod tcp_store;
+
+pub use config::{resolve, InitOptions, JobConfig, Method};
+pub use file_store::FileStore;
+pub use mem_store::MemStore;
+pub use prefix_store::PrefixStore;
+pub use tcp_store::{StoreServer, TcpStore};
+
+use crate::error::{Error, Result, Status};
+use crate::log::Level;
+use crate::{bail, dc_log, err};
+use once_cell::sync::Lazy;
+use std::collections::HashMap;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 /// A key-value store shared by the ranks of a job during rendezvous.
 pub trait Store: Send + Sync {
@@ -13,4 +47,309 @@ pub trait Store: Send + Sync {
     fn try_get(&self, key: &str) -> Result<Option<Vec<u8>>>;
     /// Adds `delta` to the integer at `key` (missing = 0) and returns the new value.
     fn add(&self, key: &str, delta: i64) -> Result<i64>;
+}
+
+/// A formed group: who we are, and a store private to this init of this group.
+pub struct Rendezvous {
+    /// Already prefixed for this job + group + generation.
+    pub store: Arc<dyn Store>,
+    pub rank: usize,
+    pub world_size: usize,
+    pub local_rank: Option<usize>,
+    pub token: Vec<u8>,
+    pub timeout: Duration,
+    pub backend: String,
+    pub socket_ifname: Option<String>,
+    /// The local IP the data listener should bind.
+    pub bind_ip: IpAddr,
+    /// The store server this process hosts (rank 0 of env:// and tcp:// unless the launcher
+    /// serves it). Keep it alive for the job's lifetime. Shared: several inits in one process
+    /// against the same address use one server.
+    pub server: Option<Arc<StoreServer>>,
+}
+
+impl std::fmt::Debug for Rendezvous {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rendezvous")
+            .field("rank", &self.rank)
+            .field("world_size", &self.world_size)
+            .field("local_rank", &self.local_rank)
+            .field("backend", &self.backend)
+            .field("bind_ip", &self.bind_ip)
+            .field("server", &self.server.as_ref().map(|s| s.local_addr()))
+            .finish()
+    }
+}
+
+/// Formats a rank list compactly: "rank 2", "ranks 2, 3", "ranks 0-5, 9".
+pub fn fmt_ranks(ranks: &[usize]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < ranks.len() {
+        let mut j = i;
+        while j + 1 < ranks.len() && ranks[j + 1] == ranks[j] + 1 {
+            j += 1;
+        }
+        if j >= i + 2 {
+            parts.push(format!("{}-{}", ranks[i], ranks[j]));
+        } else {
+            for r in &ranks[i..=j] {
+                parts.push(r.to_string());
+            }
+        }
+        i = j + 1;
+    }
+    let word = if ranks.len() == 1 { "rank" } else { "ranks" };
+    if parts.len() > 20 {
+        parts.truncate(20);
+        parts.push(format!("... ({} ranks in all)", ranks.len()));
+    }
+    format!("{word} {}", parts.join(", "))
+}
+
+/// Every rank publishes `value` under `key/rank` and gets everyone's, in rank order. On timeout:
+/// `DC_ERR_TIMEOUT` naming the ranks that never published ("ranks 2, 3 never joined").
+pub fn exchange(
+    store: &dyn Store,
+    key: &str,
+    rank: usize,
+    world_size: usize,
+    value: &[u8],
+    deadline: Instant,
+) -> Result<Vec<Vec<u8>>> {
+    if rank >= world_size {
+        bail!(Status::InvalidArgument, "exchange: rank {rank} is not below world size {world_size}");
+    }
+    let start = Instant::now();
+    store.set(&format!("{key}/{rank}"), value)?;
+    let mut out = Vec::with_capacity(world_size);
+    for r in 0..world_size {
+        if r == rank {
+            out.push(value.to_vec());
+            continue;
+        }
+        match store.get(&format!("{key}/{r}"), deadline) {
+            Ok(v) => out.push(v),
+            Err(e) if e.status == Status::Timeout => {
+                let mut missing = vec![r];
+                for q in r + 1..world_size {
+                    if q != rank && store.try_get(&format!("{key}/{q}"))?.is_none() {
+                        missing.push(q);
+                    }
+                }
+                bail!(
+                    Status::Timeout,
+                    "rendezvous timed out after {:.1} s: {} never joined (waiting for {key:?}, {} of {world_size} present)",
+                    start.elapsed().as_secs_f64(),
+                    fmt_ranks(&missing),
+                    world_size - missing.len()
+                );
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(out)
+}
+
+/// Servers hosted by this process, by address, so that several inits share one.
+static SERVERS: Lazy<Mutex<HashMap<SocketAddr, Weak<StoreServer>>>> = Lazy::new(|| Mutex::new(HashMap::new()));
+
+/// Serves the store on `host:port` (exactly that address), or returns the server this process
+/// already runs there. `what` words errors ("MASTER_PORT 29500 on 127.0.0.1").
+fn host_store(host: &str, port: u16, token: &[u8], env_names: bool) -> Result<Arc<StoreServer>> {
+    let place = if env_names {
+        format!("MASTER_PORT {port} on {host}")
+    } else {
+        format!("port {port} on {host}")
+    };
+    let addrs: Vec<SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| err!(Status::InvalidArgument, "cannot resolve the store host {host:?}: {e}"))?
+        .collect();
+    let mut servers = SERVERS.lock().unwrap_or_else(|p| p.into_inner());
+    servers.retain(|_, w| w.strong_count() > 0);
+    for a in &addrs {
+        if let Some(s) = servers.get(a).and_then(Weak::upgrade) {
+            if !s.accepts_token(token) {
+                bail!(Status::InvalidArgument, "this process already serves a store on {a} with another token");
+            }
+            dc_log!(Level::Info, None, "reusing this process's store server on {a}");
+            return Ok(s);
+        }
+    }
+    let mut last: Option<(SocketAddr, io::Error)> = None;
+    for a in &addrs {
+        match tcp_store::bind_listener(*a) {
+            Ok(l) => {
+                if a.ip().is_loopback() && !matches!(host, "localhost") && host.parse::<IpAddr>().is_err() {
+                    dc_log!(
+                        Level::Warn,
+                        Some(0),
+                        "the store host {host} resolves to the loopback address {} here; ranks on other hosts cannot reach it",
+                        a.ip()
+                    );
+                }
+                let s = Arc::new(StoreServer::from_listener(l, token.to_vec())?);
+                servers.insert(*a, Arc::downgrade(&s));
+                return Ok(s);
+            }
+            Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
+                bail!(Status::System, "{place} is already in use (another job?)");
+            }
+            Err(e) => last = Some((*a, e)),
+        }
+    }
+    match last {
+        Some((a, e)) if e.kind() == io::ErrorKind::AddrNotAvailable => bail!(
+            Status::System,
+            "cannot serve the store on {a}: {e} (rank 0 must run on the host the store address names: {place})"
+        ),
+        Some((a, e)) => Err(Error::system(format!("cannot serve the store on {a} ({place})"), e)),
+        None => bail!(Status::InvalidArgument, "the store host {host:?} resolves to no address"),
+    }
+}
+
+/// Calls `FileStore::job_done` when dropped, whatever the outcome of the rendezvous.
+struct JobDone {
+    store: Arc<FileStore>,
+    job: String,
+}
+
+impl Drop for JobDone {
+    fn drop(&mut self) {
+        if let Err(e) = self.store.job_done(&self.job) {
+            dc_log!(Level::Warn, None, "could not mark the rendezvous done in the store file: {e}");
+        }
+    }
+}
+
+/// Forms the group described by `cfg`; see the module docs. Fails with `DC_ERR_TIMEOUT` naming
+/// the ranks that did not join within `cfg.timeout`.
+pub fn rendezvous(cfg: &JobConfig) -> Result<Rendezvous> {
+    let deadline = Instant::now() + cfg.timeout;
+    let group = &cfg.group;
+    let ws = cfg.world_size;
+    if ws < 1 {
+        bail!(Status::InvalidArgument, "world size {ws} < 1");
+    }
+
+    let mut server = None;
+    let mut _done_guard = None;
+    let base: Arc<dyn Store>;
+    let rank: usize;
+    let gen: i64;
+    let mut local_ip: Option<IpAddr> = None;
+
+    match &cfg.method {
+        Method::Env | Method::Tcp { .. } => {
+            let Some((host, port)) = cfg.master.clone() else {
+                bail!(Status::InvalidArgument, "no store address (MASTER_ADDR/MASTER_PORT)");
+            };
+            let Some(r) = cfg.rank else {
+                bail!(Status::InvalidArgument, "rank -1 is allowed only with file://");
+            };
+            rank = r;
+            if rank == 0 && !cfg.launcher_store {
+                server = Some(host_store(&host, port, &cfg.token, cfg.method == Method::Env)?);
+            }
+            dc_log!(
+                Level::Info,
+                Some(rank),
+                "rendezvous: group {group:?}, {ws} ranks, store {}{}",
+                tcp_store::fmt_host_port(&host, port),
+                if server.is_some() { " (served here)" } else if cfg.launcher_store { " (the launcher's)" } else { "" }
+            );
+            let client = TcpStore::connect(&host, port, &cfg.token, deadline)?;
+            local_ip = client.local_addr().ok().map(|a| a.ip());
+            let client: Arc<dyn Store> = Arc::new(client);
+            gen = client.add(&format!("{group}/gen/{rank}"), 1)? - 1;
+            base = client;
+        }
+        Method::File { path } => {
+            let fs = Arc::new(FileStore::open_job(path, cfg.timeout, group)?);
+            _done_guard = Some(JobDone { store: fs.clone(), job: group.clone() });
+            let fsd: Arc<dyn Store> = fs.clone();
+            match cfg.rank {
+                Some(r) => {
+                    rank = r;
+                    gen = fsd.add(&format!("{group}/gen/{rank}"), 1)? - 1;
+                }
+                None => {
+                    let n = fsd.add(&format!("{group}/arrivals"), 1)? - 1;
+                    rank = (n as usize) % ws;
+                    gen = n / ws as i64;
+                    dc_log!(Level::Info, Some(rank), "rendezvous: arrival {} in {}: rank {rank}", n + 1, path.display());
+                }
+            }
+            dc_log!(
+                Level::Info,
+                Some(rank),
+                "rendezvous: group {group:?}, {ws} ranks, store file {} (file generation {})",
+                path.display(),
+                fs.generation()
+            );
+            base = fsd;
+        }
+    }
+
+    let store: Arc<dyn Store> = Arc::new(PrefixStore::new(base, format!("{group}/{gen}")));
+    dc_log!(Level::Info, Some(rank), "rendezvous: generation {gen} of group {group:?}; waiting for {ws} ranks");
+
+    // Everyone says hello; check that all agree on the world size.
+    let me = format!("{ws}\n{}\n{}", crate::log::hostname(), std::process::id());
+    let all = exchange(store.as_ref(), "join", rank, ws, me.as_bytes(), deadline)?;
+    for (r, v) in all.iter().enumerate() {
+        let text = String::from_utf8_lossy(v);
+        let theirs = text.split('\n').next().unwrap_or("");
+        if theirs != ws.to_string() {
+            bail!(
+                Status::InvalidArgument,
+                "world size mismatch: rank {rank} has WORLD_SIZE={ws}, rank {r} has {theirs:?}"
+            );
+        }
+    }
+    drop(_done_guard);
+    dc_log!(Level::Info, Some(rank), "rendezvous: all {ws} ranks joined");
+
+    let bind_ip = choose_bind_ip(cfg, local_ip)?;
+    dc_log!(Level::Info, Some(rank), "rendezvous: data listener address {bind_ip}");
+
+    Ok(Rendezvous {
+        store,
+        rank,
+        world_size: ws,
+        local_rank: cfg.local_rank,
+        token: cfg.token.clone(),
+        timeout: cfg.timeout,
+        backend: cfg.backend.clone(),
+        socket_ifname: cfg.socket_ifname.clone(),
+        bind_ip,
+        server,
+    })
+}
+
+/// `DC_SOCKET_IFNAME`'s address; else the address that reaches the store; else (file://) the
+/// first non-loopback IPv4, else 127.0.0.1.
+fn choose_bind_ip(cfg: &JobConfig, via_store: Option<IpAddr>) -> Result<IpAddr> {
+    let master_v6 = via_store.is_some_and(|a| a.is_ipv6());
+    if let Some(name) = &cfg.socket_ifname {
+        return netif::interface_addr(name, master_v6);
+    }
+    if let Some(ip) = via_store {
+        return Ok(ip);
+    }
+    if let Some((host, port)) = &cfg.master {
+        if let Some(sa) = (host.as_str(), *port).to_socket_addrs().ok().and_then(|mut a| a.next()) {
+            if let Ok(ip) = netif::route_to(sa) {
+                return Ok(ip);
+            }
+        }
+        return Ok(IpAddr::V4(Ipv4Addr::LOCALHOST));
+    }
+    Ok(netif::first_non_loopback_ipv4().unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST)))
+}
+
+/// Convenience: resolve from the process environment and rendezvous.
+pub fn rendezvous_from_env(opts: &InitOptions) -> Result<Rendezvous> {
+    rendezvous(&resolve(opts, &config::process_env)?)
 }

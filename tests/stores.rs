@@ -1,0 +1,617 @@
+//! Store and rendezvous tests: TCP store (concurrency, waits, token, hostile clients), file store
+//! (locking across processes, stale files, generations), exchange and rendezvous.
+
+use distcomm::rendezvous::tcp_store::raw;
+use distcomm::rendezvous::{
+    exchange, rendezvous, resolve, FileStore, InitOptions, MemStore, PrefixStore, Store, StoreServer, TcpStore,
+};
+use distcomm::Status;
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+const TOKEN: &[u8] = b"test-token";
+
+fn server() -> StoreServer {
+    StoreServer::start("127.0.0.1:0".parse().unwrap(), TOKEN.to_vec()).unwrap()
+}
+
+fn client(s: &StoreServer) -> TcpStore {
+    TcpStore::connect("127.0.0.1", s.local_addr().port(), TOKEN, secs(5)).unwrap()
+}
+
+fn secs(n: u64) -> Instant {
+    Instant::now() + Duration::from_secs(n)
+}
+
+fn ms(n: u64) -> Instant {
+    Instant::now() + Duration::from_millis(n)
+}
+
+fn tmp_path(name: &str) -> PathBuf {
+    let p = std::env::temp_dir().join(format!("distcomm-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_file(&p);
+    p
+}
+
+/// A raw, authenticated connection to `s`.
+fn raw_conn(s: &StoreServer) -> TcpStream {
+    let mut c = TcpStream::connect(s.local_addr()).unwrap();
+    c.write_all(&raw::hello(TOKEN)).unwrap();
+    let mut r = [0u8; 5];
+    c.read_exact(&mut r).unwrap();
+    assert_eq!(&r, b"DCSR\0");
+    c
+}
+
+// ------------------------------------------------------------------------------------------
+// TCP store
+// ------------------------------------------------------------------------------------------
+
+#[test]
+fn tcp_set_get_add_across_threads() {
+    let s = server();
+    let port = s.local_addr().port();
+    let threads: Vec<_> = (0..6)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let c = TcpStore::connect("127.0.0.1", port, TOKEN, secs(5)).unwrap();
+                c.set(&format!("k/{i}"), format!("v{i}").as_bytes()).unwrap();
+                for _ in 0..50 {
+                    c.add("ctr", 1).unwrap();
+                }
+                for j in 0..6 {
+                    assert_eq!(c.get(&format!("k/{j}"), secs(5)).unwrap(), format!("v{j}").into_bytes());
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let c = client(&s);
+    assert_eq!(c.add("ctr", 0).unwrap(), 300);
+    assert_eq!(c.get("ctr", secs(1)).unwrap(), b"300");
+    assert_eq!(c.add("neg", -5).unwrap(), -5);
+    assert_eq!(c.try_get("absent").unwrap(), None);
+    c.set("text", b"x").unwrap();
+    let e = c.add("text", 1).unwrap_err();
+    assert!(e.msg.contains("not an integer"), "{e}");
+    // The client still works after a refused request.
+    c.set("empty", b"").unwrap();
+    assert_eq!(c.try_get("empty").unwrap(), Some(vec![]));
+}
+
+#[test]
+fn tcp_one_client_shared_by_threads() {
+    let s = server();
+    let c = Arc::new(client(&s));
+    let hs: Vec<_> = (0..4)
+        .map(|_| {
+            let c = c.clone();
+            std::thread::spawn(move || {
+                for _ in 0..25 {
+                    c.add("n", 2).unwrap();
+                }
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().unwrap();
+    }
+    assert_eq!(c.add("n", 0).unwrap(), 200);
+}
+
+#[test]
+fn tcp_get_waits_then_times_out() {
+    let s = server();
+    let port = s.local_addr().port();
+    let c = client(&s);
+    let setter = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(150));
+        let c2 = TcpStore::connect("127.0.0.1", port, TOKEN, secs(5)).unwrap();
+        c2.set("late", b"here").unwrap();
+    });
+    let t0 = Instant::now();
+    assert_eq!(c.get("late", secs(5)).unwrap(), b"here");
+    assert!(t0.elapsed() >= Duration::from_millis(100));
+    setter.join().unwrap();
+
+    let t0 = Instant::now();
+    let e = c.get("never", ms(250)).unwrap_err();
+    let took = t0.elapsed();
+    assert_eq!(e.status, Status::Timeout, "{e}");
+    assert!(e.msg.contains("never"), "{e}");
+    assert!(took >= Duration::from_millis(240) && took < Duration::from_secs(3), "{took:?}");
+    // A past deadline: one look, then the timeout.
+    assert_eq!(c.get("never", Instant::now()).unwrap_err().status, Status::Timeout);
+    assert_eq!(c.get("late", Instant::now()).unwrap(), b"here");
+}
+
+#[test]
+fn tcp_wrong_token_is_refused() {
+    let s = server();
+    let e = TcpStore::connect("127.0.0.1", s.local_addr().port(), b"wrong", secs(5)).unwrap_err();
+    assert_eq!(e.status, Status::Rendezvous, "{e}");
+    assert!(e.msg.contains("token refused"), "{e}");
+}
+
+#[test]
+fn tcp_connect_times_out_when_nobody_listens() {
+    let port = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let t0 = Instant::now();
+    let e = TcpStore::connect("127.0.0.1", port, TOKEN, ms(300)).unwrap_err();
+    assert_eq!(e.status, Status::Timeout, "{e}");
+    assert!(e.msg.contains("unreachable") && e.msg.contains(&port.to_string()), "{e}");
+    assert!(t0.elapsed() < Duration::from_secs(3));
+}
+
+#[test]
+fn tcp_connect_retries_until_the_server_starts() {
+    let port = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let h = std::thread::spawn(move || TcpStore::connect("127.0.0.1", port, TOKEN, secs(10)));
+    std::thread::sleep(Duration::from_millis(300));
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let s = StoreServer::start(addr, TOKEN.to_vec()).unwrap();
+    let c = h.join().unwrap().unwrap();
+    c.set("a", b"1").unwrap();
+    assert_eq!(s.num_keys(), 1);
+}
+
+#[test]
+fn tcp_hostile_clients_do_not_disturb_others() {
+    let s = server();
+    // A silent connection that never sends its hello.
+    let silent = TcpStream::connect(s.local_addr()).unwrap();
+    // Garbage instead of a hello.
+    let mut garbage = TcpStream::connect(s.local_addr()).unwrap();
+    garbage.write_all(&[0xAB; 40]).unwrap();
+    // Half a hello, then silence.
+    let mut half = TcpStream::connect(s.local_addr()).unwrap();
+    half.write_all(&raw::hello(TOKEN)[..10]).unwrap();
+    // A stranger with the wrong token.
+    let mut stranger = TcpStream::connect(s.local_addr()).unwrap();
+    stranger.write_all(&raw::hello(b"nope")).unwrap();
+
+    // A legitimate client is served at once (not after the 5 s hello timeout).
+    let t0 = Instant::now();
+    let c = client(&s);
+    c.set("k", b"v").unwrap();
+    assert_eq!(c.get("k", secs(1)).unwrap(), b"v");
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+
+    // The garbage sender and the stranger get a short refusal and are disconnected.
+    garbage.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut buf = Vec::new();
+    garbage.read_to_end(&mut buf).unwrap();
+    assert_eq!(buf, b"DCSR\x02");
+    stranger.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut buf = Vec::new();
+    stranger.read_to_end(&mut buf).unwrap();
+    assert_eq!(buf, b"DCSR\x01");
+    drop(silent);
+    drop(half);
+    assert_eq!(c.get("k", secs(1)).unwrap(), b"v");
+}
+
+#[test]
+fn tcp_huge_lengths_are_refused_without_allocating() {
+    let s = server();
+    let c = client(&s);
+    // A value length of 2^62 bytes: answered with an error and the connection is closed.
+    let mut r = raw_conn(&s);
+    r.write_all(&raw::set_header("k", 1 << 62)).unwrap();
+    r.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut buf = Vec::new();
+    let _ = r.read_to_end(&mut buf);
+    assert_eq!(buf[0], 2, "error answer expected");
+    assert!(String::from_utf8_lossy(&buf[9..]).contains("exceeds"));
+    // A key length of 4 GiB - 1.
+    let mut r = raw_conn(&s);
+    let mut m = vec![2u8];
+    m.extend_from_slice(&u32::MAX.to_le_bytes());
+    r.write_all(&m).unwrap();
+    r.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut buf = Vec::new();
+    let _ = r.read_to_end(&mut buf);
+    assert_eq!(buf[0], 2);
+    // An unknown operation.
+    let mut r = raw_conn(&s);
+    r.write_all(&[99, 0, 0, 0, 0]).unwrap();
+    let mut buf = Vec::new();
+    let _ = r.read_to_end(&mut buf);
+    assert_eq!(buf[0], 2);
+    // Others are unaffected.
+    c.set("still", b"fine").unwrap();
+    assert_eq!(c.try_get("still").unwrap(), Some(b"fine".to_vec()));
+    // The client refuses oversized keys itself.
+    let e = c.set(&"x".repeat(5000), b"").unwrap_err();
+    assert_eq!(e.status, Status::InvalidArgument);
+}
+
+#[test]
+fn tcp_dead_server_is_reported() {
+    let s = server();
+    let c = Arc::new(client(&s));
+    c.set("a", b"1").unwrap();
+    let c2 = c.clone();
+    let waiter = std::thread::spawn(move || c2.get("never", secs(20)));
+    std::thread::sleep(Duration::from_millis(100));
+    let t0 = Instant::now();
+    drop(s); // joins its threads, closes connections
+    let e = waiter.join().unwrap().unwrap_err();
+    assert_eq!(e.status, Status::Rendezvous, "{e}");
+    assert!(e.msg.contains("closed the connection"), "{e}");
+    assert!(t0.elapsed() < Duration::from_secs(5));
+    let e = c.set("b", b"2").unwrap_err();
+    assert_eq!(e.status, Status::Rendezvous, "{e}");
+}
+
+#[test]
+fn tcp_port_in_use_is_a_system_error() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let e = StoreServer::start(l.local_addr().unwrap(), TOKEN.to_vec()).unwrap_err();
+    assert_eq!(e.status, Status::System);
+    assert!(e.msg.contains("already in use"), "{e}");
+}
+
+#[test]
+fn prefix_store_separates_groups() {
+    let s = server();
+    let base: Arc<dyn Store> = Arc::new(client(&s));
+    let a = PrefixStore::new(base.clone(), "ga/0");
+    let b = PrefixStore::new(base.clone(), "gb/0");
+    a.set("k", b"a").unwrap();
+    b.set("k", b"b").unwrap();
+    assert_eq!(a.get("k", secs(1)).unwrap(), b"a");
+    assert_eq!(b.get("k", secs(1)).unwrap(), b"b");
+    assert_eq!(a.add("n", 1).unwrap(), 1);
+    assert_eq!(b.try_get("n").unwrap(), None);
+    assert_eq!(base.try_get("ga/0/k").unwrap(), Some(b"a".to_vec()));
+}
+
+// ------------------------------------------------------------------------------------------
+// File store
+// ------------------------------------------------------------------------------------------
+
+#[test]
+fn file_store_basics_across_threads() {
+    let p = tmp_path("basics");
+    let hs: Vec<_> = (0..4)
+        .map(|i| {
+            let p = p.clone();
+            std::thread::spawn(move || {
+                let f = FileStore::open(&p, secs(10)).unwrap();
+                f.set(&format!("k/{i}"), &vec![i as u8; 1000]).unwrap();
+                for _ in 0..20 {
+                    f.add("ctr", 1).unwrap();
+                }
+                for j in 0..4 {
+                    assert_eq!(f.get(&format!("k/{j}"), secs(10)).unwrap(), vec![j as u8; 1000]);
+                }
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().unwrap();
+    }
+    let f = FileStore::open(&p, secs(10)).unwrap();
+    assert_eq!(f.add("ctr", 0).unwrap(), 80);
+    let t0 = Instant::now();
+    let e = f.get("never", ms(200)).unwrap_err();
+    assert_eq!(e.status, Status::Timeout);
+    assert!(t0.elapsed() < Duration::from_secs(2));
+    let _ = std::fs::remove_file(&p);
+}
+
+/// Child half of `file_store_locks_across_processes` (does nothing unless started by it).
+#[test]
+fn file_store_child_helper() {
+    let Ok(path) = std::env::var("DC_TEST_FILE_STORE_CHILD") else { return };
+    let f = FileStore::open(&path, secs(20)).unwrap();
+    for _ in 0..100 {
+        f.add("ctr", 1).unwrap();
+    }
+    f.set(&format!("child/{}", std::process::id()), b"done").unwrap();
+}
+
+#[test]
+fn file_store_locks_across_processes() {
+    let p = tmp_path("procs");
+    // Create the store first so every process joins the same generation.
+    let f = FileStore::open(&p, secs(20)).unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let kids: Vec<_> = (0..3)
+        .map(|_| {
+            std::process::Command::new(&exe)
+                .args(["--exact", "file_store_child_helper", "--test-threads=1", "-q"])
+                .env("DC_TEST_FILE_STORE_CHILD", &p)
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for _ in 0..100 {
+        f.add("ctr", 1).unwrap();
+    }
+    for mut k in kids {
+        assert!(k.wait().unwrap().success());
+    }
+    assert_eq!(f.add("ctr", 0).unwrap(), 400);
+    let _ = std::fs::remove_file(&p);
+}
+
+#[test]
+fn file_store_joins_a_live_generation() {
+    let p = tmp_path("live");
+    let a = FileStore::open_job(&p, Duration::from_secs(60), "g").unwrap();
+    a.set("k", b"from a").unwrap();
+    let b = FileStore::open_job(&p, Duration::from_secs(60), "g").unwrap();
+    assert_eq!(a.generation(), b.generation());
+    assert_eq!(b.try_get("k").unwrap(), Some(b"from a".to_vec()));
+    let _ = std::fs::remove_file(&p);
+}
+
+#[test]
+fn file_store_completed_generation_is_not_reused() {
+    let p = tmp_path("complete");
+    let a = FileStore::open_job(&p, Duration::from_secs(60), "g").unwrap();
+    let a2 = FileStore::open_job(&p, Duration::from_secs(60), "g").unwrap();
+    a.set("k", b"old job").unwrap();
+    a.job_done("g").unwrap();
+    // Not complete while a2 has not finished.
+    let x = FileStore::open_job(&p, Duration::from_secs(60), "other").unwrap();
+    assert_eq!(x.generation(), a.generation());
+    x.job_done("other").unwrap();
+    a2.job_done("g").unwrap();
+    // Now every job that joined is done: a newcomer starts afresh.
+    let b = FileStore::open_job(&p, Duration::from_secs(60), "g").unwrap();
+    assert_eq!(b.generation(), a.generation() + 1);
+    assert_eq!(b.try_get("k").unwrap(), None);
+    // The old job's instances keep working in their own generation.
+    assert_eq!(a.try_get("k").unwrap(), Some(b"old job".to_vec()));
+    a.set("k2", b"x").unwrap();
+    assert_eq!(b.try_get("k2").unwrap(), None);
+    let _ = std::fs::remove_file(&p);
+}
+
+#[test]
+fn file_store_stale_leftover_is_reset() {
+    let p = tmp_path("stale");
+    {
+        // A crashed job: joined, wrote, never finished.
+        let old = FileStore::open_job(&p, Duration::from_secs(60), "g").unwrap();
+        old.set("k", b"stale").unwrap();
+        old.add("g/arrivals", 3).unwrap();
+    }
+    let f = std::fs::File::options().write(true).open(&p).unwrap();
+    f.set_modified(SystemTime::now() - Duration::from_secs(3600)).unwrap();
+    drop(f);
+    let old = {
+        // An instance of the old epoch (opened as if it were still alive, with a long staleness).
+        FileStore::open_job(&p, Duration::from_secs(7200), "g").unwrap()
+    };
+    assert_eq!(old.try_get("k").unwrap(), Some(b"stale".to_vec()));
+    let f = std::fs::File::options().write(true).open(&p).unwrap();
+    f.set_modified(SystemTime::now() - Duration::from_secs(3600)).unwrap();
+    drop(f);
+    let new = FileStore::open_job(&p, Duration::from_secs(10), "g").unwrap();
+    assert_eq!(new.try_get("k").unwrap(), None);
+    assert_eq!(new.add("g/arrivals", 1).unwrap(), 1);
+    let e = old.try_get("k").unwrap_err();
+    assert_eq!(e.status, Status::Rendezvous);
+    assert!(e.msg.contains("reset"), "{e}");
+    let _ = std::fs::remove_file(&p);
+}
+
+#[test]
+fn file_store_never_overwrites_a_foreign_file() {
+    let p = tmp_path("foreign");
+    std::fs::write(&p, b"precious data, not a store").unwrap();
+    let e = FileStore::open(&p, secs(1)).unwrap_err();
+    assert_eq!(e.status, Status::InvalidArgument);
+    assert!(e.msg.contains("not a distcomm store file"), "{e}");
+    assert_eq!(std::fs::read(&p).unwrap(), b"precious data, not a store");
+    let _ = std::fs::remove_file(&p);
+}
+
+#[test]
+fn file_store_drops_a_torn_record() {
+    let p = tmp_path("torn");
+    let a = FileStore::open(&p, secs(10)).unwrap();
+    a.set("k", b"v").unwrap();
+    // A writer that crashed half-way through a record.
+    let mut f = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
+    f.write_all(&[40, 0, 0, 0, 1, 2, 3]).unwrap();
+    drop(f);
+    assert_eq!(a.try_get("k").unwrap(), Some(b"v".to_vec()));
+    a.set("k2", b"v2").unwrap();
+    let b = FileStore::open(&p, secs(10)).unwrap();
+    assert_eq!(b.try_get("k2").unwrap(), Some(b"v2".to_vec()));
+    let _ = std::fs::remove_file(&p);
+}
+
+// ------------------------------------------------------------------------------------------
+// exchange and rendezvous
+// ------------------------------------------------------------------------------------------
+
+#[test]
+fn exchange_returns_values_in_rank_order() {
+    let st = Arc::new(MemStore::new());
+    let hs: Vec<_> = (0..4)
+        .map(|r| {
+            let st = st.clone();
+            std::thread::spawn(move || exchange(st.as_ref(), "addr", r, 4, format!("v{r}").as_bytes(), secs(5)))
+        })
+        .collect();
+    for h in hs {
+        let all = h.join().unwrap().unwrap();
+        assert_eq!(all, vec![b"v0".to_vec(), b"v1".to_vec(), b"v2".to_vec(), b"v3".to_vec()]);
+    }
+}
+
+#[test]
+fn exchange_names_missing_ranks() {
+    let st = Arc::new(MemStore::new());
+    let st1 = st.clone();
+    let h = std::thread::spawn(move || exchange(st1.as_ref(), "join", 1, 4, b"x", ms(300)));
+    let e = exchange(st.as_ref(), "join", 0, 4, b"x", ms(300)).unwrap_err();
+    assert_eq!(e.status, Status::Timeout);
+    assert!(e.msg.contains("ranks 2, 3 never joined"), "{e}");
+    let e = h.join().unwrap().unwrap_err();
+    assert!(e.msg.contains("ranks 2, 3 never joined"), "{e}");
+    assert_eq!(distcomm::rendezvous::fmt_ranks(&[5]), "rank 5");
+    assert_eq!(distcomm::rendezvous::fmt_ranks(&[0, 1, 2, 3, 7, 9, 10]), "ranks 0-3, 7, 9, 10");
+}
+
+fn env_cfg(pairs: &[(&str, String)], opts: &InitOptions) -> distcomm::rendezvous::JobConfig {
+    let m: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
+    resolve(opts, &move |k: &str| m.get(k).cloned()).unwrap()
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+#[test]
+fn rendezvous_env_rank0_hosts_and_reinit_gets_fresh_keys() {
+    let port = free_port();
+    let run = |rank: usize| {
+        let env = vec![
+            ("MASTER_ADDR", "127.0.0.1".to_string()),
+            ("MASTER_PORT", port.to_string()),
+            ("RANK", rank.to_string()),
+            ("WORLD_SIZE", "3".to_string()),
+            ("DC_TIMEOUT_MS", "10000".to_string()),
+        ];
+        std::thread::spawn(move || {
+            let cfg = env_cfg(&env, &InitOptions::from_env());
+            let rv = rendezvous(&cfg).unwrap();
+            assert_eq!(rv.rank, rank);
+            assert_eq!(rv.world_size, 3);
+            assert_eq!(rv.server.is_some(), rank == 0);
+            assert_eq!(rv.bind_ip.to_string(), "127.0.0.1");
+            let all = exchange(rv.store.as_ref(), "addr", rank, 3, &[rank as u8], secs(10)).unwrap();
+            assert_eq!(all, vec![vec![0], vec![1], vec![2]]);
+            // Second init of the same group in the same "process" while the first is alive.
+            let rv2 = rendezvous(&cfg).unwrap();
+            assert!(rv2.store.try_get(&format!("addr/{rank}")).unwrap().is_none());
+            let all = exchange(rv2.store.as_ref(), "addr", rank, 3, &[10 + rank as u8], secs(10)).unwrap();
+            assert_eq!(all, vec![vec![10], vec![11], vec![12]]);
+            (rv, rv2)
+        })
+    };
+    let hs: Vec<_> = (0..3).map(run).collect();
+    // Keep every result (rank 0's holds the store server) until all ranks are through.
+    let results: Vec<_> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+    assert!(results[0].0.server.is_some());
+}
+
+#[test]
+fn rendezvous_times_out_naming_missing_ranks() {
+    let port = free_port();
+    let mk = |rank: usize| {
+        vec![
+            ("MASTER_ADDR", "127.0.0.1".to_string()),
+            ("MASTER_PORT", port.to_string()),
+            ("RANK", rank.to_string()),
+            ("WORLD_SIZE", "4".to_string()),
+            ("DC_TIMEOUT_MS", "700".to_string()),
+        ]
+    };
+    let e1 = mk(1);
+    let h = std::thread::spawn(move || rendezvous(&env_cfg(&e1, &InitOptions::from_env())).map(|_| ()));
+    let e = rendezvous(&env_cfg(&mk(0), &InitOptions::from_env())).unwrap_err();
+    assert_eq!(e.status, Status::Timeout, "{e}");
+    assert!(e.msg.contains("ranks 2, 3 never joined"), "{e}");
+    let e = h.join().unwrap().unwrap_err();
+    // Rank 1 either saw the same, or lost the store when rank 0 gave up.
+    assert!(e.status == Status::Timeout || e.status == Status::Rendezvous, "{e}");
+}
+
+#[test]
+fn rendezvous_rank0_port_in_use() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let env = vec![
+        ("MASTER_ADDR", "127.0.0.1".to_string()),
+        ("MASTER_PORT", port.to_string()),
+        ("RANK", "0".to_string()),
+        ("WORLD_SIZE", "2".to_string()),
+    ];
+    let e = rendezvous(&env_cfg(&env, &InitOptions::from_env())).unwrap_err();
+    assert_eq!(e.status, Status::System);
+    assert_eq!(e.msg, format!("MASTER_PORT {port} on 127.0.0.1 is already in use (another job?)"));
+}
+
+#[test]
+fn rendezvous_with_launcher_store_and_tcp_url() {
+    let s = server();
+    let port = s.local_addr().port();
+    let hs: Vec<_> = (0..2)
+        .map(|rank| {
+            std::thread::spawn(move || {
+                let env = vec![
+                    ("DC_LAUNCHER_STORE", "1".to_string()),
+                    ("DC_TOKEN", String::from_utf8(TOKEN.to_vec()).unwrap()),
+                    ("DC_TIMEOUT_MS", "10000".to_string()),
+                ];
+                let opts = InitOptions {
+                    init_method: Some(format!("tcp://127.0.0.1:{port}")),
+                    rank,
+                    world_size: 2,
+                    group_name: Some("grp".into()),
+                    ..InitOptions::from_env()
+                };
+                let rv = rendezvous(&env_cfg(&env, &opts)).unwrap();
+                assert!(rv.server.is_none());
+                rv.rank
+            })
+        })
+        .collect();
+    let ranks: Vec<usize> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+    assert_eq!(ranks, vec![0, 1]);
+    // The generation counters live in the launcher's store.
+    let c = client(&s);
+    assert_eq!(c.try_get("grp/gen/0").unwrap(), Some(b"1".to_vec()));
+}
+
+#[test]
+fn rendezvous_file_assigns_ranks_in_arrival_order() {
+    let p = tmp_path("arrival");
+    let url = format!("file://{}", p.display());
+    let round = |url: String| {
+        let hs: Vec<_> = (0..3)
+            .map(|_| {
+                let url = url.clone();
+                std::thread::spawn(move || {
+                    let opts = InitOptions {
+                        init_method: Some(url),
+                        world_size: 3,
+                        timeout_ms: 10_000,
+                        ..InitOptions::from_env()
+                    };
+                    let rv = rendezvous(&env_cfg(&[], &opts)).unwrap();
+                    let all = exchange(rv.store.as_ref(), "x", rv.rank, 3, &[rv.rank as u8], secs(10)).unwrap();
+                    assert_eq!(all, vec![vec![0], vec![1], vec![2]]);
+                    rv.rank
+                })
+            })
+            .collect();
+        let mut ranks: Vec<usize> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+        ranks.sort();
+        assert_eq!(ranks, vec![0, 1, 2]);
+    };
+    round(url.clone());
+    round(url); // a second job on the same (now complete) file
+    let _ = std::fs::remove_file(&p);
+}
