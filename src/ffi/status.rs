@@ -1,7 +1,6 @@
 //! `dc_status_name`, `dc_last_error`, `dc_version`.
 
 use super::boundary::{guard_value, last_error_ptr};
-use crate::error::Status;
 use libc::c_char;
 
 static UNKNOWN: &[u8] = b"DC_ERR_UNKNOWN\0";
@@ -50,6 +49,7 @@ pub extern "C" fn dc_version() -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Status;
     use std::ffi::CStr;
 
     #[test]

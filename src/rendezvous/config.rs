@@ -720,3 +720,8 @@ mod tests {
         assert_eq!(c.token.len(), 64);
     }
 }
+
+/// The timeout used when none is given: `DC_TIMEOUT_MS` if it is a positive integer, else 300000.
+pub fn default_timeout_ms(env: &dyn Fn(&str) -> Option<String>) -> i64 {
+    env("DC_TIMEOUT_MS").and_then(|v| v.trim().parse::<i64>().ok()).filter(|&n| n > 0).unwrap_or(DEFAULT_TIMEOUT_MS as i64)
+}

@@ -1,0 +1,177 @@
+//! Ranks as threads in one process: each thread calls `init` (tcp:// rendezvous on loopback)
+//! and exercises the engine through the Rust API that the C surface uses.
+
+use distcomm::buffer::{ConstBuf, MutBuf};
+use distcomm::collective::CollArgs;
+use distcomm::comm::Comm;
+use distcomm::rendezvous::config::InitOptions;
+use distcomm::{DType, ReduceOp, Status};
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Runs `f(comm)` on `n` thread-ranks of a fresh job and returns their results in rank order.
+fn job<T: Send + 'static>(n: usize, timeout_ms: i64, f: impl Fn(Arc<Comm>) -> T + Send + Sync + 'static) -> Vec<T> {
+    let port = free_port();
+    let f = Arc::new(f);
+    let handles: Vec<_> = (0..n)
+        .map(|r| {
+            let f = f.clone();
+            std::thread::spawn(move || {
+                let opts = InitOptions {
+                    init_method: Some(format!("tcp://127.0.0.1:{port}")),
+                    rank: r as i32,
+                    world_size: n as i32,
+                    timeout_ms,
+                    backend: Some("socket".into()),
+                    ..Default::default()
+                };
+                let comm = distcomm::init::init(&opts).unwrap_or_else(|e| panic!("rank {r}: init failed: {e}"));
+                let out = f(comm.clone());
+                comm.destroy();
+                out
+            })
+        })
+        .collect();
+    handles.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+#[test]
+fn allreduce_and_friends_on_thread_ranks() {
+    for n in [1, 2, 3, 4] {
+        let out = job(n, 20_000, move |c| {
+            let r = c.rank() as f32;
+            let count = 100_003;
+            let send = f32_bytes(&vec![r + 1.0; count]);
+            let mut recv = vec![0u8; send.len()];
+            c.collective(CollArgs::Allreduce { send: Some(ConstBuf::from_slice(&send)), recv: MutBuf::from_slice(&mut recv), dt: DType::Float32, op: ReduceOp::Sum })
+                .unwrap();
+            let mut bcast = if c.rank() == 0 { vec![7u8; 1000] } else { vec![0u8; 1000] };
+            c.collective(CollArgs::Broadcast { buf: MutBuf::from_slice(&mut bcast), dt: DType::Uint8, root: 0 }).unwrap();
+            assert!(bcast.iter().all(|&b| b == 7));
+            c.collective(CollArgs::Barrier).unwrap();
+            recv
+        });
+        let want = f32_bytes(&vec![(n * (n + 1) / 2) as f32; 100_003]);
+        for r in &out {
+            assert_eq!(r, &want, "n={n}");
+        }
+    }
+}
+
+#[test]
+fn nonblocking_collectives_progress_in_the_background() {
+    job(3, 20_000, |c| {
+        let send = vec![1u8; 1 << 20];
+        let mut recv = vec![0u8; 1 << 20];
+        let req = c
+            .start_collective(CollArgs::Allreduce { send: Some(ConstBuf::from_slice(&send)), recv: MutBuf::from_slice(&mut recv), dt: DType::Uint8, op: ReduceOp::Sum })
+            .unwrap();
+        let t0 = Instant::now();
+        while !req.is_completed() {
+            assert!(t0.elapsed() < Duration::from_secs(10), "never completed without a wait");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        req.wait().unwrap();
+        drop(req);
+        assert!(recv.iter().all(|&b| b == 3));
+    });
+}
+
+#[test]
+fn point_to_point_any_source_and_truncation() {
+    job(3, 20_000, |c| {
+        if c.rank() == 0 {
+            let mut seen = vec![];
+            for _ in 0..2 {
+                let mut b = [0u8; 4];
+                let op = c.post_recv(MutBuf::from_slice(&mut b), None, None).unwrap();
+                let d = c.wait_p2p(&op, c.op_deadline(), &|| "recv".into()).unwrap();
+                seen.push((c.comm_rank_of(d.source), b[0]));
+            }
+            seen.sort();
+            assert_eq!(seen, vec![(1, 10), (2, 20)]);
+            let mut small = [0u8; 2];
+            let op = c.post_recv(MutBuf::from_slice(&mut small), Some(1), Some(5)).unwrap();
+            let e = c.wait_p2p(&op, c.op_deadline(), &|| "recv".into()).unwrap_err();
+            assert_eq!(e.status, Status::InvalidArgument, "{e}");
+        } else {
+            let b = [c.rank() as u8 * 10; 4];
+            let op = c.post_send(ConstBuf::from_slice(&b), 0, 3).unwrap();
+            c.wait_p2p(&op, c.op_deadline(), &|| "send".into()).unwrap();
+            if c.rank() == 1 {
+                let op = c.post_send(ConstBuf::from_slice(&b), 0, 5).unwrap();
+                c.wait_p2p(&op, c.op_deadline(), &|| "send".into()).unwrap();
+            }
+        }
+        c.collective(CollArgs::Barrier).unwrap();
+    });
+}
+
+#[test]
+fn abort_from_another_thread_unblocks_a_waiter_and_its_peers() {
+    let out = job(2, 30_000, |c| {
+        let t0 = Instant::now();
+        let r = if c.rank() == 0 {
+            let c2 = c.clone();
+            let aborter = std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(200));
+                c2.abort();
+            });
+            let mut b = [0u8; 4];
+            // Nobody sends this: only the abort can end the wait.
+            let op = c.post_recv(MutBuf::from_slice(&mut b), Some(1), Some(99)).unwrap();
+            let r = c.wait_p2p(&op, c.op_deadline(), &|| "recv".into());
+            aborter.join().unwrap();
+            r.map(|_| ())
+        } else {
+            let mut b = [0u8; 4];
+            let op = c.post_recv(MutBuf::from_slice(&mut b), Some(0), Some(98)).unwrap();
+            c.wait_p2p(&op, c.op_deadline(), &|| "recv".into()).map(|_| ())
+        };
+        (r.unwrap_err().status, t0.elapsed())
+    });
+    for (status, took) in out {
+        assert_eq!(status, Status::Aborted);
+        assert!(took < Duration::from_secs(10), "abort took {took:?}");
+    }
+}
+
+#[test]
+fn timeouts_name_the_peer() {
+    job(2, 300, |c| {
+        if c.rank() == 0 {
+            let mut b = [0u8; 4];
+            let op = c.post_recv(MutBuf::from_slice(&mut b), Some(1), Some(1)).unwrap();
+            let e = c.wait_p2p(&op, c.op_deadline(), &|| "waiting for rank 1".into()).unwrap_err();
+            assert_eq!(e.status, Status::Timeout);
+            assert!(e.msg.contains("rank 1"), "{}", e.msg);
+        }
+        c.set_timeout_ms(20_000);
+        c.collective(CollArgs::Barrier).unwrap();
+    });
+}
+
+#[test]
+fn groups_split_and_new_group() {
+    job(4, 20_000, |c| {
+        let g = c.split((c.rank() % 2) as i32, 0).unwrap().unwrap();
+        assert_eq!(g.size(), 2);
+        let send = [c.rank() as u8];
+        let mut recv = [0u8; 1];
+        g.collective(CollArgs::Allreduce { send: Some(ConstBuf::from_slice(&send)), recv: MutBuf::from_slice(&mut recv), dt: DType::Uint8, op: ReduceOp::Sum }).unwrap();
+        assert_eq!(recv[0] as usize, if c.rank() % 2 == 0 { 2 } else { 4 });
+        let rev = c.new_group(&[3, 2, 1, 0]).unwrap().unwrap();
+        assert_eq!(rev.rank(), 3 - c.rank());
+        rev.destroy();
+        g.destroy();
+    });
+}
