@@ -4,7 +4,8 @@
 use crate::error::Status;
 
 /// Status of every call. `DC_SUCCESS` is 0; values are never reused.
-#[repr(u32)]
+// repr(C): a C enum's size, so the header declares `typedef enum dc_status {...} dc_status;`.
+#[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum dc_status {
     DC_SUCCESS = 0,

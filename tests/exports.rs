@@ -1,0 +1,87 @@
+//! The shared library exports the C API and nothing else, under its soname.
+//!
+//! Reads the `libdistcomm.so` cargo built next to this test (target/<profile>/) with
+//! `nm -D --defined-only` and `readelf -d` (binutils). Without them the test prints SKIPPED,
+//! or fails under DC_TEST_STRICT=1 (scripts/test.sh).
+
+#[path = "../build_support/scan.rs"]
+mod scan;
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::Command;
+
+fn skip_or_fail(what: &str, why: &str) {
+    if std::env::var("DC_TEST_STRICT").as_deref() == Ok("1") {
+        panic!("{what}: {why} (DC_TEST_STRICT=1 makes this a failure)");
+    }
+    let _ = writeln!(std::io::stderr(), "SKIPPED {what}: {why}");
+}
+
+/// target/<profile>/libdistcomm.so: this test runs from target/<profile>/deps/.
+fn shared_lib() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().and_then(|d| d.parent()).unwrap();
+    let lib = profile_dir.join("libdistcomm.so");
+    assert!(lib.exists(), "{} not built (crate-type cdylib missing?)", lib.display());
+    lib
+}
+
+fn run(tool: &str, args: &[&str]) -> Option<String> {
+    let what = format!("exports ({tool})");
+    match Command::new(tool).args(args).output() {
+        Err(e) => {
+            skip_or_fail(&what, &format!("{tool} not runnable ({e}); install binutils"));
+            None
+        }
+        Ok(o) if !o.status.success() => {
+            panic!("{tool} {args:?} failed: {}", String::from_utf8_lossy(&o.stderr))
+        }
+        Ok(o) => Some(String::from_utf8_lossy(&o.stdout).into_owned()),
+    }
+}
+
+#[test]
+#[cfg(target_os = "linux")]
+fn only_dc_symbols_are_exported() {
+    let lib = shared_lib();
+    let Some(out) = run("nm", &["-D", "--defined-only", lib.to_str().unwrap()]) else { return };
+    // Lines are "ADDRESS TYPE NAME"; a name may carry a version suffix (name@@VERSION).
+    let names: BTreeSet<String> = out
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .map(|n| n.split('@').next().unwrap().to_string())
+        .collect();
+    let foreign: Vec<&String> = names.iter().filter(|n| !n.starts_with("dc_")).collect();
+    assert!(
+        foreign.is_empty(),
+        "{} exports symbols outside dc_*: {foreign:?}\n(a #[no_mangle] fn without the dc_ prefix, \
+         here or in a dependency: make it dc_* or drop #[no_mangle])",
+        lib.display()
+    );
+
+    // Every exported Rust function is in the .so, and nothing else is.
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/lib.rs");
+    let scan = scan::scan_crate(&root).expect("sources parse");
+    let expected: BTreeSet<String> = scan.functions.iter().map(|f| f.name.clone()).collect();
+    let missing: Vec<&String> = expected.difference(&names).collect();
+    let extra: Vec<&String> = names.difference(&expected).collect();
+    assert!(missing.is_empty(), "exported in the sources but not in the .so: {missing:?}");
+    assert!(extra.is_empty(), "in the .so but not a #[no_mangle] fn in the sources: {extra:?}");
+    assert!(!names.is_empty(), "no dc_* symbol exported at all");
+}
+
+#[test]
+#[cfg(target_os = "linux")]
+fn soname_is_major_versioned() {
+    let lib = shared_lib();
+    let Some(out) = run("readelf", &["-d", lib.to_str().unwrap()]) else { return };
+    let want = format!("[libdistcomm.so.{}]", env!("CARGO_PKG_VERSION_MAJOR"));
+    let soname = out.lines().find(|l| l.contains("(SONAME)"));
+    assert!(
+        soname.is_some_and(|l| l.contains(&want)),
+        "SONAME of {} should be {want}, readelf says: {soname:?}",
+        lib.display()
+    );
+}
