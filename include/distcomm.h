@@ -74,6 +74,10 @@ typedef enum dc_status {
   DC_ERR_REMOTE = 11,
 } dc_status;
 
+typedef struct dc_comm dc_comm;
+
+typedef struct dc_request dc_request;
+
 /**
  * Element type: one of the `DC_INT8` ... `DC_BFLOAT16` constants (NCCL's numbering).
  */
@@ -83,6 +87,58 @@ typedef int32_t dc_dtype;
  * Reduction operator: one of the `DC_SUM` ... `DC_BXOR` constants (first five as NCCL's).
  */
 typedef int32_t dc_op;
+
+/**
+ * Options for `dc_init`. Fill with `dc_init_options_default` first, then change fields.
+ */
+typedef struct dc_init_options {
+  /**
+   * sizeof(dc_init_options) as the caller compiled it (set by dc_init_options_default).
+   */
+  uint32_t struct_size;
+  /**
+   * NULL or "env://" | "tcp://HOST:PORT" | "file:///PATH". NULL means "env://".
+   */
+  const char *init_method;
+  /**
+   * NULL or "auto" | "shm" | "socket" | "nccl". NULL means DC_TRANSPORT or "auto".
+   */
+  const char *backend;
+  /**
+   * -1: from the environment, or assigned in arrival order by "file://".
+   */
+  int32_t rank;
+  /**
+   * -1: from the environment.
+   */
+  int32_t world_size;
+  /**
+   * NULL or a name that keeps jobs sharing one store or file apart.
+   */
+  const char *group_name;
+  /**
+   * <= 0: the default (DC_TIMEOUT_MS, else 300000 ms).
+   */
+  int64_t timeout_ms;
+} dc_init_options;
+
+/**
+ * Who sent a received message, with which tag, and how many elements came.
+ */
+typedef struct dc_recv_info {
+  /**
+   * Rank in the communicator of the sender.
+   */
+  int32_t source;
+  /**
+   * Tag of the message.
+   */
+  int32_t tag;
+  /**
+   * Number of elements received (may be less than the receive count).
+   */
+  size_t count;
+} dc_recv_info;
 
 #define DC_INT8 0
 
@@ -123,6 +179,408 @@ typedef int32_t dc_op;
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
+
+/**
+ * Reduces `count` elements across all ranks with `op`; every rank gets the same bytes in
+ * `recvbuf`. `sendbuf == recvbuf` is in place. float16/bfloat16 reduce in float32 and round
+ * once; DC_AVG on integers truncates toward zero. Blocking (up to the comm's timeout).
+ * Statuses: DC_ERR_INVALID_ARGUMENT (NULL, bad dtype/op, bitwise op on floats, overlapping
+ * buffers), DC_ERR_MISMATCH, DC_ERR_TIMEOUT, DC_ERR_PEER_LOST, DC_ERR_ABORTED.
+ */
+enum dc_status dc_allreduce(const void *sendbuf,
+                            void *recvbuf,
+                            size_t count,
+                            dc_dtype dt,
+                            dc_op op,
+                            struct dc_comm *comm);
+
+/**
+ * Non-blocking dc_allreduce: returns at once with `*req`; buffers stay in use until it completes.
+ */
+enum dc_status dc_iallreduce(const void *sendbuf,
+                             void *recvbuf,
+                             size_t count,
+                             dc_dtype dt,
+                             dc_op op,
+                             struct dc_comm *comm,
+                             struct dc_request **req);
+
+/**
+ * Copies `count` elements from `root`'s `buf` into every rank's `buf`. Blocking.
+ * Statuses: DC_ERR_INVALID_ARGUMENT, DC_ERR_MISMATCH, DC_ERR_TIMEOUT, DC_ERR_PEER_LOST, DC_ERR_ABORTED.
+ */
+enum dc_status dc_broadcast(void *buf,
+                            size_t count,
+                            dc_dtype dt,
+                            int32_t root,
+                            struct dc_comm *comm);
+
+/**
+ * Non-blocking dc_broadcast.
+ */
+enum dc_status dc_ibroadcast(void *buf,
+                             size_t count,
+                             dc_dtype dt,
+                             int32_t root,
+                             struct dc_comm *comm,
+                             struct dc_request **req);
+
+/**
+ * Reduces `count` elements with `op` into `root`'s `recvbuf` (NULL allowed elsewhere).
+ * At root, `sendbuf == recvbuf` is in place. Blocking. Statuses as dc_allreduce.
+ */
+enum dc_status dc_reduce(const void *sendbuf,
+                         void *recvbuf,
+                         size_t count,
+                         dc_dtype dt,
+                         dc_op op,
+                         int32_t root,
+                         struct dc_comm *comm);
+
+/**
+ * Non-blocking dc_reduce.
+ */
+enum dc_status dc_ireduce(const void *sendbuf,
+                          void *recvbuf,
+                          size_t count,
+                          dc_dtype dt,
+                          dc_op op,
+                          int32_t root,
+                          struct dc_comm *comm,
+                          struct dc_request **req);
+
+/**
+ * Gathers `sendcount` elements from every rank into every rank's `recvbuf` (size*sendcount,
+ * block r from rank r). In place when `sendbuf == recvbuf + rank*sendcount`. Blocking.
+ * Statuses: DC_ERR_INVALID_ARGUMENT, DC_ERR_MISMATCH, DC_ERR_TIMEOUT, DC_ERR_PEER_LOST, DC_ERR_ABORTED.
+ */
+enum dc_status dc_allgather(const void *sendbuf,
+                            void *recvbuf,
+                            size_t sendcount,
+                            dc_dtype dt,
+                            struct dc_comm *comm);
+
+/**
+ * Non-blocking dc_allgather.
+ */
+enum dc_status dc_iallgather(const void *sendbuf,
+                             void *recvbuf,
+                             size_t sendcount,
+                             dc_dtype dt,
+                             struct dc_comm *comm,
+                             struct dc_request **req);
+
+/**
+ * Like dc_allgather with per-rank counts: rank r's `recvcounts[r]` elements land at
+ * `recvbuf + displs[r]` (elements; arrays of comm size; blocks may not overlap).
+ * `sendcount` must equal `recvcounts[rank]`. In place when `sendbuf == recvbuf + displs[rank]`.
+ * Blocking. Statuses as dc_allgather.
+ */
+enum dc_status dc_allgatherv(const void *sendbuf,
+                             size_t sendcount,
+                             void *recvbuf,
+                             const size_t *recvcounts,
+                             const size_t *displs,
+                             dc_dtype dt,
+                             struct dc_comm *comm);
+
+/**
+ * Non-blocking dc_allgatherv; the count and displacement arrays are copied at the call.
+ */
+enum dc_status dc_iallgatherv(const void *sendbuf,
+                              size_t sendcount,
+                              void *recvbuf,
+                              const size_t *recvcounts,
+                              const size_t *displs,
+                              dc_dtype dt,
+                              struct dc_comm *comm,
+                              struct dc_request **req);
+
+/**
+ * Gathers `sendcount` elements from every rank into `root`'s `recvbuf` (size*sendcount;
+ * NULL allowed elsewhere). Send and receive buffers may not overlap. Blocking.
+ * Statuses as dc_allgather.
+ */
+enum dc_status dc_gather(const void *sendbuf,
+                         void *recvbuf,
+                         size_t sendcount,
+                         dc_dtype dt,
+                         int32_t root,
+                         struct dc_comm *comm);
+
+/**
+ * Non-blocking dc_gather.
+ */
+enum dc_status dc_igather(const void *sendbuf,
+                          void *recvbuf,
+                          size_t sendcount,
+                          dc_dtype dt,
+                          int32_t root,
+                          struct dc_comm *comm,
+                          struct dc_request **req);
+
+/**
+ * Sends block r (`recvcount` elements) of `root`'s `sendbuf` (size*recvcount; NULL allowed
+ * elsewhere) to rank r's `recvbuf`. Blocking. Statuses as dc_allgather.
+ */
+enum dc_status dc_scatter(const void *sendbuf,
+                          void *recvbuf,
+                          size_t recvcount,
+                          dc_dtype dt,
+                          int32_t root,
+                          struct dc_comm *comm);
+
+/**
+ * Non-blocking dc_scatter.
+ */
+enum dc_status dc_iscatter(const void *sendbuf,
+                           void *recvbuf,
+                           size_t recvcount,
+                           dc_dtype dt,
+                           int32_t root,
+                           struct dc_comm *comm,
+                           struct dc_request **req);
+
+/**
+ * Reduces `sendbuf` (size*recvcount elements) across ranks with `op`; rank r gets block r in
+ * `recvbuf`. In place when `recvbuf == sendbuf + rank*recvcount`. Blocking.
+ * Statuses as dc_allreduce.
+ */
+enum dc_status dc_reduce_scatter(const void *sendbuf,
+                                 void *recvbuf,
+                                 size_t recvcount,
+                                 dc_dtype dt,
+                                 dc_op op,
+                                 struct dc_comm *comm);
+
+/**
+ * Non-blocking dc_reduce_scatter.
+ */
+enum dc_status dc_ireduce_scatter(const void *sendbuf,
+                                  void *recvbuf,
+                                  size_t recvcount,
+                                  dc_dtype dt,
+                                  dc_op op,
+                                  struct dc_comm *comm,
+                                  struct dc_request **req);
+
+/**
+ * Block j (`count` elements) of `sendbuf` goes to rank j; block i of `recvbuf` comes from
+ * rank i (both size*count). Buffers may not overlap. Blocking. Statuses as dc_allgather.
+ */
+enum dc_status dc_alltoall(const void *sendbuf,
+                           void *recvbuf,
+                           size_t count,
+                           dc_dtype dt,
+                           struct dc_comm *comm);
+
+/**
+ * Non-blocking dc_alltoall.
+ */
+enum dc_status dc_ialltoall(const void *sendbuf,
+                            void *recvbuf,
+                            size_t count,
+                            dc_dtype dt,
+                            struct dc_comm *comm,
+                            struct dc_request **req);
+
+/**
+ * Like dc_alltoall with per-rank counts and displacements (elements, arrays of comm size):
+ * `sendcounts[j]` elements at `sendbuf + sdispls[j]` go to rank j, whose block lands at its
+ * `recvbuf + rdispls[i]`. Blocking. Statuses as dc_allgather.
+ */
+enum dc_status dc_alltoallv(const void *sendbuf,
+                            const size_t *sendcounts,
+                            const size_t *sdispls,
+                            void *recvbuf,
+                            const size_t *recvcounts,
+                            const size_t *rdispls,
+                            dc_dtype dt,
+                            struct dc_comm *comm);
+
+/**
+ * Non-blocking dc_alltoallv; the count and displacement arrays are copied at the call.
+ */
+enum dc_status dc_ialltoallv(const void *sendbuf,
+                             const size_t *sendcounts,
+                             const size_t *sdispls,
+                             void *recvbuf,
+                             const size_t *recvcounts,
+                             const size_t *rdispls,
+                             dc_dtype dt,
+                             struct dc_comm *comm,
+                             struct dc_request **req);
+
+/**
+ * Returns when every rank has entered the barrier. Blocking (up to the comm's timeout).
+ * Statuses: DC_ERR_INVALID_ARGUMENT, DC_ERR_MISMATCH, DC_ERR_TIMEOUT, DC_ERR_PEER_LOST, DC_ERR_ABORTED.
+ */
+enum dc_status dc_barrier(struct dc_comm *comm);
+
+/**
+ * Non-blocking dc_barrier.
+ */
+enum dc_status dc_ibarrier(struct dc_comm *comm, struct dc_request **req);
+
+/**
+ * Fills every field of `opts` with its default and sets `struct_size`. NULL is ignored.
+ * Never blocks.
+ */
+void dc_init_options_default(struct dc_init_options *opts);
+
+/**
+ * Joins a job and returns its world communicator in `*world` (free with dc_comm_destroy).
+ * `opts` NULL: everything from the environment (env://). Blocking and collective: returns when
+ * every rank has joined, or with DC_ERR_TIMEOUT naming the ranks that never came.
+ * Statuses: DC_ERR_INVALID_ARGUMENT (bad options or environment, naming the variable),
+ * DC_ERR_TIMEOUT, DC_ERR_RENDEZVOUS (bad token, unreachable store), DC_ERR_SYSTEM (port in use),
+ * DC_ERR_UNAVAILABLE (backend not built).
+ */
+enum dc_status dc_init(const struct dc_init_options *opts, struct dc_comm **world);
+
+/**
+ * This process's rank in `comm`. Never blocks.
+ */
+enum dc_status dc_comm_rank(const struct dc_comm *comm, int32_t *rank);
+
+/**
+ * The number of ranks in `comm`. Never blocks.
+ */
+enum dc_status dc_comm_size(const struct dc_comm *comm, int32_t *size);
+
+/**
+ * The transport `comm` uses ("socket", "shm", "nccl"); the string lives as long as the comm.
+ * Never blocks.
+ */
+enum dc_status dc_comm_backend(const struct dc_comm *comm, const char **name);
+
+/**
+ * Creates a communicator of the parent ranks `ranks[0..nranks)` (distinct, in the order that
+ * defines the new ranks). Collective over `parent`: every parent rank calls with the same list.
+ * A caller not in the list gets `*out = NULL` and DC_SUCCESS. Blocking.
+ * Statuses: DC_ERR_INVALID_ARGUMENT (NULL, empty, out of range or duplicate ranks),
+ * DC_ERR_MISMATCH (ranks passed different lists), DC_ERR_TIMEOUT, DC_ERR_PEER_LOST, DC_ERR_ABORTED.
+ */
+enum dc_status dc_comm_new_group(struct dc_comm *parent,
+                                 const int32_t *ranks,
+                                 int32_t nranks,
+                                 struct dc_comm **out);
+
+/**
+ * Splits `parent` by `color`: ranks with equal color form a new comm, ordered by `key` then by
+ * parent rank. A negative color joins no group (`*out = NULL`). Collective over `parent`. Blocking.
+ * Statuses: DC_ERR_INVALID_ARGUMENT, DC_ERR_TIMEOUT, DC_ERR_PEER_LOST, DC_ERR_ABORTED.
+ */
+enum dc_status dc_comm_split(struct dc_comm *parent,
+                             int32_t color,
+                             int32_t key,
+                             struct dc_comm **out);
+
+/**
+ * Sets the timeout of every later blocking call and request on `comm`; `timeout_ms <= 0`
+ * restores the default (DC_TIMEOUT_MS, else 300000 ms). Never blocks.
+ */
+enum dc_status dc_comm_set_timeout(struct dc_comm *comm, int64_t timeout_ms);
+
+/**
+ * NCCL backend: run this comm's operations on `cuda_stream` (NULL: the comm's own stream).
+ * On a comm without NCCL, NULL is accepted and anything else is DC_ERR_UNAVAILABLE. Never blocks.
+ */
+enum dc_status dc_comm_set_stream(struct dc_comm *comm, void *cuda_stream);
+
+/**
+ * Aborts `comm`: every pending and later operation on it (and on its subgroups) fails with
+ * DC_ERR_ABORTED, here at once and on its peers as soon as they hear of it. May be called from
+ * any thread, also while another thread is blocked on `comm`. Never blocks. The comm must still
+ * be destroyed.
+ */
+enum dc_status dc_comm_abort(struct dc_comm *comm);
+
+/**
+ * Completes the comm's pending operations and frees it; NULL is a no-op. Not collective, but
+ * destroying the last comm of a job says goodbye to every peer (waits up to 2 s for theirs).
+ * The handle is invalid afterwards.
+ */
+enum dc_status dc_comm_destroy(struct dc_comm *comm);
+
+/**
+ * Sends `count` elements of `dt` to rank `dst` with `tag` (>= 0). Blocks until the data is
+ * handed to the transport (the buffer may then be reused), at most for the comm's timeout.
+ * Statuses: DC_ERR_INVALID_ARGUMENT, DC_ERR_TIMEOUT, DC_ERR_PEER_LOST, DC_ERR_ABORTED.
+ */
+enum dc_status dc_send(const void *buf,
+                       size_t count,
+                       dc_dtype dt,
+                       int32_t dst,
+                       int32_t tag,
+                       struct dc_comm *comm);
+
+/**
+ * Receives up to `count` elements of `dt` from rank `src` (or DC_ANY_SOURCE) with `tag` (or
+ * DC_ANY_TAG). Messages between one pair with one tag arrive in the order sent. A longer
+ * message is DC_ERR_INVALID_ARGUMENT (truncation) with nothing written past `count`. `info`
+ * (may be NULL) receives the sender, tag and element count. Blocks up to the comm's timeout.
+ * Statuses: DC_ERR_INVALID_ARGUMENT, DC_ERR_TIMEOUT, DC_ERR_PEER_LOST, DC_ERR_ABORTED.
+ */
+enum dc_status dc_recv(void *buf,
+                       size_t count,
+                       dc_dtype dt,
+                       int32_t src,
+                       int32_t tag,
+                       struct dc_comm *comm,
+                       struct dc_recv_info *info);
+
+/**
+ * Starts a send (see dc_send) and returns at once with a request in `*req`; the buffer must
+ * stay untouched until the request completes. Free the request with dc_request_free.
+ */
+enum dc_status dc_isend(const void *buf,
+                        size_t count,
+                        dc_dtype dt,
+                        int32_t dst,
+                        int32_t tag,
+                        struct dc_comm *comm,
+                        struct dc_request **req);
+
+/**
+ * Starts a receive (see dc_recv) and returns at once with a request in `*req`; after it
+ * completes, dc_request_recv_info tells who sent what. Free with dc_request_free.
+ */
+enum dc_status dc_irecv(void *buf,
+                        size_t count,
+                        dc_dtype dt,
+                        int32_t src,
+                        int32_t tag,
+                        struct dc_comm *comm,
+                        struct dc_request **req);
+
+/**
+ * Blocks until the operation completes (at most the comm's timeout from when it started) and
+ * returns its status; may be called again and keeps returning it. Safe from any thread.
+ */
+enum dc_status dc_request_wait(struct dc_request *req);
+
+/**
+ * Sets `*done` to whether the operation has completed. Never blocks.
+ */
+enum dc_status dc_request_is_completed(struct dc_request *req, bool *done);
+
+/**
+ * Waits for every request in `reqs[0..n)` (NULL entries are skipped) and returns the first
+ * failure's status (all are waited regardless).
+ */
+enum dc_status dc_request_wait_all(size_t n, struct dc_request *const *reqs);
+
+/**
+ * Frees a request, first waiting for it if it is still pending; NULL is a no-op.
+ */
+enum dc_status dc_request_free(struct dc_request *req);
+
+/**
+ * For a completed receive request: who sent the message (comm rank), its tag, and how many
+ * elements came. DC_ERR_INVALID_USAGE if the request is not a receive or has not completed.
+ */
+enum dc_status dc_request_recv_info(const struct dc_request *req, struct dc_recv_info *info);
 
 /**
  * Name of a status ("DC_SUCCESS", "DC_ERR_TIMEOUT", ...). Never NULL: an unknown value gives
