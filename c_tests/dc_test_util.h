@@ -10,7 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int dc_test_rank = -1;
+#define DC_UNUSED __attribute__((unused))
+
+static int dc_test_rank DC_UNUSED = -1;
 
 #define FAIL(...)                                                                  \
   do {                                                                             \
@@ -44,13 +46,13 @@ static int dc_test_rank = -1;
     if (!(cond)) FAIL(__VA_ARGS__);                                                \
   } while (0)
 
-static const int ALL_DTYPES[] = {DC_INT8,    DC_UINT8,   DC_INT32,   DC_UINT32, DC_INT64,
+static const int ALL_DTYPES[] DC_UNUSED = {DC_INT8,    DC_UINT8,   DC_INT32,   DC_UINT32, DC_INT64,
                                  DC_UINT64,  DC_FLOAT16, DC_FLOAT32, DC_FLOAT64, DC_BFLOAT16};
 #define N_DTYPES 10
-static const char *DTYPE_NAMES[] = {"int8",    "uint8",   "int32",   "uint32",  "int64",
+static const char *DTYPE_NAMES[] DC_UNUSED = {"int8",    "uint8",   "int32",   "uint32",  "int64",
                                     "uint64",  "float16", "float32", "float64", "bfloat16"};
 
-static size_t dtype_size(int dt) {
+static inline size_t dtype_size(int dt) {
   switch (dt) {
     case DC_INT8: case DC_UINT8: return 1;
     case DC_FLOAT16: case DC_BFLOAT16: return 2;
@@ -59,15 +61,15 @@ static size_t dtype_size(int dt) {
   }
 }
 
-static int dtype_is_float(int dt) {
+static inline int dtype_is_float(int dt) {
   return dt == DC_FLOAT16 || dt == DC_FLOAT32 || dt == DC_FLOAT64 || dt == DC_BFLOAT16;
 }
 
-static int dtype_is_signed(int dt) {
+static inline int dtype_is_signed(int dt) {
   return dt == DC_INT8 || dt == DC_INT32 || dt == DC_INT64 || dtype_is_float(dt);
 }
 
-static uint16_t float_to_half(float f) {
+static inline uint16_t float_to_half(float f) {
   uint32_t x;
   memcpy(&x, &f, 4);
   uint32_t sign = (x >> 16) & 0x8000u;
@@ -91,7 +93,7 @@ static uint16_t float_to_half(float f) {
   return (uint16_t)half;
 }
 
-static float half_to_float(uint16_t h) {
+static inline float half_to_float(uint16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
   uint32_t exp = (h >> 10) & 0x1f;
   uint32_t mant = h & 0x3ffu;
@@ -114,7 +116,7 @@ static float half_to_float(uint16_t h) {
   return f;
 }
 
-static uint16_t float_to_bf16(float f) {
+static inline uint16_t float_to_bf16(float f) {
   uint32_t x;
   memcpy(&x, &f, 4);
   if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40);
@@ -123,7 +125,7 @@ static uint16_t float_to_bf16(float f) {
   return (uint16_t)(x >> 16);
 }
 
-static float bf16_to_float(uint16_t b) {
+static inline float bf16_to_float(uint16_t b) {
   uint32_t x = (uint32_t)b << 16;
   float f;
   memcpy(&f, &x, 4);
@@ -131,7 +133,7 @@ static float bf16_to_float(uint16_t b) {
 }
 
 /* Stores `v` (an integer-valued or real number) as element i of buf. Integers wrap. */
-static void set_elem(void *buf, int dt, size_t i, double v) {
+static inline void set_elem(void *buf, int dt, size_t i, double v) {
   switch (dt) {
     case DC_INT8: ((int8_t *)buf)[i] = (int8_t)(int64_t)v; break;
     case DC_UINT8: ((uint8_t *)buf)[i] = (uint8_t)(int64_t)v; break;
@@ -146,7 +148,7 @@ static void set_elem(void *buf, int dt, size_t i, double v) {
   }
 }
 
-static double get_elem(const void *buf, int dt, size_t i) {
+static inline double get_elem(const void *buf, int dt, size_t i) {
   switch (dt) {
     case DC_INT8: return ((const int8_t *)buf)[i];
     case DC_UINT8: return ((const uint8_t *)buf)[i];
@@ -163,7 +165,7 @@ static double get_elem(const void *buf, int dt, size_t i) {
 }
 
 /* Whether `got` is acceptably close to `want` for dtype dt (exact for integers). */
-static int close_enough(int dt, double got, double want) {
+static inline int close_enough(int dt, double got, double want) {
   double tol = 0;
   if (dt == DC_FLOAT16) tol = 1e-3;
   if (dt == DC_BFLOAT16) tol = 8e-3;
@@ -172,14 +174,14 @@ static int close_enough(int dt, double got, double want) {
   return fabs(got - want) <= tol * fmax(1.0, fabs(want));
 }
 
-static void *xmalloc(size_t n) {
+static inline void *xmalloc(size_t n) {
   void *p = malloc(n ? n : 1);
   if (!p) FAIL("out of memory (%zu bytes)", n);
   return p;
 }
 
 /* Joins the job from the environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT or dcrun). */
-static dc_comm *test_init(int *rank, int *size) {
+static inline dc_comm *test_init(int *rank, int *size) {
   dc_comm *world = NULL;
   CHECK(dc_init(NULL, &world));
   CHECK(dc_comm_rank(world, rank));

@@ -14,7 +14,7 @@ static double input(int r, size_t i, int dt, int op) {
     double v = (double)((i + (size_t)r) % 2 + 1);
     return (dtype_is_signed(dt) && (i + (size_t)r) % 5 == 0) ? -v : v;
   }
-  if (op == DC_BAND || op == DC_BOR || op == DC_BXOR) return (double)(((size_t)r + 1) * 37 + i * 11) % 128;
+  if (op == DC_BAND || op == DC_BOR || op == DC_BXOR) return (double)((((size_t)r + 1) * 37 + i * 11) % 128);
   double v = (double)((r + 1) * (int)(i % 7 + 1));
   return (dtype_is_signed(dt) && (i + (size_t)r) % 3 == 0) ? -v : v;
 }

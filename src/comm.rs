@@ -273,7 +273,7 @@ impl Comm {
         // SAFETY: buffers were validated by the C surface and stay valid until we return.
         let r = unsafe { args.run(&link) };
         r.map_err(|e| {
-            let e = e.context(format!("rank {} of {}, collective #{seq}", self.rank, self.size()));
+            let e = e.context(format!("collective #{seq}"));
             dc_log!(Level::Warn, Some(self.rank), "{} failed: {}", args.name(), e.msg);
             e
         })
