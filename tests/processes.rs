@@ -1,0 +1,108 @@
+//! Ranks as processes: the test binary re-runs itself as each rank (env `DC_TEST_ROLE`), with
+//! only the torch variables set, as a user launching by hand would.
+
+use distcomm::buffer::{ConstBuf, MutBuf};
+use distcomm::collective::CollArgs;
+use distcomm::rendezvous::config::InitOptions;
+use distcomm::{DType, ReduceOp, Status};
+use std::net::TcpListener;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn spawn_job(role: &str, n: usize, timeout_ms: &str) -> Vec<Child> {
+    let port = free_port().to_string();
+    (0..n)
+        .map(|r| {
+            Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
+                .env("DC_TEST_ROLE", role)
+                .env("RANK", r.to_string())
+                .env("WORLD_SIZE", n.to_string())
+                .env("MASTER_ADDR", "127.0.0.1")
+                .env("MASTER_PORT", &port)
+                .env("DC_TIMEOUT_MS", timeout_ms)
+                .spawn()
+                .unwrap()
+        })
+        .collect()
+}
+
+fn wait_all(children: Vec<Child>, limit: Duration) -> Vec<i32> {
+    let t0 = Instant::now();
+    children
+        .into_iter()
+        .map(|mut c| loop {
+            if let Some(s) = c.try_wait().unwrap() {
+                break s.code().unwrap_or(-1);
+            }
+            if t0.elapsed() > limit {
+                let _ = c.kill();
+                panic!("a rank did not finish within {limit:?}");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        })
+        .collect()
+}
+
+/// What a rank process does, by role. Exit code 0 means its checks passed.
+#[test]
+fn child_entry() {
+    let Ok(role) = std::env::var("DC_TEST_ROLE") else { return };
+    let comm = distcomm::init::init(&InitOptions::from_env()).expect("init from the environment");
+    let (rank, size) = (comm.rank(), comm.size());
+    let allreduce = |v: &[u8], out: &mut [u8]| {
+        comm.collective(CollArgs::Allreduce { send: Some(ConstBuf::from_slice(v)), recv: MutBuf::from_slice(out), dt: DType::Uint8, op: ReduceOp::Max })
+    };
+    match role.as_str() {
+        "allreduce" => {
+            let v = vec![rank as u8; 1 << 20];
+            let mut out = vec![0u8; 1 << 20];
+            allreduce(&v, &mut out).unwrap();
+            assert!(out.iter().all(|&b| b as usize == size - 1));
+        }
+        "one_dies" => {
+            // Rank 2 vanishes without destroying; the others must see DC_ERR_PEER_LOST quickly.
+            let v = vec![1u8; 1 << 16];
+            let mut out = vec![0u8; 1 << 16];
+            allreduce(&v, &mut out).unwrap();
+            if rank == 2 {
+                unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+            }
+            let t0 = Instant::now();
+            let mut r = Ok(());
+            for _ in 0..100 {
+                r = allreduce(&v, &mut out);
+                if r.is_err() {
+                    break;
+                }
+            }
+            let e = r.expect_err("collectives kept succeeding without rank 2");
+            let took = t0.elapsed();
+            assert!(matches!(e.status, Status::PeerLost | Status::Timeout), "{e}");
+            assert!(took < Duration::from_secs(5), "noticed only after {took:?}: {e}");
+            std::process::exit(if e.status == Status::PeerLost || e.msg.contains("rank 2") { 0 } else { 3 });
+        }
+        _ => panic!("unknown role {role}"),
+    }
+    comm.destroy();
+}
+
+#[test]
+fn allreduce_across_processes() {
+    for n in [2, 3, 4] {
+        let codes = wait_all(spawn_job("allreduce", n, "30000"), Duration::from_secs(60));
+        assert!(codes.iter().all(|&c| c == 0), "n={n}: exit codes {codes:?}");
+    }
+}
+
+#[test]
+fn a_killed_rank_is_noticed_by_the_others() {
+    let codes = wait_all(spawn_job("one_dies", 3, "60000"), Duration::from_secs(30));
+    assert_eq!(codes[0], 0, "{codes:?}");
+    assert_eq!(codes[1], 0, "{codes:?}");
+    assert_eq!(codes[2], -1, "rank 2 should have been killed: {codes:?}");
+}
