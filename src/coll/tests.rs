@@ -537,7 +537,7 @@ fn broadcast_large_chain() {
 fn allgather_all_sizes_algorithms() {
     use allgather::Algo;
     for n in SIZES {
-        for block in [0usize, 1, 7, 1000, 100_003 / n] {
+        for block in [0usize, 1, 7, 1000, 300_007 / n] {
             let algos: &[Option<Algo>] = if block > 1000 {
                 &[None]
             } else {
