@@ -111,13 +111,34 @@ impl_flt!(f32, f64);
 macro_rules! with_int_op {
     ($op:expr, $T:ty, $f:ident => $body:expr) => {
         match $op {
-            ReduceOp::Sum | ReduceOp::Avg => { let $f = |a: $T, b: $T| a.wadd(b); $body }
-            ReduceOp::Prod => { let $f = |a: $T, b: $T| a.wmul(b); $body }
-            ReduceOp::Max => { let $f = |a: $T, b: $T| if b > a { b } else { a }; $body }
-            ReduceOp::Min => { let $f = |a: $T, b: $T| if b < a { b } else { a }; $body }
-            ReduceOp::Band => { let $f = |a: $T, b: $T| a & b; $body }
-            ReduceOp::Bor => { let $f = |a: $T, b: $T| a | b; $body }
-            ReduceOp::Bxor => { let $f = |a: $T, b: $T| a ^ b; $body }
+            ReduceOp::Sum | ReduceOp::Avg => {
+                let $f = |a: $T, b: $T| a.wadd(b);
+                $body
+            }
+            ReduceOp::Prod => {
+                let $f = |a: $T, b: $T| a.wmul(b);
+                $body
+            }
+            ReduceOp::Max => {
+                let $f = |a: $T, b: $T| if b > a { b } else { a };
+                $body
+            }
+            ReduceOp::Min => {
+                let $f = |a: $T, b: $T| if b < a { b } else { a };
+                $body
+            }
+            ReduceOp::Band => {
+                let $f = |a: $T, b: $T| a & b;
+                $body
+            }
+            ReduceOp::Bor => {
+                let $f = |a: $T, b: $T| a | b;
+                $body
+            }
+            ReduceOp::Bxor => {
+                let $f = |a: $T, b: $T| a ^ b;
+                $body
+            }
         }
     };
 }
@@ -125,10 +146,22 @@ macro_rules! with_int_op {
 macro_rules! with_flt_op {
     ($op:expr, $T:ty, $f:ident => $body:expr, $invalid:expr) => {
         match $op {
-            ReduceOp::Sum | ReduceOp::Avg => { let $f = |a: $T, b: $T| a + b; $body }
-            ReduceOp::Prod => { let $f = |a: $T, b: $T| a * b; $body }
-            ReduceOp::Max => { let $f = |a: $T, b: $T| a.fmax(b); $body }
-            ReduceOp::Min => { let $f = |a: $T, b: $T| a.fmin(b); $body }
+            ReduceOp::Sum | ReduceOp::Avg => {
+                let $f = |a: $T, b: $T| a + b;
+                $body
+            }
+            ReduceOp::Prod => {
+                let $f = |a: $T, b: $T| a * b;
+                $body
+            }
+            ReduceOp::Max => {
+                let $f = |a: $T, b: $T| a.fmax(b);
+                $body
+            }
+            ReduceOp::Min => {
+                let $f = |a: $T, b: $T| a.fmin(b);
+                $body
+            }
             ReduceOp::Band | ReduceOp::Bor | ReduceOp::Bxor => {
                 debug_assert!(false, "bitwise op {:?} on a floating type", $op);
                 $invalid
@@ -242,7 +275,8 @@ impl Half for f16 {
         bits.reinterpret_cast::<f16>().convert_to_f32_slice(out)
     }
     fn from_f32s(src: &[f32], bits: &mut [u16]) {
-        bits.reinterpret_cast_mut::<f16>().convert_from_f32_slice(src)
+        bits.reinterpret_cast_mut::<f16>()
+            .convert_from_f32_slice(src)
     }
 }
 impl Half for bf16 {
@@ -250,7 +284,8 @@ impl Half for bf16 {
         bits.reinterpret_cast::<bf16>().convert_to_f32_slice(out)
     }
     fn from_f32s(src: &[f32], bits: &mut [u16]) {
-        bits.reinterpret_cast_mut::<bf16>().convert_from_f32_slice(src)
+        bits.reinterpret_cast_mut::<bf16>()
+            .convert_from_f32_slice(src)
     }
 }
 
@@ -298,7 +333,11 @@ fn half2<H: Half>(op: ReduceOp, acc: &mut [u8], src: &[u8]) {
 fn half3<H: Half>(op: ReduceOp, out: &mut [u8], a: &[u8], b: &[u8]) {
     let mut fa = [0f32; BLK];
     let mut fb = [0f32; BLK];
-    for ((oc, ac), bc) in out.chunks_mut(BLK * 2).zip(a.chunks(BLK * 2)).zip(b.chunks(BLK * 2)) {
+    for ((oc, ac), bc) in out
+        .chunks_mut(BLK * 2)
+        .zip(a.chunks(BLK * 2))
+        .zip(b.chunks(BLK * 2))
+    {
         let m = oc.len() / 2;
         half_load::<H>(ac, &mut fa[..m]);
         half_load::<H>(bc, &mut fb[..m]);
@@ -309,7 +348,12 @@ fn half3<H: Half>(op: ReduceOp, out: &mut [u8], a: &[u8], b: &[u8]) {
 
 fn check_lens(dt: DType, a: usize, b: usize) {
     assert_eq!(a, b, "reduce: slice lengths differ");
-    debug_assert_eq!(a % dt.size(), 0, "reduce: length {a} not a multiple of {}", dt.size());
+    debug_assert_eq!(
+        a % dt.size(),
+        0,
+        "reduce: length {a} not a multiple of {}",
+        dt.size()
+    );
 }
 
 /// `acc[i] = acc[i] op src[i]`, element type `dt`. Both slices have equal length, a multiple of
@@ -560,13 +604,20 @@ mod tests {
             _ => unreachable!(),
         };
         // Equal nonzero values: zero_sign path must not be used.
-        let r = if matches!(op, ReduceOp::Max | ReduceOp::Min) && x == y && x != 0.0 { x } else { r };
+        let r = if matches!(op, ReduceOp::Max | ReduceOp::Min) && x == y && x != 0.0 {
+            x
+        } else {
+            r
+        };
         enc_f(dt, r)
     }
 
     fn reference(dt: DType, op: ReduceOp, a: &[u8], b: &[u8]) -> Vec<u8> {
         let s = dt.size();
-        a.chunks(s).zip(b.chunks(s)).flat_map(|(x, y)| ref_elem(dt, op, x, y)).collect()
+        a.chunks(s)
+            .zip(b.chunks(s))
+            .flat_map(|(x, y)| ref_elem(dt, op, x, y))
+            .collect()
     }
 
     /// Copies `data` into a fresh buffer at byte offset `off`, returning (storage, offset).
@@ -594,13 +645,27 @@ mod tests {
                         let mut acc = at_offset(&a, oa);
                         let src = at_offset(&b, ob);
                         combine(dt, op, &mut acc[oa..oa + len], &src[ob..ob + len]);
-                        assert_eq!(&acc[oa..oa + len], &want[..], "combine {dt:?} {op:?} n={n} off={oa},{ob}");
+                        assert_eq!(
+                            &acc[oa..oa + len],
+                            &want[..],
+                            "combine {dt:?} {op:?} n={n} off={oa},{ob}"
+                        );
                         assert!(acc[..oa].iter().chain(&acc[oa + len..]).all(|&x| x == 0xAA));
                         // combine_into
                         let mut out = at_offset(&vec![0u8; len], oo);
                         let x = at_offset(&a, oa);
-                        combine_into(dt, op, &mut out[oo..oo + len], &x[oa..oa + len], &src[ob..ob + len]);
-                        assert_eq!(&out[oo..oo + len], &want[..], "combine_into {dt:?} {op:?} n={n}");
+                        combine_into(
+                            dt,
+                            op,
+                            &mut out[oo..oo + len],
+                            &x[oa..oa + len],
+                            &src[ob..ob + len],
+                        );
+                        assert_eq!(
+                            &out[oo..oo + len],
+                            &want[..],
+                            "combine_into {dt:?} {op:?} n={n}"
+                        );
                         assert!(out[..oo].iter().chain(&out[oo + len..]).all(|&x| x == 0xAA));
                     }
                 }
@@ -612,7 +677,12 @@ mod tests {
     fn integer_wrapping_and_negatives() {
         let i8s = |v: &[i8]| v.iter().map(|&x| x as u8).collect::<Vec<u8>>();
         let mut acc = i8s(&[127, -128, -5, 100]);
-        combine(DType::Int8, ReduceOp::Sum, &mut acc, &i8s(&[1, -1, -7, 100]));
+        combine(
+            DType::Int8,
+            ReduceOp::Sum,
+            &mut acc,
+            &i8s(&[1, -1, -7, 100]),
+        );
         assert_eq!(acc, i8s(&[-128, 127, -12, -56]));
         let mut acc = i8s(&[64, -3]);
         combine(DType::Int8, ReduceOp::Prod, &mut acc, &i8s(&[4, 5]));
@@ -621,9 +691,19 @@ mod tests {
         combine(DType::Uint64, ReduceOp::Sum, &mut acc, &2u64.to_ne_bytes());
         assert_eq!(acc, 1u64.to_ne_bytes());
         let mut acc = (-3i32).to_ne_bytes().to_vec();
-        combine(DType::Int32, ReduceOp::Max, &mut acc, &(-7i32).to_ne_bytes());
+        combine(
+            DType::Int32,
+            ReduceOp::Max,
+            &mut acc,
+            &(-7i32).to_ne_bytes(),
+        );
         assert_eq!(acc, (-3i32).to_ne_bytes());
-        combine(DType::Int32, ReduceOp::Min, &mut acc, &(-7i32).to_ne_bytes());
+        combine(
+            DType::Int32,
+            ReduceOp::Min,
+            &mut acc,
+            &(-7i32).to_ne_bytes(),
+        );
         assert_eq!(acc, (-7i32).to_ne_bytes());
     }
 
@@ -642,15 +722,38 @@ mod tests {
         let mut b = vec![255u8, 10];
         divide(DType::Uint8, &mut b, 4);
         assert_eq!(b, vec![63, 2]);
-        let mut b: Vec<u8> = [u64::MAX, 10].iter().flat_map(|x| x.to_ne_bytes()).collect();
+        let mut b: Vec<u8> = [u64::MAX, 10]
+            .iter()
+            .flat_map(|x| x.to_ne_bytes())
+            .collect();
         divide(DType::Uint64, &mut b, 7);
-        assert_eq!(b, [u64::MAX / 7, 1].iter().flat_map(|x| x.to_ne_bytes()).collect::<Vec<u8>>());
-        let mut b: Vec<u8> = [i64::MIN, -13].iter().flat_map(|x| x.to_ne_bytes()).collect();
+        assert_eq!(
+            b,
+            [u64::MAX / 7, 1]
+                .iter()
+                .flat_map(|x| x.to_ne_bytes())
+                .collect::<Vec<u8>>()
+        );
+        let mut b: Vec<u8> = [i64::MIN, -13]
+            .iter()
+            .flat_map(|x| x.to_ne_bytes())
+            .collect();
         divide(DType::Int64, &mut b, 4);
-        assert_eq!(b, [i64::MIN / 4, -3].iter().flat_map(|x| x.to_ne_bytes()).collect::<Vec<u8>>());
+        assert_eq!(
+            b,
+            [i64::MIN / 4, -3]
+                .iter()
+                .flat_map(|x| x.to_ne_bytes())
+                .collect::<Vec<u8>>()
+        );
         // Unaligned float64.
-        let mut st = vec![0u8; 17];
-        st[1..].copy_from_slice(&[1.0f64, -3.0].iter().flat_map(|x| x.to_ne_bytes()).collect::<Vec<u8>>());
+        let mut st = [0u8; 17];
+        st[1..].copy_from_slice(
+            &[1.0f64, -3.0]
+                .iter()
+                .flat_map(|x| x.to_ne_bytes())
+                .collect::<Vec<u8>>(),
+        );
         divide(DType::Float64, &mut st[1..], 3);
         assert_eq!(f64::from_ne_bytes(st[1..9].try_into().unwrap()), 1.0 / 3.0);
         assert_eq!(f64::from_ne_bytes(st[9..17].try_into().unwrap()), -1.0);
@@ -700,13 +803,24 @@ mod tests {
                 let s = at_offset(&src, off);
                 let mut wide = at_offset(&vec![0u8; src.len() * 2], 1 - off);
                 let wl = src.len() * 2;
-                widen(dt, &s[off..off + src.len()], &mut wide[1 - off..1 - off + wl]);
+                widen(
+                    dt,
+                    &s[off..off + src.len()],
+                    &mut wide[1 - off..1 - off + wl],
+                );
                 for (h, w) in src.chunks(2).zip(wide[1 - off..].chunks(4)) {
                     let want = dec_f(dt, h) as f32;
-                    assert_eq!(f32::from_ne_bytes(w.try_into().unwrap()).to_bits(), want.to_bits());
+                    assert_eq!(
+                        f32::from_ne_bytes(w.try_into().unwrap()).to_bits(),
+                        want.to_bits()
+                    );
                 }
                 let mut back = at_offset(&vec![0u8; src.len()], off);
-                narrow(dt, &wide[1 - off..1 - off + wl], &mut back[off..off + src.len()]);
+                narrow(
+                    dt,
+                    &wide[1 - off..1 - off + wl],
+                    &mut back[off..off + src.len()],
+                );
                 assert_eq!(&back[off..off + src.len()], &src[..]);
             }
         }
@@ -714,12 +828,30 @@ mod tests {
         // 1 + 3*2^-11 lies between 1+2^-10 and 1+2^-9 -> 1 + 2^-9 (even mantissa).
         let f32s = |v: &[f32]| v.iter().flat_map(|x| x.to_ne_bytes()).collect::<Vec<u8>>();
         let mut out = vec![0u8; 6];
-        narrow(DType::Float16, &f32s(&[1.0 + 2f32.powi(-11), 1.0 + 3.0 * 2f32.powi(-11), 65520.0]), &mut out);
-        let got: Vec<f32> = out.chunks(2).map(|c| f16::from_ne_bytes(c.try_into().unwrap()).to_f32()).collect();
+        narrow(
+            DType::Float16,
+            &f32s(&[1.0 + 2f32.powi(-11), 1.0 + 3.0 * 2f32.powi(-11), 65520.0]),
+            &mut out,
+        );
+        let got: Vec<f32> = out
+            .chunks(2)
+            .map(|c| f16::from_ne_bytes(c.try_into().unwrap()).to_f32())
+            .collect();
         assert_eq!(got, vec![1.0, 1.0 + 2f32.powi(-9), f32::INFINITY]);
         // bf16: 1 + 2^-8 halfway between 1 and 1 + 2^-7 -> 1; 1 + 3*2^-8 -> 1 + 2^-6.
-        narrow(DType::Bfloat16, &f32s(&[1.0 + 2f32.powi(-8), 1.0 + 3.0 * 2f32.powi(-8), 1.0 + 2f32.powi(-8) + 2f32.powi(-20)]), &mut out);
-        let got: Vec<f32> = out.chunks(2).map(|c| bf16::from_ne_bytes(c.try_into().unwrap()).to_f32()).collect();
+        narrow(
+            DType::Bfloat16,
+            &f32s(&[
+                1.0 + 2f32.powi(-8),
+                1.0 + 3.0 * 2f32.powi(-8),
+                1.0 + 2f32.powi(-8) + 2f32.powi(-20),
+            ]),
+            &mut out,
+        );
+        let got: Vec<f32> = out
+            .chunks(2)
+            .map(|c| bf16::from_ne_bytes(c.try_into().unwrap()).to_f32())
+            .collect();
         assert_eq!(got, vec![1.0, 1.0 + 2f32.powi(-6), 1.0 + 2f32.powi(-7)]);
     }
 

@@ -6,8 +6,8 @@ use std::ops::Range;
 use super::tuning::ALLGATHER_SMALL_BYTES;
 use super::util::{blocks, check_len, peers, ranges_in, wait_all, Carve, Recv};
 use super::Link;
-use crate::error::{Result, Status};
 use crate::bail;
+use crate::error::{Result, Status};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Algo {
@@ -18,7 +18,11 @@ pub(crate) enum Algo {
 /// Ring allgather: rank `r`'s block is already at `buf[ranges[r]]`; afterwards every block is
 /// everywhere. At step `s` rank `r` forwards block `r-s` to `r+1` and receives block `r-s-1`
 /// from `r-1`, straight into place. `ranges` must be pairwise disjoint.
-pub(crate) fn ring_allgather(link: &dyn Link, buf: &mut [u8], ranges: &[Range<usize>]) -> Result<()> {
+pub(crate) fn ring_allgather(
+    link: &dyn Link,
+    buf: &mut [u8],
+    ranges: &[Range<usize>],
+) -> Result<()> {
     let (n, r) = (link.size(), link.rank());
     assert_eq!(ranges.len(), n);
     let (right, left) = ((r + 1) % n, (r + n - 1) % n);
@@ -36,13 +40,19 @@ pub(crate) fn ring_allgather(link: &dyn Link, buf: &mut [u8], ranges: &[Range<us
 
 /// Direct allgather: every rank posts receives for every other block and sends its own block to
 /// every other rank.
-pub(crate) fn direct_allgather(link: &dyn Link, buf: &mut [u8], ranges: &[Range<usize>]) -> Result<()> {
+pub(crate) fn direct_allgather(
+    link: &dyn Link,
+    buf: &mut [u8],
+    ranges: &[Range<usize>],
+) -> Result<()> {
     let (n, r) = (link.size(), link.rank());
     let buf = Carve::new(buf);
     let mut recvs = Vec::with_capacity(n);
     for p in peers(r, n) {
         // SAFETY: blocks are pairwise disjoint; ours (ranges[r]) is only read.
-        recvs.push(Recv::post(link, p, unsafe { buf.part_mut(ranges[p].clone()) })?);
+        recvs.push(Recv::post(link, p, unsafe {
+            buf.part_mut(ranges[p].clone())
+        })?);
     }
     // SAFETY: as above.
     let mine = unsafe { buf.part(ranges[r].clone()) };
@@ -73,7 +83,7 @@ pub fn allgather(link: &dyn Link, send: Option<&[u8]>, recv: &mut [u8]) -> Resul
             s.len()
         }
         None => {
-            if recv.len() % n != 0 {
+            if !recv.len().is_multiple_of(n) {
                 bail!(
                     Status::InvalidArgument,
                     "allgather: in-place buffer of {} bytes is not {n} equal blocks",
@@ -83,7 +93,11 @@ pub fn allgather(link: &dyn Link, send: Option<&[u8]>, recv: &mut [u8]) -> Resul
             recv.len() / n
         }
     };
-    let algo = if recv.len() <= ALLGATHER_SMALL_BYTES { Algo::Direct } else { Algo::Ring };
+    let algo = if recv.len() <= ALLGATHER_SMALL_BYTES {
+        Algo::Direct
+    } else {
+        Algo::Ring
+    };
     allgather_with(link, send, recv, block, algo)
 }
 
@@ -119,7 +133,11 @@ pub fn allgatherv(
         check_len(s.len(), counts[r], "allgatherv: send buffer")?;
     }
     let total: usize = counts.iter().sum();
-    let algo = if total <= ALLGATHER_SMALL_BYTES { Algo::Direct } else { Algo::Ring };
+    let algo = if total <= ALLGATHER_SMALL_BYTES {
+        Algo::Direct
+    } else {
+        Algo::Ring
+    };
     allgatherv_with(link, send, recv, &ranges, algo)
 }
 

@@ -6,7 +6,9 @@
 use super::allgather::ring_allgather;
 use super::reduce_scatter::{ring_reduce_scatter, RsBufs};
 use super::tuning::{ALLREDUCE_SMALL_BYTES, RING_SEGMENT_BYTES};
-use super::util::{check_elems, check_len, check_op, peers, reduce_in_order, split_elems, wait_all, Recv};
+use super::util::{
+    check_elems, check_len, check_op, peers, reduce_in_order, split_elems, wait_all, Recv,
+};
 use super::Link;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::Result;
@@ -16,18 +18,32 @@ use crate::reduce::{divide, narrow, needs_widen, widen};
 pub(crate) enum Algo {
     Direct,
     /// Ring with reduce-scatter steps cut into segments of about `seg` bytes.
-    Ring { seg: usize },
+    Ring {
+        seg: usize,
+    },
 }
 
 /// Reduces every rank's input element-wise into every rank's `recv`.
 /// `send` None = in place (`recv` holds this rank's input).
-pub fn allreduce(link: &dyn Link, send: Option<&[u8]>, recv: &mut [u8], dt: DType, op: ReduceOp) -> Result<()> {
+pub fn allreduce(
+    link: &dyn Link,
+    send: Option<&[u8]>,
+    recv: &mut [u8],
+    dt: DType,
+    op: ReduceOp,
+) -> Result<()> {
     check_op(dt, op)?;
     check_elems(recv.len(), dt, "allreduce: buffer")?;
     if let Some(s) = send {
         check_len(s.len(), recv.len(), "allreduce: send buffer")?;
     }
-    let algo = if recv.len() <= ALLREDUCE_SMALL_BYTES { Algo::Direct } else { Algo::Ring { seg: RING_SEGMENT_BYTES } };
+    let algo = if recv.len() <= ALLREDUCE_SMALL_BYTES {
+        Algo::Direct
+    } else {
+        Algo::Ring {
+            seg: RING_SEGMENT_BYTES,
+        }
+    };
     allreduce_with(link, send, recv, dt, op, algo)
 }
 
@@ -53,7 +69,13 @@ pub(crate) fn allreduce_with(
 }
 
 /// Every rank sends its input to every other rank, then reduces all `n` inputs in rank order.
-fn direct(link: &dyn Link, send: Option<&[u8]>, recv: &mut [u8], dt: DType, op: ReduceOp) -> Result<()> {
+fn direct(
+    link: &dyn Link,
+    send: Option<&[u8]>,
+    recv: &mut [u8],
+    dt: DType,
+    op: ReduceOp,
+) -> Result<()> {
     let (n, r) = (link.size(), link.rank());
     let len = recv.len();
     // Our own input must survive until the reduction reads it; in place it lives in `recv`.
@@ -79,8 +101,15 @@ fn direct(link: &dyn Link, send: Option<&[u8]>, recv: &mut [u8], dt: DType, op: 
         }
         wait_all(recvs, sends)?;
     }
-    let inputs: Vec<&[u8]> =
-        (0..n).map(|p| if p == r { mine } else { &got[p * len..(p + 1) * len] }).collect();
+    let inputs: Vec<&[u8]> = (0..n)
+        .map(|p| {
+            if p == r {
+                mine
+            } else {
+                &got[p * len..(p + 1) * len]
+            }
+        })
+        .collect();
     reduce_in_order(dt, op, &inputs, recv, n);
     Ok(())
 }
@@ -88,7 +117,14 @@ fn direct(link: &dyn Link, send: Option<&[u8]>, recv: &mut [u8], dt: DType, op: 
 /// Ring reduce-scatter over element-aligned chunks, owner finishes its chunk (Avg division,
 /// f16/bf16 rounding), ring allgather. Half-precision Sum/Prod/Avg travel as f32 during the
 /// reduce-scatter and are rounded once by the owner; the allgather moves the final 16-bit values.
-fn ring(link: &dyn Link, send: Option<&[u8]>, recv: &mut [u8], dt: DType, op: ReduceOp, seg: usize) -> Result<()> {
+fn ring(
+    link: &dyn Link,
+    send: Option<&[u8]>,
+    recv: &mut [u8],
+    dt: DType,
+    op: ReduceOp,
+    seg: usize,
+) -> Result<()> {
     let (n, r) = (link.size(), link.rank());
     let esz = dt.size();
     let count = recv.len() / esz;

@@ -3,16 +3,20 @@
 
 use super::util::{check_len, peers, ranges_in, wait_all, Carve, Recv};
 use super::Link;
-use crate::error::{Result, Status};
 use crate::bail;
+use crate::error::{Result, Status};
 
 /// Block `j` of `send` goes to rank `j`; block `i` of `recv` comes from rank `i`. Both buffers
 /// hold `size` equal blocks.
 pub fn alltoall(link: &dyn Link, send: &[u8], recv: &mut [u8]) -> Result<()> {
     let (n, r) = (link.size(), link.rank());
     check_len(recv.len(), send.len(), "alltoall: recv buffer")?;
-    if send.len() % n != 0 {
-        bail!(Status::InvalidArgument, "alltoall: {} bytes are not {n} equal blocks", send.len());
+    if !send.len().is_multiple_of(n) {
+        bail!(
+            Status::InvalidArgument,
+            "alltoall: {} bytes are not {n} equal blocks",
+            send.len()
+        );
     }
     let block = send.len() / n;
     if block == 0 {
@@ -60,7 +64,9 @@ pub fn alltoallv(
     let mut recvs = Vec::with_capacity(n - 1);
     for p in peers(r, n) {
         // SAFETY: receive blocks are pairwise disjoint (checked above).
-        recvs.push(Recv::post(link, p, unsafe { recv.part_mut(rr[p].clone()) })?);
+        recvs.push(Recv::post(link, p, unsafe {
+            recv.part_mut(rr[p].clone())
+        })?);
     }
     let mut sends = Vec::with_capacity(n - 1);
     for p in peers(r, n) {

@@ -10,18 +10,31 @@ use crate::error::Result;
 pub(crate) enum Algo {
     Tree,
     /// Pipelined chain in segments of `seg` bytes.
-    Chain { seg: usize },
+    Chain {
+        seg: usize,
+    },
 }
 
 /// Copies `buf` of rank `root` into `buf` of every rank.
 pub fn broadcast(link: &dyn Link, buf: &mut [u8], root: usize) -> Result<()> {
     let n = link.size();
     check_root(root, n)?;
-    let algo = if n <= 2 || buf.len() <= BROADCAST_SMALL_BYTES { Algo::Tree } else { Algo::Chain { seg: chain_segment(buf.len()) } };
+    let algo = if n <= 2 || buf.len() <= BROADCAST_SMALL_BYTES {
+        Algo::Tree
+    } else {
+        Algo::Chain {
+            seg: chain_segment(buf.len()),
+        }
+    };
     broadcast_with(link, buf, root, algo)
 }
 
-pub(crate) fn broadcast_with(link: &dyn Link, buf: &mut [u8], root: usize, algo: Algo) -> Result<()> {
+pub(crate) fn broadcast_with(
+    link: &dyn Link,
+    buf: &mut [u8],
+    root: usize,
+    algo: Algo,
+) -> Result<()> {
     if link.size() == 1 || buf.is_empty() {
         return Ok(());
     }

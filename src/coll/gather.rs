@@ -2,8 +2,8 @@
 
 use super::util::{check_len, check_root, peers, wait_all, Recv};
 use super::Link;
-use crate::error::{Result, Status};
 use crate::bail;
+use crate::error::{Result, Status};
 
 /// Collects every rank's `send` at the root: `recv` (root only, `size * send.len()` bytes) gets
 /// rank `j`'s block at `j * send.len()`. `recv` is ignored on other ranks.
@@ -18,7 +18,10 @@ pub fn gather(link: &dyn Link, send: &[u8], recv: Option<&mut [u8]>, root: usize
         return link.send(root, send)?.wait().map(drop);
     }
     let Some(recv) = recv else {
-        bail!(Status::InvalidArgument, "gather: the root needs a recv buffer");
+        bail!(
+            Status::InvalidArgument,
+            "gather: the root needs a recv buffer"
+        );
     };
     check_len(recv.len(), n * block, "gather: recv buffer")?;
     if block == 0 {
@@ -48,7 +51,10 @@ pub fn scatter(link: &dyn Link, send: Option<&[u8]>, recv: &mut [u8], root: usiz
         return Recv::post(link, root, recv)?.wait();
     }
     let Some(send) = send else {
-        bail!(Status::InvalidArgument, "scatter: the root needs a send buffer");
+        bail!(
+            Status::InvalidArgument,
+            "scatter: the root needs a send buffer"
+        );
     };
     check_len(send.len(), n * block, "scatter: send buffer")?;
     if block == 0 {

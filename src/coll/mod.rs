@@ -90,3 +90,6 @@ pub mod tuning {
     /// elements) so reducing one segment overlaps receiving the next.
     pub const RING_SEGMENT_BYTES: usize = 256 << 10;
 }
+
+#[cfg(test)]
+mod tests;

@@ -3,18 +3,22 @@
 
 use super::reduce_scatter::{ring_reduce_scatter, RsBufs};
 use super::tuning::{REDUCE_SMALL_BYTES, RING_SEGMENT_BYTES};
-use super::util::{check_elems, check_len, check_op, check_root, split_elems, wait_all, Carve, Recv};
+use super::util::{
+    check_elems, check_len, check_op, check_root, split_elems, wait_all, Carve, Recv,
+};
 use super::Link;
+use crate::bail;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Result, Status};
 use crate::reduce::{combine, divide, narrow, needs_widen, widen};
-use crate::bail;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Algo {
     Tree,
     /// Ring reduce-scatter with steps cut into segments of about `seg` bytes, then gather.
-    Ring { seg: usize },
+    Ring {
+        seg: usize,
+    },
 }
 
 /// Reduces every rank's `count_bytes` of input into the root's `recv`.
@@ -40,12 +44,24 @@ pub fn reduce(
     if link.rank() == root {
         match &recv {
             Some(r) => check_len(r.len(), count_bytes, "reduce: recv buffer")?,
-            None => bail!(Status::InvalidArgument, "reduce: the root needs a recv buffer"),
+            None => bail!(
+                Status::InvalidArgument,
+                "reduce: the root needs a recv buffer"
+            ),
         }
     } else if send.is_none() {
-        bail!(Status::InvalidArgument, "reduce: a non-root rank needs a send buffer");
+        bail!(
+            Status::InvalidArgument,
+            "reduce: a non-root rank needs a send buffer"
+        );
     }
-    let algo = if count_bytes <= REDUCE_SMALL_BYTES { Algo::Tree } else { Algo::Ring { seg: RING_SEGMENT_BYTES } };
+    let algo = if count_bytes <= REDUCE_SMALL_BYTES {
+        Algo::Tree
+    } else {
+        Algo::Ring {
+            seg: RING_SEGMENT_BYTES,
+        }
+    };
     reduce_with(link, send, recv, count_bytes, dt, op, root, algo)
 }
 
@@ -103,7 +119,11 @@ fn tree(
         mask <<= 1;
     }
     let wide = needs_widen(dt, op);
-    let (wdt, wlen) = if wide { (DType::Float32, count_bytes * 2) } else { (dt, count_bytes) };
+    let (wdt, wlen) = if wide {
+        (DType::Float32, count_bytes * 2)
+    } else {
+        (dt, count_bytes)
+    };
 
     // Leaf: send the input as is (widened if needed).
     if children.is_empty() {
@@ -143,7 +163,11 @@ fn tree(
         }
     }
     {
-        let acc: &mut [u8] = if use_recv { recv.as_deref_mut().expect("root") } else { &mut scratch };
+        let acc: &mut [u8] = if use_recv {
+            recv.as_deref_mut().expect("root")
+        } else {
+            &mut scratch
+        };
         for (i, rv) in recvs.into_iter().enumerate() {
             rv.wait()?;
             // SAFETY: this slot's receive has completed.
@@ -203,7 +227,9 @@ fn ring(
                 let out = &mut rb[ranges[r].clone()];
                 ring_reduce_scatter(link, RsBufs::Separate { input, out }, &ranges, dt, op, seg)?;
             }
-            (None, Some(rb)) => ring_reduce_scatter(link, RsBufs::InPlace(rb), &ranges, dt, op, seg)?,
+            (None, Some(rb)) => {
+                ring_reduce_scatter(link, RsBufs::InPlace(rb), &ranges, dt, op, seg)?
+            }
             (Some(input), None) => {
                 mine = vec![0u8; ranges[r].len()];
                 let out = &mut mine[..];
@@ -224,7 +250,9 @@ fn ring(
             let mut recvs = Vec::with_capacity(n - 1);
             for p in (0..n).filter(|&p| p != r) {
                 // SAFETY: the chunks are disjoint.
-                recvs.push(Recv::post(link, p, unsafe { rb.part_mut(ranges[p].clone()) })?);
+                recvs.push(Recv::post(link, p, unsafe {
+                    rb.part_mut(ranges[p].clone())
+                })?);
             }
             wait_all(recvs, Vec::new())
         }

@@ -7,10 +7,10 @@ use super::util::{
     blocks, check_elems, check_op, peers, reduce_in_order, segments, wait_all, Carve, Recv,
 };
 use super::{Link, Pending};
+use crate::bail;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Result, Status};
 use crate::reduce::{combine, combine_into, divide, narrow, needs_widen, widen};
-use crate::bail;
 
 /// Buffers of a reduce_scatter call.
 pub enum ReduceScatterBufs<'a> {
@@ -33,7 +33,9 @@ pub(crate) enum RsBufs<'a> {
 pub(crate) enum Algo {
     Direct,
     /// Ring with steps cut into segments of about `seg` bytes.
-    Ring { seg: usize },
+    Ring {
+        seg: usize,
+    },
 }
 
 /// Reduces chunk `c` (`ranges[c]`, element-aligned, pairwise disjoint) of every rank's input into
@@ -147,7 +149,12 @@ pub(crate) fn ring_reduce_scatter(
 /// Reduces block `j` of every rank's send buffer into rank `j`. Blocks are `recv.len()` bytes
 /// (Separate) or `buf.len() / size` (InPlace). Result bits are identical to what any other
 /// member would compute for the same block: the reduction order is fixed by the algorithm.
-pub fn reduce_scatter(link: &dyn Link, bufs: ReduceScatterBufs<'_>, dt: DType, op: ReduceOp) -> Result<()> {
+pub fn reduce_scatter(
+    link: &dyn Link,
+    bufs: ReduceScatterBufs<'_>,
+    dt: DType,
+    op: ReduceOp,
+) -> Result<()> {
     let n = link.size();
     check_op(dt, op)?;
     let (total, block) = match &bufs {
@@ -164,7 +171,7 @@ pub fn reduce_scatter(link: &dyn Link, bufs: ReduceScatterBufs<'_>, dt: DType, o
             (send.len(), recv.len())
         }
         ReduceScatterBufs::InPlace(buf) => {
-            if buf.len() % n != 0 {
+            if !buf.len().is_multiple_of(n) {
                 bail!(
                     Status::InvalidArgument,
                     "reduce_scatter: in-place buffer of {} bytes is not {n} equal blocks",
@@ -175,7 +182,13 @@ pub fn reduce_scatter(link: &dyn Link, bufs: ReduceScatterBufs<'_>, dt: DType, o
         }
     };
     check_elems(block, dt, "reduce_scatter block")?;
-    let algo = if total <= REDUCE_SCATTER_SMALL_BYTES { Algo::Direct } else { Algo::Ring { seg: RING_SEGMENT_BYTES } };
+    let algo = if total <= REDUCE_SCATTER_SMALL_BYTES {
+        Algo::Direct
+    } else {
+        Algo::Ring {
+            seg: RING_SEGMENT_BYTES,
+        }
+    };
     reduce_scatter_with(link, bufs, dt, op, algo)
 }
 
@@ -227,7 +240,17 @@ pub(crate) fn reduce_scatter_with(
             let ranges = blocks(n, block);
             let out = match bufs {
                 ReduceScatterBufs::Separate { send, recv } => {
-                    ring_reduce_scatter(link, RsBufs::Separate { input: send, out: recv }, &ranges, dt, op, seg)?;
+                    ring_reduce_scatter(
+                        link,
+                        RsBufs::Separate {
+                            input: send,
+                            out: recv,
+                        },
+                        &ranges,
+                        dt,
+                        op,
+                        seg,
+                    )?;
                     recv
                 }
                 ReduceScatterBufs::InPlace(buf) => {
@@ -244,7 +267,13 @@ pub(crate) fn reduce_scatter_with(
 }
 
 /// Every rank sends block `j` straight to rank `j`, which reduces the `n` blocks in rank order.
-fn direct(link: &dyn Link, bufs: ReduceScatterBufs<'_>, block: usize, dt: DType, op: ReduceOp) -> Result<()> {
+fn direct(
+    link: &dyn Link,
+    bufs: ReduceScatterBufs<'_>,
+    block: usize,
+    dt: DType,
+    op: ReduceOp,
+) -> Result<()> {
     let (n, r) = (link.size(), link.rank());
     let own = r * block..(r + 1) * block;
     let mut got = vec![0u8; n * block];
@@ -270,8 +299,15 @@ fn direct(link: &dyn Link, bufs: ReduceScatterBufs<'_>, block: usize, dt: DType,
         ReduceScatterBufs::Separate { send, recv } => (recv, &send[own]),
         ReduceScatterBufs::InPlace(buf) => (&mut buf[own], &mine),
     };
-    let inputs: Vec<&[u8]> =
-        (0..n).map(|p| if p == r { mine } else { &got[p * block..(p + 1) * block] }).collect();
+    let inputs: Vec<&[u8]> = (0..n)
+        .map(|p| {
+            if p == r {
+                mine
+            } else {
+                &got[p * block..(p + 1) * block]
+            }
+        })
+        .collect();
     reduce_in_order(dt, op, &inputs, out, n);
     Ok(())
 }

@@ -36,7 +36,10 @@ pub(crate) struct Hub {
 
 impl Hub {
     pub fn new(n: usize) -> Hub {
-        Hub { n, pairs: (0..n * n).map(|_| Pair::default()).collect() }
+        Hub {
+            n,
+            pairs: (0..n * n).map(|_| Pair::default()).collect(),
+        }
     }
 
     fn pair(&self, from: usize, to: usize) -> &Pair {
@@ -99,7 +102,12 @@ impl PendingOp for RecvOp<'_> {
             }
             let now = Instant::now();
             if now >= deadline {
-                bail!(Status::Timeout, "mock: receive #{} from rank {} timed out", self.seq, self.peer);
+                bail!(
+                    Status::Timeout,
+                    "mock: receive #{} from rank {} timed out",
+                    self.seq,
+                    self.peer
+                );
             }
             st = self.pair.cv.wait_timeout(st, deadline - now).unwrap().0;
         }
@@ -115,7 +123,10 @@ impl<'h> Link for MockLink<'h> {
     }
     fn send<'a>(&'a self, peer: usize, buf: &'a [u8]) -> Result<Pending<'a>> {
         if peer >= self.hub.n || peer == self.rank {
-            return Err(err!(Status::InvalidArgument, "mock: send to bad peer {peer}"));
+            return Err(err!(
+                Status::InvalidArgument,
+                "mock: send to bad peer {peer}"
+            ));
         }
         let pair = self.hub.pair(self.rank, peer);
         let mut st = pair.st.lock().unwrap();
@@ -127,7 +138,10 @@ impl<'h> Link for MockLink<'h> {
     }
     fn recv<'a>(&'a self, peer: usize, buf: &'a mut [u8]) -> Result<Pending<'a>> {
         if peer >= self.hub.n || peer == self.rank {
-            return Err(err!(Status::InvalidArgument, "mock: recv from bad peer {peer}"));
+            return Err(err!(
+                Status::InvalidArgument,
+                "mock: recv from bad peer {peer}"
+            ));
         }
         let pair = self.hub.pair(peer, self.rank);
         let seq = {
@@ -135,13 +149,26 @@ impl<'h> Link for MockLink<'h> {
             st.posted += 1;
             st.posted - 1
         };
-        Ok(Pending::new(RecvOp { pair, seq, buf, peer }))
+        Ok(Pending::new(RecvOp {
+            pair,
+            seq,
+            buf,
+            peer,
+        }))
     }
 }
 
 /// Runs `f` on `n` ranks (threads) over a fresh hub; returns each rank's result in rank order.
 /// When every rank succeeded, also checks that no message was left undelivered.
 pub(crate) fn run<R: Send>(n: usize, f: impl Fn(&dyn Link) -> Result<R> + Sync) -> Vec<Result<R>> {
+    run_counting(n, f).0
+}
+
+/// `run`, also returning how many messages were sent in all.
+pub(crate) fn run_counting<R: Send>(
+    n: usize,
+    f: impl Fn(&dyn Link) -> Result<R> + Sync,
+) -> (Vec<Result<R>>, u64) {
     let hub = Hub::new(n);
     let out: Vec<Result<R>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..n)
@@ -150,12 +177,16 @@ pub(crate) fn run<R: Send>(n: usize, f: impl Fn(&dyn Link) -> Result<R> + Sync) 
                 s.spawn(move || f(&MockLink { hub, rank }))
             })
             .collect();
-        handles.into_iter().map(|h| h.join().expect("rank panicked")).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("rank panicked"))
+            .collect()
     });
     if out.iter().all(|r| r.is_ok()) {
         hub.assert_drained();
     }
-    out
+    let sent = hub.pairs.iter().map(|p| p.st.lock().unwrap().sent).sum();
+    (out, sent)
 }
 
 /// `run`, unwrapping every rank's result.

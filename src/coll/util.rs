@@ -32,7 +32,11 @@ pub(crate) struct Recv<'a> {
 impl<'a> Recv<'a> {
     pub fn post(link: &'a dyn Link, peer: usize, buf: &'a mut [u8]) -> Result<Recv<'a>> {
         let len = buf.len();
-        Ok(Recv { op: link.recv(peer, buf)?, len, peer })
+        Ok(Recv {
+            op: link.recv(peer, buf)?,
+            len,
+            peer,
+        })
     }
     pub fn wait(self) -> Result<()> {
         wait_recv(self.op, self.len, self.peer)
@@ -81,13 +85,18 @@ pub(crate) fn segments(len: usize, seg: usize) -> impl Iterator<Item = Range<usi
 
 pub(crate) fn check_op(dt: DType, op: ReduceOp) -> Result<()> {
     if !op.valid_for(dt) {
-        bail!(Status::InvalidArgument, "op {} is not defined for dtype {}", op.name(), dt.name());
+        bail!(
+            Status::InvalidArgument,
+            "op {} is not defined for dtype {}",
+            op.name(),
+            dt.name()
+        );
     }
     Ok(())
 }
 
 pub(crate) fn check_elems(len: usize, dt: DType, what: &str) -> Result<()> {
-    if len % dt.size() != 0 {
+    if !len.is_multiple_of(dt.size()) {
         bail!(
             Status::InvalidArgument,
             "{what}: {len} bytes is not a whole number of {} elements",
@@ -106,7 +115,10 @@ pub(crate) fn check_root(root: usize, n: usize) -> Result<()> {
 
 pub(crate) fn check_len(got: usize, want: usize, what: &str) -> Result<()> {
     if got != want {
-        bail!(Status::InvalidArgument, "{what} holds {got} bytes, expected {want}");
+        bail!(
+            Status::InvalidArgument,
+            "{what} holds {got} bytes, expected {want}"
+        );
     }
     Ok(())
 }
@@ -165,11 +177,19 @@ pub(crate) struct Carve<'a> {
 
 impl<'a> Carve<'a> {
     pub fn new(buf: &'a mut [u8]) -> Carve<'a> {
-        Carve { ptr: buf.as_mut_ptr(), len: buf.len(), _buf: PhantomData }
+        Carve {
+            ptr: buf.as_mut_ptr(),
+            len: buf.len(),
+            _buf: PhantomData,
+        }
     }
 
     fn check(&self, r: &Range<usize>) {
-        assert!(r.start <= r.end && r.end <= self.len, "carve: {r:?} outside 0..{}", self.len);
+        assert!(
+            r.start <= r.end && r.end <= self.len,
+            "carve: {r:?} outside 0..{}",
+            self.len
+        );
     }
 
     /// # Safety
@@ -195,7 +215,13 @@ impl<'a> Carve<'a> {
 /// `out = inputs[0] op inputs[1] op ... op inputs[k-1]`, left to right, then divided by `avg_n`
 /// when `op` is Avg. Half-precision Sum/Prod/Avg reduce in f32 and round once. Every rank that
 /// calls this with the same inputs gets the same bits.
-pub(crate) fn reduce_in_order(dt: DType, op: ReduceOp, inputs: &[&[u8]], out: &mut [u8], avg_n: usize) {
+pub(crate) fn reduce_in_order(
+    dt: DType,
+    op: ReduceOp,
+    inputs: &[&[u8]],
+    out: &mut [u8],
+    avg_n: usize,
+) {
     debug_assert!(!inputs.is_empty() && inputs.iter().all(|i| i.len() == out.len()));
     if crate::reduce::needs_widen(dt, op) {
         let mut acc = vec![0u8; out.len() * 2];
