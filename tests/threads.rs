@@ -93,7 +93,7 @@ fn point_to_point_any_source_and_truncation() {
             let mut seen = vec![];
             for _ in 0..2 {
                 let mut b = [0u8; 4];
-                let op = c.post_recv(MutBuf::from_slice(&mut b), None, None).unwrap();
+                let op = c.post_recv(MutBuf::from_slice(&mut b), None, Some(3)).unwrap();
                 let d = c.wait_p2p(&op, c.op_deadline(), &|| "recv".into()).unwrap();
                 seen.push((c.comm_rank_of(d.source), b[0]));
             }
