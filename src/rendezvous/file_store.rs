@@ -156,7 +156,7 @@ fn decode(buf: &[u8]) -> Option<(Record<'_>, usize)> {
     }
     let body_len = u32::from_le_bytes(buf[0..4].try_into().unwrap()) as usize;
     let crc = u32::from_le_bytes(buf[4..8].try_into().unwrap());
-    if body_len < BODY_HEAD || body_len > BODY_HEAD + MAX_KEY_LEN + MAX_VALUE_LEN {
+    if !(BODY_HEAD..=BODY_HEAD + MAX_KEY_LEN + MAX_VALUE_LEN).contains(&body_len) {
         return None;
     }
     let body = buf.get(REC_HEAD..REC_HEAD + body_len)?;
@@ -186,7 +186,8 @@ fn random_u64() -> u64 {
 }
 
 /// One in-process mutex per file (device, inode).
-static PROCESS_LOCKS: Lazy<Mutex<HashMap<(u64, u64), Arc<Mutex<()>>>>> =
+type LockTable = HashMap<(u64, u64), Arc<Mutex<()>>>;
+static PROCESS_LOCKS: Lazy<Mutex<LockTable>> =
     Lazy::new(|| Mutex::new(HashMap::new()));
 
 fn lock_ignoring_poison<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -290,6 +291,7 @@ impl FileStore {
             .read(true)
             .write(true)
             .create(true)
+            .truncate(false)
             .mode(0o600)
             .open(path)
             .map_err(|e| Error::system(format!("opening store file {}", path.display()), e))?;
