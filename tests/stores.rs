@@ -367,12 +367,12 @@ fn file_store_completed_generation_is_not_reused() {
     let a = FileStore::open_job(&p, Duration::from_secs(60), "g").unwrap();
     let a2 = FileStore::open_job(&p, Duration::from_secs(60), "g").unwrap();
     a.set("k", b"old job").unwrap();
-    a.job_done("g").unwrap();
+    a.job_done().unwrap();
     // Not complete while a2 has not finished.
     let x = FileStore::open_job(&p, Duration::from_secs(60), "other").unwrap();
     assert_eq!(x.generation(), a.generation());
-    x.job_done("other").unwrap();
-    a2.job_done("g").unwrap();
+    x.job_done().unwrap();
+    a2.job_done().unwrap();
     // Now every job that joined is done: a newcomer starts afresh.
     let b = FileStore::open_job(&p, Duration::from_secs(60), "g").unwrap();
     assert_eq!(b.generation(), a.generation() + 1);
@@ -384,33 +384,69 @@ fn file_store_completed_generation_is_not_reused() {
     let _ = std::fs::remove_file(&p);
 }
 
+fn set_mtime_ago(p: &std::path::Path, ago: Duration) {
+    let f = std::fs::File::options().write(true).open(p).unwrap();
+    f.set_modified(SystemTime::now() - ago).unwrap();
+}
+
 #[test]
 fn file_store_stale_leftover_is_reset() {
     let p = tmp_path("stale");
-    {
-        // A crashed job: joined, wrote, never finished.
-        let old = FileStore::open_job(&p, Duration::from_secs(60), "g").unwrap();
-        old.set("k", b"stale").unwrap();
-        old.add("g/arrivals", 3).unwrap();
-    }
-    let f = std::fs::File::options().write(true).open(&p).unwrap();
-    f.set_modified(SystemTime::now() - Duration::from_secs(3600)).unwrap();
-    drop(f);
-    let old = {
-        // An instance of the old epoch (opened as if it were still alive, with a long staleness).
-        FileStore::open_job(&p, Duration::from_secs(7200), "g").unwrap()
-    };
-    assert_eq!(old.try_get("k").unwrap(), Some(b"stale".to_vec()));
-    let f = std::fs::File::options().write(true).open(&p).unwrap();
-    f.set_modified(SystemTime::now() - Duration::from_secs(3600)).unwrap();
-    drop(f);
+    // A job that joined, wrote, and then went quiet for an hour.
+    let old = FileStore::open_job(&p, Duration::from_secs(60), "g").unwrap();
+    old.set("k", b"stale").unwrap();
+    old.add("g/arrivals", 3).unwrap();
+    set_mtime_ago(&p, Duration::from_secs(3600));
     let new = FileStore::open_job(&p, Duration::from_secs(10), "g").unwrap();
     assert_eq!(new.try_get("k").unwrap(), None);
     assert_eq!(new.add("g/arrivals", 1).unwrap(), 1);
+    // The old epoch's instance learns the file is no longer its own.
     let e = old.try_get("k").unwrap_err();
     assert_eq!(e.status, Status::Rendezvous);
     assert!(e.msg.contains("reset"), "{e}");
     let _ = std::fs::remove_file(&p);
+}
+
+#[test]
+fn file_store_generation_with_a_dead_member_is_abandoned() {
+    let p = tmp_path("dead");
+    let mut kid = std::process::Command::new("true").spawn().unwrap();
+    let dead_pid = kid.id();
+    kid.wait().unwrap();
+    // A rank on this host that registered and was killed before it finished.
+    let f = FileStore::open(&p, secs(60)).unwrap();
+    let host = distcomm::log::hostname();
+    f.set(&format!("__dc/member/g/{host}/{dead_pid}/0"), b"open").unwrap();
+    f.set("k", b"of the killed job").unwrap();
+    let live = FileStore::open_job(&p, Duration::from_secs(60), "g").unwrap();
+    assert_eq!(live.generation(), f.generation() + 1);
+    assert_eq!(live.try_get("k").unwrap(), None);
+    // A live member keeps the generation joinable.
+    let other = FileStore::open_job(&p, Duration::from_secs(60), "g").unwrap();
+    assert_eq!(other.generation(), live.generation());
+    let _ = std::fs::remove_file(&p);
+}
+
+#[test]
+fn file_store_silent_generation_is_abandoned_but_heartbeats_keep_it() {
+    let p = tmp_path("silent");
+    let a = FileStore::open_job(&p, Duration::from_secs(60), "g").unwrap();
+    set_mtime_ago(&p, Duration::from_secs(30));
+    let b = FileStore::open_job(&p, Duration::from_secs(60), "g").unwrap();
+    assert_eq!(b.generation(), a.generation() + 1, "30 s of silence: abandoned");
+
+    // A member waiting in get() touches the file, so a newcomer joins it.
+    let p2 = tmp_path("heartbeat");
+    let a = Arc::new(FileStore::open_job(&p2, Duration::from_secs(3), "g").unwrap());
+    let a2 = a.clone();
+    let waiter = std::thread::spawn(move || a2.get("never", ms(1600)));
+    set_mtime_ago(&p2, Duration::from_secs(30));
+    std::thread::sleep(Duration::from_millis(1300));
+    let b = FileStore::open_job(&p2, Duration::from_secs(3), "g").unwrap();
+    assert_eq!(b.generation(), a.generation());
+    assert_eq!(waiter.join().unwrap().unwrap_err().status, Status::Timeout);
+    let _ = std::fs::remove_file(&p);
+    let _ = std::fs::remove_file(&p2);
 }
 
 #[test]

@@ -241,12 +241,11 @@ pub fn resolve(opts: &InitOptions, env: &dyn Fn(&str) -> Option<String>) -> Resu
     let launcher = LAUNCHERS.iter().find(|l| var(env, l.rank).is_some());
 
     // World size.
-    let world_size: usize;
-    if opts.world_size >= 0 {
+    let world_size: usize = if opts.world_size >= 0 {
         if opts.world_size < 1 {
             bail!(Status::InvalidArgument, "world_size {} < 1", opts.world_size);
         }
-        world_size = opts.world_size as usize;
+        opts.world_size as usize
     } else {
         let found = var(env, "WORLD_SIZE").map(|v| ("WORLD_SIZE", v)).or_else(|| {
             let l = launcher?;
@@ -263,8 +262,8 @@ pub fn resolve(opts: &InitOptions, env: &dyn Fn(&str) -> Option<String>) -> Resu
         if n < 1 {
             bail!(Status::InvalidArgument, "{name}={n}: WORLD_SIZE < 1");
         }
-        world_size = n;
-    }
+        n
+    };
 
     // Rank.
     let rank: Option<usize>;

@@ -15,22 +15,27 @@
 //!
 //! # Generations: leftovers of earlier jobs
 //!
-//! Each store instance works in one *generation* and sees only that generation's records. The rule
-//! a newcomer applies in [`FileStore::open_job`], atomically under the lock:
+//! Each store instance works in one *generation* and sees only that generation's records. A rank
+//! registers as a *member* of the generation it joins ([`FileStore::open_job`]: a key naming its
+//! job, host, pid and instance, set to `open`) and marks itself `done` ([`FileStore::job_done`])
+//! once it no longer waits for the others, after success or failure. Ranks waiting in `get` touch
+//! the file's mtime about once a second (a heartbeat). The rule a newcomer applies, atomically
+//! under the lock:
 //!
 //! 1. An empty file (or a header cut short by a crash) is initialised: new epoch, generation 1.
-//! 2. If the file was last written longer ago than `stale_after` (the job's timeout; a crashed or
-//!    long-finished job), it is **reset**: truncated, new epoch, next generation. Store instances
-//!    of the old epoch then fail with `DC_ERR_RENDEZVOUS` ("reset by another job") instead of
-//!    reading foreign data.
-//! 3. Else, if the latest generation is *complete* — at least one job joined it, and every job that
-//!    joined it has as many `done` marks as `open` marks (every rank that arrived also finished or
-//!    gave up) — a new generation is started by appending a marker. Old instances keep working in
-//!    their generation.
+//! 2. If the file was last written longer ago than `stale_after` (the job's timeout), it is a
+//!    leftover of a long-gone job and is **reset**: truncated, new epoch, next generation. Store
+//!    instances of the old epoch then fail with `DC_ERR_RENDEZVOUS` ("reset by another job")
+//!    instead of reading foreign data.
+//! 3. Else a new generation is started (by appending a marker; old instances keep working in
+//!    theirs) when the latest generation is
+//!    - *complete*: it has members and all are `done` (a finished job, or one that gave up), or
+//!    - *dead*: a member still `open` ran on this host and its process is gone (a job killed
+//!      during its rendezvous and restarted here), or
+//!    - *silent*: a member is still `open` but the file has not been touched (no write, no
+//!      heartbeat) for `min(stale_after, 15 s)` (a job killed during its rendezvous elsewhere).
 //! 4. Else the newcomer joins the latest generation (its job is still gathering).
 //!
-//! A rank registers with `open_job(.., job)` (counted in the same locked step as the decision above)
-//! and calls [`FileStore::job_done`] when it no longer waits for others (after success or failure).
 //! A file that is not a store file is never overwritten (`DC_ERR_INVALID_ARGUMENT`).
 
 use crate::error::{Error, Result, Status};
@@ -57,8 +62,60 @@ pub const MAX_KEY_LEN: usize = 4096;
 /// Largest value accepted.
 pub const MAX_VALUE_LEN: usize = 64 << 20;
 
-const OPEN_PREFIX: &str = "__dc/jobs/open/";
-const DONE_PREFIX: &str = "__dc/jobs/done/";
+/// Member keys: `__dc/member/{job}/{host}/{pid}/{instance}` = `open` | `done`.
+const MEMBER_PREFIX: &str = "__dc/member/";
+/// A generation with open members and no sign of life for this long is abandoned (rule 3).
+const SILENT_AFTER: Duration = Duration::from_secs(15);
+/// How often a waiting `get` touches the file.
+const HEARTBEAT: Duration = Duration::from_secs(1);
+
+/// Distinguishes store instances of one process in member keys.
+static INSTANCE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Whether process `pid` exists on this host.
+fn pid_alive(pid: i32) -> bool {
+    // SAFETY: kill with signal 0 only checks for existence and permission.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
+/// What the members of a generation say about it.
+#[derive(Debug, PartialEq)]
+enum GenState {
+    NoMembers,
+    Complete,
+    /// A member that is still open ran on this host in a process that is gone.
+    Dead(String),
+    Gathering,
+}
+
+fn gen_state(map: &HashMap<String, Vec<u8>>, host: &str) -> GenState {
+    let mut any = false;
+    let mut all_done = true;
+    for (k, v) in map {
+        let Some(m) = k.strip_prefix(MEMBER_PREFIX) else { continue };
+        any = true;
+        if v.as_slice() == b"done" {
+            continue;
+        }
+        all_done = false;
+        // {job}/{host}/{pid}/{instance}; the job name may itself contain '/'.
+        let mut parts = m.rsplitn(4, '/');
+        let (_inst, pid, mhost) = (parts.next(), parts.next(), parts.next());
+        if mhost == Some(host) {
+            if let Some(pid) = pid.and_then(|p| p.parse::<i32>().ok()) {
+                if pid > 0 && !pid_alive(pid) {
+                    return GenState::Dead(format!("pid {pid} on {host}"));
+                }
+            }
+        }
+    }
+    match (any, all_done) {
+        (false, _) => GenState::NoMembers,
+        (true, true) => GenState::Complete,
+        (true, false) => GenState::Gathering,
+    }
+}
 
 fn fnv1a32(data: &[u8]) -> u32 {
     let mut h: u32 = 0x811c_9dc5;
@@ -99,7 +156,7 @@ fn decode(buf: &[u8]) -> Option<(Record<'_>, usize)> {
     }
     let body_len = u32::from_le_bytes(buf[0..4].try_into().unwrap()) as usize;
     let crc = u32::from_le_bytes(buf[4..8].try_into().unwrap());
-    if body_len < BODY_HEAD || body_len > BODY_HEAD + MAX_KEY_LEN + MAX_VALUE_LEN {
+    if !(BODY_HEAD..=BODY_HEAD + MAX_KEY_LEN + MAX_VALUE_LEN).contains(&body_len) {
         return None;
     }
     let body = buf.get(REC_HEAD..REC_HEAD + body_len)?;
@@ -129,7 +186,8 @@ fn random_u64() -> u64 {
 }
 
 /// One in-process mutex per file (device, inode).
-static PROCESS_LOCKS: Lazy<Mutex<HashMap<(u64, u64), Arc<Mutex<()>>>>> =
+type LockTable = HashMap<(u64, u64), Arc<Mutex<()>>>;
+static PROCESS_LOCKS: Lazy<Mutex<LockTable>> =
     Lazy::new(|| Mutex::new(HashMap::new()));
 
 fn lock_ignoring_poison<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -188,6 +246,8 @@ struct State {
 /// A [`Store`] kept in a file on a shared file system. See the module docs for the rules.
 pub struct FileStore {
     path: PathBuf,
+    /// This instance's member key (set by `open_job`).
+    member: Option<String>,
     file: Option<File>,
     plock: Arc<Mutex<()>>,
     state: Mutex<State>,
@@ -231,18 +291,24 @@ impl FileStore {
             .read(true)
             .write(true)
             .create(true)
+            .truncate(false)
             .mode(0o600)
             .open(path)
             .map_err(|e| Error::system(format!("opening store file {}", path.display()), e))?;
         let md = file.metadata().map_err(|e| Error::system(format!("stat {}", path.display()), e))?;
         let plock = lock_ignoring_poison(&PROCESS_LOCKS).entry((md.dev(), md.ino())).or_default().clone();
+        let member = job.map(|j| {
+            let inst = INSTANCE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            format!("{MEMBER_PREFIX}{j}/{}/{}/{inst}", crate::log::hostname(), std::process::id())
+        });
         let store = FileStore {
             path: path.to_path_buf(),
+            member,
             file: Some(file),
             plock,
             state: Mutex::new(State { epoch: 0, gen: 0, offset: 0, map: HashMap::new() }),
         };
-        store.join(stale_after, job)?;
+        store.join(stale_after)?;
         Ok(store)
     }
 
@@ -260,9 +326,19 @@ impl FileStore {
         &self.path
     }
 
-    /// Marks one rank of `job` as no longer waiting (see the module docs).
-    pub fn job_done(&self, job: &str) -> Result<()> {
-        self.add(&format!("{DONE_PREFIX}{job}"), 1).map(|_| ())
+    /// Marks this member as no longer waiting for the others (see the module docs). A no-op for
+    /// instances opened without a job.
+    pub fn job_done(&self) -> Result<()> {
+        match &self.member {
+            Some(m) => self.set(m, b"done"),
+            None => Ok(()),
+        }
+    }
+
+    /// Touches the file's mtime (a heartbeat while waiting).
+    fn touch(&self) {
+        // SAFETY: futimens on our descriptor; NULL times means "now".
+        unsafe { libc::futimens(self.file().as_raw_fd(), std::ptr::null()) };
     }
 
     fn sys(&self, what: &str, e: std::io::Error) -> Error {
@@ -364,24 +440,8 @@ impl FileStore {
         self.append(st, OP_GEN, "", &[])
     }
 
-    /// Whether every job that joined the tracked generation is done (and at least one did).
-    fn complete(map: &HashMap<String, Vec<u8>>) -> bool {
-        let mut any = false;
-        for (k, v) in map {
-            if let Some(job) = k.strip_prefix(OPEN_PREFIX) {
-                any = true;
-                let opened = parse_counter(v);
-                let done = map.get(&format!("{DONE_PREFIX}{job}")).and_then(|d| parse_counter(d));
-                if opened.is_none() || done < opened {
-                    return false;
-                }
-            }
-        }
-        any
-    }
-
     /// Picks (or starts) the generation to work in; see the module docs.
-    fn join(&self, stale_after: Duration, job: Option<&str>) -> Result<()> {
+    fn join(&self, stale_after: Duration) -> Result<()> {
         let _p = lock_ignoring_poison(&self.plock);
         let _l = FcntlLock::acquire(self.file(), &self.path)?;
         let mut st = lock_ignoring_poison(&self.state);
@@ -396,22 +456,52 @@ impl FileStore {
                 self.refresh(&mut st, Follow::Latest)?;
                 let idle = md.modified().ok().and_then(|m| SystemTime::now().duration_since(m).ok());
                 let latest = st.gen;
-                if idle.is_some_and(|i| i > stale_after) {
-                    dc_log!(
-                        Level::Info,
-                        None,
-                        "store file {path}: not written for {:.0} s (> {:.0} s): a stale leftover; resetting it",
-                        idle.unwrap_or_default().as_secs_f64(),
-                        stale_after.as_secs_f64()
-                    );
-                    self.reset(&mut st, latest + 1)?;
-                } else if latest == 0 || Self::complete(&st.map) {
-                    dc_log!(Level::Info, None, "store file {path}: generation {latest} is complete; starting {}", latest + 1);
-                    st.gen = latest + 1;
-                    st.map.clear();
-                    self.append(&mut st, OP_GEN, "", &[])?;
+                let idle = idle.unwrap_or_default();
+                let state = gen_state(&st.map, &crate::log::hostname());
+                enum Decision {
+                    Reset,
+                    NewGeneration(String),
+                    Join,
+                }
+                let decision = if idle > stale_after {
+                    Decision::Reset
+                } else if latest == 0 {
+                    Decision::NewGeneration("no generation yet".into())
                 } else {
-                    dc_log!(Level::Info, None, "store file {path}: joining generation {latest}");
+                    match state {
+                        GenState::Complete => Decision::NewGeneration(format!("generation {latest} is complete")),
+                        GenState::Dead(who) => {
+                            Decision::NewGeneration(format!("generation {latest} lost a member ({who} is gone)"))
+                        }
+                        GenState::Gathering if idle > stale_after.min(SILENT_AFTER) => {
+                            Decision::NewGeneration(format!(
+                                "generation {latest} has shown no sign of life for {:.0} s",
+                                idle.as_secs_f64()
+                            ))
+                        }
+                        GenState::Gathering | GenState::NoMembers => Decision::Join,
+                    }
+                };
+                match decision {
+                    Decision::Reset => {
+                        dc_log!(
+                            Level::Info,
+                            None,
+                            "store file {path}: not written for {:.0} s (> {:.0} s): a stale leftover; resetting it",
+                            idle.as_secs_f64(),
+                            stale_after.as_secs_f64()
+                        );
+                        self.reset(&mut st, latest + 1)?;
+                    }
+                    Decision::NewGeneration(why) => {
+                        dc_log!(Level::Info, None, "store file {path}: {why}; starting generation {}", latest + 1);
+                        st.gen = latest + 1;
+                        st.map.clear();
+                        self.append(&mut st, OP_GEN, "", &[])?;
+                    }
+                    Decision::Join => {
+                        dc_log!(Level::Info, None, "store file {path}: joining generation {latest}");
+                    }
                 }
             }
             None => {
@@ -429,10 +519,8 @@ impl FileStore {
                 self.reset(&mut st, 1)?;
             }
         }
-        if let Some(job) = job {
-            let key = format!("{OPEN_PREFIX}{job}");
-            let n = st.map.get(&key).and_then(|v| parse_counter(v)).unwrap_or(0) + 1;
-            self.append(&mut st, OP_SET, &key, n.to_string().as_bytes())?;
+        if let Some(m) = &self.member {
+            self.append(&mut st, OP_SET, m, b"open")?;
         }
         Ok(())
     }
@@ -461,9 +549,14 @@ impl Store for FileStore {
     fn get(&self, key: &str, deadline: Instant) -> Result<Vec<u8>> {
         let start = Instant::now();
         let mut backoff = Duration::from_millis(1);
+        let mut touched = Instant::now();
         loop {
             if let Some(v) = self.try_get(key)? {
                 return Ok(v);
+            }
+            if touched.elapsed() >= HEARTBEAT {
+                self.touch();
+                touched = Instant::now();
             }
             let now = Instant::now();
             if now >= deadline {

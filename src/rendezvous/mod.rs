@@ -212,12 +212,11 @@ fn host_store(host: &str, port: u16, token: &[u8], env_names: bool) -> Result<Ar
 /// Calls `FileStore::job_done` when dropped, whatever the outcome of the rendezvous.
 struct JobDone {
     store: Arc<FileStore>,
-    job: String,
 }
 
 impl Drop for JobDone {
     fn drop(&mut self) {
-        if let Err(e) = self.store.job_done(&self.job) {
+        if let Err(e) = self.store.job_done() {
             dc_log!(Level::Warn, None, "could not mark the rendezvous done in the store file: {e}");
         }
     }
@@ -267,7 +266,7 @@ pub fn rendezvous(cfg: &JobConfig) -> Result<Rendezvous> {
         }
         Method::File { path } => {
             let fs = Arc::new(FileStore::open_job(path, cfg.timeout, group)?);
-            _done_guard = Some(JobDone { store: fs.clone(), job: group.clone() });
+            _done_guard = Some(JobDone { store: fs.clone() });
             let fsd: Arc<dyn Store> = fs.clone();
             match cfg.rank {
                 Some(r) => {

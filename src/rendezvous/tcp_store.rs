@@ -555,7 +555,7 @@ impl TcpStore {
                 Ok(Hello::Retry(why)) => last_err = why,
                 Err(e) => return Err(e),
             }
-            if attempts == 1 || attempts % 50 == 0 {
+            if attempts == 1 || attempts.is_multiple_of(50) {
                 dc_log!(Level::Info, None, "store at {addr} not reachable yet ({last_err}); retrying");
             }
             let now = Instant::now();
