@@ -362,10 +362,19 @@ impl SocketTransport {
         Ok(op)
     }
 
+    /// Queues a control frame (abort, goodbye) for `peer`.
+    fn send_control(&self, peer: &Arc<Peer>, kind: FrameKind, ctx: u64) -> Result<()> {
+        let hdr = Header::control(kind, ctx).encode();
+        self.enqueue(peer, TxItem { hdr, hdr_off: 0, body: Body::Owned(Vec::new()), off: 0, op: None })
+    }
+
     fn enqueue(&self, peer: &Arc<Peer>, item: TxItem) -> Result<()> {
         let mut q = lock(&peer.tx);
-        if let Some(e) = peer.gone_error() {
-            return Err(e);
+        match &*lock(&peer.state) {
+            PeerState::Up => {}
+            // Control frames (our goodbye) still go to a peer that said goodbye first.
+            PeerState::Closed if item.op.is_none() => {}
+            _ => return Err(peer.gone_error().unwrap_or_else(|| Error::new(Status::PeerLost, "peer gone"))),
         }
         let was_empty = q.is_empty();
         q.push_back(item);
@@ -459,9 +468,7 @@ impl SocketTransport {
         self.fail_aborted();
         for &m in members {
             if m != self.rank {
-                let p = self.peer(m);
-                let hdr = Header::control(FrameKind::Abort, ctx.id).encode();
-                let _ = self.enqueue(p, TxItem { hdr, hdr_off: 0, body: Body::Owned(Vec::new()), off: 0, op: None });
+                let _ = self.send_control(self.peer(m), FrameKind::Abort, ctx.id);
             }
         }
     }
@@ -825,10 +832,8 @@ impl SocketTransport {
         let handle = lock(&self.thread).take();
         let Some(handle) = handle else { return };
         for p in self.peers.iter().flatten() {
-            if p.gone_error().is_none() {
-                let hdr = Header::control(FrameKind::Close, 0).encode();
-                let _ = self.enqueue(p, TxItem { hdr, hdr_off: 0, body: Body::Owned(Vec::new()), off: 0, op: None });
-            }
+            // A peer that already said goodbye still reads until it hears ours.
+            let _ = self.send_control(p, FrameKind::Close, 0);
         }
         let polite = deadline.min(Instant::now() + Duration::from_secs(2));
         let flushed = |p: &Arc<Peer>| lock(&p.tx).is_empty() || p.rx_done.load(Ordering::Acquire);
