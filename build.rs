@@ -19,6 +19,7 @@ fn main() {
     for p in ["build.rs", "build_support", "src", "cbindgen.toml", "src/ffi/exports.map"] {
         println!("cargo:rerun-if-changed={p}");
     }
+    println!("cargo:rerun-if-env-changed=DC_HEADER_STRICT");
 
     if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
         let major = std::env::var("CARGO_PKG_VERSION_MAJOR").unwrap();
@@ -33,6 +34,10 @@ fn main() {
     let generated = scanned.and_then(|s| header::generate(&manifest_dir, &s));
     match generated {
         Ok(text) => write_if_changed(&manifest_dir.join("include/distcomm.h"), &text),
+        // `make header` sets DC_HEADER_STRICT=1: there a failure must not pass unnoticed.
+        Err(e) if std::env::var("DC_HEADER_STRICT").as_deref() == Ok("1") => {
+            panic!("include/distcomm.h not regenerated: {e}")
+        }
         Err(e) => println!(
             "cargo:warning=include/distcomm.h not regenerated: {}",
             e.replace('\n', " ")
