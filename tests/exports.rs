@@ -19,11 +19,13 @@ fn skip_or_fail(what: &str, why: &str) {
     let _ = writeln!(std::io::stderr(), "SKIPPED {what}: {why}");
 }
 
-/// target/<profile>/libdistcomm.so: this test runs from target/<profile>/deps/.
+/// The `libdistcomm.so` built by the same rustc run as the rlib this test links: it sits beside
+/// this test in target/<profile>/deps/ (cargo copies it up to target/<profile>/ only for
+/// `cargo build`, which is what gets installed, from the same compilation).
 fn shared_lib() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.parent().and_then(|d| d.parent()).unwrap();
-    let lib = profile_dir.join("libdistcomm.so");
+    let deps = exe.parent().unwrap();
+    let lib = deps.join("libdistcomm.so");
     assert!(lib.exists(), "{} not built (crate-type cdylib missing?)", lib.display());
     lib
 }

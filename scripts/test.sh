@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# Runs every test of distcomm (what `make test` and .ci/run do):
+#   1. installs missing system packages (Debian: apt-get as root, sudo otherwise)
+#   2. cargo test --release (unit, in-process and header/ABI/export tests, strict: no skips)
+#   3. make install PREFIX=<temporary prefix>
+#   4. the C tests in c_tests/ built with CMake against the installed package, run by ctest
+#   5. the same C tests configured against a moved copy of the prefix (relocatable package)
+#   6. a C program built with `pkg-config --cflags --libs distcomm`
+#
+# Release everywhere: the installed library must be a release build anyway, so one optimised
+# build serves the tests and the install (a debug test build would compile everything twice).
+# Environment: KEEP_PREFIX=1 keeps the temporary prefix; CARGO_TEST_ARGS adds cargo test args.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+STEP=0
+banner() {
+  STEP=$((STEP + 1))
+  printf '\n======== [%d] %s ========\n' "$STEP" "$*"
+}
+
+# ---------------------------------------------------------------------------------------------
+banner "system packages"
+missing=()
+have() { command -v "$1" >/dev/null 2>&1; }
+have cmake      || missing+=(cmake)
+have pkg-config || missing+=(pkg-config)
+have cc         || missing+=(gcc)
+have c++        || missing+=(g++)
+have make       || missing+=(make)
+have nm && have readelf || missing+=(binutils)
+have git        || missing+=(git)
+# libclang for tests/abi.rs (bindgen loads it at run time), with clang's own headers.
+libclang_found() {
+  [ -n "${LIBCLANG_PATH:-}" ] && return 0
+  ls /usr/lib/llvm-*/lib/libclang.so* /usr/lib/x86_64-linux-gnu/libclang*.so* \
+     /usr/lib/aarch64-linux-gnu/libclang*.so* >/dev/null 2>&1 &&
+    ls -d /usr/lib/llvm-*/lib/clang/*/include /usr/lib/clang/*/include >/dev/null 2>&1
+}
+libclang_found || missing+=(libclang-dev)
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "all present: cmake pkg-config cc c++ make binutils git libclang"
+else
+  echo "missing: ${missing[*]}"
+  if [ "$(id -u)" -eq 0 ]; then
+    SUDO=()
+  elif have sudo; then
+    SUDO=(sudo -n)
+  else
+    echo "not root and no sudo: install ${missing[*]} and run again" >&2
+    exit 1
+  fi
+  if ! have apt-get; then
+    echo "no apt-get on this system: install ${missing[*]} and run again" >&2
+    exit 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  "${SUDO[@]}" apt-get update -qq
+  "${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+have cargo || { echo "cargo not found: install a Rust toolchain (rustup) first" >&2; exit 1; }
+cargo --version
+cmake --version | head -1
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/distcomm-test.XXXXXX")
+cleanup() {
+  if [ "${KEEP_PREFIX:-0}" = 1 ]; then echo "kept $TMP"; else rm -rf "$TMP"; fi
+}
+trap cleanup EXIT
+PREFIX="$TMP/prefix"
+
+# ---------------------------------------------------------------------------------------------
+banner "cargo test --release"
+# DC_TEST_STRICT=1: a test that would skip for a missing tool (libclang, nm, a C compiler) fails.
+# shellcheck disable=SC2086
+DC_TEST_STRICT=1 cargo test --release ${CARGO_TEST_ARGS:-} 2>&1 | tee "$TMP/cargo.log"
+
+banner "make install PREFIX=$PREFIX"
+make install PREFIX="$PREFIX"
+ls -l "$PREFIX/lib" "$PREFIX/include"
+[ -d "$PREFIX/bin" ] && ls -l "$PREFIX/bin"
+
+# ---------------------------------------------------------------------------------------------
+banner "C tests against the installed package"
+rm -rf build/c_tests
+cmake -S c_tests -B build/c_tests -DCMAKE_PREFIX_PATH="$PREFIX" -DCMAKE_BUILD_TYPE=RelWithDebInfo
+cmake --build build/c_tests --parallel 2
+(cd build/c_tests && ctest --output-on-failure) 2>&1 | tee "$TMP/ctest.log"
+
+# ---------------------------------------------------------------------------------------------
+banner "relocated package: configure and build against a moved copy of the prefix"
+cp -a "$PREFIX" "$TMP/moved"
+rm -rf build/c_tests_moved
+cmake -S c_tests -B build/c_tests_moved -DCMAKE_PREFIX_PATH="$TMP/moved" >/dev/null
+grep -q "$TMP/moved/lib/cmake/distcomm" build/c_tests_moved/CMakeCache.txt
+cmake --build build/c_tests_moved --parallel 2 --target test_basics >/dev/null
+build/c_tests_moved/test_basics
+rm -rf build/c_tests_moved
+
+# ---------------------------------------------------------------------------------------------
+banner "pkg-config"
+export PKG_CONFIG_PATH="$PREFIX/lib/pkgconfig"
+echo "cflags: $(pkg-config --cflags distcomm)"
+echo "libs:   $(pkg-config --libs distcomm)"
+echo "static: $(pkg-config --static --libs distcomm)"
+[ "$(pkg-config --modversion distcomm)" = "$(make -s version)" ]
+cat > "$TMP/pc_check.c" <<'C'
+#include <distcomm.h>
+#include <stdio.h>
+int main(void) {
+  printf("pkg-config build: dc_version() = %u, %s\n", (unsigned)dc_version(),
+         dc_status_name(DC_ERR_TIMEOUT));
+  return dc_version() == 0;
+}
+C
+# shellcheck disable=SC2046
+cc -std=c11 -Wall -Wextra -Werror "$TMP/pc_check.c" -o "$TMP/pc_check" \
+   $(pkg-config --cflags --libs distcomm)
+LD_LIBRARY_PATH="$PREFIX/lib" "$TMP/pc_check"
+
+# Totals over both runners (only reached when everything passed).
+passed=$(awk '/^test result:/ { for (i = 1; i <= NF; i++) if ($i ~ /^passed;?$/) s += $(i-1) } END { print s + 0 }' "$TMP/cargo.log")
+ctests=$(awk '/tests passed, .* tests failed out of/ { print $NF }' "$TMP/ctest.log")
+printf '\n======== all test steps passed ========\n'
+echo "cargo test: ${passed} passed; ctest: ${ctests:-0} passed"
+echo "summary: $((passed + ${ctests:-0})) passed, 0 failed"
