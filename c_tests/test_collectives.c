@@ -1,6 +1,6 @@
 /* Every collective of the API, blocking and non-blocking, in-place and out-of-place, checked
  * against a reference computed locally, with every rank ending with bitwise identical results. */
-#include "dc_test_util.h"
+#include "common.h"
 
 static int g_rank, g_size;
 static dc_comm *g_world;
@@ -59,7 +59,7 @@ static void test_allreduce(void) {
     for (int o = 0; o < 8; o++) {
       int op = ALL_OPS[o];
       if (dtype_is_float(dt) && o >= 5) {
-        EXPECT_STATUS(DC_ERR_INVALID_ARGUMENT, dc_allreduce(NULL, NULL, 0, dt, op, g_world));
+        CHECK_STATUS(dc_allreduce(NULL, NULL, 0, dt, op, g_world), DC_ERR_INVALID_ARGUMENT);
         continue;
       }
       for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
