@@ -29,7 +29,7 @@ CMAKEDIR   := $(LIBDIR)/cmake/distcomm
 PCDIR      := $(LIBDIR)/pkgconfig
 SUBST      := sed -e 's|@VERSION@|$(VERSION)|g' -e 's|@MAJOR@|$(MAJOR)|g' -e 's|@PREFIX@|$(ABS_PREFIX)|g'
 
-.PHONY: all build install uninstall header test clean version
+.PHONY: all build install uninstall header test clean version example
 
 all: build
 
@@ -73,6 +73,9 @@ header:
 
 test:
 	scripts/test.sh
+
+example:
+	scripts/example.sh
 
 clean:
 	$(CARGO) clean

@@ -22,45 +22,8 @@ banner() {
 
 # ---------------------------------------------------------------------------------------------
 banner "system packages"
-missing=()
-have() { command -v "$1" >/dev/null 2>&1; }
-have cmake      || missing+=(cmake)
-have pkg-config || missing+=(pkg-config)
-have cc         || missing+=(gcc)
-have c++        || missing+=(g++)
-have make       || missing+=(make)
-have nm && have readelf || missing+=(binutils)
-have git        || missing+=(git)
-# libclang for tests/abi.rs (bindgen loads it at run time), with clang's own headers.
-libclang_found() {
-  [ -n "${LIBCLANG_PATH:-}" ] && return 0
-  ls /usr/lib/llvm-*/lib/libclang.so* /usr/lib/x86_64-linux-gnu/libclang*.so* \
-     /usr/lib/aarch64-linux-gnu/libclang*.so* >/dev/null 2>&1 &&
-    ls -d /usr/lib/llvm-*/lib/clang/*/include /usr/lib/clang/*/include >/dev/null 2>&1
-}
-libclang_found || missing+=(libclang-dev)
-
-if [ ${#missing[@]} -eq 0 ]; then
-  echo "all present: cmake pkg-config cc c++ make binutils git libclang"
-else
-  echo "missing: ${missing[*]}"
-  if [ "$(id -u)" -eq 0 ]; then
-    SUDO=()
-  elif have sudo; then
-    SUDO=(sudo -n)
-  else
-    echo "not root and no sudo: install ${missing[*]} and run again" >&2
-    exit 1
-  fi
-  if ! have apt-get; then
-    echo "no apt-get on this system: install ${missing[*]} and run again" >&2
-    exit 1
-  fi
-  export DEBIAN_FRONTEND=noninteractive
-  "${SUDO[@]}" apt-get update -qq
-  "${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
-have cargo || { echo "cargo not found: install a Rust toolchain (rustup) first" >&2; exit 1; }
+. scripts/packages.sh
+ensure_packages cmake pkg-config cc c++ make nm readelf git libclang
 cargo --version
 cmake --version | head -1
 
