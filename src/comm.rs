@@ -23,6 +23,9 @@ use std::time::{Duration, Instant};
 /// What one `dc_init` created: the transport shared by the world comm and its subgroups.
 pub struct World {
     pub transport: Arc<SocketTransport>,
+    /// The job's rendezvous store (already prefixed for this job and group), for later
+    /// out-of-band exchanges such as NCCL unique ids.
+    pub store: Arc<dyn crate::rendezvous::Store>,
     /// Kept alive for the job's lifetime (e.g. the store server rank 0 hosts).
     pub keepalive: Mutex<Vec<Box<dyn std::any::Any + Send>>>,
     pub shutdown_wait: Duration,
@@ -180,6 +183,21 @@ impl Comm {
 
     pub fn size(&self) -> usize {
         self.members.len()
+    }
+
+    /// The world this comm belongs to (transport, store).
+    pub fn world(&self) -> &Arc<World> {
+        &self.world
+    }
+
+    /// Comm rank -> world rank.
+    pub fn members(&self) -> &[u32] {
+        &self.members
+    }
+
+    /// This comm's 64-bit context id (the same on every member).
+    pub fn context_id(&self) -> u64 {
+        self.ctx.id
     }
 
     pub fn backend(&self) -> &CString {

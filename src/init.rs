@@ -64,13 +64,11 @@ pub fn init(opts: &InitOptions) -> Result<Arc<Comm>> {
             dc_log!(Level::Info, Some(rank), "rank {r} at {a}: transport socket");
         }
     }
-    let world = Arc::new(World { transport, keepalive: Mutex::new(Vec::new()), shutdown_wait: Duration::from_millis(timeout_ms.clamp(0, 30_000) as u64) });
-    {
-        let mut keep = world.keepalive.lock().unwrap_or_else(|p| p.into_inner());
-        keep.push(Box::new(rdv.store.clone()));
-        if let Some(s) = rdv.server {
-            keep.push(Box::new(s));
-        }
-    }
+    let keepalive: Vec<Box<dyn std::any::Any + Send>> = match rdv.server {
+        Some(s) => vec![Box::new(s)],
+        None => Vec::new(),
+    };
+    let shutdown_wait = Duration::from_millis(timeout_ms.clamp(0, 30_000) as u64);
+    let world = Arc::new(World { transport, store: rdv.store.clone(), keepalive: Mutex::new(keepalive), shutdown_wait });
     Ok(Comm::new_world(world, job_id, timeout_ms, "socket"))
 }
