@@ -12,11 +12,13 @@ use crate::request::Request;
 use crate::transport::ops::COLL_TAG_BIT;
 use crate::transport::socket::SocketTransport;
 use crate::transport::{CtxState, RecvOp, SendOp, TagMatch};
+use crate::coll::shm::ShmRun;
+use crate::transport::shm::{self as shm_seg, Arena, Steps};
 use std::collections::HashMap;
-use std::ffi::CString;
+use std::ffi::CStr;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -29,6 +31,26 @@ pub struct World {
     /// Kept alive for the job's lifetime (e.g. the store server rank 0 hosts).
     pub keepalive: Mutex<Vec<Box<dyn std::any::Any + Send>>>,
     pub shutdown_wait: Duration,
+    /// Which transports collectives may use.
+    pub policy: TransportPolicy,
+}
+
+/// `auto`: shared memory where every member of a comm can map the same segment, else sockets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransportPolicy {
+    Auto,
+    Socket,
+    Shm,
+}
+
+/// A comm whose members share a host: its arena, step counter, and the turn that keeps its
+/// collectives in call order (the blocking caller and the worker thread may both run them).
+struct ShmState {
+    arena: Arena,
+    steps: Steps,
+    scratch: Mutex<Vec<u8>>,
+    turn: Mutex<u64>,
+    turn_cv: Condvar,
 }
 
 impl Drop for World {
@@ -55,7 +77,7 @@ pub struct Comm {
     coll_seq: AtomicU64,
     child_seq: AtomicU64,
     executor: Mutex<Option<Executor>>,
-    backend: CString,
+    shm: once_cell::sync::OnceCell<ShmState>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -152,15 +174,19 @@ fn child_ctx_id(parent: u64, seq: u64, salt: &[i64]) -> u64 {
 
 impl Comm {
     /// The world communicator of a freshly connected transport.
-    pub fn new_world(world: Arc<World>, job_id: u64, timeout_ms: i64, backend: &str) -> Arc<Comm> {
+    /// The world communicator of a freshly connected transport (collective: sets up shared
+    /// memory where the policy allows).
+    pub fn new_world(world: Arc<World>, job_id: u64, timeout_ms: i64) -> Result<Arc<Comm>> {
         let t = &world.transport;
         let members: Vec<u32> = (0..t.size()).collect();
         let rank = t.rank() as usize;
         let ctx = CtxState::new(job_id | 1, None);
-        Comm::build(world, ctx, rank, members, timeout_ms, backend)
+        let comm = Comm::build(world, ctx, rank, members, timeout_ms);
+        comm.setup_shm()?;
+        Ok(comm)
     }
 
-    fn build(world: Arc<World>, ctx: Arc<CtxState>, rank: usize, members: Vec<u32>, timeout_ms: i64, backend: &str) -> Arc<Comm> {
+    fn build(world: Arc<World>, ctx: Arc<CtxState>, rank: usize, members: Vec<u32>, timeout_ms: i64) -> Arc<Comm> {
         world.transport.register_ctx(&ctx);
         let world_to_comm = members.iter().enumerate().map(|(i, &w)| (w, i)).collect();
         Arc::new(Comm {
@@ -173,7 +199,7 @@ impl Comm {
             coll_seq: AtomicU64::new(0),
             child_seq: AtomicU64::new(0),
             executor: Mutex::new(None),
-            backend: CString::new(backend).unwrap_or_default(),
+            shm: once_cell::sync::OnceCell::new(),
         })
     }
 
@@ -200,8 +226,9 @@ impl Comm {
         self.ctx.id
     }
 
-    pub fn backend(&self) -> &CString {
-        &self.backend
+    /// The transport this comm's collectives use: "shm" or "socket".
+    pub fn backend(&self) -> &'static CStr {
+        if self.shm.get().is_some() { c"shm" } else { c"socket" }
     }
 
     pub fn timeout_ms(&self) -> i64 {
@@ -286,15 +313,115 @@ impl Comm {
 
     fn execute(&self, args: &CollArgs, seq: u64, deadline: Instant) -> Result<()> {
         self.check_usable()?;
-        let link = CollLink { comm: self, tag: COLL_TAG_BIT | seq, sig: args.signature(), seq, deadline };
         dc_log!(Level::Trace, Some(self.rank), "{} #{seq} starts", args.name());
-        // SAFETY: buffers were validated by the C surface and stay valid until we return.
-        let r = unsafe { args.run(&link) };
+        let r = match self.shm.get() {
+            Some(shm) => self.execute_shm(shm, args, seq, deadline),
+            None => self.execute_link(args, seq, deadline),
+        };
         r.map_err(|e| {
             let e = e.context(format!("collective #{seq}"));
             dc_log!(Level::Warn, Some(self.rank), "{} failed: {}", args.name(), e.msg);
             e
         })
+    }
+
+    fn execute_link(&self, args: &CollArgs, seq: u64, deadline: Instant) -> Result<()> {
+        let link = CollLink { comm: self, tag: COLL_TAG_BIT | seq, sig: args.signature(), seq, deadline };
+        // SAFETY: buffers were validated by the C surface and stay valid until we return.
+        unsafe { args.run(&link) }
+    }
+
+    /// Shared-memory collectives run strictly in call order: wait for our turn, run, pass it on.
+    fn execute_shm(&self, shm: &ShmState, args: &CollArgs, seq: u64, deadline: Instant) -> Result<()> {
+        {
+            let mut turn = lock(&shm.turn);
+            while *turn != seq {
+                self.check_usable()?;
+                let now = Instant::now();
+                if now >= deadline {
+                    return Err(Error::new(Status::Timeout, format!("collective #{} before this one did not finish in time", *turn)));
+                }
+                turn = shm.turn_cv.wait_timeout(turn, (deadline - now).min(Duration::from_millis(50))).unwrap_or_else(|p| p.into_inner()).0;
+            }
+        }
+        let interrupt = || self.ctx.abort_error().or_else(|| self.transport().gone_error_any(&self.members));
+        let r = {
+            let mut scratch = lock(&shm.scratch);
+            let mut run = ShmRun::new(&shm.arena, &shm.steps, deadline, &interrupt, &mut scratch);
+            // SAFETY: buffers were validated by the C surface and stay valid until we return.
+            match unsafe { run.run(args) } {
+                Some(r) => r,
+                None => self.execute_link(args, seq, deadline),
+            }
+        };
+        *lock(&shm.turn) = seq + 1;
+        shm.turn_cv.notify_all();
+        r
+    }
+
+    /// Maps one shared segment for all members if the policy allows and every member can
+    /// (same host, same /dev/shm); otherwise the comm stays on sockets. Collective.
+    fn setup_shm(&self) -> Result<()> {
+        let policy = self.world.policy;
+        if policy == TransportPolicy::Socket || self.size() < 2 {
+            return Ok(());
+        }
+        let n = self.size();
+        // Rank 0 creates the segment and tells the others its name parts: ok, pid, chunk, nonce.
+        let mut info = [0u8; 24];
+        let mut created = None;
+        if self.rank == 0 {
+            shm_seg::reclaim_stale_segments();
+            let chunk = std::env::var("DC_SHM_CHUNK").ok().and_then(|v| v.parse::<usize>().ok()).unwrap_or(shm_seg::DEFAULT_CHUNK).clamp(4096, 64 << 20) / 64 * 64;
+            let nonce = crate::init::random_u64();
+            let path = shm_seg::segment_path(self.ctx.id);
+            match Arena::create(&path, n, chunk, nonce) {
+                Ok(a) => {
+                    info[0] = 1;
+                    info[4..8].copy_from_slice(&std::process::id().to_le_bytes());
+                    info[8..16].copy_from_slice(&(chunk as u64).to_le_bytes());
+                    info[16..24].copy_from_slice(&nonce.to_le_bytes());
+                    created = Some((a, path));
+                }
+                Err(e) => dc_log!(Level::Info, Some(self.rank), "no shared memory: {}", e.msg),
+            }
+        }
+        self.collective(CollArgs::Broadcast { buf: MutBuf::from_slice(&mut info), dt: crate::dtype::DType::Uint8, root: 0 })?;
+        let pid = u32::from_le_bytes(info[4..8].try_into().unwrap());
+        let chunk = u64::from_le_bytes(info[8..16].try_into().unwrap()) as usize;
+        let nonce = u64::from_le_bytes(info[16..24].try_into().unwrap());
+        let arena = match created {
+            Some((a, _)) => Some(a),
+            None if info[0] == 1 => {
+                let path = std::path::PathBuf::from(format!("/dev/shm/distcomm-{pid}-{:016x}", self.ctx.id));
+                Arena::open(&path, n, chunk, nonce, self.rank).map_err(|e| dc_log!(Level::Info, Some(self.rank), "cannot map the shared segment: {}", e.msg)).ok()
+            }
+            None => None,
+        };
+        // Everyone says whether it mapped the segment; then it can be unlinked.
+        let ok = [u8::from(arena.is_some())];
+        let mut all_ok = [0u8];
+        self.collective(CollArgs::Allreduce {
+            send: Some(ConstBuf::from_slice(&ok)),
+            recv: MutBuf::from_slice(&mut all_ok),
+            dt: crate::dtype::DType::Uint8,
+            op: crate::dtype::ReduceOp::Min,
+        })?;
+        if self.rank == 0 {
+            let _ = std::fs::remove_file(shm_seg::segment_path(self.ctx.id));
+        }
+        match (all_ok[0], arena) {
+            (1, Some(arena)) => {
+                dc_log!(Level::Info, Some(self.rank), "communicator {:#x}: shared memory, {} ranks, {} bytes", self.ctx.id, n, arena.bytes());
+                let state = ShmState { arena, steps: Steps::default(), scratch: Mutex::new(Vec::new()), turn: Mutex::new(self.coll_seq.load(Ordering::Relaxed)), turn_cv: Condvar::new() };
+                let _ = self.shm.set(state);
+                Ok(())
+            }
+            _ if policy == TransportPolicy::Shm => {
+                Err(Error::new(Status::Unavailable, "backend \"shm\": not every member can map the same shared-memory segment (different hosts or /dev/shm)"))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Runs a collective on the calling thread.
@@ -351,7 +478,7 @@ impl Comm {
         let Some(me) = ranks.iter().position(|&r| r == self.rank) else { return Ok(None) };
         let id = child_ctx_id(self.ctx.id, seq, &[-1, mine as i64]);
         let members = ranks.iter().map(|&r| self.members[r]).collect();
-        Ok(Some(self.child(id, me, members)))
+        Ok(Some(self.child(id, me, members)?))
     }
 
     /// `dc_comm_split`: ranks with the same `color` form a group ordered by (key, parent rank);
@@ -370,14 +497,16 @@ impl Comm {
         let me = group.iter().position(|&(_, r)| r == self.rank).expect("caller is in its own color");
         let members = group.iter().map(|&(_, r)| self.members[r]).collect();
         let id = child_ctx_id(self.ctx.id, seq, &[color as i64]);
-        Ok(Some(self.child(id, me, members)))
+        Ok(Some(self.child(id, me, members)?))
     }
 
-    fn child(&self, id: u64, rank: usize, members: Vec<u32>) -> Arc<Comm> {
+    /// Collective over the new group's members.
+    fn child(&self, id: u64, rank: usize, members: Vec<u32>) -> Result<Arc<Comm>> {
         let ctx = CtxState::new(id, Some(self.ctx.clone()));
-        let backend = self.backend.to_str().unwrap_or("socket").to_string();
         dc_log!(Level::Info, Some(self.rank), "new communicator {id:#x}: rank {rank} of {}", members.len());
-        Comm::build(self.world.clone(), ctx, rank, members, self.timeout_ms(), &backend)
+        let comm = Comm::build(self.world.clone(), ctx, rank, members, self.timeout_ms());
+        comm.setup_shm()?;
+        Ok(comm)
     }
 
     fn allgather_u64(&self, mine: &[u64]) -> Result<Vec<u64>> {

@@ -1,6 +1,6 @@
 //! `dc_init`: resolve the configuration, rendezvous, connect the data mesh, build the world comm.
 
-use crate::comm::{Comm, World};
+use crate::comm::{Comm, TransportPolicy, World};
 use crate::dc_log;
 use crate::error::{Error, Result, Status};
 use crate::log::Level;
@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-fn random_u64() -> u64 {
+pub(crate) fn random_u64() -> u64 {
     let mut b = [0u8; 8];
     if std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b)).is_err() {
         let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
@@ -25,12 +25,13 @@ fn random_u64() -> u64 {
 /// Forms the job described by `opts` and the environment and returns its world communicator.
 pub fn init(opts: &InitOptions) -> Result<Arc<Comm>> {
     let cfg = resolve(opts, &|k| std::env::var(k).ok())?;
-    match cfg.backend.as_str() {
-        "auto" | "socket" => {}
-        "shm" => return Err(Error::new(Status::Unavailable, "backend \"shm\": the shared-memory transport is not available in this build (use \"socket\" or \"auto\")")),
+    let policy = match cfg.backend.as_str() {
+        "auto" => TransportPolicy::Auto,
+        "socket" => TransportPolicy::Socket,
+        "shm" => TransportPolicy::Shm,
         "nccl" => return Err(Error::new(Status::Unavailable, "backend \"nccl\": this build has no NCCL support")),
         other => return Err(Error::new(Status::InvalidArgument, format!("unknown backend \"{other}\" (expected auto, shm, socket or nccl)"))),
-    }
+    };
     let rdv = rendezvous(&cfg)?;
     let (rank, size) = (rdv.rank, rdv.world_size);
     let deadline = Instant::now() + rdv.timeout;
@@ -69,6 +70,8 @@ pub fn init(opts: &InitOptions) -> Result<Arc<Comm>> {
         None => Vec::new(),
     };
     let shutdown_wait = Duration::from_millis(timeout_ms.clamp(0, 30_000) as u64);
-    let world = Arc::new(World { transport, store: rdv.store.clone(), keepalive: Mutex::new(keepalive), shutdown_wait });
-    Ok(Comm::new_world(world, job_id, timeout_ms, "socket"))
+    let world = Arc::new(World { transport, store: rdv.store.clone(), keepalive: Mutex::new(keepalive), shutdown_wait, policy });
+    let comm = Comm::new_world(world, job_id, timeout_ms)?;
+    dc_log!(Level::Info, Some(rank), "collectives use {}", comm.backend().to_string_lossy());
+    Ok(comm)
 }

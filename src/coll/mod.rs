@@ -50,6 +50,7 @@ pub mod broadcast;
 pub mod gather;
 pub mod reduce_coll;
 pub mod reduce_scatter;
+pub mod shm;
 
 #[cfg(test)]
 pub(crate) mod testing;

@@ -330,6 +330,11 @@ impl SocketTransport {
         unsafe { libc::write(self.wake.as_raw_fd(), &one as *const u64 as *const libc::c_void, 8) };
     }
 
+    /// The error of the first of `ranks` (world ranks) that is gone, if any.
+    pub fn gone_error_any(&self, ranks: &[u32]) -> Option<Error> {
+        ranks.iter().filter(|&&r| r != self.rank).find_map(|&r| self.peer(r).gone_error())
+    }
+
     /// Makes a context known so aborts from peers reach it.
     pub fn register_ctx(&self, ctx: &Arc<CtxState>) {
         lock(&self.ctxs).insert(ctx.id, Arc::downgrade(ctx));

@@ -1,0 +1,435 @@
+//! Collectives over a shared-memory arena (all members on one host). The calling thread does
+//! the work: data is staged in per-rank slots, reduced in parallel with each rank owning a share
+//! of every chunk, and copied out, chunk by chunk so it stays in cache. Small reductions take one
+//! step: everyone reads every input and reduces in rank order. Every rank ends with the same
+//! bytes because each value is computed once (large) or in the same order (small).
+//!
+//! The first step of every collective also compares what each rank is calling (signature and
+//! size), so ranks that disagree all get `DC_ERR_MISMATCH` instead of garbage.
+
+use crate::buffer::{ConstBuf, MutBuf};
+use crate::collective::{describe, CollArgs};
+use crate::dtype::{DType, ReduceOp};
+use crate::error::{Error, Result, Status};
+use crate::reduce;
+use crate::transport::shm::{Arena, Flag, Steps};
+use std::time::Instant;
+
+/// Reductions up to this many bytes take the one-step path.
+pub const SMALL_REDUCE_BYTES: usize = 16 * 1024;
+/// Elements reduced per block (keeps the f32 scratch of half types in L1).
+const REDUCE_BLOCK: usize = 4096;
+
+/// One collective call's view of the arena.
+pub struct ShmRun<'a> {
+    pub arena: &'a Arena,
+    pub steps: &'a Steps,
+    pub deadline: Instant,
+    pub interrupt: &'a dyn Fn() -> Option<Error>,
+    pub scratch: &'a mut Vec<u8>,
+    first: bool,
+    sig: u32,
+    bytes: u64,
+}
+
+fn copy(src: *const u8, dst: *mut u8, n: usize) {
+    if n > 0 {
+        // SAFETY: callers pass ranges inside validated caller buffers or arena slots, and the
+        // step protocol guarantees no concurrent writer; ranges of one call never overlap.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst, n) }
+    }
+}
+
+/// `out = in_0 op in_1 op ... op in_{k-1}` over `len` bytes in the given order; half types reduce
+/// in f32 and round once; `Avg` divides by `avg_n`. `out` may be one of the inputs.
+///
+/// # Safety
+/// Every input and `out` must be valid for `len` bytes.
+unsafe fn reduce_ordered(dt: DType, op: ReduceOp, avg_n: usize, inputs: &[*const u8], out: *mut u8, len: usize, scratch: &mut Vec<u8>) {
+    let es = dt.size();
+    let widen = reduce::needs_widen(dt, op);
+    let blk = REDUCE_BLOCK * es;
+    let need = if widen { 4 * blk } else { blk };
+    if scratch.len() < need {
+        scratch.resize(need, 0);
+    }
+    let mut off = 0;
+    while off < len {
+        let n = blk.min(len - off);
+        let part = |i: usize| std::slice::from_raw_parts(inputs[i].add(off), n);
+        if widen {
+            let (acc, tmp) = scratch[..4 * blk].split_at_mut(2 * blk);
+            let (acc, tmp) = (&mut acc[..2 * n], &mut tmp[..2 * n]);
+            reduce::widen(dt, part(0), acc);
+            for i in 1..inputs.len() {
+                reduce::widen(dt, part(i), tmp);
+                reduce::combine(DType::Float32, op, acc, tmp);
+            }
+            if op == ReduceOp::Avg {
+                reduce::divide(DType::Float32, acc, avg_n);
+            }
+            reduce::narrow(dt, acc, std::slice::from_raw_parts_mut(out.add(off), n));
+        } else {
+            let acc = &mut scratch[..n];
+            acc.copy_from_slice(part(0));
+            for i in 1..inputs.len() {
+                reduce::combine(dt, op, acc, part(i));
+            }
+            if op == ReduceOp::Avg {
+                reduce::divide(dt, acc, avg_n);
+            }
+            std::ptr::copy_nonoverlapping(acc.as_ptr(), out.add(off), n);
+        }
+        off += n;
+    }
+}
+
+/// Splits `len` bytes of `es`-byte elements into `parts` nearly equal element-aligned pieces;
+/// returns piece `i` as (offset, length).
+fn share(len: usize, es: usize, parts: usize, i: usize) -> (usize, usize) {
+    let elems = len / es;
+    let (base, extra) = (elems / parts, elems % parts);
+    let start = i * base + i.min(extra);
+    let n = base + usize::from(i < extra);
+    (start * es, n * es)
+}
+
+/// Largest piece (bytes, element-aligned) of which `k` fit in one slot.
+fn piece_for(chunk: usize, k: usize, es: usize) -> usize {
+    ((chunk / k) / es * es).max(es)
+}
+
+impl<'a> ShmRun<'a> {
+    pub fn new(arena: &'a Arena, steps: &'a Steps, deadline: Instant, interrupt: &'a dyn Fn() -> Option<Error>, scratch: &'a mut Vec<u8>) -> ShmRun<'a> {
+        ShmRun { arena, steps, deadline, interrupt, scratch, first: true, sig: 0, bytes: 0 }
+    }
+
+    fn n(&self) -> usize {
+        self.arena.ranks()
+    }
+
+    fn me(&self) -> usize {
+        self.arena.rank()
+    }
+
+    /// Starts a step: returns its number (the caller then fills its staging slot).
+    fn begin(&mut self) -> u32 {
+        let s = self.steps.next();
+        if self.first {
+            self.arena.set_desc(s, self.sig, self.bytes);
+        }
+        s
+    }
+
+    /// Publishes our staging for step `s` and waits for everyone's; on the collective's first
+    /// step also checks that everyone is calling the same thing.
+    fn staged(&mut self, s: u32) -> Result<()> {
+        self.arena.publish(Flag::Stage, s);
+        self.arena.wait_all(Flag::Stage, s, self.deadline, self.interrupt)?;
+        if std::mem::take(&mut self.first) {
+            self.check_agreement(s)?;
+        }
+        Ok(())
+    }
+
+    fn results(&self, s: u32) -> Result<()> {
+        self.arena.publish(Flag::Result, s);
+        self.arena.wait_all(Flag::Result, s, self.deadline, self.interrupt)
+    }
+
+    fn check_agreement(&self, s: u32) -> Result<()> {
+        let mine = (self.sig, self.bytes);
+        let odd: Vec<String> = (0..self.n())
+            .filter_map(|r| {
+                let d = self.arena.desc(r, s);
+                (d != mine).then(|| format!("rank {r} called {} on {} bytes", describe(d.0), d.1))
+            })
+            .collect();
+        if odd.is_empty() {
+            return Ok(());
+        }
+        Err(Error::new(
+            Status::Mismatch,
+            format!("{} where rank {} called {} on {} bytes", odd.join(", "), self.me(), describe(mine.0), mine.1),
+        ))
+    }
+
+    /// Runs `args` on shared memory; `None` if this collective has no shared-memory algorithm.
+    ///
+    /// # Safety
+    /// The buffers of `args` must be valid as the C surface promised.
+    pub unsafe fn run(&mut self, args: &CollArgs) -> Option<Result<()>> {
+        use CollArgs::*;
+        self.sig = args.signature();
+        Some(match args {
+            Barrier => {
+                self.bytes = 0;
+                let s = self.begin();
+                self.staged(s)
+            }
+            Allreduce { send, recv, dt, op } => {
+                self.bytes = recv.len() as u64;
+                self.allreduce(send.unwrap_or(ConstBuf::new(recv.as_ptr(), recv.len())), Some(*recv), *dt, *op, None)
+            }
+            Reduce { send, recv, bytes, dt, op, root } => {
+                self.bytes = *bytes as u64;
+                let input = match (send, recv) {
+                    (Some(s), _) => *s,
+                    (None, Some(r)) => ConstBuf::new(r.as_ptr(), r.len()),
+                    (None, None) => return Some(Err(Error::new(Status::Internal, "reduce without input"))),
+                };
+                let out = if self.me() == *root { *recv } else { None };
+                self.allreduce(input, out, *dt, *op, Some(*root))
+            }
+            Broadcast { buf, root, .. } => {
+                self.bytes = buf.len() as u64;
+                self.broadcast(*buf, *root)
+            }
+            Allgather { send, recv, .. } => {
+                let block = recv.len() / self.n();
+                self.bytes = block as u64;
+                self.allgather(*send, *recv, block)
+            }
+            ReduceScatter { send, recv, dt, op } => {
+                let (input, out) = match send {
+                    Some(s) => (*s, *recv),
+                    None => {
+                        let block = recv.len() / self.n();
+                        let whole = ConstBuf::new(recv.as_ptr(), recv.len());
+                        (whole, MutBuf::new(recv.as_ptr().add(self.me() * block), block))
+                    }
+                };
+                self.bytes = out.len() as u64;
+                self.reduce_scatter(input, out, *dt, *op)
+            }
+            Alltoall { send, recv, .. } => {
+                let block = recv.len() / self.n();
+                self.bytes = block as u64;
+                self.alltoall(*send, *recv, block)
+            }
+            Gather { send, recv, root, .. } => {
+                self.bytes = send.len() as u64;
+                self.gather(*send, *recv, *root)
+            }
+            Scatter { send, recv, root, .. } => {
+                self.bytes = recv.len() as u64;
+                self.scatter(*send, *recv, *root)
+            }
+            Allgatherv { .. } | Alltoallv { .. } => return None,
+        })
+    }
+
+    /// Allreduce (`root: None`, result everywhere) or reduce (result only at `root`).
+    unsafe fn allreduce(&mut self, input: ConstBuf, out: Option<MutBuf>, dt: DType, op: ReduceOp, root: Option<usize>) -> Result<()> {
+        let (n, me, es) = (self.n(), self.me(), dt.size());
+        let len = input.len();
+        let src = input.as_slice().as_ptr();
+        let avg_n = n;
+        if len <= SMALL_REDUCE_BYTES.min(self.arena.chunk()) {
+            // One step: stage everything, everyone (or the root) reduces all inputs in rank order.
+            let s = self.begin();
+            copy(src, self.arena.my_stage(s).as_mut_ptr(), len);
+            self.staged(s)?;
+            if let Some(o) = out {
+                let inputs: Vec<*const u8> = (0..n).map(|r| self.arena.stage(r, s).as_ptr()).collect();
+                reduce_ordered(dt, op, avg_n, &inputs, o.as_ptr(), len, self.scratch);
+            }
+            return Ok(());
+        }
+        // Chunked: each rank owns one share of every chunk, reduces it once, publishes it.
+        let piece = piece_for(self.arena.chunk(), 1, es * n);
+        let mut off = 0;
+        while off < len {
+            let p = piece.min(len - off);
+            let s = self.begin();
+            let stage = self.arena.my_stage(s).as_mut_ptr();
+            let (mine_at, mine_len) = share(p, es, n, me);
+            // Stage what the other owners need (our own share is read from the input directly).
+            copy(src.add(off), stage, mine_at);
+            copy(src.add(off + mine_at + mine_len), stage.add(mine_at + mine_len), p - mine_at - mine_len);
+            self.staged(s)?;
+            let inputs: Vec<*const u8> =
+                (0..n).map(|r| if r == me { src.add(off + mine_at) } else { self.arena.stage(r, s).as_ptr().add(mine_at) }).collect();
+            let result = self.arena.result_ptr(s);
+            reduce_ordered(dt, op, avg_n, &inputs, result.add(mine_at), mine_len, self.scratch);
+            self.results(s)?;
+            if let Some(o) = out {
+                if root.is_none_or(|r| r == me) {
+                    copy(result, o.as_ptr().add(off), p);
+                }
+            }
+            off += p;
+        }
+        Ok(())
+    }
+
+    unsafe fn broadcast(&mut self, buf: MutBuf, root: usize) -> Result<()> {
+        let (len, me) = (buf.len(), self.me());
+        let chunk = self.arena.chunk();
+        let mut off = 0;
+        loop {
+            let p = chunk.min(len - off);
+            let s = self.begin();
+            if me == root {
+                copy(buf.as_ptr().add(off), self.arena.my_stage(s).as_mut_ptr(), p);
+            }
+            self.staged(s)?;
+            if me != root {
+                copy(self.arena.stage(root, s).as_ptr(), buf.as_ptr().add(off), p);
+            }
+            off += p;
+            if off >= len {
+                return Ok(());
+            }
+        }
+    }
+
+    unsafe fn allgather(&mut self, send: Option<ConstBuf>, recv: MutBuf, block: usize) -> Result<()> {
+        let (n, me) = (self.n(), self.me());
+        let mine = send.map_or(recv.as_ptr().add(me * block) as *const u8, |s| s.as_slice().as_ptr());
+        let chunk = self.arena.chunk();
+        let mut off = 0;
+        loop {
+            let p = chunk.min(block - off);
+            let s = self.begin();
+            copy(mine.add(off), self.arena.my_stage(s).as_mut_ptr(), p);
+            self.staged(s)?;
+            for r in (0..n).filter(|&r| r != me) {
+                copy(self.arena.stage(r, s).as_ptr(), recv.as_ptr().add(r * block + off), p);
+            }
+            off += p;
+            if off >= block {
+                break;
+            }
+        }
+        if send.is_some() {
+            copy(mine, recv.as_ptr().add(me * block), block);
+        }
+        Ok(())
+    }
+
+    unsafe fn reduce_scatter(&mut self, input: ConstBuf, out: MutBuf, dt: DType, op: ReduceOp) -> Result<()> {
+        let (n, me, es) = (self.n(), self.me(), dt.size());
+        let block = out.len();
+        let src = input.as_slice().as_ptr();
+        let piece = piece_for(self.arena.chunk(), n, es);
+        let mut off = 0;
+        loop {
+            let p = piece.min(block - off);
+            let s = self.begin();
+            let stage = self.arena.my_stage(s).as_mut_ptr();
+            for j in (0..n).filter(|&j| j != me) {
+                copy(src.add(j * block + off), stage.add(j * p), p);
+            }
+            self.staged(s)?;
+            let inputs: Vec<*const u8> =
+                (0..n).map(|r| if r == me { src.add(me * block + off) } else { self.arena.stage(r, s).as_ptr().add(me * p) }).collect();
+            reduce_ordered(dt, op, n, &inputs, out.as_ptr().add(off), p, self.scratch);
+            off += p;
+            if off >= block {
+                return Ok(());
+            }
+        }
+    }
+
+    unsafe fn alltoall(&mut self, send: ConstBuf, recv: MutBuf, block: usize) -> Result<()> {
+        let (n, me) = (self.n(), self.me());
+        let src = send.as_slice().as_ptr();
+        let piece = piece_for(self.arena.chunk(), n, 1);
+        let mut off = 0;
+        loop {
+            let p = piece.min(block - off);
+            let s = self.begin();
+            let stage = self.arena.my_stage(s).as_mut_ptr();
+            for j in (0..n).filter(|&j| j != me) {
+                copy(src.add(j * block + off), stage.add(j * p), p);
+            }
+            self.staged(s)?;
+            for r in (0..n).filter(|&r| r != me) {
+                copy(self.arena.stage(r, s).as_ptr().add(me * p), recv.as_ptr().add(r * block + off), p);
+            }
+            off += p;
+            if off >= block {
+                break;
+            }
+        }
+        copy(src.add(me * block), recv.as_ptr().add(me * block), block);
+        Ok(())
+    }
+
+    unsafe fn gather(&mut self, send: ConstBuf, recv: Option<MutBuf>, root: usize) -> Result<()> {
+        let (n, me, block) = (self.n(), self.me(), send.len());
+        let src = send.as_slice().as_ptr();
+        let chunk = self.arena.chunk();
+        let mut off = 0;
+        loop {
+            let p = chunk.min(block - off);
+            let s = self.begin();
+            if me != root {
+                copy(src.add(off), self.arena.my_stage(s).as_mut_ptr(), p);
+            }
+            self.staged(s)?;
+            if let (true, Some(out)) = (me == root, recv) {
+                for r in (0..n).filter(|&r| r != me) {
+                    copy(self.arena.stage(r, s).as_ptr(), out.as_ptr().add(r * block + off), p);
+                }
+            }
+            off += p;
+            if off >= block {
+                break;
+            }
+        }
+        if let (true, Some(out)) = (me == root, recv) {
+            copy(src, out.as_ptr().add(me * block), block);
+        }
+        Ok(())
+    }
+
+    unsafe fn scatter(&mut self, send: Option<ConstBuf>, recv: MutBuf, root: usize) -> Result<()> {
+        let (n, me, block) = (self.n(), self.me(), recv.len());
+        let piece = piece_for(self.arena.chunk(), n, 1);
+        let src = send.map(|s| s.as_slice().as_ptr());
+        let mut off = 0;
+        loop {
+            let p = piece.min(block - off);
+            let s = self.begin();
+            if let (true, Some(src)) = (me == root, src) {
+                let stage = self.arena.my_stage(s).as_mut_ptr();
+                for j in (0..n).filter(|&j| j != me) {
+                    copy(src.add(j * block + off), stage.add(j * p), p);
+                }
+            }
+            self.staged(s)?;
+            if me != root {
+                copy(self.arena.stage(root, s).as_ptr().add(me * p), recv.as_ptr().add(off), p);
+            }
+            off += p;
+            if off >= block {
+                break;
+            }
+        }
+        if let (true, Some(src)) = (me == root, src) {
+            copy(src.add(me * block), recv.as_ptr(), block);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shares_cover_the_range_element_aligned() {
+        for (len, es, parts) in [(0, 4, 3), (40, 4, 3), (44, 4, 8), (7, 1, 2), (1 << 20, 2, 7)] {
+            let mut next = 0;
+            for i in 0..parts {
+                let (at, n) = share(len, es, parts, i);
+                assert_eq!(at, next);
+                assert_eq!(at % es, 0);
+                next = at + n;
+            }
+            assert_eq!(next, len);
+        }
+    }
+}

@@ -1,0 +1,360 @@
+//! Shared-memory arena of one communicator whose members share a host: per-rank flags and
+//! staging slots plus shared result slots, in one segment under /dev/shm that is unlinked as soon
+//! as every member has mapped it (so a crash leaves nothing behind).
+//!
+//! Steps: every collective on the arena is a sequence of numbered steps, the same on every rank.
+//! At step `s` a rank writes its staging slot `s % SLOTS`, publishes `stage = s`, and waits until
+//! every rank has published at least `s`; two-phase steps then publish `result = s` likewise.
+//! A rank that reached step `s` has finished step `s - 1`, so with two slots nobody overwrites
+//! data that a peer may still read. The algorithms live in `coll::shm`; this file knows only
+//! memory, flags and waiting.
+//!
+//! Waiting spins briefly, yields, then sleeps on a futex in the segment (with a sleeper count so
+//! writers only pay for a wake-up when someone sleeps), always with a deadline and an interrupt
+//! check (abort, peer loss).
+
+use crate::error::{Error, Result, Status};
+use memmap2::MmapMut;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Double buffering is enough (see the module comment).
+pub const SLOTS: usize = 2;
+const MAGIC: u64 = 0x4443_5348_4d31_0001; // "DCSHM1"
+const LINE: usize = 128;
+const HEADER_BYTES: usize = 4096;
+
+/// The default staging slot size: a few of them fit in one core's L2 cache.
+pub const DEFAULT_CHUNK: usize = 256 * 1024;
+
+fn spin_iters() -> u32 {
+    static N: once_cell::sync::Lazy<u32> = once_cell::sync::Lazy::new(|| {
+        std::env::var("DC_SHM_SPIN").ok().and_then(|v| v.parse().ok()).unwrap_or(4000)
+    });
+    *N
+}
+const YIELD_ITERS: u32 = 64;
+const MAX_SLEEP: Duration = Duration::from_millis(20);
+
+#[repr(C)]
+struct Header {
+    magic: AtomicU64,
+    nonce: AtomicU64,
+    ranks: AtomicU32,
+    chunk: AtomicU32,
+    /// Waiters currently asleep on some flag of this arena.
+    sleepers: AtomicU32,
+}
+
+/// Where things are in the segment.
+#[derive(Debug, Clone, Copy)]
+struct Layout {
+    ranks: usize,
+    chunk: usize,
+    flags_off: usize,
+    staging_off: usize,
+    result_off: usize,
+    total: usize,
+}
+
+impl Layout {
+    fn new(ranks: usize, chunk: usize) -> Layout {
+        let flags_off = HEADER_BYTES;
+        let staging_off = flags_off + ranks * 2 * LINE;
+        let result_off = staging_off + ranks * SLOTS * chunk;
+        let total = result_off + SLOTS * chunk;
+        Layout { ranks, chunk, flags_off, staging_off, result_off, total }
+    }
+}
+
+/// Which flag of a rank.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flag {
+    Stage = 0,
+    Result = 1,
+}
+
+pub struct Arena {
+    map: MmapMut,
+    layout: Layout,
+    rank: usize,
+}
+
+// SAFETY: all cross-thread/process access goes through atomics or through slots whose ownership
+// the step protocol hands over with release/acquire flag updates.
+unsafe impl Send for Arena {}
+unsafe impl Sync for Arena {}
+
+/// `a` is at or past `b` in wrapping step order.
+fn reached(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) >= 0
+}
+
+fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
+    let ts = libc::timespec { tv_sec: timeout.as_secs() as libc::time_t, tv_nsec: timeout.subsec_nanos() as libc::c_long };
+    // SAFETY: word lives in a shared mapping that outlives the call; a shared (non-private)
+    // futex because other processes wake it.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT, expected, &ts as *const libc::timespec, std::ptr::null::<u32>(), 0);
+    }
+}
+
+fn futex_wake_all(word: &AtomicU32) {
+    // SAFETY: as above.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX, std::ptr::null::<libc::timespec>(), std::ptr::null::<u32>(), 0);
+    }
+}
+
+/// A segment name no other job uses: our pid (for reclaiming after a crash) and the comm id.
+pub fn segment_path(ctx: u64) -> PathBuf {
+    PathBuf::from(format!("/dev/shm/distcomm-{}-{:016x}", std::process::id(), ctx))
+}
+
+/// Removes segments left by processes that died between creating and unlinking them.
+pub fn reclaim_stale_segments() {
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else { return };
+    for e in dir.flatten() {
+        let name = e.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("distcomm-")) else { continue };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<i32>().ok()) else { continue };
+        // SAFETY: kill with signal 0 only checks whether the process exists.
+        let alive = unsafe { libc::kill(pid, 0) } == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+        if !alive {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
+impl Arena {
+    /// Creates and maps the segment (the comm's rank 0).
+    pub fn create(path: &PathBuf, ranks: usize, chunk: usize, nonce: u64) -> Result<Arena> {
+        let layout = Layout::new(ranks, chunk);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)
+            .map_err(|e| Error::system(format!("create {}", path.display()), e))?;
+        file.set_len(layout.total as u64).map_err(|e| Error::system("size shared-memory segment", e))?;
+        let arena = Arena::map(&file, layout, 0)?;
+        let h = arena.header();
+        h.nonce.store(nonce, Ordering::Relaxed);
+        h.ranks.store(ranks as u32, Ordering::Relaxed);
+        h.chunk.store(chunk as u32, Ordering::Relaxed);
+        h.magic.store(MAGIC, Ordering::Release);
+        Ok(arena)
+    }
+
+    /// Maps a segment another member created, checking that it is the one we were told about.
+    pub fn open(path: &PathBuf, ranks: usize, chunk: usize, nonce: u64, rank: usize) -> Result<Arena> {
+        let layout = Layout::new(ranks, chunk);
+        let file = OpenOptions::new().read(true).write(true).open(path).map_err(|e| Error::system(format!("open {}", path.display()), e))?;
+        let len = file.metadata().map_err(|e| Error::system("stat segment", e))?.len();
+        if len != layout.total as u64 {
+            return Err(Error::new(Status::Unavailable, "shared-memory segment has an unexpected size"));
+        }
+        let arena = Arena::map(&file, layout, rank)?;
+        let h = arena.header();
+        if h.magic.load(Ordering::Acquire) != MAGIC || h.nonce.load(Ordering::Relaxed) != nonce {
+            return Err(Error::new(Status::Unavailable, "shared-memory segment belongs to someone else"));
+        }
+        Ok(arena)
+    }
+
+    fn map(file: &File, layout: Layout, rank: usize) -> Result<Arena> {
+        // SAFETY: the file is ours (0600, unique name); concurrent modification by the other
+        // members is the point and is mediated by atomics.
+        let map = unsafe { MmapMut::map_mut(file) }.map_err(|e| Error::system("mmap shared-memory segment", e))?;
+        Ok(Arena { map, layout, rank })
+    }
+
+    pub fn ranks(&self) -> usize {
+        self.layout.ranks
+    }
+
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// Bytes per staging slot.
+    pub fn chunk(&self) -> usize {
+        self.layout.chunk
+    }
+
+    /// Size of the mapping (for the memory-use documentation and tests).
+    pub fn bytes(&self) -> usize {
+        self.layout.total
+    }
+
+    fn header(&self) -> &Header {
+        // SAFETY: the mapping starts with a Header (page aligned, all-atomic fields).
+        unsafe { &*(self.map.as_ptr() as *const Header) }
+    }
+
+    fn flag(&self, rank: usize, f: Flag) -> &AtomicU32 {
+        let off = self.layout.flags_off + (rank * 2 + f as usize) * LINE;
+        // SAFETY: in bounds and 4-byte aligned; only accessed atomically.
+        unsafe { &*(self.map.as_ptr().add(off) as *const AtomicU32) }
+    }
+
+    /// Where rank `r` keeps the descriptor of the collective it started at step `s`.
+    fn desc_slot(&self, r: usize, s: u32) -> (&AtomicU32, &AtomicU64) {
+        let off = self.layout.flags_off + (r * 2 + 1) * LINE + 16 + (s as usize % SLOTS) * 16;
+        // SAFETY: inside rank r's second flag line (LINE = 128 bytes), aligned, atomics only.
+        unsafe { (&*(self.base().add(off) as *const AtomicU32), &*(self.base().add(off + 8) as *const AtomicU64)) }
+    }
+
+    /// Records what this rank is calling (signature, size) for the step that starts it; read by
+    /// the others after the step's `Stage` flags, to catch ranks that disagree.
+    pub fn set_desc(&self, s: u32, sig: u32, bytes: u64) {
+        let (a, b) = self.desc_slot(self.rank, s);
+        a.store(sig, Ordering::Relaxed);
+        b.store(bytes, Ordering::Relaxed);
+    }
+
+    /// Rank `r`'s descriptor for step `s` (valid after waiting for its `Stage` flag).
+    pub fn desc(&self, r: usize, s: u32) -> (u32, u64) {
+        let (a, b) = self.desc_slot(r, s);
+        (a.load(Ordering::Relaxed), b.load(Ordering::Relaxed))
+    }
+
+    fn base(&self) -> *mut u8 {
+        self.map.as_ptr() as *mut u8
+    }
+
+    /// This rank's staging slot for step `s` (writable until it publishes `s`).
+    #[allow(clippy::mut_from_ref)]
+    pub fn my_stage(&self, s: u32) -> &mut [u8] {
+        let off = self.layout.staging_off + (self.rank * SLOTS + s as usize % SLOTS) * self.layout.chunk;
+        // SAFETY: the step protocol makes this rank the only user of its slot for step s until
+        // it publishes; callers do not keep the slice past the step.
+        unsafe { std::slice::from_raw_parts_mut(self.base().add(off), self.layout.chunk) }
+    }
+
+    /// Rank `r`'s staging slot for step `s` (readable once every rank published `s`).
+    pub fn stage(&self, r: usize, s: u32) -> &[u8] {
+        let off = self.layout.staging_off + (r * SLOTS + s as usize % SLOTS) * self.layout.chunk;
+        // SAFETY: in bounds; read-only while the step protocol guarantees no writer.
+        unsafe { std::slice::from_raw_parts(self.base().add(off), self.layout.chunk) }
+    }
+
+    /// The shared result slot for step `s`: a disjoint piece per owner is written before
+    /// `Result` is published, and read by everyone after all published it.
+    pub fn result_ptr(&self, s: u32) -> *mut u8 {
+        let off = self.layout.result_off + (s as usize % SLOTS) * self.layout.chunk;
+        // SAFETY: in bounds of the mapping.
+        unsafe { self.base().add(off) }
+    }
+
+    /// Publishes that this rank has reached `s` on `f`, waking sleepers.
+    pub fn publish(&self, f: Flag, s: u32) {
+        let w = self.flag(self.rank, f);
+        w.store(s, Ordering::Release);
+        if self.header().sleepers.load(Ordering::SeqCst) > 0 {
+            futex_wake_all(w);
+        }
+    }
+
+    /// Waits until every rank has published at least `s` on `f`.
+    pub fn wait_all(&self, f: Flag, s: u32, deadline: Instant, interrupt: &dyn Fn() -> Option<Error>) -> Result<()> {
+        for r in 0..self.layout.ranks {
+            if r != self.rank {
+                self.wait_one(r, f, s, deadline, interrupt)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn wait_one(&self, r: usize, f: Flag, s: u32, deadline: Instant, interrupt: &dyn Fn() -> Option<Error>) -> Result<()> {
+        let w = self.flag(r, f);
+        let mut i = 0u32;
+        loop {
+            let v = w.load(Ordering::Acquire);
+            if reached(v, s) {
+                return Ok(());
+            }
+            i += 1;
+            if i < spin_iters() {
+                std::hint::spin_loop();
+                continue;
+            }
+            if let Some(e) = interrupt() {
+                return Err(e);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(Error::new(Status::Timeout, format!("rank {r} did not reach step {s} on shared memory")));
+            }
+            if i < spin_iters() + YIELD_ITERS {
+                std::thread::yield_now();
+                continue;
+            }
+            let h = self.header();
+            h.sleepers.fetch_add(1, Ordering::SeqCst);
+            if !reached(w.load(Ordering::SeqCst), s) {
+                futex_wait(w, v, (deadline - now).min(MAX_SLEEP));
+            }
+            h.sleepers.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// A per-comm step counter: every rank advances it identically.
+#[derive(Debug, Default)]
+pub struct Steps(AtomicU64);
+
+impl Steps {
+    /// Takes the next step number.
+    pub fn next(&self) -> u32 {
+        (self.0.fetch_add(1, Ordering::Relaxed) + 1) as u32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn two_ranks_exchange_through_steps() {
+        let path = segment_path(0xabcdef ^ std::process::id() as u64);
+        let a0 = Arc::new(Arena::create(&path, 2, 4096, 7).unwrap());
+        let a1 = Arc::new(Arena::open(&path, 2, 4096, 7, 1).unwrap());
+        std::fs::remove_file(&path).unwrap();
+        assert!(Arena::open(&path, 2, 4096, 7, 1).is_err(), "unlinked segment still opens");
+        let far = Instant::now() + Duration::from_secs(10);
+        let t = std::thread::spawn(move || {
+            for s in 1..=1000u32 {
+                a1.my_stage(s)[0] = s as u8;
+                a1.publish(Flag::Stage, s);
+                a1.wait_all(Flag::Stage, s, far, &|| None).unwrap();
+                assert_eq!(a1.stage(0, s)[0], (s as u8).wrapping_mul(3));
+            }
+        });
+        for s in 1..=1000u32 {
+            a0.my_stage(s)[0] = (s as u8).wrapping_mul(3);
+            a0.publish(Flag::Stage, s);
+            a0.wait_all(Flag::Stage, s, far, &|| None).unwrap();
+            assert_eq!(a0.stage(1, s)[0], s as u8);
+        }
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn waiting_times_out_and_wraps() {
+        assert!(reached(5, 5) && reached(6, 5) && !reached(4, 5));
+        assert!(reached(2, u32::MAX), "wrapping order");
+        let path = segment_path(0x1234 ^ std::process::id() as u64);
+        let a = Arena::create(&path, 2, 64, 1).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let t0 = Instant::now();
+        let e = a.wait_all(Flag::Stage, 1, Instant::now() + Duration::from_millis(100), &|| None).unwrap_err();
+        assert_eq!(e.status, Status::Timeout);
+        assert!(t0.elapsed() >= Duration::from_millis(100));
+    }
+}
