@@ -16,6 +16,10 @@ fn free_port() -> u16 {
 
 /// Runs `f(comm)` on `n` thread-ranks of a fresh job and returns their results in rank order.
 fn job<T: Send + 'static>(n: usize, timeout_ms: i64, f: impl Fn(Arc<Comm>) -> T + Send + Sync + 'static) -> Vec<T> {
+    job_on("socket", n, timeout_ms, f)
+}
+
+fn job_on<T: Send + 'static>(backend: &'static str, n: usize, timeout_ms: i64, f: impl Fn(Arc<Comm>) -> T + Send + Sync + 'static) -> Vec<T> {
     let port = free_port();
     let f = Arc::new(f);
     let handles: Vec<_> = (0..n)
@@ -27,7 +31,7 @@ fn job<T: Send + 'static>(n: usize, timeout_ms: i64, f: impl Fn(Arc<Comm>) -> T 
                     rank: r as i32,
                     world_size: n as i32,
                     timeout_ms,
-                    backend: Some("socket".into()),
+                    backend: Some(backend.into()),
                     ..Default::default()
                 };
                 let comm = distcomm::init::init(&opts).unwrap_or_else(|e| panic!("rank {r}: init failed: {e}"));
@@ -46,8 +50,11 @@ fn f32_bytes(v: &[f32]) -> Vec<u8> {
 
 #[test]
 fn allreduce_and_friends_on_thread_ranks() {
-    for n in [1, 2, 3, 4] {
-        let out = job(n, 20_000, move |c| {
+    for (backend, n) in [("socket", 1), ("socket", 2), ("socket", 3), ("socket", 4), ("shm", 2), ("shm", 3), ("shm", 4)] {
+        let out = job_on(backend, n, 20_000, move |c| {
+            if n > 1 {
+                assert_eq!(c.backend().to_str().unwrap(), backend);
+            }
             let r = c.rank() as f32;
             let count = 100_003;
             let send = f32_bytes(&vec![r + 1.0; count]);
@@ -174,4 +181,71 @@ fn groups_split_and_new_group() {
         rev.destroy();
         g.destroy();
     });
+}
+
+fn allreduce_f32(c: &Comm, v: &[f32]) -> distcomm::Result<Vec<f32>> {
+    let send = f32_bytes(v);
+    let mut recv = vec![0u8; send.len()];
+    c.collective(CollArgs::Allreduce { send: Some(ConstBuf::from_slice(&send)), recv: MutBuf::from_slice(&mut recv), dt: DType::Float32, op: ReduceOp::Sum })?;
+    Ok(recv.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect())
+}
+
+#[test]
+fn shared_memory_mismatches_fail_on_every_rank_and_the_comm_keeps_working() {
+    let out = job_on("shm", 3, 20_000, |c| {
+        // rank 2 passes a different count
+        let n = if c.rank() == 2 { 12 } else { 10 };
+        let e = allreduce_f32(&c, &vec![1.0; n]).unwrap_err();
+        assert_eq!(e.status, Status::Mismatch, "{e}");
+        assert!(e.msg.contains("rank 2") || c.rank() == 2, "{}", e.msg);
+        // rank 0 calls a barrier where the others allreduce
+        let r = if c.rank() == 0 { c.collective(CollArgs::Barrier) } else { allreduce_f32(&c, &[1.0]).map(|_| ()) };
+        assert_eq!(r.unwrap_err().status, Status::Mismatch);
+        // afterwards the ranks agree again and it works
+        allreduce_f32(&c, &vec![1.0; 100_000]).unwrap()
+    });
+    for v in out {
+        assert!(v.iter().all(|&x| x == 3.0));
+    }
+}
+
+#[test]
+fn shared_memory_large_and_inexact_results_are_identical_everywhere() {
+    let out = job_on("shm", 3, 20_000, |c| {
+        let r = c.rank() as f32;
+        let v: Vec<f32> = (0..300_001).map(|i| (i as f32 * 0.37 + r).sin() * 1e3).collect();
+        let sum = allreduce_f32(&c, &v).unwrap();
+        // the non-blocking form on the worker thread interleaves with blocking calls in order
+        let send = f32_bytes(&v);
+        let mut recv = vec![0u8; send.len()];
+        let req = c
+            .start_collective(CollArgs::Allreduce { send: Some(ConstBuf::from_slice(&send)), recv: MutBuf::from_slice(&mut recv), dt: DType::Float32, op: ReduceOp::Sum })
+            .unwrap();
+        let again = allreduce_f32(&c, &v).unwrap();
+        req.wait().unwrap();
+        drop(req);
+        assert_eq!(f32_bytes(&sum), recv);
+        assert_eq!(sum, again);
+        sum
+    });
+    assert_eq!(f32_bytes(&out[0]), f32_bytes(&out[1]));
+    assert_eq!(f32_bytes(&out[0]), f32_bytes(&out[2]));
+}
+
+#[test]
+fn abort_reaches_a_rank_waiting_on_shared_memory() {
+    let out = job_on("shm", 2, 30_000, |c| {
+        let t0 = Instant::now();
+        let r = if c.rank() == 0 {
+            std::thread::sleep(Duration::from_millis(300));
+            c.abort();
+            Err(distcomm::Error::new(Status::Aborted, "self"))
+        } else {
+            // waits in the step protocol for rank 0, which never comes
+            c.collective(CollArgs::Barrier)
+        };
+        (r.unwrap_err().status, t0.elapsed())
+    });
+    assert_eq!(out[1].0, Status::Aborted);
+    assert!(out[1].1 < Duration::from_secs(5), "{:?}", out[1].1);
 }
