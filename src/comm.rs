@@ -48,9 +48,46 @@ pub enum TransportPolicy {
 struct ShmState {
     arena: Arena,
     steps: Steps,
-    scratch: Mutex<Vec<u8>>,
-    turn: Mutex<u64>,
+    scratch: Mutex<crate::coll::shm::Scratch>,
+    /// Sequence number of the collective whose turn it is.
+    turn: AtomicU64,
+    /// Threads waiting for their turn (rare: a blocking call behind queued non-blocking ones).
+    turn_waiters: AtomicU64,
+    turn_lock: Mutex<()>,
     turn_cv: Condvar,
+}
+
+impl ShmState {
+    /// Waits until collective `seq` may run (usually at once: one atomic load).
+    fn wait_turn(&self, seq: u64, deadline: Instant, check: &dyn Fn() -> Result<()>) -> Result<()> {
+        if self.turn.load(Ordering::Acquire) == seq {
+            return Ok(());
+        }
+        self.turn_waiters.fetch_add(1, Ordering::SeqCst);
+        let r = (|| loop {
+            let g = lock(&self.turn_lock);
+            let t = self.turn.load(Ordering::SeqCst);
+            if t == seq {
+                return Ok(());
+            }
+            check()?;
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(Error::new(Status::Timeout, format!("collective #{t} before this one did not finish in time")));
+            }
+            let _ = self.turn_cv.wait_timeout(g, (deadline - now).min(Duration::from_millis(50)));
+        })();
+        self.turn_waiters.fetch_sub(1, Ordering::SeqCst);
+        r
+    }
+
+    fn pass_turn(&self, next: u64) {
+        self.turn.store(next, Ordering::SeqCst);
+        if self.turn_waiters.load(Ordering::SeqCst) > 0 {
+            let _g = lock(&self.turn_lock);
+            self.turn_cv.notify_all();
+        }
+    }
 }
 
 impl Drop for World {
@@ -333,17 +370,7 @@ impl Comm {
 
     /// Shared-memory collectives run strictly in call order: wait for our turn, run, pass it on.
     fn execute_shm(&self, shm: &ShmState, args: &CollArgs, seq: u64, deadline: Instant) -> Result<()> {
-        {
-            let mut turn = lock(&shm.turn);
-            while *turn != seq {
-                self.check_usable()?;
-                let now = Instant::now();
-                if now >= deadline {
-                    return Err(Error::new(Status::Timeout, format!("collective #{} before this one did not finish in time", *turn)));
-                }
-                turn = shm.turn_cv.wait_timeout(turn, (deadline - now).min(Duration::from_millis(50))).unwrap_or_else(|p| p.into_inner()).0;
-            }
-        }
+        shm.wait_turn(seq, deadline, &|| self.check_usable())?;
         let interrupt = || self.ctx.abort_error().or_else(|| self.transport().gone_error_any(&self.members));
         let r = {
             let mut scratch = lock(&shm.scratch);
@@ -354,8 +381,7 @@ impl Comm {
                 None => self.execute_link(args, seq, deadline),
             }
         };
-        *lock(&shm.turn) = seq + 1;
-        shm.turn_cv.notify_all();
+        shm.pass_turn(seq + 1);
         r
     }
 
@@ -413,7 +439,15 @@ impl Comm {
         match (all_ok[0], arena) {
             (1, Some(arena)) => {
                 dc_log!(Level::Info, Some(self.rank), "communicator {:#x}: shared memory, {} ranks, {} bytes", self.ctx.id, n, arena.bytes());
-                let state = ShmState { arena, steps: Steps::default(), scratch: Mutex::new(Vec::new()), turn: Mutex::new(self.coll_seq.load(Ordering::Relaxed)), turn_cv: Condvar::new() };
+                let state = ShmState {
+                    arena,
+                    steps: Steps::default(),
+                    scratch: Mutex::new(Default::default()),
+                    turn: AtomicU64::new(self.coll_seq.load(Ordering::Relaxed)),
+                    turn_waiters: AtomicU64::new(0),
+                    turn_lock: Mutex::new(()),
+                    turn_cv: Condvar::new(),
+                };
                 let _ = self.shm.set(state);
                 Ok(())
             }

@@ -26,13 +26,93 @@ pub struct Completion {
     cv: Condvar,
 }
 
-/// Spin iterations before yielding, and yields before sleeping. A peer on the other core is
-/// seen within a microsecond; a wake-up from sleep costs 15-30 us on these machines.
-const SPIN_ITERS: u32 = 2000;
-const YIELD_ITERS: u32 = 20;
 /// The longest single sleep: the waiter re-checks abort and deadline at least this often even
 /// if nobody wakes it.
 const MAX_SLEEP: Duration = Duration::from_millis(50);
+
+/// What a waiter should do next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pace {
+    Spin,
+    Yield,
+    Sleep,
+}
+
+/// The waiting policy: spin for a short time (a peer on another core is seen within a
+/// microsecond), then yield a few times (lets a peer sharing our core run), then sleep (a
+/// wake-up costs 15-30 us here, but a rank blocked for long must not eat a core). When the
+/// host's ranks outnumber its cores, spinning only steals time from the peer we wait for, so
+/// the spin is cut to a minimum.
+#[derive(Debug)]
+pub struct Backoff {
+    spin: Duration,
+    yields: u32,
+    started: Option<Instant>,
+    polls: u32,
+    yielded: u32,
+}
+
+/// Whether this host runs more ranks than it has cores (`LOCAL_WORLD_SIZE` from the launcher).
+pub fn oversubscribed() -> bool {
+    static OVER: once_cell::sync::Lazy<bool> = once_cell::sync::Lazy::new(|| {
+        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        let local = ["LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE"]
+            .iter()
+            .find_map(|k| std::env::var(k).ok().and_then(|v| v.trim().parse::<usize>().ok()))
+            .unwrap_or(1);
+        local > cores
+    });
+    *OVER
+}
+
+fn env_us(name: &str, default: u64) -> Duration {
+    Duration::from_micros(std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default))
+}
+
+impl Backoff {
+    /// For waits on memory another process writes directly (shared-memory flags).
+    pub fn for_shared_memory() -> Backoff {
+        static SPIN: once_cell::sync::Lazy<Duration> =
+            once_cell::sync::Lazy::new(|| env_us("DC_SPIN_US", if oversubscribed() { 1 } else { 50 }));
+        Backoff::new(*SPIN, if oversubscribed() { 200 } else { 32 })
+    }
+
+    /// For waits that another thread of this process (the progress thread) must end: spinning
+    /// long would take the core it needs.
+    pub fn for_progress_thread() -> Backoff {
+        static SPIN: once_cell::sync::Lazy<Duration> =
+            once_cell::sync::Lazy::new(|| env_us("DC_SPIN_US", if oversubscribed() { 0 } else { 5 }));
+        Backoff::new(*SPIN, 16)
+    }
+
+    pub fn new(spin: Duration, yields: u32) -> Backoff {
+        Backoff { spin, yields, started: None, polls: 0, yielded: 0 }
+    }
+
+    /// Call after each unsuccessful check; says how to wait before the next one.
+    pub fn next(&mut self) -> Pace {
+        self.polls = self.polls.wrapping_add(1);
+        if self.yielded == 0 {
+            // Read the clock only every 64 polls: spinning stays cheap.
+            if self.polls % 64 != 1 {
+                std::hint::spin_loop();
+                return Pace::Spin;
+            }
+            let now = Instant::now();
+            let start = *self.started.get_or_insert(now);
+            if now - start < self.spin {
+                std::hint::spin_loop();
+                return Pace::Spin;
+            }
+        }
+        if self.yielded < self.yields {
+            self.yielded += 1;
+            std::thread::yield_now();
+            return Pace::Yield;
+        }
+        Pace::Sleep
+    }
+}
 
 impl Completion {
     pub fn new() -> Completion {
@@ -67,14 +147,13 @@ impl Completion {
     /// Waits until finished, `deadline` passes (`Timeout`), or `interrupt` reports an error
     /// (abort, peer loss). Returns the operation's result; the op is NOT cancelled on timeout.
     pub fn wait(&self, deadline: Instant, interrupt: &dyn Fn() -> Option<Error>) -> WaitOutcome {
-        let mut spins = 0u32;
+        let mut backoff = Backoff::for_progress_thread();
         loop {
             if let Some(r) = self.result() {
                 return WaitOutcome::Finished(r);
             }
-            spins += 1;
-            if spins < SPIN_ITERS {
-                std::hint::spin_loop();
+            let pace = backoff.next();
+            if pace == Pace::Spin {
                 continue;
             }
             if let Some(e) = interrupt() {
@@ -84,8 +163,7 @@ impl Completion {
             if now >= deadline {
                 return WaitOutcome::TimedOut;
             }
-            if spins < SPIN_ITERS + YIELD_ITERS {
-                std::thread::yield_now();
+            if pace == Pace::Yield {
                 continue;
             }
             let g = self.result.lock().unwrap_or_else(|p| p.into_inner());

@@ -20,13 +20,23 @@ pub const SMALL_REDUCE_BYTES: usize = 16 * 1024;
 /// Elements reduced per block (keeps the f32 scratch of half types in L1).
 const REDUCE_BLOCK: usize = 4096;
 
+/// Reusable memory of a comm's shared-memory collectives (no allocation per call).
+#[derive(Default)]
+pub struct Scratch {
+    bytes: Vec<u8>,
+    inputs: Vec<*const u8>,
+}
+
+// SAFETY: the pointers are only used within one collective call, under the comm's turn.
+unsafe impl Send for Scratch {}
+
 /// One collective call's view of the arena.
 pub struct ShmRun<'a> {
     pub arena: &'a Arena,
     pub steps: &'a Steps,
     pub deadline: Instant,
     pub interrupt: &'a dyn Fn() -> Option<Error>,
-    pub scratch: &'a mut Vec<u8>,
+    scratch: &'a mut Scratch,
     first: bool,
     sig: u32,
     bytes: u64,
@@ -48,6 +58,20 @@ fn copy(src: *const u8, dst: *mut u8, n: usize) {
 unsafe fn reduce_ordered(dt: DType, op: ReduceOp, avg_n: usize, inputs: &[*const u8], out: *mut u8, len: usize, scratch: &mut Vec<u8>) {
     let es = dt.size();
     let widen = reduce::needs_widen(dt, op);
+    let aliased = inputs.iter().any(|&p| crate::buffer::overlaps(p as usize, len, out as usize, len));
+    if !widen && !aliased && inputs.len() >= 2 && len > 0 {
+        // Straight into `out`: one pass fewer than through the scratch block.
+        let o = std::slice::from_raw_parts_mut(out, len);
+        let part = |i: usize| std::slice::from_raw_parts(inputs[i], len);
+        reduce::combine_into(dt, op, o, part(0), part(1));
+        for i in 2..inputs.len() {
+            reduce::combine(dt, op, o, part(i));
+        }
+        if op == ReduceOp::Avg {
+            reduce::divide(dt, o, avg_n);
+        }
+        return;
+    }
     let blk = REDUCE_BLOCK * es;
     let need = if widen { 4 * blk } else { blk };
     if scratch.len() < need {
@@ -100,12 +124,25 @@ fn piece_for(chunk: usize, k: usize, es: usize) -> usize {
 }
 
 impl<'a> ShmRun<'a> {
-    pub fn new(arena: &'a Arena, steps: &'a Steps, deadline: Instant, interrupt: &'a dyn Fn() -> Option<Error>, scratch: &'a mut Vec<u8>) -> ShmRun<'a> {
+    pub fn new(arena: &'a Arena, steps: &'a Steps, deadline: Instant, interrupt: &'a dyn Fn() -> Option<Error>, scratch: &'a mut Scratch) -> ShmRun<'a> {
         ShmRun { arena, steps, deadline, interrupt, scratch, first: true, sig: 0, bytes: 0 }
     }
 
     fn n(&self) -> usize {
         self.arena.ranks()
+    }
+
+    /// Sets the reduction inputs, one per rank in rank order.
+    fn set_inputs(&mut self, f: impl Fn(usize) -> *const u8) {
+        let n = self.n();
+        self.scratch.inputs.clear();
+        self.scratch.inputs.extend((0..n).map(f));
+    }
+
+    /// Reduces the inputs set by `set_inputs` into `out`.
+    unsafe fn reduce(&mut self, dt: DType, op: ReduceOp, avg_n: usize, out: *mut u8, len: usize) {
+        let Scratch { bytes, inputs } = &mut *self.scratch;
+        reduce_ordered(dt, op, avg_n, inputs, out, len, bytes);
     }
 
     fn me(&self) -> usize {
@@ -231,8 +268,8 @@ impl<'a> ShmRun<'a> {
             copy(src, self.arena.my_stage(s).as_mut_ptr(), len);
             self.staged(s)?;
             if let Some(o) = out {
-                let inputs: Vec<*const u8> = (0..n).map(|r| self.arena.stage(r, s).as_ptr()).collect();
-                reduce_ordered(dt, op, avg_n, &inputs, o.as_ptr(), len, self.scratch);
+                self.set_inputs(|r| self.arena.stage(r, s).as_ptr());
+                self.reduce(dt, op, avg_n, o.as_ptr(), len);
             }
             return Ok(());
         }
@@ -248,10 +285,9 @@ impl<'a> ShmRun<'a> {
             copy(src.add(off), stage, mine_at);
             copy(src.add(off + mine_at + mine_len), stage.add(mine_at + mine_len), p - mine_at - mine_len);
             self.staged(s)?;
-            let inputs: Vec<*const u8> =
-                (0..n).map(|r| if r == me { src.add(off + mine_at) } else { self.arena.stage(r, s).as_ptr().add(mine_at) }).collect();
+            self.set_inputs(|r| if r == me { src.add(off + mine_at) } else { self.arena.stage(r, s).as_ptr().add(mine_at) });
             let result = self.arena.result_ptr(s);
-            reduce_ordered(dt, op, avg_n, &inputs, result.add(mine_at), mine_len, self.scratch);
+            self.reduce(dt, op, avg_n, result.add(mine_at), mine_len);
             self.results(s)?;
             if let Some(o) = out {
                 if root.is_none_or(|r| r == me) {
@@ -322,9 +358,8 @@ impl<'a> ShmRun<'a> {
                 copy(src.add(j * block + off), stage.add(j * p), p);
             }
             self.staged(s)?;
-            let inputs: Vec<*const u8> =
-                (0..n).map(|r| if r == me { src.add(me * block + off) } else { self.arena.stage(r, s).as_ptr().add(me * p) }).collect();
-            reduce_ordered(dt, op, n, &inputs, out.as_ptr().add(off), p, self.scratch);
+            self.set_inputs(|r| if r == me { src.add(me * block + off) } else { self.arena.stage(r, s).as_ptr().add(me * p) });
+            self.reduce(dt, op, n, out.as_ptr().add(off), p);
             off += p;
             if off >= block {
                 return Ok(());

@@ -13,6 +13,7 @@
 //! writers only pay for a wake-up when someone sleeps), always with a deadline and an interrupt
 //! check (abort, peer loss).
 
+use crate::completion::{Backoff, Pace};
 use crate::error::{Error, Result, Status};
 use memmap2::MmapMut;
 use std::fs::{File, OpenOptions};
@@ -30,13 +31,6 @@ const HEADER_BYTES: usize = 4096;
 /// The default staging slot size: a few of them fit in one core's L2 cache.
 pub const DEFAULT_CHUNK: usize = 256 * 1024;
 
-fn spin_iters() -> u32 {
-    static N: once_cell::sync::Lazy<u32> = once_cell::sync::Lazy::new(|| {
-        std::env::var("DC_SHM_SPIN").ok().and_then(|v| v.parse().ok()).unwrap_or(4000)
-    });
-    *N
-}
-const YIELD_ITERS: u32 = 64;
 const MAX_SLEEP: Duration = Duration::from_millis(20);
 
 #[repr(C)]
@@ -272,26 +266,25 @@ impl Arena {
 
     fn wait_one(&self, r: usize, f: Flag, s: u32, deadline: Instant, interrupt: &dyn Fn() -> Option<Error>) -> Result<()> {
         let w = self.flag(r, f);
-        let mut i = 0u32;
+        let mut backoff = Backoff::for_shared_memory();
         loop {
             let v = w.load(Ordering::Acquire);
             if reached(v, s) {
                 return Ok(());
             }
-            i += 1;
-            if i < spin_iters() {
-                std::hint::spin_loop();
+            let pace = backoff.next();
+            if pace == Pace::Spin {
                 continue;
             }
             if let Some(e) = interrupt() {
-                return Err(e);
+                // A peer that finished this step and then left is not a failure.
+                return if reached(w.load(Ordering::Acquire), s) { Ok(()) } else { Err(e) };
             }
             let now = Instant::now();
             if now >= deadline {
                 return Err(Error::new(Status::Timeout, format!("rank {r} did not reach step {s} on shared memory")));
             }
-            if i < spin_iters() + YIELD_ITERS {
-                std::thread::yield_now();
+            if pace == Pace::Yield {
                 continue;
             }
             let h = self.header();
