@@ -6,6 +6,7 @@ use crate::error::{Error, Result, Status};
 use crate::log::Level;
 use crate::rendezvous::config::{resolve, InitOptions};
 use crate::rendezvous::{exchange, rendezvous};
+use crate::transport::cma;
 use crate::transport::handshake::token_digest;
 use crate::transport::socket::{Listener, MeshConfig, SocketTransport};
 use std::io::Read;
@@ -50,19 +51,29 @@ pub fn init(opts: &InitOptions) -> Result<Arc<Comm>> {
     let listener = Listener::bind(rdv.bind_ip, size)?;
     let my_addr = listener.local_addr()?;
     dc_log!(Level::Info, Some(rank), "data listener on {my_addr}");
-    let all = exchange(&*rdv.store, "data_addr", rank, size, my_addr.to_string().as_bytes(), deadline)?;
-    let addrs: Vec<SocketAddr> = all
-        .iter()
-        .enumerate()
-        .map(|(r, v)| {
-            std::str::from_utf8(v).ok().and_then(|s| s.parse().ok()).ok_or_else(|| Error::new(Status::Rendezvous, format!("rank {r} published a malformed address")))
-        })
-        .collect::<Result<_>>()?;
-    let mesh = MeshConfig { rank: rank as u32, size: size as u32, token_digest: token_digest(&rdv.token), job_id, deadline };
+    // Each rank publishes "address|host|cma-advertisement"; peers on the same host that let us
+    // read their memory get single-copy messages.
+    let host = crate::log::hostname();
+    let mine = format!("{my_addr}|{host}|{}", cma::advertisement());
+    let all = exchange(&*rdv.store, "data_addr", rank, size, mine.as_bytes(), deadline)?;
+    let mut addrs: Vec<SocketAddr> = Vec::with_capacity(size);
+    let mut cma_pids = Vec::with_capacity(size);
+    for (r, v) in all.iter().enumerate() {
+        let text = std::str::from_utf8(v).unwrap_or("");
+        let mut parts = text.splitn(3, '|');
+        let addr = parts.next().and_then(|a| a.parse().ok());
+        let addr = addr.ok_or_else(|| Error::new(Status::Rendezvous, format!("rank {r} published a malformed address")))?;
+        addrs.push(addr);
+        let same_host = parts.next() == Some(host.as_str());
+        let allowed = same_host && r != rank && policy != TransportPolicy::Socket;
+        cma_pids.push(if allowed { parts.next().and_then(cma::probe) } else { None });
+    }
+    let mesh = MeshConfig { rank: rank as u32, size: size as u32, token_digest: token_digest(&rdv.token), job_id, deadline, cma_pids };
     let transport = SocketTransport::connect_mesh(listener, &addrs, &mesh)?;
     for (r, a) in addrs.iter().enumerate() {
         if r != rank {
-            dc_log!(Level::Info, Some(rank), "rank {r} at {a}: transport socket");
+            let how = if mesh.cma_pids[r].is_some() { "socket, single-copy above the threshold" } else { "socket" };
+            dc_log!(Level::Info, Some(rank), "rank {r} at {a}: transport {how}");
         }
     }
     let keepalive: Vec<Box<dyn std::any::Any + Send>> = match rdv.server {

@@ -17,7 +17,16 @@ pub enum FrameKind {
     Abort = 2,
     /// The sender is shutting down gracefully; nothing more will come.
     Close = 3,
+    /// Same host: instead of the body, where to read it (`RTS_LEN` bytes: cookie, address,
+    /// length); the receiver copies it out of the sender's memory and answers `Fin`.
+    Rts = 4,
+    /// The receiver is done with the sender's memory for the message `tag` (a cookie);
+    /// `check` is 0 on success.
+    Fin = 5,
 }
+
+/// Body length of an `Rts` frame.
+pub const RTS_LEN: usize = 24;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Header {
@@ -58,6 +67,8 @@ impl Header {
             1 => FrameKind::Data,
             2 => FrameKind::Abort,
             3 => FrameKind::Close,
+            4 => FrameKind::Rts,
+            5 => FrameKind::Fin,
             _ => return Err(bad("unknown kind")),
         };
         let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
@@ -68,8 +79,12 @@ impl Header {
             tag: u64_at(16),
             len: u64_at(24),
         };
-        if h.kind != FrameKind::Data && h.len != 0 {
-            return Err(bad("control frame with a body"));
+        match h.kind {
+            FrameKind::Data => {}
+            FrameKind::Rts if h.len == RTS_LEN as u64 => {}
+            FrameKind::Rts => return Err(bad("rts frame of the wrong length")),
+            _ if h.len != 0 => return Err(bad("control frame with a body")),
+            _ => {}
         }
         Ok(h)
     }

@@ -7,5 +7,6 @@ pub mod matching;
 pub mod socket;
 pub mod handshake;
 pub mod shm;
+pub mod cma;
 
 pub use ops::{CtxState, RecvOp, SendOp, TagMatch};

@@ -5,7 +5,8 @@
 //!
 //! Lock order: a connection's `rx` may be held while taking `matcher`; nothing else nests.
 
-use super::frame::{FrameKind, Header, HEADER_LEN};
+use super::cma;
+use super::frame::{FrameKind, Header, HEADER_LEN, RTS_LEN};
 use super::handshake::{self, Hello};
 use super::matching::{deliver_copy, verdict, Matcher, Unexpected};
 use super::ops::{CtxState, RecvOp, SendOp, TagMatch};
@@ -40,6 +41,8 @@ enum Target {
     User { op: Arc<RecvOp>, len: usize, keep: usize, off: usize, result: Result<Done> },
     Unexp { hdr: Header, src: u32, data: Vec<u8> },
     Discard { remaining: usize },
+    /// The body of an `Rts` frame: where to read the message in the sender's memory.
+    Rts { hdr: Header, buf: [u8; RTS_LEN], got: usize },
 }
 
 impl Target {
@@ -107,6 +110,10 @@ struct Peer {
     /// Nothing more will be read (EOF or error).
     rx_done: AtomicBool,
     state: Mutex<PeerState>,
+    /// The peer's pid when it lets us read its memory (same host), for single-copy messages.
+    cma_pid: Option<i32>,
+    /// Our single-copy sends to this peer, waiting for its `Fin`, by cookie.
+    awaiting_fin: Mutex<HashMap<u64, Arc<SendOp>>>,
 }
 
 impl Peer {
@@ -131,6 +138,10 @@ enum Event {
     RemoteAbort(u64),
     Closed,
     Gone(String),
+    /// Tell the peer we are done reading its single-copy message.
+    SendFin { cookie: u64, ok: bool },
+    /// The peer is done reading our single-copy message.
+    Fin { cookie: u64, ok: bool },
 }
 
 pub struct SocketTransport {
@@ -143,6 +154,7 @@ pub struct SocketTransport {
     early_aborts: Mutex<HashSet<u64>>,
     wake: OwnedFd,
     stop: AtomicBool,
+    next_cookie: std::sync::atomic::AtomicU64,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -174,6 +186,8 @@ pub struct MeshConfig {
     pub token_digest: [u8; 32],
     pub job_id: u64,
     pub deadline: Instant,
+    /// Per rank: its pid if we may read its memory (single-copy), from `cma::probe`.
+    pub cma_pids: Vec<Option<i32>>,
 }
 
 fn tune(stream: &TcpStream) -> Result<()> {
@@ -281,6 +295,8 @@ impl SocketTransport {
                         tx_busy: AtomicBool::new(false),
                         rx_done: AtomicBool::new(false),
                         state: Mutex::new(PeerState::Up),
+                        cma_pid: cfg.cma_pids.get(r).copied().flatten(),
+                        awaiting_fin: Mutex::new(HashMap::new()),
                     }))
                 }
             });
@@ -300,6 +316,7 @@ impl SocketTransport {
             // SAFETY: efd is a fresh descriptor owned by nobody else.
             wake: unsafe { OwnedFd::from_raw_fd(efd) },
             stop: AtomicBool::new(false),
+            next_cookie: std::sync::atomic::AtomicU64::new(1),
             thread: Mutex::new(None),
         });
         let t2 = t.clone();
@@ -362,8 +379,28 @@ impl SocketTransport {
             op.comp.complete(Ok(Done { bytes: buf.len(), source: dst, tag }));
             return Ok(op);
         }
+        let peer = self.peer(dst);
+        if peer.cma_pid.is_some() && buf.len() >= cma::threshold() && cma::threshold() > 0 {
+            return self.post_rts(peer, ctx, tag, check, op);
+        }
         let item = TxItem { hdr: Header::data(ctx.id, tag, check, buf.len()).encode(), hdr_off: 0, body: Body::User(buf), off: 0, op: Some(op.clone()) };
-        self.enqueue(self.peer(dst), item)?;
+        self.enqueue(peer, item)?;
+        Ok(op)
+    }
+
+    /// Single-copy send: tell the peer where the message is; it completes on the peer's `Fin`.
+    fn post_rts(&self, peer: &Arc<Peer>, ctx: &Arc<CtxState>, tag: u64, check: u32, op: Arc<SendOp>) -> Result<Arc<SendOp>> {
+        let cookie = self.next_cookie.fetch_add(1, Ordering::Relaxed);
+        let mut body = Vec::with_capacity(RTS_LEN);
+        body.extend_from_slice(&cookie.to_le_bytes());
+        body.extend_from_slice(&(op.buf.addr() as u64).to_le_bytes());
+        body.extend_from_slice(&(op.buf.len() as u64).to_le_bytes());
+        let hdr = Header { kind: FrameKind::Rts, check, ctx: ctx.id, tag, len: RTS_LEN as u64 };
+        lock(&peer.awaiting_fin).insert(cookie, op.clone());
+        if let Err(e) = self.enqueue(peer, TxItem { hdr: hdr.encode(), hdr_off: 0, body: Body::Owned(body), off: 0, op: None }) {
+            lock(&peer.awaiting_fin).remove(&cookie);
+            return Err(e);
+        }
         Ok(op)
     }
 
@@ -454,6 +491,9 @@ impl SocketTransport {
     /// the stream stays well-formed. The op is completed with `err` unless already finished.
     pub fn cancel_send(&self, op: &Arc<SendOp>, err: Error) {
         if op.dst != self.rank {
+            // A single-copy send the peer has not finished reading: stop waiting for it. (The
+            // peer reads as soon as the request arrives, so only a frozen peer can still read.)
+            lock(&self.peer(op.dst).awaiting_fin).retain(|_, o| !Arc::ptr_eq(o, op));
             let mut q = lock(&self.peer(op.dst).tx);
             if let Some(i) = q.iter().position(|it| it.op.as_ref().is_some_and(|o| Arc::ptr_eq(o, op))) {
                 if q[i].hdr_off == 0 {
@@ -496,6 +536,13 @@ impl SocketTransport {
                     }
                 }
             }
+            lock(&p.awaiting_fin).retain(|_, op| {
+                let aborted = op.ctx.is_aborted();
+                if aborted {
+                    op.comp.complete(fail(&op.ctx));
+                }
+                !aborted
+            });
             let mut q = lock(&p.tx);
             let mut i = 0;
             while i < q.len() {
@@ -675,6 +722,17 @@ impl SocketTransport {
                 *remaining -= n;
                 *start += n;
             }
+            Target::Rts { hdr, buf, got } => {
+                let n = avail.len().min(RTS_LEN - *got);
+                buf[*got..*got + n].copy_from_slice(&avail[..n]);
+                *got += n;
+                *start += n;
+                if *got == RTS_LEN {
+                    let (hdr, buf) = (*hdr, *buf);
+                    *target = Target::header();
+                    self.on_rts(peer, hdr, &buf, events);
+                }
+            }
         }
         self.maybe_finish(peer, rx);
         Ok(())
@@ -706,6 +764,51 @@ impl SocketTransport {
         let _ = peer;
     }
 
+    /// A single-copy message: copy it out of the sender's memory into the posted receive (or an
+    /// unexpected buffer, keeping sends eager), then tell the sender it may reuse its buffer.
+    fn on_rts(&self, peer: &Peer, hdr: Header, body: &[u8; RTS_LEN], events: &mut Vec<Event>) {
+        let word = |i: usize| u64::from_le_bytes(body[i * 8..i * 8 + 8].try_into().unwrap());
+        let (cookie, addr, len) = (word(0), word(1), word(2) as usize);
+        let pid = peer.cma_pid.unwrap_or(-1);
+        let failed = |e: io::Error| Error::new(Status::System, format!("copying a message from rank {} failed: {e}", peer.rank));
+        let posted = lock(&self.matcher).take_posted(hdr.ctx, peer.rank, hdr.tag);
+        let ok = match posted {
+            Some(op) => {
+                let (keep, result) = verdict(&op, peer.rank, hdr.tag, hdr.check, len);
+                op.filling_from.store(peer.rank, Ordering::Release);
+                // SAFETY: keep <= op.buf.len(); the op is ours (taken from the posted queue, and
+                // a canceller waits for this connection's lock, which we hold).
+                let r = unsafe { cma::read(pid, addr, op.buf.as_ptr(), keep) };
+                op.filling_from.store(u32::MAX, Ordering::Release);
+                let ok = r.is_ok();
+                op.comp.complete(r.map_err(failed).and(result));
+                ok
+            }
+            None => {
+                let mut data = Vec::with_capacity(len);
+                // SAFETY: reading len bytes into reserved capacity, then setting the length.
+                let r = unsafe { cma::read(pid, addr, data.as_mut_ptr(), len) };
+                match r {
+                    Ok(()) => {
+                        unsafe { data.set_len(len) };
+                        let msg = Unexpected { src: peer.rank, tag: hdr.tag, check: hdr.check, data };
+                        let mut m = lock(&self.matcher);
+                        match m.take_posted(hdr.ctx, msg.src, msg.tag) {
+                            Some(op) => deliver_copy(&op, &msg),
+                            None => m.push_unexpected(hdr.ctx, msg),
+                        }
+                        true
+                    }
+                    Err(e) => {
+                        dc_log!(Level::Warn, Some(self.rank as usize), "{}", failed(e).msg);
+                        false
+                    }
+                }
+            }
+        };
+        events.push(Event::SendFin { cookie, ok });
+    }
+
     fn on_header(&self, peer: &Peer, hdr: Header, events: &mut Vec<Event>) -> Target {
         match hdr.kind {
             FrameKind::Abort => {
@@ -714,6 +817,11 @@ impl SocketTransport {
             }
             FrameKind::Close => {
                 events.push(Event::Closed);
+                Target::header()
+            }
+            FrameKind::Rts => Target::Rts { hdr, buf: [0; RTS_LEN], got: 0 },
+            FrameKind::Fin => {
+                events.push(Event::Fin { cookie: hdr.tag, ok: hdr.check == 0 });
                 Target::header()
             }
             FrameKind::Data => {
@@ -735,6 +843,20 @@ impl SocketTransport {
         for ev in events.drain(..) {
             match ev {
                 Event::RemoteAbort(ctx) => self.on_remote_abort(ctx, peer.rank),
+                Event::SendFin { cookie, ok } => {
+                    let hdr = Header { kind: FrameKind::Fin, check: u32::from(!ok), ctx: 0, tag: cookie, len: 0 };
+                    let _ = self.enqueue(peer, TxItem { hdr: hdr.encode(), hdr_off: 0, body: Body::Owned(Vec::new()), off: 0, op: None });
+                }
+                Event::Fin { cookie, ok } => {
+                    if let Some(op) = lock(&peer.awaiting_fin).remove(&cookie) {
+                        let r = if ok {
+                            Ok(Done { bytes: op.buf.len(), source: op.dst, tag: 0 })
+                        } else {
+                            Err(Error::new(Status::System, format!("rank {} could not read the message from our memory", peer.rank)))
+                        };
+                        op.comp.complete(r);
+                    }
+                }
                 Event::Closed => {
                     *lock(&peer.state) = PeerState::Closed;
                     dc_log!(Level::Info, Some(self.rank as usize), "rank {} closed its connection", peer.rank);
@@ -766,6 +888,9 @@ impl SocketTransport {
                     op.comp.complete(err());
                 }
             }
+        }
+        for (_, op) in lock(&peer.awaiting_fin).drain() {
+            op.comp.complete(err());
         }
         if peer.rx_done.load(Ordering::Acquire) {
             let mut q = lock(&peer.tx);
