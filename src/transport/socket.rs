@@ -770,7 +770,10 @@ impl SocketTransport {
         let word = |i: usize| u64::from_le_bytes(body[i * 8..i * 8 + 8].try_into().unwrap());
         let (cookie, addr, len) = (word(0), word(1), word(2) as usize);
         let pid = peer.cma_pid.unwrap_or(-1);
-        let failed = |e: io::Error| Error::new(Status::System, format!("copying a message from rank {} failed: {e}", peer.rank));
+        let failed = |e: io::Error| {
+            let status = if e.raw_os_error() == Some(libc::ESRCH) { Status::PeerLost } else { Status::System };
+            Error::new(status, format!("copying a message from rank {} failed: {e}", peer.rank))
+        };
         let posted = lock(&self.matcher).take_posted(hdr.ctx, peer.rank, hdr.tag);
         let ok = match posted {
             Some(op) => {
