@@ -184,15 +184,19 @@ fn map3<T: Copy>(out: &mut [T], a: &[T], b: &[T], f: impl Fn(T, T) -> T) {
     }
 }
 
+#[inline(always)]
 fn int2<T: Int>(op: ReduceOp, acc: &mut [T], src: &[T]) {
     with_int_op!(op, T, f => map2(acc, src, f))
 }
+#[inline(always)]
 fn int3<T: Int>(op: ReduceOp, out: &mut [T], a: &[T], b: &[T]) {
     with_int_op!(op, T, f => map3(out, a, b, f))
 }
+#[inline(always)]
 fn flt2<T: Flt>(op: ReduceOp, acc: &mut [T], src: &[T]) {
     with_flt_op!(op, T, f => map2(acc, src, f), ())
 }
+#[inline(always)]
 fn flt3<T: Flt>(op: ReduceOp, out: &mut [T], a: &[T], b: &[T]) {
     with_flt_op!(op, T, f => map3(out, a, b, f), out.copy_from_slice(a))
 }
@@ -363,6 +367,36 @@ fn check_lens(dt: DType, a: usize, b: usize) {
 /// [`widen`], reduce in f32 and [`narrow`] once.
 pub fn combine(dt: DType, op: ReduceOp, acc: &mut [u8], src: &[u8]) {
     check_lens(dt, acc.len(), src.len());
+    #[cfg(target_arch = "x86_64")]
+    if avx2() {
+        // SAFETY: the CPU has AVX2 (checked at run time).
+        return unsafe { combine_avx2(dt, op, acc, src) };
+    }
+    combine_any(dt, op, acc, src)
+}
+
+/// Whether the CPU has AVX2: the kernels are then compiled a second time for it (the crate is
+/// built for baseline x86-64, whose SSE2 vectors are half as wide).
+#[cfg(target_arch = "x86_64")]
+fn avx2() -> bool {
+    static HAS: once_cell::sync::Lazy<bool> = once_cell::sync::Lazy::new(|| std::arch::is_x86_feature_detected!("avx2"));
+    *HAS
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn combine_avx2(dt: DType, op: ReduceOp, acc: &mut [u8], src: &[u8]) {
+    combine_any(dt, op, acc, src)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn combine_into_avx2(dt: DType, op: ReduceOp, out: &mut [u8], a: &[u8], b: &[u8]) {
+    combine_into_any(dt, op, out, a, b)
+}
+
+#[inline(always)]
+fn combine_any(dt: DType, op: ReduceOp, acc: &mut [u8], src: &[u8]) {
     match dt {
         DType::Int8 => bytes2::<i8>(acc, src, |a, s| int2(op, a, s)),
         DType::Uint8 => bytes2::<u8>(acc, src, |a, s| int2(op, a, s)),
@@ -381,6 +415,16 @@ pub fn combine(dt: DType, op: ReduceOp, acc: &mut [u8], src: &[u8]) {
 pub fn combine_into(dt: DType, op: ReduceOp, out: &mut [u8], a: &[u8], b: &[u8]) {
     check_lens(dt, out.len(), a.len());
     check_lens(dt, out.len(), b.len());
+    #[cfg(target_arch = "x86_64")]
+    if avx2() {
+        // SAFETY: the CPU has AVX2 (checked at run time).
+        return unsafe { combine_into_avx2(dt, op, out, a, b) };
+    }
+    combine_into_any(dt, op, out, a, b)
+}
+
+#[inline(always)]
+fn combine_into_any(dt: DType, op: ReduceOp, out: &mut [u8], a: &[u8], b: &[u8]) {
     match dt {
         DType::Int8 => bytes3::<i8>(out, a, b, |o, x, y| int3(op, o, x, y)),
         DType::Uint8 => bytes3::<u8>(out, a, b, |o, x, y| int3(op, o, x, y)),
