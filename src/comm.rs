@@ -122,8 +122,16 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// Waits for a transport op, cancelling it on timeout or abort so its buffer is released.
-fn wait_op(comp: &Completion, ctx: &CtxState, deadline: Instant, timeout_ms: i64, cancel: &dyn Fn(Error), what: &dyn Fn() -> String) -> Result<Done> {
-    match comp.wait(deadline, &|| ctx.abort_error()) {
+fn wait_op(
+    comp: &Completion,
+    ctx: &CtxState,
+    deadline: Instant,
+    timeout_ms: i64,
+    cancel: &dyn Fn(Error),
+    what: &dyn Fn() -> String,
+    idle: Option<&dyn Fn(Duration, i32)>,
+) -> Result<Done> {
+    match comp.wait_with(deadline, &|| ctx.abort_error(), idle) {
         WaitOutcome::Finished(r) => r,
         WaitOutcome::TimedOut => {
             let e = Error::new(Status::Timeout, format!("timed out after {timeout_ms} ms {}", what()));
@@ -316,8 +324,12 @@ impl Comm {
     pub fn wait_p2p(&self, op: &P2pOp, deadline: Instant, what: &dyn Fn() -> String) -> Result<Done> {
         let t = self.timeout_ms();
         match op {
-            P2pOp::Send(s) => wait_op(&s.comp, &self.ctx, deadline, t, &|e| self.transport().cancel_send(s, e), what),
-            P2pOp::Recv(r) => wait_op(&r.comp, &self.ctx, deadline, t, &|e| self.transport().cancel_recv(r, e), what),
+            P2pOp::Send(s) => wait_op(&s.comp, &self.ctx, deadline, t, &|e| self.transport().cancel_send(s, e), what, None),
+            P2pOp::Recv(r) => {
+                // A receive completes when data arrives: wait in poll on the sockets ourselves.
+                let idle = |d: Duration, fd: i32| self.transport().wait_readable(d, fd);
+                wait_op(&r.comp, &self.ctx, deadline, t, &|e| self.transport().cancel_recv(r, e), what, Some(&idle))
+            }
         }
     }
 

@@ -3,7 +3,7 @@
 //! check for abort or peer loss, so no wait can hang and no waiting rank eats a core.
 
 use crate::error::{Error, Result, Status};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -19,11 +19,19 @@ pub struct Done {
 }
 
 /// Set once by whoever finishes the operation; waited on by anyone.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Completion {
     done: AtomicBool,
     result: Mutex<Option<Result<Done>>>,
     cv: Condvar,
+    /// The eventfd of a waiter sleeping in `poll` (-1: none).
+    waker: AtomicI32,
+}
+
+impl Default for Completion {
+    fn default() -> Completion {
+        Completion { done: AtomicBool::new(false), result: Mutex::new(None), cv: Condvar::new(), waker: AtomicI32::new(-1) }
+    }
 }
 
 /// The longest single sleep: the waiter re-checks abort and deadline at least this often even
@@ -130,9 +138,10 @@ impl Completion {
             return false;
         }
         *g = Some(r);
-        self.done.store(true, Ordering::Release);
+        self.done.store(true, Ordering::SeqCst);
         drop(g);
         self.cv.notify_all();
+        crate::waker::wake(self.waker.load(Ordering::SeqCst));
         true
     }
 
@@ -147,6 +156,14 @@ impl Completion {
     /// Waits until finished, `deadline` passes (`Timeout`), or `interrupt` reports an error
     /// (abort, peer loss). Returns the operation's result; the op is NOT cancelled on timeout.
     pub fn wait(&self, deadline: Instant, interrupt: &dyn Fn() -> Option<Error>) -> WaitOutcome {
+        self.wait_with(deadline, interrupt, None)
+    }
+
+    /// Like `wait`, but when it is time to sleep, `idle(max, fd)` is called instead of sleeping on
+    /// the condvar: e.g. sleep in `poll` on the sockets whose data would complete the op, so the
+    /// waiter wakes straight from the kernel instead of through the progress thread. `fd` (an
+    /// eventfd) becomes readable when the op is completed by anyone; `idle` must poll it too.
+    pub fn wait_with(&self, deadline: Instant, interrupt: &dyn Fn() -> Option<Error>, idle: Option<&dyn Fn(Duration, i32)>) -> WaitOutcome {
         let mut backoff = Backoff::for_progress_thread();
         loop {
             if let Some(r) = self.result() {
@@ -166,9 +183,19 @@ impl Completion {
             if pace == Pace::Yield {
                 continue;
             }
+            let nap = (deadline - now).min(MAX_SLEEP);
+            if let Some(idle) = idle {
+                let fd = crate::waker::thread_fd();
+                self.waker.store(fd, Ordering::SeqCst);
+                if !self.done.load(Ordering::SeqCst) {
+                    idle(nap, fd);
+                }
+                self.waker.store(-1, Ordering::SeqCst);
+                crate::waker::drain(fd);
+                continue;
+            }
             let g = self.result.lock().unwrap_or_else(|p| p.into_inner());
             if g.is_none() {
-                let nap = (deadline - now).min(MAX_SLEEP);
                 let _ = self.cv.wait_timeout(g, nap);
             }
         }

@@ -9,6 +9,7 @@ pub mod log;
 pub mod dtype;
 pub mod buffer;
 pub mod completion;
+pub mod waker;
 pub mod transport;
 pub mod reduce;
 pub mod coll;

@@ -634,8 +634,43 @@ impl SocketTransport {
 
     // ---- reading -------------------------------------------------------------------------
 
+    /// For a thread waiting on a receive: sleeps in `poll` on the connections (at most `max`)
+    /// and reads whatever arrived itself, unless the progress thread is already at it. Saves the
+    /// hop through the progress thread (a wake-up costs 15-30 us here).
+    pub fn wait_readable(&self, max: Duration, wake_fd: RawFd) {
+        let mut pfds: Vec<libc::pollfd> = Vec::with_capacity(self.peers.len() + 1);
+        let mut who: Vec<&Arc<Peer>> = Vec::with_capacity(self.peers.len());
+        for p in self.peers.iter().flatten().filter(|p| !p.rx_done.load(Ordering::Acquire)) {
+            pfds.push(libc::pollfd { fd: p.fd(), events: libc::POLLIN, revents: 0 });
+            who.push(p);
+        }
+        pfds.push(libc::pollfd { fd: wake_fd, events: libc::POLLIN, revents: 0 });
+        let ms = max.as_millis().clamp(1, i32::MAX as u128) as i32;
+        // SAFETY: pfds is a valid array of pollfd for the call.
+        let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };
+        if n <= 0 {
+            return;
+        }
+        let mut events = Vec::new();
+        // `who` is one shorter than `pfds`: the last entry is the wake-up descriptor.
+        for (pfd, peer) in pfds.iter().zip(who) {
+            if pfd.revents == 0 {
+                continue;
+            }
+            if let Ok(rx) = peer.rx.try_lock() {
+                self.pump_locked(peer, rx, &mut events);
+            }
+            if !events.is_empty() {
+                self.handle_events(peer, &mut events);
+            }
+        }
+    }
+
     fn pump_rx(&self, peer: &Peer, events: &mut Vec<Event>) {
-        let mut rx = lock(&peer.rx);
+        self.pump_locked(peer, lock(&peer.rx), events)
+    }
+
+    fn pump_locked(&self, peer: &Peer, mut rx: MutexGuard<'_, Rx>, events: &mut Vec<Event>) {
         loop {
             while rx.start < rx.end {
                 if let Err(e) = self.consume(peer, &mut rx, events) {
