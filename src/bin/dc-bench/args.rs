@@ -31,6 +31,7 @@ options:
       --label NAME          the impl column of the CSV and the plot (default distcomm)
       --plot FILE.svg       draw bus bandwidth and time against size (log-log)
       --compare A.csv,...   overlay these CSV files (dc-bench's or mpi_bench's) in the plot
+      --title TEXT          the plot's title
       --no-run              measure nothing: only draw --plot from the --compare files
   -h, --help                this text
 
@@ -59,6 +60,7 @@ pub struct Args {
     pub label: String,
     pub plot: Option<PathBuf>,
     pub compare: Vec<PathBuf>,
+    pub title: Option<String>,
     pub no_run: bool,
 }
 
@@ -80,6 +82,7 @@ impl Default for Args {
             label: "distcomm".into(),
             plot: None,
             compare: Vec::new(),
+            title: None,
             no_run: false,
         }
     }
@@ -171,6 +174,7 @@ pub fn parse(argv: Vec<String>) -> Result<Parsed, String> {
             "--label" => a.label = value()?,
             "--plot" => a.plot = Some(value()?.into()),
             "--compare" => a.compare.extend(value()?.split(',').filter(|s| !s.is_empty()).map(PathBuf::from)),
+            "--title" => a.title = Some(value()?),
             "--no-run" => a.no_run = true,
             _ => return Err(format!("unknown option {arg:?}")),
         }

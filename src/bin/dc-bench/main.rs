@@ -57,7 +57,7 @@ fn plot_only(args: &Args) -> i32 {
 
 fn write_plot(args: &Args, rows: &[Row], title: &str) -> i32 {
     let Some(path) = &args.plot else { return 0 };
-    let svg = plot::render(rows, title);
+    let svg = plot::render(rows, args.title.as_deref().unwrap_or(title));
     match std::fs::write(path, svg) {
         Ok(()) => 0,
         Err(e) => {

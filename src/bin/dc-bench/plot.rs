@@ -27,8 +27,11 @@ struct SeriesKey {
 }
 
 impl SeriesKey {
-    fn color_key(&self) -> (String, u64, String, String) {
-        (self.implementation.clone(), self.ranks, self.dtype.clone(), self.redop.clone())
+    /// Colors follow (impl, ranks, type, redop); the redop only where several are plotted, so
+    /// an impl keeps its color across ops with and without a reduction.
+    fn color_key(&self, with_redop: bool) -> (String, u64, String, String) {
+        let redop = if with_redop { self.redop.clone() } else { String::new() };
+        (self.implementation.clone(), self.ranks, self.dtype.clone(), redop)
     }
 }
 
@@ -171,9 +174,9 @@ pub fn render(rows: &[Row], title: &str) -> String {
     let varies = |f: &dyn Fn(&SeriesKey) -> String| keys.iter().map(|k| f(k)).collect::<std::collections::BTreeSet<_>>().len() > 1;
     let v_ranks = varies(&|k| k.ranks.to_string());
     let v_type = varies(&|k| k.dtype.clone());
-    let v_redop = varies(&|k| k.redop.clone());
+    let v_redop = keys.iter().filter(|k| k.redop != "none").map(|k| k.redop.clone()).collect::<std::collections::BTreeSet<_>>().len() > 1;
     let v_inplace = varies(&|k| k.inplace.to_string());
-    let mut color_keys: Vec<(String, u64, String, String)> = keys.iter().map(|k| k.color_key()).collect();
+    let mut color_keys: Vec<(String, u64, String, String)> = keys.iter().map(|k| k.color_key(v_redop)).collect();
     color_keys.sort();
     color_keys.dedup();
     let label_of = |k: &SeriesKey| {
@@ -213,7 +216,7 @@ pub fn render(rows: &[Row], title: &str) -> String {
             .iter()
             .filter(|((o, _), _)| o == op)
             .map(|((_, k), pts)| {
-                let ci = color_keys.iter().position(|c| *c == k.color_key()).unwrap_or(0);
+                let ci = color_keys.iter().position(|c| *c == k.color_key(v_redop)).unwrap_or(0);
                 Series {
                     key: k.clone(),
                     label: label_of(k),
@@ -352,7 +355,7 @@ mod tests {
         assert_eq!(svg.matches("<polyline").count(), 3 * 2);
         assert!(svg.contains("openmpi"));
         assert!(svg.contains("stroke-dasharray"));
-        assert!(svg.contains(">1M<"));
+        assert!(svg.contains(">8<") && svg.contains(">4K<"), "{svg}");
         assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
     }
