@@ -90,7 +90,7 @@ impl Default for Args {
 
 pub enum Parsed {
     Help,
-    Run(Args),
+    Run(Box<Args>),
 }
 
 /// "8", "1K", "64M", "1G", "4KB", "2MiB" (powers of 1024).
@@ -188,7 +188,7 @@ pub fn parse(argv: Vec<String>) -> Result<Parsed, String> {
     if a.no_run && a.plot.is_none() {
         return Err("--no-run only draws a plot: give --plot FILE.svg and --compare".into());
     }
-    Ok(Parsed::Run(a))
+    Ok(Parsed::Run(Box::new(a)))
 }
 
 impl Args {
@@ -217,7 +217,7 @@ mod tests {
 
     fn args(s: &str) -> Args {
         match parse(s.split_whitespace().map(String::from).collect()).unwrap() {
-            Parsed::Run(a) => a,
+            Parsed::Run(a) => *a,
             Parsed::Help => panic!("help"),
         }
     }

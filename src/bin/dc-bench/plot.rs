@@ -35,6 +35,9 @@ impl SeriesKey {
     }
 }
 
+/// Per (op, series): per size, the times and bus bandwidths of every row (rounds).
+type Groups = BTreeMap<(String, SeriesKey), BTreeMap<u64, (Vec<f64>, Vec<f64>)>>;
+
 /// One plotted point: size, median time (us), median bus bandwidth (GB/s).
 #[derive(Debug, Clone, Copy)]
 struct Point {
@@ -156,7 +159,7 @@ pub fn render(rows: &[Row], title: &str) -> String {
         }
     }
     // Group by (op, series, bytes); medians.
-    let mut groups: BTreeMap<(String, SeriesKey), BTreeMap<u64, (Vec<f64>, Vec<f64>)>> = BTreeMap::new();
+    let mut groups: Groups = BTreeMap::new();
     for r in rows.iter().filter(|r| r.bytes > 0 && r.time_us > 0.0) {
         let key = SeriesKey {
             implementation: r.implementation.clone(),
