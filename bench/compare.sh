@@ -254,7 +254,7 @@ function hb(b) {
   return b ""
 }
 function ft(v) { return v < 0 ? "-" : v >= 10000 ? sprintf("%.0f", v) : v >= 100 ? sprintf("%.1f", v) : sprintf("%.2f", v) }
-function fb(v) { return v <= 0 ? "-" : sprintf("%.3f", v) }
+function fb(v) { return v <= 0 ? "-" : v >= 1 ? sprintf("%.2f", v) : sprintf("%.3g", v) }
 function fr(v) { return v <= 0 ? "-" : sprintf("%.2f", v) }
 BEGIN { FS = "," }
 NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
