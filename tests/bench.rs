@@ -51,10 +51,25 @@ fn run(cmd: &mut Command, env: &[(&str, &str)]) -> Out {
     Out { code: status.code(), stdout: t_out.join().unwrap(), stderr: t_err.join().unwrap() }
 }
 
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("dc-bench-test-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d.join(name)
+/// A scratch directory per test, removed when the test is done.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(test: &str) -> Scratch {
+        let d = std::env::temp_dir().join(format!("dc-bench-test-{}-{test}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        Scratch(d)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 fn dc_bench(ranks: &str, args: &[&str], env: &[(&str, &str)]) -> Out {
@@ -99,7 +114,8 @@ fn table_wrongs(stdout: &str) -> Vec<String> {
 
 #[test]
 fn every_op_checks_out_and_the_csv_parses() {
-    let csv = tmp("all.csv");
+    let dir = Scratch::new("all");
+    let csv = dir.path("all.csv");
     let o = dc_bench("2", &["-b", "8", "-e", "64K", "-f", "8", "-o", "all", "-n", "2", "-w", "1", "-c", "1", "--csv", csv.to_str().unwrap()], &[]);
     assert_eq!(o.code, Some(0), "stdout:\n{}\nstderr:\n{}", o.stdout, o.stderr);
     assert!(o.stdout.contains("[0] # dc-bench: distcomm"), "{}", o.stdout);
@@ -128,7 +144,7 @@ fn every_op_checks_out_and_the_csv_parses() {
     assert!((bus - alg).abs() <= 1e-6 + alg * 1e-3, "allreduce at 2 ranks: busbw = algbw ({alg} vs {bus})");
 
     // The plot, from the CSV alone.
-    let svg = tmp("all.svg");
+    let svg = dir.path("all.svg");
     let o = run(Command::new(DCBENCH).args(["--no-run", "--plot", svg.to_str().unwrap(), "--compare", csv.to_str().unwrap()]), &[]);
     assert_eq!(o.code, Some(0), "{}", o.stderr);
     let text = std::fs::read_to_string(&svg).unwrap();
@@ -138,8 +154,9 @@ fn every_op_checks_out_and_the_csv_parses() {
 
 #[test]
 fn every_type_and_reduction_checks_out_at_three_ranks() {
-    let csv = tmp("types.csv");
-    let svg = tmp("types.svg");
+    let dir = Scratch::new("types");
+    let csv = dir.path("types.csv");
+    let svg = dir.path("types.svg");
     let o = dc_bench(
         "3",
         &[
@@ -163,7 +180,8 @@ fn every_type_and_reduction_checks_out_at_three_ranks() {
 
 #[test]
 fn damaged_results_are_counted() {
-    let csv = tmp("inject.csv");
+    let dir = Scratch::new("inject");
+    let csv = dir.path("inject.csv");
     let o = dc_bench("2", &["-b", "64", "-e", "64", "-o", "all", "-n", "1", "-w", "0", "--csv", csv.to_str().unwrap()], &[("DC_BENCH_INJECT_WRONG", "1")]);
     assert_eq!(o.code, Some(3), "stdout:\n{}\nstderr:\n{}", o.stdout, o.stderr);
     assert!(o.stdout.contains("(FAILED)"));
