@@ -7,6 +7,10 @@ package_for() {
     nm | readelf) echo binutils ;;
     libclang) echo libclang-dev ;;
     valgrind) echo valgrind ;;
+    mpicc.openmpi) echo libopenmpi-dev ;;
+    mpirun.openmpi) echo openmpi-bin ;;
+    mpicc.mpich) echo libmpich-dev ;;
+    mpirun.mpich) echo mpich ;;
     *) echo "$1" ;;
   esac
 }

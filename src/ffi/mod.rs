@@ -13,4 +13,6 @@ mod status;
 pub mod types;
 
 pub use boundary::{guard, set_last_error};
+// Reachable from Rust (dc-bench calls the C surface as C users do).
+pub use status::{dc_last_error, dc_status_name, dc_version};
 pub use types::*;

@@ -1,0 +1,358 @@
+#!/usr/bin/env bash
+# bench/compare.sh: distcomm (dc-bench) against MPI (bench/mpi_bench.c) on this host, side by
+# side and interleaved.
+#
+#   1. installs Open MPI (or MPICH) if missing (apt-get, via scripts/packages.sh)
+#   2. builds bench/mpi_bench.c with mpicc, builds and installs distcomm (release, make install)
+#   3. for every rank count, op and size: ROUNDS rounds, each running dc-bench and mpi_bench on
+#      that one size with a few iterations, the order flipped every round (ABBA...), so slow and
+#      fast phases of the machine hit both alike
+#   4. prints per size the median over rounds of distcomm_time / mpi_time and the resulting bus
+#      bandwidth ratio (median of mpi_time / distcomm_time), and draws an SVG plot (medians);
+#      with --out DIR writes rounds.csv, median.csv, results.md and compare.svg there
+#
+# Every run checks its results (dc-bench/mpi_bench --check); the table's wrong column is the most
+# wrong elements any round saw. Run it on a quiet machine: the numbers are only as good as that.
+# Usage: bench/compare.sh [options]   (bench/compare.sh --help)
+set -euo pipefail
+
+usage() {
+  cat <<'EOF'
+usage: bench/compare.sh [options]
+
+  --ranks "2 4"          rank counts to compare (default "2 4")
+  -o, --ops LIST         comma-separated dc-bench ops, or all (default all: allreduce,broadcast,
+                         reduce,allgather,reduce_scatter,alltoall,sendrecv,barrier)
+  --sizes "16 1M 64M"    explicit sizes (K, M, G suffixes); default: the -b/-e/-f sweep
+  -b, -e, -f             sweep: smallest, largest size, step factor (default 8, 64M, 4)
+  -d, --datatype T       element type (default float)
+      --redop OP         reduction op (default sum; avg is sum + a division for MPI)
+  --rounds R             alternations per size (default 5; odd numbers keep the two ratios
+                         exact reciprocals)
+  -n, --iters N          timed iterations per run (default by size: 20 below 1M, 10 below 16M,
+                         else 4)
+  -w, --warmup N         warm-up iterations per run (default by size: 5, 2, 1)
+  -c, --check N          checked runs per run (default 1; 0 turns checking off)
+  --form oop|ip|both     which rows the ratio table shows (default oop: out-of-place; broadcast,
+                         alltoall, sendrecv and barrier only have that form)
+  --mpi openmpi|mpich    the MPI to compare against (default openmpi)
+  --mpi-args "ARGS"      extra mpirun arguments, e.g. --mpi-args "--mca btl tcp,self"
+  --transport T          DC_TRANSPORT for the distcomm runs (default: DC_TRANSPORT as set, else auto)
+  --out DIR              write rounds.csv, median.csv, results.md, compare.svg into DIR
+                         (e.g. bench/results); default: a temporary directory, printed at the end
+  --prefix DIR           where distcomm is installed (default build/bench/prefix)
+  --no-build             use what is already built and installed
+  --timeout S            limit per run in seconds (default 600)
+  -h, --help             this text
+
+Examples:
+  bench/compare.sh --ranks 2 -o allreduce --sizes "16 1M 64M"
+  bench/compare.sh --transport socket --mpi-args "--mca btl tcp,self" -o allreduce --sizes 16M
+  bench/compare.sh --out bench/results
+EOF
+}
+
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+
+RANKS="2 4"
+OPS="all"
+SIZES=""
+MINB=8
+MAXB=64M
+STEPF=4
+DTYPE=float
+REDOP=sum
+ROUNDS=5
+ITERS=""
+WARMUP=""
+CHECK=1
+FORM=oop
+MPI=openmpi
+MPI_ARGS=""
+TRANSPORT="${DC_TRANSPORT:-}"
+OUT=""
+PREFIX="$ROOT/build/bench/prefix"
+BUILD=1
+TIMEOUT=600
+
+need() { [ $# -ge 2 ] || { echo "compare.sh: $1 needs a value" >&2; exit 2; }; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -h | --help) usage; exit 0 ;;
+    --ranks) need "$@"; RANKS="$2"; shift ;;
+    -o | --ops | --op) need "$@"; OPS="$2"; shift ;;
+    --sizes) need "$@"; SIZES="$2"; shift ;;
+    -b | --minbytes) need "$@"; MINB="$2"; shift ;;
+    -e | --maxbytes) need "$@"; MAXB="$2"; shift ;;
+    -f | --stepfactor) need "$@"; STEPF="$2"; shift ;;
+    -d | --datatype) need "$@"; DTYPE="$2"; shift ;;
+    --redop) need "$@"; REDOP="$2"; shift ;;
+    --rounds) need "$@"; ROUNDS="$2"; shift ;;
+    -n | --iters) need "$@"; ITERS="$2"; shift ;;
+    -w | --warmup | --warmup_iters) need "$@"; WARMUP="$2"; shift ;;
+    -c | --check) need "$@"; CHECK="$2"; shift ;;
+    --form) need "$@"; FORM="$2"; shift ;;
+    --mpi) need "$@"; MPI="$2"; shift ;;
+    --mpi-args) need "$@"; MPI_ARGS="$2"; shift ;;
+    --transport) need "$@"; TRANSPORT="$2"; shift ;;
+    --out) need "$@"; OUT="$2"; shift ;;
+    --prefix) need "$@"; PREFIX="$2"; shift ;;
+    --no-build) BUILD=0 ;;
+    --timeout) need "$@"; TIMEOUT="$2"; shift ;;
+    *) echo "compare.sh: unknown option $1 (--help lists them)" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+case "$FORM" in oop | ip | both) ;; *) echo "compare.sh: --form is oop, ip or both" >&2; exit 2 ;; esac
+case "$MPI" in
+  openmpi) MPICC=mpicc.openmpi MPIRUN=mpirun.openmpi ;;
+  mpich) MPICC=mpicc.mpich MPIRUN=mpirun.mpich ;;
+  *) echo "compare.sh: --mpi is openmpi or mpich" >&2; exit 2 ;;
+esac
+[ "$ROUNDS" -ge 1 ] 2>/dev/null || { echo "compare.sh: --rounds must be >= 1" >&2; exit 2; }
+[ "$OPS" = all ] && OPS="allreduce,broadcast,reduce,allgather,reduce_scatter,alltoall,sendrecv,barrier"
+
+# "64M" -> 67108864
+to_bytes() {
+  local s=${1%B} m=1
+  s=${s%i}
+  case "$s" in
+    *[kK]) m=1024; s=${s%?} ;;
+    *[mM]) m=$((1024 * 1024)); s=${s%?} ;;
+    *[gG]) m=$((1024 * 1024 * 1024)); s=${s%?} ;;
+  esac
+  [[ "$s" =~ ^[0-9]+$ ]] || { echo "compare.sh: $1 is not a size" >&2; exit 2; }
+  echo $((s * m))
+}
+
+if [ -n "$SIZES" ]; then
+  SIZE_LIST=""
+  for s in $SIZES; do SIZE_LIST+="$(to_bytes "$s") "; done
+else
+  lo=$(to_bytes "$MINB") hi=$(to_bytes "$MAXB")
+  [ "$STEPF" -ge 2 ] 2>/dev/null || { echo "compare.sh: -f must be an integer >= 2" >&2; exit 2; }
+  SIZE_LIST=""
+  s=$lo
+  while [ "$s" -le "$hi" ]; do
+    SIZE_LIST+="$s "
+    [ "$s" -eq 0 ] && s=1
+    s=$((s * STEPF))
+  done
+fi
+
+# ---------------------------------------------------------------------------------------------
+echo "== packages"
+. scripts/packages.sh
+ensure_packages "$MPICC" "$MPIRUN" make cc
+
+mkdir -p build/bench
+MPI_BENCH="$ROOT/build/bench/mpi_bench.$MPI"
+if [ "$BUILD" = 1 ]; then
+  echo "== building $MPI_BENCH with $MPICC"
+  "$MPICC" -O2 -std=c11 -Wall -o "$MPI_BENCH" bench/mpi_bench.c -lm
+  echo "== building and installing distcomm (release) into $PREFIX"
+  make install PREFIX="$PREFIX" >build/bench/install.log 2>&1 || { tail -30 build/bench/install.log; exit 1; }
+fi
+DCRUN="$PREFIX/bin/dcrun"
+DCBENCH="$PREFIX/bin/dc-bench"
+for f in "$DCRUN" "$DCBENCH" "$MPI_BENCH"; do
+  [ -x "$f" ] || { echo "compare.sh: $f is missing (run without --no-build)" >&2; exit 1; }
+done
+
+NCPU=$(nproc)
+MPIRUN_CMD=("$MPIRUN")
+if [ "$MPI" = openmpi ]; then
+  [ "$(id -u)" -eq 0 ] && MPIRUN_CMD+=(--allow-run-as-root)
+  MPIRUN_CMD+=(--bind-to none)
+else
+  MPIRUN_CMD+=(-bind-to none)
+fi
+read -r -a EXTRA_MPI_ARGS <<<"$MPI_ARGS"
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/dc-compare.XXXXXX")
+mkdir -p "$WORK/logs"
+ROUNDS_CSV="$WORK/rounds.csv"
+echo "round,op,bytes,count,type,redop,root,inplace,time_us,algbw,busbw,wrong,ranks,impl" >"$ROUNDS_CSV"
+WRONG_RUNS=0
+
+# run_one IMPL NP OP SIZE ITERS WARMUP ROUND
+run_one() {
+  local impl=$1 np=$2 op=$3 size=$4 iters=$5 warm=$6 round=$7
+  local csv="$WORK/run.csv" log="$WORK/logs/$impl.log" rc=0
+  local bench_args=(-b "$size" -e "$size" -o "$op" -d "$DTYPE" --redop "$REDOP" -n "$iters" -w "$warm"
+    -c "$CHECK" --csv "$csv")
+  local cmd
+  rm -f "$csv"
+  if [ "$impl" = distcomm ]; then
+    cmd=(env ${TRANSPORT:+DC_TRANSPORT="$TRANSPORT"} "$DCRUN" -n "$np" "$DCBENCH" "${bench_args[@]}")
+  else
+    local over=()
+    [ "$MPI" = openmpi ] && [ "$np" -gt "$NCPU" ] && over=(--oversubscribe)
+    cmd=("${MPIRUN_CMD[@]}" "${over[@]}" "${EXTRA_MPI_ARGS[@]}" -np "$np" "$MPI_BENCH" "${bench_args[@]}")
+  fi
+  if timeout "$TIMEOUT" "${cmd[@]}" >"$log" 2>&1; then rc=0; else rc=$?; fi
+  # Keep the first run's header of each impl for the summary.
+  [ -f "$WORK/header.$impl" ] || grep -m1 '^\(\[0\] \)\?# \(dc-bench\|mpi_bench\):' "$log" >"$WORK/header.$impl" || true
+  if [ "$rc" -ne 0 ] && [ "$rc" -ne 3 ]; then
+    echo "compare.sh: FAILED (exit $rc): ${cmd[*]}" >&2
+    tail -25 "$log" >&2
+    echo "compare.sh: partial results in $WORK" >&2
+    exit 1
+  fi
+  if [ "$rc" -eq 3 ]; then
+    WRONG_RUNS=$((WRONG_RUNS + 1))
+    echo "compare.sh: WRONG RESULTS: ${cmd[*]}" >&2
+  fi
+  [ -f "$csv" ] && tail -n +2 "$csv" | sed "s/^/$round,/" >>"$ROUNDS_CSV"
+  return 0
+}
+
+echo "== interleaved runs: ranks [$RANKS], ops $OPS, $ROUNDS rounds per size, type $DTYPE, redop $REDOP"
+echo "   distcomm: DC_TRANSPORT=${TRANSPORT:-auto}; $MPI: ${MPIRUN_CMD[*]} $MPI_ARGS"
+echo "   sizes: $SIZE_LIST"
+START=$(date +%s)
+for np in $RANKS; do
+  for op in ${OPS//,/ }; do
+    sizes=$SIZE_LIST
+    [ "$op" = barrier ] && sizes=0
+    for s in $sizes; do
+      if [ -n "$ITERS" ]; then it=$ITERS; elif [ "$s" -lt 1048576 ]; then it=20; elif [ "$s" -lt 16777216 ]; then it=10; else it=4; fi
+      if [ -n "$WARMUP" ]; then wu=$WARMUP; elif [ "$s" -lt 1048576 ]; then wu=5; elif [ "$s" -lt 16777216 ]; then wu=2; else wu=1; fi
+      for ((r = 1; r <= ROUNDS; r++)); do
+        if ((r % 2)); then
+          run_one distcomm "$np" "$op" "$s" "$it" "$wu" "$r"
+          run_one "$MPI" "$np" "$op" "$s" "$it" "$wu" "$r"
+        else
+          run_one "$MPI" "$np" "$op" "$s" "$it" "$wu" "$r"
+          run_one distcomm "$np" "$op" "$s" "$it" "$wu" "$r"
+        fi
+      done
+      printf '   %d ranks  %-15s %10s bytes: %d rounds done (%ds)\n' "$np" "$op" "$s" "$ROUNDS" $(($(date +%s) - START))
+    done
+  done
+done
+
+# ---------------------------------------------------------------------------------------------
+# Medians and ratios (POSIX awk: mawk is Debian's default).
+MEDIAN_CSV="$WORK/median.csv"
+RESULTS_MD="$WORK/results.md"
+TABLE_TXT="$WORK/table.txt"
+SVG="$WORK/compare.svg"
+
+awk -v form="$FORM" -v dcimpl=distcomm -v medfile="$MEDIAN_CSV" -v mdfile="$WORK/table.md" '
+function med(a, n,    i, j, t) {
+  if (n == 0) return -1
+  for (i = 2; i <= n; i++) { t = a[i]; j = i - 1; while (j >= 1 && a[j] > t) { a[j + 1] = a[j]; j-- } a[j + 1] = t }
+  return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+}
+function hb(b) {
+  if (b >= 1073741824 && b % 1073741824 == 0) return (b / 1073741824) "G"
+  if (b >= 1048576 && b % 1048576 == 0) return (b / 1048576) "M"
+  if (b >= 1024 && b % 1024 == 0) return (b / 1024) "K"
+  return b ""
+}
+function ft(v) { return v < 0 ? "-" : v >= 10000 ? sprintf("%.0f", v) : v >= 100 ? sprintf("%.1f", v) : sprintf("%.2f", v) }
+function fb(v) { return v <= 0 ? "-" : v >= 1 ? sprintf("%.2f", v) : sprintf("%.3g", v) }
+function fr(v) { return v <= 0 ? "-" : sprintf("%.2f", v) }
+BEGIN { FS = "," }
+NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
+{
+  ip = $col["inplace"] + 0
+  if (form == "oop" && ip != 0) next
+  if (form == "ip" && ip != 1) next
+  r = $col["round"]; imp = $col["impl"]
+  key = $col["ranks"] SUBSEP $col["op"] SUBSEP $col["type"] SUBSEP $col["redop"] SUBSEP ip SUBSEP $col["bytes"]
+  if (!(key in seen)) { seen[key] = 1; keys[++nk] = key; cnt[key] = $col["count"]; rootof[key] = $col["root"] }
+  if (imp == dcimpl) T = "d"; else { T = "m"; mimpl = imp }
+  t[T, key, r] = $col["time_us"] + 0; ab[T, key, r] = $col["algbw"] + 0; bw[T, key, r] = $col["busbw"] + 0
+  w = $col["wrong"] + 0
+  if (!((T, key) in wrong) || w > wrong[T, key]) wrong[T, key] = w
+  if (!(r in isround)) { isround[r] = 1; rounds[++nr] = r }
+}
+END {
+  if (mimpl == "") mimpl = "mpi"
+  print "op,bytes,count,type,redop,root,inplace,time_us,algbw,busbw,wrong,ranks,impl" > medfile
+  hdr = sprintf("%5s  %-14s %-4s %8s  %12s %12s  %9s  %12s %12s  %9s  %6s", "ranks", "op", "form", "size", \
+    "dc time us", "mpi time us", "time d/m", "dc busbw", "mpi busbw", "bw ratio", "wrong")
+  print hdr
+  print "| ranks | op | form | size | " dcimpl " time (us) | " mimpl " time (us) | time ratio " dcimpl "/" mimpl \
+    " | " dcimpl " busbw (GB/s) | " mimpl " busbw (GB/s) | busbw ratio | wrong |" > mdfile
+  print "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|" > mdfile
+  last = ""
+  for (k = 1; k <= nk; k++) {
+    key = keys[k]
+    split(key, f, SUBSEP)
+    nd = 0; nm = 0; n = 0
+    for (q = 1; q <= nr; q++) {
+      r = rounds[q]
+      hd = (("d", key, r) in t); hm = (("m", key, r) in t)
+      if (hd) { nd++; dt_[nd] = t["d", key, r]; dab[nd] = ab["d", key, r]; dbw[nd] = bw["d", key, r] }
+      if (hm) { nm++; mt_[nm] = t["m", key, r]; mab[nm] = ab["m", key, r]; mbw[nm] = bw["m", key, r] }
+      if (hd && hm && t["m", key, r] > 0 && t["d", key, r] > 0) {
+        n++; ratio[n] = t["d", key, r] / t["m", key, r]; bwr[n] = t["m", key, r] / t["d", key, r]
+      }
+    }
+    mdt = med(dt_, nd); mmt = med(mt_, nm); mdbw = med(dbw, nd); mmbw = med(mbw, nm)
+    mda = med(dab, nd); mma = med(mab, nm)
+    rt = med(ratio, n); rb = med(bwr, n)
+    if (f[6] == 0) rb = -1
+    wd = (("d", key) in wrong) ? wrong["d", key] : -1
+    wm = (("m", key) in wrong) ? wrong["m", key] : -1
+    ws = (wd < 0 && wm < 0) ? "-" : ((wd > wm ? wd : wm) "")
+    if (nd) printf "%s,%s,%s,%s,%s,%s,%s,%.3f,%.6f,%.6f,%s,%s,%s\n", f[2], f[6], cnt[key], f[3], f[4], rootof[key], f[5], mdt, mda, mdbw, wd, f[1], dcimpl > medfile
+    if (nm) printf "%s,%s,%s,%s,%s,%s,%s,%.3f,%.6f,%.6f,%s,%s,%s\n", f[2], f[6], cnt[key], f[3], f[4], rootof[key], f[5], mmt, mma, mmbw, wm, f[1], mimpl > medfile
+    grp = f[1] SUBSEP f[2]
+    if (last != "" && grp != last) print ""
+    last = grp
+    fm = f[5] ? "ip" : "oop"
+    printf "%5s  %-14s %-4s %8s  %12s %12s  %9s  %12s %12s  %9s  %6s\n", f[1], f[2], fm, hb(f[6]), ft(mdt), ft(mmt), fr(rt), \
+      fb(mdbw), fb(mmbw), fr(rb), ws
+    printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", f[1], f[2], fm, hb(f[6]), ft(mdt), ft(mmt), fr(rt), \
+      fb(mdbw), fb(mmbw), fr(rb), ws > mdfile
+  }
+}' "$ROUNDS_CSV" >"$TABLE_TXT"
+
+"$DCBENCH" --no-run --plot "$SVG" --compare "$MEDIAN_CSV" \
+  --title "distcomm (DC_TRANSPORT=${TRANSPORT:-auto}) vs $MPI: medians of $ROUNDS interleaved rounds, $DTYPE $REDOP" >/dev/null
+
+GIT_REV=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+DC_HDR=$(sed 's/^\[0\] //' "$WORK/header.distcomm" 2>/dev/null || true)
+MPI_HDR=$(cat "$WORK/header.$MPI" 2>/dev/null || true)
+{
+  echo "# distcomm vs $MPI"
+  echo
+  echo "Made by \`bench/compare.sh\` on $(date -u '+%Y-%m-%d %H:%M UTC'), distcomm commit $GIT_REV."
+  echo
+  echo "- machine: $(uname -srm), $NCPU CPUs ($(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1))"
+  echo "- distcomm: \`${DC_HDR#\# }\` (DC_TRANSPORT=${TRANSPORT:-auto})"
+  echo "- $MPI: \`${MPI_HDR#\# }\`; mpirun arguments: \`${MPIRUN_CMD[*]:1} $MPI_ARGS\`"
+  echo "- ranks: $RANKS; type $DTYPE, redop $REDOP; $ROUNDS rounds per size, distcomm and $MPI alternating (order flipped each round)"
+  echo "- iterations per run: ${ITERS:-20 / 10 / 4 (below 1M / below 16M / above)}, warm-up ${WARMUP:-5 / 2 / 1}; checked runs per run: $CHECK"
+  echo "- time: the slowest rank's average per iteration, median over rounds; time ratio: median over rounds of"
+  echo "  distcomm time / $MPI time (below 1: distcomm faster); busbw ratio: median of $MPI time / distcomm time"
+  echo "  (above 1: distcomm has more bus bandwidth); wrong: most wrong elements any round saw (must be 0)"
+  echo
+  cat "$WORK/table.md"
+  echo
+  echo "![bus bandwidth and time against size](compare.svg)"
+} >"$RESULTS_MD"
+
+echo
+echo "dc = distcomm (DC_TRANSPORT=${TRANSPORT:-auto}), mpi = $MPI; times in us and busbw in GB/s are medians over $ROUNDS rounds"
+cat "$TABLE_TXT"
+echo
+echo "time d/m = median over rounds of distcomm_time / ${MPI}_time (< 1: distcomm faster);"
+echo "bw ratio = median over rounds of ${MPI}_time / distcomm_time (> 1: distcomm has more bus bandwidth)"
+[ "$WRONG_RUNS" -gt 0 ] && echo "WARNING: $WRONG_RUNS runs reported wrong results (see the wrong column)"
+
+if [ -n "$OUT" ]; then
+  mkdir -p "$OUT"
+  cp "$ROUNDS_CSV" "$MEDIAN_CSV" "$RESULTS_MD" "$SVG" "$OUT/"
+  rm -rf "$WORK"
+  echo "results: $OUT/{rounds.csv,median.csv,results.md,compare.svg}"
+else
+  echo "results: $WORK/{rounds.csv,median.csv,results.md,compare.svg}"
+fi
+[ "$WRONG_RUNS" -eq 0 ]
