@@ -37,6 +37,7 @@ usage: bench/compare.sh [options]
                          alltoall, sendrecv and barrier only have that form)
   --mpi openmpi|mpich    the MPI to compare against (default openmpi)
   --mpi-args "ARGS"      extra mpirun arguments, e.g. --mpi-args "--mca btl tcp,self"
+  --dcrun-args "ARGS"    extra dcrun arguments, e.g. --dcrun-args "--bind none"
   --transport T          DC_TRANSPORT for the distcomm runs (default: DC_TRANSPORT as set, else auto)
   --out DIR              write rounds.csv, median.csv, results.md, compare.svg into DIR
                          (e.g. bench/results); default: a temporary directory, printed at the end
@@ -70,6 +71,7 @@ CHECK=1
 FORM=oop
 MPI=openmpi
 MPI_ARGS=""
+DCRUN_ARGS=""
 TRANSPORT="${DC_TRANSPORT:-}"
 OUT=""
 PREFIX="$ROOT/build/bench/prefix"
@@ -95,6 +97,7 @@ while [ $# -gt 0 ]; do
     --form) need "$@"; FORM="$2"; shift ;;
     --mpi) need "$@"; MPI="$2"; shift ;;
     --mpi-args) need "$@"; MPI_ARGS="$2"; shift ;;
+    --dcrun-args) need "$@"; DCRUN_ARGS="$2"; shift ;;
     --transport) need "$@"; TRANSPORT="$2"; shift ;;
     --out) need "$@"; OUT="$2"; shift ;;
     --prefix) need "$@"; PREFIX="$2"; shift ;;
@@ -162,14 +165,15 @@ for f in "$DCRUN" "$DCBENCH" "$MPI_BENCH"; do
 done
 
 NCPU=$(nproc)
+# Each launcher places ranks its default way: mpirun binds to cores (np <= cores; with
+# --oversubscribe it does not bind), dcrun gives each rank its share of the cores (ranks <=
+# cores). --bind none for both: --mpi-args "--bind-to none" --dcrun-args "--bind none".
 MPIRUN_CMD=("$MPIRUN")
 if [ "$MPI" = openmpi ]; then
   [ "$(id -u)" -eq 0 ] && MPIRUN_CMD+=(--allow-run-as-root)
-  MPIRUN_CMD+=(--bind-to none)
-else
-  MPIRUN_CMD+=(-bind-to none)
 fi
 read -r -a EXTRA_MPI_ARGS <<<"$MPI_ARGS"
+read -r -a EXTRA_DCRUN_ARGS <<<"$DCRUN_ARGS"
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/dc-compare.XXXXXX")
 mkdir -p "$WORK/logs"
@@ -186,7 +190,7 @@ run_one() {
   local cmd
   rm -f "$csv"
   if [ "$impl" = distcomm ]; then
-    cmd=(env ${TRANSPORT:+DC_TRANSPORT="$TRANSPORT"} "$DCRUN" -n "$np" "$DCBENCH" "${bench_args[@]}")
+    cmd=(env ${TRANSPORT:+DC_TRANSPORT="$TRANSPORT"} "$DCRUN" "${EXTRA_DCRUN_ARGS[@]}" -n "$np" "$DCBENCH" "${bench_args[@]}")
   else
     local over=()
     [ "$MPI" = openmpi ] && [ "$np" -gt "$NCPU" ] && over=(--oversubscribe)

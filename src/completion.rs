@@ -47,7 +47,8 @@ pub enum Pace {
 }
 
 /// The waiting policy: spin for a short time (a peer on another core is seen within a
-/// microsecond), then yield a few times (lets a peer sharing our core run), then sleep (a
+/// microsecond; for shared memory the spin outlasts a peer's wake-up from sleep, 15-50 us here,
+/// so two ranks never settle into taking turns sleeping), then yield a few times (lets a peer sharing our core run), then sleep (a
 /// wake-up costs 15-30 us here, but a rank blocked for long must not eat a core). When the
 /// host's ranks outnumber its cores, spinning only steals time from the peer we wait for, so
 /// the spin is cut to a minimum.
@@ -56,8 +57,17 @@ pub struct Backoff {
     spin: Duration,
     yields: u32,
     started: Option<Instant>,
+    last_yield: Option<Instant>,
     polls: u32,
     yielded: u32,
+}
+
+/// While spinning, yield this often: if the awaited peer shares our core (the scheduler often
+/// starts a launcher's children on one core), it gets to run within this time; if it does not,
+/// the yield returns at once and costs a syscall.
+fn spin_slice() -> Duration {
+    static SLICE: once_cell::sync::Lazy<Duration> = once_cell::sync::Lazy::new(|| env_us("DC_SPIN_SLICE_US", 5));
+    *SLICE
 }
 
 /// Whether this host runs more ranks than it has cores (`LOCAL_WORLD_SIZE` from the launcher).
@@ -81,7 +91,7 @@ impl Backoff {
     /// For waits on memory another process writes directly (shared-memory flags).
     pub fn for_shared_memory() -> Backoff {
         static SPIN: once_cell::sync::Lazy<Duration> =
-            once_cell::sync::Lazy::new(|| env_us("DC_SPIN_US", if oversubscribed() { 1 } else { 50 }));
+            once_cell::sync::Lazy::new(|| env_us("DC_SPIN_US", if oversubscribed() { 1 } else { 200 }));
         Backoff::new(*SPIN, if oversubscribed() { 200 } else { 32 })
     }
 
@@ -94,7 +104,7 @@ impl Backoff {
     }
 
     pub fn new(spin: Duration, yields: u32) -> Backoff {
-        Backoff { spin, yields, started: None, polls: 0, yielded: 0 }
+        Backoff { spin, yields, started: None, last_yield: None, polls: 0, yielded: 0 }
     }
 
     /// Call after each unsuccessful check; says how to wait before the next one.
@@ -109,6 +119,11 @@ impl Backoff {
             let now = Instant::now();
             let start = *self.started.get_or_insert(now);
             if now - start < self.spin {
+                let last = *self.last_yield.get_or_insert(now);
+                if now - last >= spin_slice() {
+                    self.last_yield = Some(now);
+                    std::thread::yield_now();
+                }
                 std::hint::spin_loop();
                 return Pace::Spin;
             }

@@ -28,6 +28,10 @@ options:
       --master HOST:PORT  the store's address; node 0 serves it there (exactly that address).
                           Required with --nnodes > 1. Default: 127.0.0.1 and a free port.
       --no-prefix         do not prefix output lines with [RANK]
+      --bind MODE         cores (default): when the ranks are no more than the cores dcrun may
+                          use, give each rank its own equal share of them (like mpirun's default
+                          binding; keeps ranks that talk through shared memory off one core);
+                          none: leave placement to the scheduler
   -h, --help              this text
   -V, --version           the version
 
@@ -44,6 +48,32 @@ signal, the others get SIGTERM, then SIGKILL after 3 s, and dcrun exits with tha
 (128 + signal number for a signal). dcrun exits 0 when every rank exits 0, 2 on a usage error.
 ";
 
+/// Splits the cores dcrun may use into `n` equal shares, one per local rank; None when there
+/// are fewer cores than ranks (then the scheduler places them).
+fn core_shares(n: usize) -> Option<Vec<libc::cpu_set_t>> {
+    // SAFETY: cpu_set_t is plain data; sched_getaffinity fills it.
+    let mut all: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut all) } != 0 {
+        return None;
+    }
+    let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &all) }).collect();
+    if n == 0 || cpus.len() < n {
+        return None;
+    }
+    let per = cpus.len() / n;
+    Some(
+        (0..n)
+            .map(|i| {
+                let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+                for &c in &cpus[i * per..(i + 1) * per] {
+                    unsafe { libc::CPU_SET(c, &mut set) };
+                }
+                set
+            })
+            .collect(),
+    )
+}
+
 /// How long ranks get between SIGTERM and SIGKILL when the job is torn down.
 const GRACE: Duration = Duration::from_secs(3);
 
@@ -54,6 +84,7 @@ struct Args {
     node_rank: usize,
     master: Option<(String, u16)>,
     prefix: bool,
+    bind: bool,
     prog: Vec<OsString>,
 }
 
@@ -69,6 +100,7 @@ fn parse_args(argv: Vec<OsString>) -> Result<Action, String> {
     let mut node_rank = 0usize;
     let mut master = None;
     let mut prefix = true;
+    let mut bind = true;
     let mut it = argv.into_iter().peekable();
     let mut prog = Vec::new();
 
@@ -117,6 +149,13 @@ fn parse_args(argv: Vec<OsString>) -> Result<Action, String> {
                 master = Some(parse_host_port(&v, "--master").map_err(|e| e.msg)?);
             }
             "--no-prefix" => prefix = false,
+            "--bind" | "--bind-to" => {
+                bind = match value(&name)?.as_str() {
+                    "cores" | "core" => true,
+                    "none" => false,
+                    other => return Err(format!("--bind: unknown mode {other} (cores or none)")),
+                }
+            }
             _ => return Err(format!("unknown option {s}")),
         }
     }
@@ -137,7 +176,7 @@ fn parse_args(argv: Vec<OsString>) -> Result<Action, String> {
     if prog.is_empty() {
         return Err("no program given".into());
     }
-    Ok(Action::Run(Args { nproc, nnodes, node_rank, master, prefix, prog }))
+    Ok(Action::Run(Args { nproc, nnodes, node_rank, master, prefix, bind, prog }))
 }
 
 fn main() {
@@ -363,9 +402,20 @@ fn run(args: Args) -> i32 {
     let mut alive: HashMap<libc::pid_t, usize> = HashMap::new();
     let mut spawn_error: Option<(i32, String)> = None;
 
+    let shares = if args.bind { core_shares(args.nproc) } else { None };
     for local in 0..args.nproc {
         let rank = args.node_rank * args.nproc + local;
         let mut cmd = Command::new(&args.prog[0]);
+        if let Some(shares) = &shares {
+            let mask = shares[local];
+            // SAFETY: only sched_setaffinity, async-signal-safe, runs between fork and exec.
+            unsafe {
+                cmd.pre_exec(move || {
+                    libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mask);
+                    Ok(())
+                });
+            }
+        }
         cmd.args(&args.prog[1..])
             .env("MASTER_ADDR", &master_host)
             .env("MASTER_PORT", master_port.to_string())
