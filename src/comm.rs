@@ -323,13 +323,12 @@ impl Comm {
 
     pub fn wait_p2p(&self, op: &P2pOp, deadline: Instant, what: &dyn Fn() -> String) -> Result<Done> {
         let t = self.timeout_ms();
+        // Sleep in poll on the sockets ourselves: a receive (or a single-copy send's Fin) is
+        // finished by arriving data, and anything else that finishes the op wakes us too.
+        let idle = |d: Duration, fd: i32| self.transport().wait_readable(d, fd);
         match op {
-            P2pOp::Send(s) => wait_op(&s.comp, &self.ctx, deadline, t, &|e| self.transport().cancel_send(s, e), what, None),
-            P2pOp::Recv(r) => {
-                // A receive completes when data arrives: wait in poll on the sockets ourselves.
-                let idle = |d: Duration, fd: i32| self.transport().wait_readable(d, fd);
-                wait_op(&r.comp, &self.ctx, deadline, t, &|e| self.transport().cancel_recv(r, e), what, Some(&idle))
-            }
+            P2pOp::Send(s) => wait_op(&s.comp, &self.ctx, deadline, t, &|e| self.transport().cancel_send(s, e), what, Some(&idle)),
+            P2pOp::Recv(r) => wait_op(&r.comp, &self.ctx, deadline, t, &|e| self.transport().cancel_recv(r, e), what, Some(&idle)),
         }
     }
 
