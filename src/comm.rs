@@ -48,6 +48,8 @@ pub enum TransportPolicy {
 struct ShmState {
     arena: Arena,
     steps: Steps,
+    /// Members' pids when every member lets us read its memory (single-copy collectives).
+    pids: Option<Vec<i32>>,
     scratch: Mutex<crate::coll::shm::Scratch>,
     /// Sequence number of the collective whose turn it is.
     turn: AtomicU64,
@@ -385,7 +387,7 @@ impl Comm {
         let interrupt = || self.ctx.abort_error().or_else(|| self.transport().gone_error_any(&self.members));
         let r = {
             let mut scratch = lock(&shm.scratch);
-            let mut run = ShmRun::new(&shm.arena, &shm.steps, deadline, &interrupt, &mut scratch);
+            let mut run = ShmRun::new(&shm.arena, &shm.steps, deadline, &interrupt, &mut scratch, shm.pids.as_deref());
             // SAFETY: buffers were validated by the C surface and stay valid until we return.
             match unsafe { run.run(args) } {
                 Some(r) => r,
@@ -450,9 +452,11 @@ impl Comm {
         match (all_ok[0], arena) {
             (1, Some(arena)) => {
                 dc_log!(Level::Info, Some(self.rank), "communicator {:#x}: shared memory, {} ranks, {} bytes", self.ctx.id, n, arena.bytes());
+                let pids: Option<Vec<i32>> = self.members.iter().map(|&w| self.transport().readable_pid(w)).collect();
                 let state = ShmState {
                     arena,
                     steps: Steps::default(),
+                    pids,
                     scratch: Mutex::new(Default::default()),
                     turn: AtomicU64::new(self.coll_seq.load(Ordering::Relaxed)),
                     turn_waiters: AtomicU64::new(0),

@@ -249,3 +249,50 @@ fn abort_reaches_a_rank_waiting_on_shared_memory() {
     assert_eq!(out[1].0, Status::Aborted);
     assert!(out[1].1 < Duration::from_secs(5), "{:?}", out[1].1);
 }
+
+#[test]
+fn shared_memory_single_copy_alltoall_and_allgather() {
+    // Blocks above the single-copy threshold take the process_vm_readv path.
+    let block = 300 * 1024 + 8;
+    job_on("shm", 3, 20_000, move |c| {
+        let (n, me) = (c.size(), c.rank());
+        let send: Vec<u8> = (0..n * block).map(|i| (i * 7 + me * 13) as u8).collect();
+        let mut recv = vec![0u8; n * block];
+        c.collective(CollArgs::Alltoall { send: ConstBuf::from_slice(&send), recv: MutBuf::from_slice(&mut recv), dt: DType::Uint8 }).unwrap();
+        for r in 0..n {
+            for i in (0..block).step_by(997) {
+                assert_eq!(recv[r * block + i], ((me * block + i) * 7 + r * 13) as u8, "alltoall block {r} byte {i}");
+            }
+        }
+        let mine: Vec<u8> = (0..block).map(|i| (i + me * 31) as u8).collect();
+        let mut all = vec![0u8; n * block];
+        c.collective(CollArgs::Allgather { send: Some(ConstBuf::from_slice(&mine)), recv: MutBuf::from_slice(&mut all), dt: DType::Uint8 }).unwrap();
+        for r in 0..n {
+            for i in (0..block).step_by(991) {
+                assert_eq!(all[r * block + i], (i + r * 31) as u8, "allgather block {r} byte {i}");
+            }
+        }
+        // alltoallv with uneven blocks, and a receiver that expects the wrong count
+        let counts: Vec<usize> = (0..n).map(|j| (me + j) % 3 * 1000).collect();
+        let displs: Vec<usize> = counts.iter().scan(0, |acc, &c| { let d = *acc; *acc += c; Some(d) }).collect();
+        let rcounts: Vec<usize> = (0..n).map(|r| (r + me) % 3 * 1000).collect();
+        let rdispls: Vec<usize> = rcounts.iter().scan(0, |acc, &c| { let d = *acc; *acc += c; Some(d) }).collect();
+        let mut out = vec![0u8; rcounts.iter().sum()];
+        c.collective(CollArgs::Alltoallv {
+            send: ConstBuf::from_slice(&send),
+            scounts: counts.clone(),
+            sdispls: displs.clone(),
+            recv: MutBuf::from_slice(&mut out),
+            rcounts: rcounts.clone(),
+            rdispls: rdispls.clone(),
+            dt: DType::Uint8,
+        })
+        .unwrap();
+        for r in 0..n {
+            let their_displ: usize = (0..me).map(|j| (r + j) % 3 * 1000).sum();
+            for i in 0..rcounts[r] {
+                assert_eq!(out[rdispls[r] + i], ((their_displ + i) * 7 + r * 13) as u8);
+            }
+        }
+    });
+}

@@ -17,6 +17,9 @@ use std::time::Instant;
 
 /// Reductions up to this many bytes take the one-step path.
 pub const SMALL_REDUCE_BYTES: usize = 16 * 1024;
+/// Per-rank blocks at least this large are copied once, straight from the peer's buffer
+/// (`process_vm_readv`), instead of twice through the staging slots.
+pub const DIRECT_MIN_BYTES: usize = 256 * 1024;
 /// Elements reduced per block (keeps the f32 scratch of half types in L1).
 const REDUCE_BLOCK: usize = 4096;
 
@@ -37,6 +40,8 @@ pub struct ShmRun<'a> {
     pub deadline: Instant,
     pub interrupt: &'a dyn Fn() -> Option<Error>,
     scratch: &'a mut Scratch,
+    /// Members' pids when every member's memory is readable (single-copy collectives).
+    pids: Option<&'a [i32]>,
     first: bool,
     sig: u32,
     bytes: u64,
@@ -124,8 +129,15 @@ fn piece_for(chunk: usize, k: usize, es: usize) -> usize {
 }
 
 impl<'a> ShmRun<'a> {
-    pub fn new(arena: &'a Arena, steps: &'a Steps, deadline: Instant, interrupt: &'a dyn Fn() -> Option<Error>, scratch: &'a mut Scratch) -> ShmRun<'a> {
-        ShmRun { arena, steps, deadline, interrupt, scratch, first: true, sig: 0, bytes: 0 }
+    pub fn new(
+        arena: &'a Arena,
+        steps: &'a Steps,
+        deadline: Instant,
+        interrupt: &'a dyn Fn() -> Option<Error>,
+        scratch: &'a mut Scratch,
+        pids: Option<&'a [i32]>,
+    ) -> ShmRun<'a> {
+        ShmRun { arena, steps, deadline, interrupt, scratch, pids, first: true, sig: 0, bytes: 0 }
     }
 
     fn n(&self) -> usize {
@@ -225,7 +237,25 @@ impl<'a> ShmRun<'a> {
             Allgather { send, recv, .. } => {
                 let block = recv.len() / self.n();
                 self.bytes = block as u64;
+                if self.pids.is_some() && block >= DIRECT_MIN_BYTES {
+                    let counts = vec![block; self.n()];
+                    let displs: Vec<usize> = (0..self.n()).map(|r| r * block).collect();
+                    return Some(self.allgatherv_direct(*send, *recv, &counts, &displs));
+                }
                 self.allgather(*send, *recv, block)
+            }
+            Allgatherv { send, recv, counts, displs, .. } => {
+                self.bytes = counts.iter().sum::<usize>() as u64;
+                self.pids?;
+                self.allgatherv_direct(*send, *recv, counts, displs)
+            }
+            Alltoallv { send, scounts, sdispls, recv, rcounts, rdispls, .. } => {
+                self.bytes = 0;
+                self.pids?;
+                if 2 * self.n() * 8 > self.arena.chunk() {
+                    return None;
+                }
+                self.alltoallv_direct(*send, scounts, sdispls, *recv, rcounts, rdispls)
             }
             ReduceScatter { send, recv, dt, op } => {
                 let (input, out) = match send {
@@ -242,6 +272,11 @@ impl<'a> ShmRun<'a> {
             Alltoall { send, recv, .. } => {
                 let block = recv.len() / self.n();
                 self.bytes = block as u64;
+                if self.pids.is_some() && block >= DIRECT_MIN_BYTES && 2 * self.n() * 8 <= self.arena.chunk() {
+                    let counts = vec![block; self.n()];
+                    let displs: Vec<usize> = (0..self.n()).map(|r| r * block).collect();
+                    return Some(self.alltoallv_direct(*send, &counts, &displs, *recv, &counts, &displs));
+                }
                 self.alltoall(*send, *recv, block)
             }
             Gather { send, recv, root, .. } => {
@@ -252,7 +287,6 @@ impl<'a> ShmRun<'a> {
                 self.bytes = recv.len() as u64;
                 self.scatter(*send, *recv, *root)
             }
-            Allgatherv { .. } | Alltoallv { .. } => return None,
         })
     }
 
@@ -297,6 +331,84 @@ impl<'a> ShmRun<'a> {
             off += p;
         }
         Ok(())
+    }
+
+    /// Publishes `words` in our staging slot for a new step and waits for everyone's.
+    fn exchange_words(&mut self, words: &[u64]) -> Result<u32> {
+        let s = self.begin();
+        let stage = self.arena.my_stage(s);
+        for (i, w) in words.iter().enumerate() {
+            stage[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
+        }
+        self.staged(s)?;
+        Ok(s)
+    }
+
+    fn word(&self, r: usize, s: u32, i: usize) -> u64 {
+        u64::from_le_bytes(self.arena.stage(r, s)[i * 8..i * 8 + 8].try_into().unwrap())
+    }
+
+    /// Copies `len` bytes at `remote` in member `r`'s memory to `dst`.
+    unsafe fn read_from(&self, r: usize, remote: u64, dst: *mut u8, len: usize) -> Result<()> {
+        let pid = self.pids.map_or(-1, |p| p[r]);
+        crate::transport::cma::read(pid, remote, dst, len).map_err(|e| {
+            let status = if e.raw_os_error() == Some(libc::ESRCH) { Status::PeerLost } else { Status::System };
+            Error::new(status, format!("reading rank {r}'s buffer failed: {e}"))
+        })
+    }
+
+    /// Ends a single-copy collective: nobody leaves (and reuses its buffers) before everyone
+    /// has finished reading them.
+    fn finish_reads(&mut self) -> Result<()> {
+        let s = self.begin();
+        self.staged(s)
+    }
+
+    /// allgather(v) with one copy: each rank reads every other rank's block from its memory.
+    unsafe fn allgatherv_direct(&mut self, send: Option<ConstBuf>, recv: MutBuf, counts: &[usize], displs: &[usize]) -> Result<()> {
+        let me = self.me();
+        let mine = send.map_or(recv.as_ptr().add(displs[me]) as *const u8, |b| b.as_slice().as_ptr());
+        let s = self.exchange_words(&[mine as u64])?;
+        // Read everything we can, but always take the final step: the ranks must stay in step.
+        let mut first_err = None;
+        for r in (0..self.n()).filter(|&r| r != me) {
+            if let Err(e) = self.read_from(r, self.word(r, s, 0), recv.as_ptr().add(displs[r]), counts[r]) {
+                first_err.get_or_insert(e);
+            }
+        }
+        if send.is_some() {
+            copy(mine, recv.as_ptr().add(displs[me]), counts[me]);
+        }
+        self.finish_reads()?;
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// alltoall(v) with one copy: each rank publishes its send buffer and displacements, and
+    /// reads the block meant for it from every other rank.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn alltoallv_direct(&mut self, send: ConstBuf, scounts: &[usize], sdispls: &[usize], recv: MutBuf, rcounts: &[usize], rdispls: &[usize]) -> Result<()> {
+        let (n, me) = (self.n(), self.me());
+        let src = send.as_slice().as_ptr();
+        let mut words = Vec::with_capacity(1 + 2 * n);
+        words.push(src as u64);
+        words.extend(scounts.iter().map(|&c| c as u64));
+        words.extend(sdispls.iter().map(|&d| d as u64));
+        let s = self.exchange_words(&words)?;
+        // Read everything we can, but always take the final step: the ranks must stay in step.
+        let mut first_err = None;
+        for r in 0..n {
+            let (count, displ) = (self.word(r, s, 1 + me) as usize, self.word(r, s, 1 + n + me) as usize);
+            if count != rcounts[r] {
+                let msg = format!("rank {r} sends {count} bytes to rank {me}, which expects {}", rcounts[r]);
+                first_err.get_or_insert(Error::new(Status::Mismatch, msg));
+            } else if r == me {
+                copy(src.add(displ), recv.as_ptr().add(rdispls[me]), count);
+            } else if let Err(e) = self.read_from(r, self.word(r, s, 0) + displ as u64, recv.as_ptr().add(rdispls[r]), count) {
+                first_err.get_or_insert(e);
+            }
+        }
+        self.finish_reads()?;
+        first_err.map_or(Ok(()), Err)
     }
 
     unsafe fn broadcast(&mut self, buf: MutBuf, root: usize) -> Result<()> {

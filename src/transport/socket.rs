@@ -347,6 +347,14 @@ impl SocketTransport {
         unsafe { libc::write(self.wake.as_raw_fd(), &one as *const u64 as *const libc::c_void, 8) };
     }
 
+    /// The pid of world rank `r` when we may read its memory directly (same host, probed).
+    pub fn readable_pid(&self, r: u32) -> Option<i32> {
+        if r == self.rank {
+            return Some(std::process::id() as i32);
+        }
+        self.peer(r).cma_pid
+    }
+
     /// The error of the first of `ranks` (world ranks) that is gone, if any.
     pub fn gone_error_any(&self, ranks: &[u32]) -> Option<Error> {
         ranks.iter().filter(|&&r| r != self.rank).find_map(|&r| self.peer(r).gone_error())
