@@ -420,7 +420,9 @@ impl SocketTransport {
 
     fn enqueue(&self, peer: &Arc<Peer>, item: TxItem) -> Result<()> {
         let mut q = lock(&peer.tx);
-        match &*lock(&peer.state) {
+        // Copy the state out: gone_error() takes the same lock.
+        let state = lock(&peer.state).clone();
+        match state {
             PeerState::Up => {}
             // Control frames (our goodbye) still go to a peer that said goodbye first.
             PeerState::Closed if item.op.is_none() => {}
