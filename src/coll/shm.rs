@@ -123,6 +123,13 @@ fn share(len: usize, es: usize, parts: usize, i: usize) -> (usize, usize) {
     (start * es, n * es)
 }
 
+/// The (offset, length) pieces of `total` bytes, at most `piece` each; always at least one
+/// (possibly empty), so every rank takes the same steps even for an empty call.
+fn pieces(total: usize, piece: usize) -> impl Iterator<Item = (usize, usize)> {
+    let steps = total.div_ceil(piece.max(1)).max(1);
+    (0..steps).map(move |i| (i * piece, piece.min(total - (i * piece).min(total))))
+}
+
 /// Largest piece (bytes, element-aligned) of which `k` fit in one slot.
 fn piece_for(chunk: usize, k: usize, es: usize) -> usize {
     ((chunk / k) / es * es).max(es)
@@ -308,10 +315,7 @@ impl<'a> ShmRun<'a> {
             return Ok(());
         }
         // Chunked: each rank owns one share of every chunk, reduces it once, publishes it.
-        let piece = piece_for(self.arena.chunk(), 1, es * n);
-        let mut off = 0;
-        while off < len {
-            let p = piece.min(len - off);
+        for (off, p) in pieces(len, piece_for(self.arena.chunk(), 1, es * n)) {
             let s = self.begin();
             let stage = self.arena.my_stage(s).as_mut_ptr();
             let (mine_at, mine_len) = share(p, es, n, me);
@@ -328,7 +332,6 @@ impl<'a> ShmRun<'a> {
                     copy(result, o.as_ptr().add(off), p);
                 }
             }
-            off += p;
         }
         Ok(())
     }
@@ -412,11 +415,8 @@ impl<'a> ShmRun<'a> {
     }
 
     unsafe fn broadcast(&mut self, buf: MutBuf, root: usize) -> Result<()> {
-        let (len, me) = (buf.len(), self.me());
-        let chunk = self.arena.chunk();
-        let mut off = 0;
-        loop {
-            let p = chunk.min(len - off);
+        let me = self.me();
+        for (off, p) in pieces(buf.len(), self.arena.chunk()) {
             let s = self.begin();
             if me == root {
                 copy(buf.as_ptr().add(off), self.arena.my_stage(s).as_mut_ptr(), p);
@@ -425,45 +425,82 @@ impl<'a> ShmRun<'a> {
             if me != root {
                 copy(self.arena.stage(root, s).as_ptr(), buf.as_ptr().add(off), p);
             }
-            off += p;
-            if off >= len {
-                return Ok(());
-            }
         }
+        Ok(())
     }
 
-    unsafe fn allgather(&mut self, send: Option<ConstBuf>, recv: MutBuf, block: usize) -> Result<()> {
+    /// Every rank stages its `block` bytes at `mine`; the readers (everyone, or only `root`)
+    /// copy every block into `recv` (block r at r * block). allgather, and gather.
+    unsafe fn gather_staged(&mut self, mine: *const u8, recv: Option<MutBuf>, block: usize, root: Option<usize>) -> Result<()> {
         let (n, me) = (self.n(), self.me());
-        let mine = send.map_or(recv.as_ptr().add(me * block) as *const u8, |s| s.as_slice().as_ptr());
-        let chunk = self.arena.chunk();
-        let mut off = 0;
-        loop {
-            let p = chunk.min(block - off);
+        let out = recv.filter(|_| root.is_none_or(|r| r == me));
+        for (off, p) in pieces(block, self.arena.chunk()) {
             let s = self.begin();
             copy(mine.add(off), self.arena.my_stage(s).as_mut_ptr(), p);
             self.staged(s)?;
-            for r in (0..n).filter(|&r| r != me) {
-                copy(self.arena.stage(r, s).as_ptr(), recv.as_ptr().add(r * block + off), p);
-            }
-            off += p;
-            if off >= block {
-                break;
+            if let Some(out) = out {
+                for r in (0..n).filter(|&r| r != me) {
+                    copy(self.arena.stage(r, s).as_ptr(), out.as_ptr().add(r * block + off), p);
+                }
             }
         }
-        if send.is_some() {
-            copy(mine, recv.as_ptr().add(me * block), block);
+        if let Some(out) = out {
+            let own = out.as_ptr().add(me * block);
+            if own as *const u8 != mine {
+                copy(mine, own, block);
+            }
         }
         Ok(())
+    }
+
+    unsafe fn allgather(&mut self, send: Option<ConstBuf>, recv: MutBuf, block: usize) -> Result<()> {
+        let mine = send.map_or(recv.as_ptr().add(self.me() * block) as *const u8, |s| s.as_slice().as_ptr());
+        self.gather_staged(mine, Some(recv), block, None)
+    }
+
+    unsafe fn gather(&mut self, send: ConstBuf, recv: Option<MutBuf>, root: usize) -> Result<()> {
+        self.gather_staged(send.as_slice().as_ptr(), recv, send.len(), Some(root))
+    }
+
+    /// The senders (everyone, or only `root`) stage block j of `send` for rank j; every rank
+    /// copies the block meant for it from each sender into `recv` (from sender r at r * block,
+    /// or at 0 when there is one sender). alltoall, and scatter.
+    unsafe fn scatter_staged(&mut self, send: Option<*const u8>, recv: MutBuf, block: usize, root: Option<usize>) -> Result<()> {
+        let (n, me) = (self.n(), self.me());
+        let sends = root.is_none_or(|r| r == me);
+        let place = |r: usize| if root.is_some() { 0 } else { r * block };
+        for (off, p) in pieces(block, piece_for(self.arena.chunk(), n, 1)) {
+            let s = self.begin();
+            if let (true, Some(src)) = (sends, send) {
+                let stage = self.arena.my_stage(s).as_mut_ptr();
+                for j in (0..n).filter(|&j| j != me) {
+                    copy(src.add(j * block + off), stage.add(j * p), p);
+                }
+            }
+            self.staged(s)?;
+            for r in (0..n).filter(|&r| r != me && root.is_none_or(|root| root == r)) {
+                copy(self.arena.stage(r, s).as_ptr().add(me * p), recv.as_ptr().add(place(r) + off), p);
+            }
+        }
+        if let (true, Some(src)) = (sends, send) {
+            copy(src.add(me * block), recv.as_ptr().add(place(me)), block);
+        }
+        Ok(())
+    }
+
+    unsafe fn alltoall(&mut self, send: ConstBuf, recv: MutBuf, block: usize) -> Result<()> {
+        self.scatter_staged(Some(send.as_slice().as_ptr()), recv, block, None)
+    }
+
+    unsafe fn scatter(&mut self, send: Option<ConstBuf>, recv: MutBuf, root: usize) -> Result<()> {
+        self.scatter_staged(send.map(|s| s.as_slice().as_ptr()), recv, recv.len(), Some(root))
     }
 
     unsafe fn reduce_scatter(&mut self, input: ConstBuf, out: MutBuf, dt: DType, op: ReduceOp) -> Result<()> {
         let (n, me, es) = (self.n(), self.me(), dt.size());
         let block = out.len();
         let src = input.as_slice().as_ptr();
-        let piece = piece_for(self.arena.chunk(), n, es);
-        let mut off = 0;
-        loop {
-            let p = piece.min(block - off);
+        for (off, p) in pieces(block, piece_for(self.arena.chunk(), n, es)) {
             let s = self.begin();
             let stage = self.arena.my_stage(s).as_mut_ptr();
             for j in (0..n).filter(|&j| j != me) {
@@ -472,91 +509,6 @@ impl<'a> ShmRun<'a> {
             self.staged(s)?;
             self.set_inputs(|r| if r == me { src.add(me * block + off) } else { self.arena.stage(r, s).as_ptr().add(me * p) });
             self.reduce(dt, op, n, out.as_ptr().add(off), p);
-            off += p;
-            if off >= block {
-                return Ok(());
-            }
-        }
-    }
-
-    unsafe fn alltoall(&mut self, send: ConstBuf, recv: MutBuf, block: usize) -> Result<()> {
-        let (n, me) = (self.n(), self.me());
-        let src = send.as_slice().as_ptr();
-        let piece = piece_for(self.arena.chunk(), n, 1);
-        let mut off = 0;
-        loop {
-            let p = piece.min(block - off);
-            let s = self.begin();
-            let stage = self.arena.my_stage(s).as_mut_ptr();
-            for j in (0..n).filter(|&j| j != me) {
-                copy(src.add(j * block + off), stage.add(j * p), p);
-            }
-            self.staged(s)?;
-            for r in (0..n).filter(|&r| r != me) {
-                copy(self.arena.stage(r, s).as_ptr().add(me * p), recv.as_ptr().add(r * block + off), p);
-            }
-            off += p;
-            if off >= block {
-                break;
-            }
-        }
-        copy(src.add(me * block), recv.as_ptr().add(me * block), block);
-        Ok(())
-    }
-
-    unsafe fn gather(&mut self, send: ConstBuf, recv: Option<MutBuf>, root: usize) -> Result<()> {
-        let (n, me, block) = (self.n(), self.me(), send.len());
-        let src = send.as_slice().as_ptr();
-        let chunk = self.arena.chunk();
-        let mut off = 0;
-        loop {
-            let p = chunk.min(block - off);
-            let s = self.begin();
-            if me != root {
-                copy(src.add(off), self.arena.my_stage(s).as_mut_ptr(), p);
-            }
-            self.staged(s)?;
-            if let (true, Some(out)) = (me == root, recv) {
-                for r in (0..n).filter(|&r| r != me) {
-                    copy(self.arena.stage(r, s).as_ptr(), out.as_ptr().add(r * block + off), p);
-                }
-            }
-            off += p;
-            if off >= block {
-                break;
-            }
-        }
-        if let (true, Some(out)) = (me == root, recv) {
-            copy(src, out.as_ptr().add(me * block), block);
-        }
-        Ok(())
-    }
-
-    unsafe fn scatter(&mut self, send: Option<ConstBuf>, recv: MutBuf, root: usize) -> Result<()> {
-        let (n, me, block) = (self.n(), self.me(), recv.len());
-        let piece = piece_for(self.arena.chunk(), n, 1);
-        let src = send.map(|s| s.as_slice().as_ptr());
-        let mut off = 0;
-        loop {
-            let p = piece.min(block - off);
-            let s = self.begin();
-            if let (true, Some(src)) = (me == root, src) {
-                let stage = self.arena.my_stage(s).as_mut_ptr();
-                for j in (0..n).filter(|&j| j != me) {
-                    copy(src.add(j * block + off), stage.add(j * p), p);
-                }
-            }
-            self.staged(s)?;
-            if me != root {
-                copy(self.arena.stage(root, s).as_ptr().add(me * p), recv.as_ptr().add(off), p);
-            }
-            off += p;
-            if off >= block {
-                break;
-            }
-        }
-        if let (true, Some(src)) = (me == root, src) {
-            copy(src.add(me * block), recv.as_ptr(), block);
         }
         Ok(())
     }
@@ -565,6 +517,13 @@ impl<'a> ShmRun<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pieces_always_take_one_step() {
+        assert_eq!(pieces(0, 10).collect::<Vec<_>>(), vec![(0, 0)]);
+        assert_eq!(pieces(25, 10).collect::<Vec<_>>(), vec![(0, 10), (10, 10), (20, 5)]);
+        assert_eq!(pieces(20, 10).collect::<Vec<_>>(), vec![(0, 10), (10, 10)]);
+    }
 
     #[test]
     fn shares_cover_the_range_element_aligned() {
