@@ -715,7 +715,9 @@ enum dc_status dc_rpc_all_worker_infos(struct dc_rpc *agent,
 /**
  * Collective over the workers: refuses new calls from this process's threads (handlers may
  * still call), keeps serving until no call is outstanding on any worker, then stops and frees
- * the agent, whatever the status. Waits at most the comm's timeout for the others.
+ * the agent, whatever the status. Waits at most the comm's timeout for the others. Call it
+ * once this process's other threads have stopped starting calls on the agent; the handle is
+ * invalid afterwards.
  * Statuses: DC_ERR_TIMEOUT (a worker never called shutdown, or calls stayed in flight),
  * DC_ERR_PEER_LOST, DC_ERR_INVALID_USAGE (called from a handler: nothing is freed then).
  */

@@ -45,8 +45,9 @@ fn invalid(msg: impl Into<String>) -> Error {
     Error::new(Status::InvalidArgument, msg.into())
 }
 
-unsafe fn agent<'a>(p: *const RpcAgent) -> Result<&'a Agent> {
-    p.as_ref().map(|a| &**a).ok_or_else(|| invalid("agent is NULL"))
+/// A handle on the agent behind `p`, taken at once so the call never reads `*p` again.
+unsafe fn agent(p: *const RpcAgent) -> Result<Agent> {
+    p.as_ref().map(|a| (**a).clone()).ok_or_else(|| invalid("agent is NULL"))
 }
 
 unsafe fn required_str(p: *const c_char, what: &str) -> Result<String> {
@@ -239,17 +240,22 @@ pub unsafe extern "C" fn dc_rpc_all_worker_infos(agent: *mut RpcAgent, infos: *m
 
 /// Collective over the workers: refuses new calls from this process's threads (handlers may
 /// still call), keeps serving until no call is outstanding on any worker, then stops and frees
-/// the agent, whatever the status. Waits at most the comm's timeout for the others.
+/// the agent, whatever the status. Waits at most the comm's timeout for the others. Call it
+/// once this process's other threads have stopped starting calls on the agent; the handle is
+/// invalid afterwards.
 /// Statuses: DC_ERR_TIMEOUT (a worker never called shutdown, or calls stayed in flight),
 /// DC_ERR_PEER_LOST, DC_ERR_INVALID_USAGE (called from a handler: nothing is freed then).
 #[no_mangle]
 pub unsafe extern "C" fn dc_rpc_shutdown(agent: *mut RpcAgent) -> dc_status {
     guard("dc_rpc_shutdown", || {
-        let a = self::agent(agent)?;
+        let a = agent.as_ref().ok_or_else(|| invalid("agent is NULL"))?;
         if a.in_handler() {
             return Err(Error::new(Status::InvalidUsage, "dc_rpc_shutdown cannot be called from a handler"));
         }
-        Box::from_raw(agent).shutdown()
+        // Handlers may use the handle until the agent stopped: free it only afterwards.
+        let r = a.shutdown_in_place();
+        drop(Box::from_raw(agent));
+        r
     })
 }
 

@@ -285,13 +285,18 @@ impl RpcAgent {
     /// `dc_rpc_shutdown`: collective over the workers. Refuses new user calls here, keeps serving
     /// until no call is in flight on any worker (at most the comm's timeout), then stops.
     pub fn shutdown(self) -> Result<()> {
-        let inner = self.agent.inner.clone();
+        self.shutdown_in_place()
+    }
+
+    /// `shutdown` without giving up the agent's memory: the C surface frees its handle only
+    /// after this returns, because handlers may use the handle until the agent stopped.
+    pub fn shutdown_in_place(&self) -> Result<()> {
+        let inner = &self.agent.inner;
         if inner.serving_here() {
             return Err(Error::new(Status::InvalidUsage, "dc_rpc_shutdown cannot be called from a handler"));
         }
         let r = inner.quiesce();
         inner.stop();
-        drop(self);
         r
     }
 }
