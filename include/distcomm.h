@@ -74,9 +74,20 @@ typedef enum dc_status {
   DC_ERR_REMOTE = 11,
 } dc_status;
 
+/**
+ * Bytes owned by the library: a call's reply (free it with dc_buffer_free), or the reply
+ * buffer lent to a handler (filled with dc_buffer_set, freed by the library).
+ */
+typedef struct dc_buffer dc_buffer;
+
 typedef struct dc_comm dc_comm;
 
 typedef struct dc_request dc_request;
+
+/**
+ * An RPC agent: this process's worker. dc_rpc_init creates it; dc_rpc_shutdown ends and frees it.
+ */
+typedef struct dc_rpc dc_rpc;
 
 /**
  * Element type: one of the `DC_INT8` ... `DC_BFLOAT16` constants (NCCL's numbering).
@@ -139,6 +150,42 @@ typedef struct dc_recv_info {
    */
   size_t count;
 } dc_recv_info;
+
+/**
+ * A handler runs on a library thread of the callee (several may run at once, also for the same
+ * function). It reads the request (`request_len` bytes; `request` is never NULL) and sets the
+ * reply with dc_buffer_set (copied; the library owns `reply`, do not free it). Returning
+ * anything but DC_SUCCESS fails the call with DC_ERR_REMOTE, and the text given to
+ * dc_buffer_set is passed back as the caller's dc_last_error(). The return value is read as a
+ * plain integer: any value is defined. A handler may call other workers (or its own) through
+ * the agent, e.g. passed in `userdata`.
+ */
+typedef enum dc_status (*dc_rpc_handler)(void *userdata,
+                                         const void *request,
+                                         size_t request_len,
+                                         struct dc_buffer *reply);
+
+/**
+ * A worker of the RPC group, as `dc_rpc_worker_info` and `dc_rpc_all_worker_infos` report it.
+ */
+typedef struct dc_worker_info {
+  /**
+   * The worker's name (NUL-terminated, at most 63 bytes).
+   */
+  char name[64];
+  /**
+   * The worker's rank in the job (its dc_init rank).
+   */
+  int32_t rank;
+  /**
+   * The IP address of the worker's data connections (NUL-terminated).
+   */
+  char host[64];
+  /**
+   * The port its data listener had during init.
+   */
+  uint16_t port;
+} dc_worker_info;
 
 #define DC_INT8 0
 
@@ -581,6 +628,123 @@ enum dc_status dc_request_free(struct dc_request *req);
  * elements came. DC_ERR_INVALID_USAGE if the request is not a receive or has not completed.
  */
 enum dc_status dc_request_recv_info(const struct dc_request *req, struct dc_recv_info *info);
+
+/**
+ * Joins the job as RPC worker `name` (1 to 63 bytes, unique in the job) and returns this
+ * process's agent in `*agent`. Collective: forms the job like dc_init (`opts` as there, NULL:
+ * everything from the environment), then exchanges worker infos; returns when every worker
+ * has joined. A name already taken by a lower rank fails with DC_ERR_INVALID_ARGUMENT on that
+ * rank; the other workers form the group without it. Request and reply payloads are limited to
+ * DC_RPC_MAX_BYTES bytes (default 1 GiB). Handler threads: 4, more while all are busy (up to 64).
+ * Statuses: those of dc_init, DC_ERR_INVALID_ARGUMENT (NULL, bad name, bad DC_RPC_MAX_BYTES).
+ */
+enum dc_status dc_rpc_init(const char *name,
+                           const struct dc_init_options *opts,
+                           struct dc_rpc **agent);
+
+/**
+ * Registers `handler` for `function` (1 to 255 bytes) on this worker, replacing any earlier
+ * one; `userdata` is passed to every invocation. Requests for a function that is not
+ * registered yet wait until it is, or until this process makes its next RPC call other than
+ * dc_rpc_register (dc_rpc_call*, dc_rpc_worker_info, dc_rpc_all_worker_infos, dc_rpc_shutdown),
+ * after which they fail with DC_ERR_REMOTE: register every handler right after dc_rpc_init.
+ * Never blocks. Statuses: DC_ERR_INVALID_ARGUMENT, DC_ERR_INVALID_USAGE (agent shut down).
+ */
+enum dc_status dc_rpc_register(struct dc_rpc *agent,
+                               const char *function,
+                               dc_rpc_handler handler,
+                               void *userdata);
+
+/**
+ * rpc_sync: calls `function` on worker `to` with the `request_len` bytes at `request` (copied
+ * before returning; NULL allowed when 0) and waits for the reply, at most `timeout_ms`
+ * (<= 0: the comm's timeout, DC_TIMEOUT_MS or 300000). On success `*reply` is a new buffer
+ * (free with dc_buffer_free); `reply` may be NULL to discard it. Safe from any thread and from
+ * handlers. Statuses: DC_ERR_INVALID_ARGUMENT (unknown worker, request over DC_RPC_MAX_BYTES;
+ * nothing sent), DC_ERR_REMOTE (unknown function, the handler failed: its text is in
+ * dc_last_error(), a size limit on the callee), DC_ERR_TIMEOUT (a late reply is dropped; the
+ * agent stays usable), DC_ERR_PEER_LOST, DC_ERR_INVALID_USAGE (after dc_rpc_shutdown began).
+ */
+enum dc_status dc_rpc_call(struct dc_rpc *agent,
+                           const char *to,
+                           const char *function,
+                           const void *request,
+                           size_t request_len,
+                           int64_t timeout_ms,
+                           struct dc_buffer **reply);
+
+/**
+ * rpc_async: starts the call (see dc_rpc_call; the request is copied) and returns at once with
+ * `*req`. dc_request_wait returns the call's status (DC_ERR_TIMEOUT once `timeout_ms` passed),
+ * dc_request_is_completed polls it, dc_request_take_reply gets the reply, dc_request_free frees
+ * it (waiting first if pending).
+ */
+enum dc_status dc_rpc_call_async(struct dc_rpc *agent,
+                                 const char *to,
+                                 const char *function,
+                                 const void *request,
+                                 size_t request_len,
+                                 int64_t timeout_ms,
+                                 struct dc_request **req);
+
+/**
+ * The reply of a completed dc_rpc_call_async request, as a new buffer in `*reply` (free with
+ * dc_buffer_free). Once per request. Never blocks. Statuses: the call's own failure if it
+ * failed, DC_ERR_INVALID_USAGE (not completed yet, reply already taken, not an RPC request).
+ */
+enum dc_status dc_request_take_reply(struct dc_request *req, struct dc_buffer **reply);
+
+/**
+ * Fills `*info` with the worker called `name`, or with this worker when `name` is NULL.
+ * Never blocks. Statuses: DC_ERR_INVALID_ARGUMENT (NULL agent or info, unknown name).
+ */
+enum dc_status dc_rpc_worker_info(struct dc_rpc *agent,
+                                  const char *name,
+                                  struct dc_worker_info *info);
+
+/**
+ * Writes the first `capacity` workers, in rank order, to `infos` and the number of workers to
+ * `*count` (like snprintf: compare it with `capacity`; `infos` may be NULL when `capacity` is
+ * 0). Never blocks.
+ */
+enum dc_status dc_rpc_all_worker_infos(struct dc_rpc *agent,
+                                       struct dc_worker_info *infos,
+                                       size_t capacity,
+                                       size_t *count);
+
+/**
+ * Collective over the workers: refuses new calls from this process's threads (handlers may
+ * still call), keeps serving until no call is outstanding on any worker, then stops and frees
+ * the agent, whatever the status. Waits at most the comm's timeout for the others. Call it
+ * once this process's other threads have stopped starting calls on the agent; the handle is
+ * invalid afterwards.
+ * Statuses: DC_ERR_TIMEOUT (a worker never called shutdown, or calls stayed in flight),
+ * DC_ERR_PEER_LOST, DC_ERR_INVALID_USAGE (called from a handler: nothing is freed then).
+ */
+enum dc_status dc_rpc_shutdown(struct dc_rpc *agent);
+
+/**
+ * Replaces the contents of `buf` with a copy of the `len` bytes at `data` (NULL allowed when
+ * `len` is 0). Statuses: DC_ERR_INVALID_ARGUMENT.
+ */
+enum dc_status dc_buffer_set(struct dc_buffer *buf, const void *data, size_t len);
+
+/**
+ * The bytes of `buf` (never NULL for a valid buffer, also when empty; NULL for NULL). Valid
+ * until the buffer is changed or freed.
+ */
+const void *dc_buffer_data(const struct dc_buffer *buf);
+
+/**
+ * The number of bytes in `buf` (0 for NULL).
+ */
+size_t dc_buffer_len(const struct dc_buffer *buf);
+
+/**
+ * Frees a buffer the library returned (dc_rpc_call, dc_request_take_reply); NULL is a no-op.
+ * The reply buffer lent to a handler is not the handler's to free: DC_ERR_INVALID_USAGE.
+ */
+enum dc_status dc_buffer_free(struct dc_buffer *buf);
 
 /**
  * Name of a status ("DC_SUCCESS", "DC_ERR_TIMEOUT", ...). Never NULL: an unknown value gives

@@ -318,6 +318,23 @@ impl Comm {
         Ok(P2pOp::Recv(self.transport().post_recv(&self.ctx, src, tag, 0, buf)?))
     }
 
+    /// Starts a send with a full 64-bit tag (below the collective tags), for protocols the
+    /// library runs on a context of its own (RPC).
+    pub fn post_send_tag64(&self, buf: ConstBuf, dst: usize, tag: u64) -> Result<P2pOp> {
+        self.check_usable()?;
+        debug_assert!(tag < COLL_TAG_BIT);
+        Ok(P2pOp::Send(self.transport().post_send(&self.ctx, self.members[dst], tag, 0, buf)?))
+    }
+
+    /// Starts a receive of exactly `tag` (below the collective tags) from comm rank `src`
+    /// (None: any), for protocols the library runs on a context of its own (RPC).
+    pub fn post_recv_tag64(&self, buf: MutBuf, src: Option<usize>, tag: u64) -> Result<P2pOp> {
+        self.check_usable()?;
+        debug_assert!(tag < COLL_TAG_BIT);
+        let src = src.map(|s| self.members[s]);
+        Ok(P2pOp::Recv(self.transport().post_recv(&self.ctx, src, TagMatch::Exact(tag), 0, buf)?))
+    }
+
     /// Comm rank of a world rank (for `dc_recv_info.source`).
     pub fn comm_rank_of(&self, world_rank: u32) -> i32 {
         self.world_to_comm.get(&world_rank).map_or(-1, |&r| r as i32)

@@ -2,7 +2,8 @@
 //!
 //! Layers, from the top: `ffi` (the extern "C" surface), `comm`/`request` (communicators and
 //! pending operations), `collective` + `coll` (collective algorithms over a `Link`), `reduce`
-//! (reduction kernels), `transport` (moving bytes), `rendezvous` (forming the group).
+//! (reduction kernels), `transport` (moving bytes), `rendezvous` (forming the group), `rpc`
+//! (remote procedure calls over the point-to-point layer).
 
 pub mod error;
 pub mod log;
@@ -17,6 +18,7 @@ pub mod collective;
 pub mod comm;
 pub mod request;
 pub mod init;
+pub mod rpc;
 pub mod rendezvous;
 pub mod ffi;
 

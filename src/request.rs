@@ -3,6 +3,7 @@
 use crate::comm::{Comm, P2pOp};
 use crate::completion::{Completion, Done, WaitOutcome};
 use crate::error::{Error, Result, Status};
+use crate::rpc::PendingCall;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,6 +14,8 @@ const WORKER_GRACE: Duration = Duration::from_secs(2);
 enum Kind {
     P2p { op: P2pOp, peer: i32, recv: bool },
     Coll { comp: Arc<Completion> },
+    /// An RPC started by `dc_rpc_call_async`; its reply is taken with `take_reply`.
+    Rpc(PendingCall),
 }
 
 pub struct Request {
@@ -40,6 +43,10 @@ impl Request {
         Request { comm, kind: Kind::Coll { comp }, deadline, elem_size: 1 }
     }
 
+    pub fn rpc(comm: Arc<Comm>, call: PendingCall, deadline: Instant) -> Request {
+        Request { comm, kind: Kind::Rpc(call), deadline, elem_size: 1 }
+    }
+
     /// Element size of a receive, so `recv_info` can count elements.
     pub fn with_elem_size(mut self, n: usize) -> Request {
         self.elem_size = n.max(1);
@@ -55,6 +62,7 @@ impl Request {
             Kind::P2p { op: P2pOp::Send(s), .. } => s.comp.result(),
             Kind::P2p { op: P2pOp::Recv(r), .. } => r.comp.result(),
             Kind::Coll { comp } => comp.result(),
+            Kind::Rpc(call) => call.result(),
         }
     }
 
@@ -74,6 +82,7 @@ impl Request {
                 WaitOutcome::Finished(r) => r,
                 _ => Err(Error::new(Status::Timeout, "non-blocking collective did not finish within the timeout")),
             },
+            Kind::Rpc(call) => call.wait(),
         }
     }
 
@@ -81,6 +90,15 @@ impl Request {
         match &self.kind {
             Kind::P2p { op, .. } => Comm::p2p_done(op),
             Kind::Coll { comp } => comp.is_done(),
+            Kind::Rpc(call) => call.is_done(),
+        }
+    }
+
+    /// The reply of a completed RPC (once); its error if the call failed.
+    pub fn take_reply(&self) -> Result<Vec<u8>> {
+        match &self.kind {
+            Kind::Rpc(call) => call.take_reply(),
+            _ => Err(Error::new(Status::InvalidUsage, "request is not an RPC (dc_rpc_call_async)")),
         }
     }
 

@@ -44,7 +44,7 @@ impl Default for dc_init_options {
 }
 
 /// Reads the caller's options, honouring only the fields its `struct_size` covers.
-unsafe fn read_options(p: *const dc_init_options) -> Result<InitOptions> {
+pub(super) unsafe fn read_options(p: *const dc_init_options) -> Result<InitOptions> {
     let mut o = dc_init_options::default();
     if let Some(given) = p.as_ref() {
         let n = given.struct_size as usize;

@@ -9,6 +9,7 @@ pub mod coll;
 pub mod comm;
 pub mod p2p;
 pub mod request;
+pub mod rpc;
 mod status;
 pub mod types;
 

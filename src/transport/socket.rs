@@ -420,13 +420,15 @@ impl SocketTransport {
 
     fn enqueue(&self, peer: &Arc<Peer>, item: TxItem) -> Result<()> {
         let mut q = lock(&peer.tx);
-        // Copy the state out: gone_error() takes the same lock.
-        let state = lock(&peer.state).clone();
-        match state {
-            PeerState::Up => {}
+        // The state's guard must be gone before `gone_error` locks it again.
+        let open = match &*lock(&peer.state) {
+            PeerState::Up => true,
             // Control frames (our goodbye) still go to a peer that said goodbye first.
-            PeerState::Closed if item.op.is_none() => {}
-            _ => return Err(peer.gone_error().unwrap_or_else(|| Error::new(Status::PeerLost, "peer gone"))),
+            PeerState::Closed => item.op.is_none(),
+            PeerState::Lost(_) => false,
+        };
+        if !open {
+            return Err(peer.gone_error().unwrap_or_else(|| Error::new(Status::PeerLost, "peer gone")));
         }
         let was_empty = q.is_empty();
         q.push_back(item);
