@@ -28,6 +28,8 @@ pub struct World {
     /// The job's rendezvous store (already prefixed for this job and group), for later
     /// out-of-band exchanges such as NCCL unique ids.
     pub store: Arc<dyn crate::rendezvous::Store>,
+    /// Every rank's data address, by world rank.
+    pub addrs: Vec<std::net::SocketAddr>,
     /// Kept alive for the job's lifetime (e.g. the store server rank 0 hosts).
     pub keepalive: Mutex<Vec<Box<dyn std::any::Any + Send>>>,
     pub shutdown_wait: Duration,

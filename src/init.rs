@@ -81,7 +81,7 @@ pub fn init(opts: &InitOptions) -> Result<Arc<Comm>> {
         None => Vec::new(),
     };
     let shutdown_wait = Duration::from_millis(timeout_ms.clamp(0, 30_000) as u64);
-    let world = Arc::new(World { transport, store: rdv.store.clone(), keepalive: Mutex::new(keepalive), shutdown_wait, policy });
+    let world = Arc::new(World { transport, store: rdv.store.clone(), addrs, keepalive: Mutex::new(keepalive), shutdown_wait, policy });
     let comm = Comm::new_world(world, job_id, timeout_ms)?;
     dc_log!(Level::Info, Some(rank), "collectives use {}", comm.backend().to_string_lossy());
     Ok(comm)

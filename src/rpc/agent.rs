@@ -188,15 +188,10 @@ impl Drop for RpcAgent {
     }
 }
 
-/// The data address the rendezvous published for this rank ("ip:port|host|..."), as host and port.
+/// This rank's data address, as host and port.
 fn data_address(world: &Comm) -> (String, u16) {
-    let key = format!("data_addr/{}", world.rank());
-    let value = world.world().store.try_get(&key).ok().flatten().and_then(|v| String::from_utf8(v).ok());
-    let addr = value.and_then(|s| s.split('|').next().and_then(|a| a.parse::<std::net::SocketAddr>().ok()));
-    match addr {
-        Some(a) => (a.ip().to_string(), a.port()),
-        None => (String::new(), 0),
-    }
+    let a = world.world().addrs[world.members()[world.rank()] as usize];
+    (a.ip().to_string(), a.port())
 }
 
 impl RpcAgent {
