@@ -18,6 +18,8 @@ pub mod request;
 pub mod init;
 pub mod rendezvous;
 pub mod ffi;
+#[cfg(feature = "nccl")]
+pub mod nccl;
 
 pub use error::{Error, Result, Status};
 pub use dtype::{DType, ReduceOp};

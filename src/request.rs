@@ -13,6 +13,10 @@ const WORKER_GRACE: Duration = Duration::from_secs(2);
 enum Kind {
     P2p { op: P2pOp, peer: i32, recv: bool },
     Coll { comp: Arc<Completion> },
+    /// A collective queued on the comm's NCCL stream: complete when its CUDA event is;
+    /// `is_completed` queries the event and never blocks.
+    #[cfg(feature = "nccl")]
+    Device { op: crate::nccl::DevOp },
 }
 
 pub struct Request {
@@ -40,6 +44,12 @@ impl Request {
         Request { comm, kind: Kind::Coll { comp }, deadline, elem_size: 1 }
     }
 
+    /// A device collective (NCCL backend).
+    #[cfg(feature = "nccl")]
+    pub fn device(comm: Arc<Comm>, op: crate::nccl::DevOp, deadline: Instant) -> Request {
+        Request { comm, kind: Kind::Device { op }, deadline, elem_size: 1 }
+    }
+
     /// Element size of a receive, so `recv_info` can count elements.
     pub fn with_elem_size(mut self, n: usize) -> Request {
         self.elem_size = n.max(1);
@@ -52,9 +62,10 @@ impl Request {
 
     fn finished(&self) -> Option<Result<Done>> {
         match &self.kind {
-            Kind::P2p { op: P2pOp::Send(s), .. } => s.comp.result(),
-            Kind::P2p { op: P2pOp::Recv(r), .. } => r.comp.result(),
+            Kind::P2p { op, .. } => self.comm.p2p_result(op),
             Kind::Coll { comp } => comp.result(),
+            #[cfg(feature = "nccl")]
+            Kind::Device { op } => self.comm.device_result(op).map(|r| r.map(|_| Done::default())),
         }
     }
 
@@ -74,13 +85,17 @@ impl Request {
                 WaitOutcome::Finished(r) => r,
                 _ => Err(Error::new(Status::Timeout, "non-blocking collective did not finish within the timeout")),
             },
+            #[cfg(feature = "nccl")]
+            Kind::Device { op } => self.comm.wait_device(op, self.deadline).map(|_| Done::default()),
         }
     }
 
     pub fn is_completed(&self) -> bool {
         match &self.kind {
-            Kind::P2p { op, .. } => Comm::p2p_done(op),
+            Kind::P2p { op, .. } => self.comm.p2p_is_done(op),
             Kind::Coll { comp } => comp.is_done(),
+            #[cfg(feature = "nccl")]
+            Kind::Device { op } => self.comm.device_result(op).is_some(),
         }
     }
 

@@ -183,11 +183,7 @@ pub unsafe extern "C" fn dc_comm_set_timeout(comm: *mut Comm, timeout_ms: i64) -
 #[no_mangle]
 pub unsafe extern "C" fn dc_comm_set_stream(comm: *mut Comm, cuda_stream: *mut libc::c_void) -> dc_status {
     guard("dc_comm_set_stream", || {
-        let c = checks::comm(comm)?;
-        if !cuda_stream.is_null() {
-            return Err(Error::new(Status::Unavailable, format!("communicator uses backend \"{}\", which has no CUDA streams", c.backend().to_string_lossy())));
-        }
-        Ok(())
+        checks::comm(comm)?.set_stream(cuda_stream)
     })
 }
 
