@@ -344,6 +344,8 @@ impl Comm {
         if self.route_p2p((buf.addr(), buf.len()))? {
             return Ok(P2pOp::Device(Box::new(crate::nccl::DeviceP2p::send(self, buf, dst, tag)?)));
         }
+        #[cfg(feature = "nccl")]
+        self.flush_device();
         Ok(P2pOp::Send(self.transport().post_send(&self.ctx, self.members[dst], tag as u64, 0, buf)?))
     }
 
@@ -357,6 +359,8 @@ impl Comm {
             };
             return Ok(P2pOp::Device(Box::new(crate::nccl::DeviceP2p::recv(self, buf, src, tag)?)));
         }
+        #[cfg(feature = "nccl")]
+        self.flush_device();
         let tag = tag.map_or(TagMatch::AnyUser, |t| TagMatch::Exact(t as u64));
         let src = src.map(|s| self.members[s]);
         Ok(P2pOp::Recv(self.transport().post_recv(&self.ctx, src, tag, 0, buf)?))
@@ -541,6 +545,8 @@ impl Comm {
     pub fn collective(&self, args: CollArgs) -> Result<()> {
         self.check_usable()?;
         #[cfg(feature = "nccl")]
+        self.flush_device();
+        #[cfg(feature = "nccl")]
         if let Some(op) = self.start_device(&args)? {
             let dev = self.device.get().expect("device comm");
             let deadline = self.deadline();
@@ -553,6 +559,8 @@ impl Comm {
     /// Queues a collective on the comm's worker thread; it progresses while the caller computes.
     pub fn start_collective(self: &Arc<Self>, args: CollArgs) -> Result<Request> {
         self.check_usable()?;
+        #[cfg(feature = "nccl")]
+        self.flush_device();
         #[cfg(feature = "nccl")]
         if let Some(op) = self.start_device(&args)? {
             return Ok(Request::device(self.clone(), op, self.deadline()));
@@ -740,6 +748,14 @@ impl Comm {
         }
     }
 
+    /// Launches device sends and receives posted on this comm (see `DeviceComm::flush`): every
+    /// other call on the comm does this first, so posted device work never waits behind it.
+    fn flush_device(&self) {
+        if let Some(d) = self.device.get() {
+            d.flush();
+        }
+    }
+
     fn route_p2p(&self, buf: (usize, usize)) -> Result<bool> {
         self.route(&[buf], false)
     }
@@ -757,12 +773,15 @@ impl Comm {
     /// Waits for a device collective of this comm (a request's wait).
     pub fn wait_device(&self, op: &crate::nccl::DevOp, deadline: Instant) -> Result<()> {
         let dev = self.device.get().expect("device comm");
+        dev.flush();
         dev.wait(op, deadline, self.timeout_ms(), &|| self.ctx.abort_error()).map_err(|e| e.context("on CUDA device memory (NCCL)"))
     }
 
     /// Whether a device collective has finished (never blocks), and its result.
     pub fn device_result(&self, op: &crate::nccl::DevOp) -> Option<Result<()>> {
-        self.device.get().expect("device comm").result(op)
+        let dev = self.device.get().expect("device comm");
+        dev.flush();
+        dev.result(op)
     }
 
     /// Posts the envelope of a device send to comm rank `dst` on the CPU transport.

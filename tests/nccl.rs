@@ -127,7 +127,7 @@ fn auto_on_thread_ranks_without_cuda_works() {
                     op: distcomm::ReduceOp::Sum,
                 })
                 .unwrap();
-                let g = c.split(0, -(r as i32)).unwrap().expect("member");
+                let g = c.split(0, -r).unwrap().expect("member");
                 assert_eq!(g.rank(), (n - 1 - r) as usize);
                 g.destroy();
                 c.destroy();

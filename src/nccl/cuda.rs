@@ -2,6 +2,9 @@
 //! `contain` (cudarc panics where a library or symbol is missing; no panic may reach a caller)
 //! and is only reached after `loader::probe_libs` has seen the library and its symbols.
 
+// Handles (streams, communicators) are raw pointers that the driver and NCCL check, not us.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
+
 use super::contain;
 use crate::error::{Error, Result, Status};
 use cudarc::driver::sys as cu;

@@ -5,6 +5,9 @@
 //! copied with cuMemcpyDtoDAsync); barrier is a one-word allreduce. Operations are queued on the
 //! stream and an event recorded after them: the event is the operation's completion.
 
+// Handles (streams, communicators) are raw pointers that the driver and NCCL check, not us.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
+
 use super::cuda::{self, Device, DeviceMem, Event, Stream};
 use super::{status_of, Runtime};
 use crate::buffer::{ConstBuf, MutBuf};
@@ -64,12 +67,17 @@ pub fn nccl_op(op: ReduceOp) -> Result<ncclRedOp_t> {
 /// A queued device operation: complete when its event is. The outcome is kept, so waiting again
 /// returns the same status.
 pub struct DevOp {
-    event: Event,
+    /// Shared by the sends and receives launched in one NCCL group.
+    event: Arc<Event>,
     outcome: Mutex<Option<Result<()>>>,
 }
 
 impl DevOp {
     fn new(event: Event) -> DevOp {
+        DevOp::shared(Arc::new(event))
+    }
+
+    fn shared(event: Arc<Event>) -> DevOp {
         DevOp { event, outcome: Mutex::new(None) }
     }
 
@@ -96,6 +104,22 @@ pub struct DeviceComm {
     abort_reason: Mutex<String>,
     /// One word for dc_barrier, allocated on first use.
     scratch: OnceCell<DeviceMem>,
+    /// Device sends and receives posted but not launched yet (see `flush`).
+    pending: Mutex<Vec<PendingP2p>>,
+    /// Held while NCCL calls are issued: a request may be waited on (and so launch pending
+    /// work) from another thread than the comm's.
+    launch: Mutex<()>,
+}
+
+/// Where a launched send or receive reports: its operation, or why it could not be launched.
+pub type P2pSlot = Arc<OnceCell<Result<DevOp>>>;
+
+struct PendingP2p {
+    addr: usize,
+    bytes: usize,
+    peer: usize,
+    send: bool,
+    slot: P2pSlot,
 }
 
 // SAFETY: the NCCL communicator is used by one thread at a time (the API's rule for a comm) and
@@ -161,6 +185,8 @@ impl DeviceComm {
             aborted: AtomicBool::new(false),
             abort_reason: Mutex::new(String::new()),
             scratch: OnceCell::new(),
+            pending: Mutex::new(Vec::new()),
+            launch: Mutex::new(()),
         }
     }
 
@@ -186,6 +212,8 @@ impl DeviceComm {
     /// ncclCommSplit over this communicator (collective over all its ranks, members or not).
     pub fn split(&self, color: Option<usize>, key: i32) -> Result<Split> {
         let Some(split) = self.rt.nccl().comm_split else { return Ok(Split::Unsupported) };
+        let _launch = lock(&self.launch);
+        self.flush_locked();
         let comm = self.nccl_comm()?;
         self.dev.make_current()?;
         let color = color.map_or(SPLIT_NOCOLOR, |c| c as c_int);
@@ -265,6 +293,8 @@ impl DeviceComm {
 
     /// Queues collective `args` (device buffers, checked by the C surface) on the op stream.
     pub fn start(&self, args: &CollArgs) -> Result<DevOp> {
+        let _launch = lock(&self.launch);
+        self.flush_locked();
         let comm = self.nccl_comm()?;
         self.dev.make_current()?;
         let s = self.stream();
@@ -387,25 +417,58 @@ impl DeviceComm {
         Ok(DevOp::new(Event::record(s)?))
     }
 
-    /// Queues a send of `buf` to comm rank `peer`.
-    pub fn send(&self, buf: ConstBuf, peer: usize) -> Result<DevOp> {
-        self.p2p(buf.addr(), buf.len(), peer, true)
+    /// Posts a send of `buf` to comm rank `peer`; it is launched by the next `flush`.
+    pub fn send(&self, buf: ConstBuf, peer: usize) -> Result<P2pSlot> {
+        self.post_p2p(buf.addr(), buf.len(), peer, true)
     }
 
-    /// Queues a receive of exactly `buf.len()` bytes from comm rank `peer`.
-    pub fn recv(&self, buf: MutBuf, peer: usize) -> Result<DevOp> {
-        self.p2p(buf.addr(), buf.len(), peer, false)
+    /// Posts a receive of exactly `buf.len()` bytes from comm rank `peer` (launched by `flush`).
+    pub fn recv(&self, buf: MutBuf, peer: usize) -> Result<P2pSlot> {
+        self.post_p2p(buf.addr(), buf.len(), peer, false)
     }
 
-    fn p2p(&self, addr: usize, bytes: usize, peer: usize, send: bool) -> Result<DevOp> {
+    fn post_p2p(&self, addr: usize, bytes: usize, peer: usize, send: bool) -> Result<P2pSlot> {
         if peer == self.rank {
             return Err(Error::new(Status::Unavailable, "a send or receive on CUDA device memory to or from this rank itself is not available (NCCL would wait for itself); copy with cudaMemcpy"));
         }
-        let comm = self.nccl_comm()?;
-        self.dev.make_current()?;
-        let s = self.stream();
-        self.group(comm, s as cudaStream_t, |g| if send { g.send(addr, bytes, peer) } else { g.recv(addr, bytes, peer) })?;
-        Ok(DevOp::new(Event::record(s)?))
+        self.nccl_comm()?;
+        let slot: P2pSlot = Arc::new(OnceCell::new());
+        lock(&self.pending).push(PendingP2p { addr, bytes, peer, send, slot: slot.clone() });
+        Ok(slot)
+    }
+
+    /// Launches the posted sends and receives as one NCCL group (so an irecv and an isend
+    /// posted back to back run together, as NCCL needs for exchanges and rings). Called by
+    /// every other operation of the comm and by every wait or completion query, so posted
+    /// work never waits for long.
+    pub fn flush(&self) {
+        if lock(&self.pending).is_empty() {
+            return;
+        }
+        let _launch = lock(&self.launch);
+        self.flush_locked();
+    }
+
+    fn flush_locked(&self) {
+        let ops = std::mem::take(&mut *lock(&self.pending));
+        if ops.is_empty() {
+            return;
+        }
+        let launched: Result<Arc<Event>> = (|| {
+            let comm = self.nccl_comm()?;
+            self.dev.make_current()?;
+            let s = self.stream();
+            self.group(comm, s as cudaStream_t, |g| {
+                ops.iter().try_for_each(|o| if o.send { g.send(o.addr, o.bytes, o.peer) } else { g.recv(o.addr, o.bytes, o.peer) })
+            })?;
+            Ok(Arc::new(Event::record(s)?))
+        })();
+        for o in ops {
+            let _ = o.slot.set(match &launched {
+                Ok(ev) => Ok(DevOp::shared(ev.clone())),
+                Err(e) => Err(e.clone()),
+            });
+        }
     }
 
     fn group(&self, comm: ncclComm_t, stream: cudaStream_t, f: impl FnOnce(&Group) -> Result<()>) -> Result<()> {
@@ -522,8 +585,13 @@ impl Group<'_> {
     }
 }
 
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 impl Drop for DeviceComm {
     fn drop(&mut self) {
+        self.flush();
         if self.aborted.load(Ordering::Acquire) {
             return; // ncclCommAbort already freed the communicator
         }

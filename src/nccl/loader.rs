@@ -149,6 +149,7 @@ pub const NCCL_SYMBOLS: &[&str] = &[
 
 impl NcclApi {
     /// Resolves the table from `lib`; an error names what is missing.
+    #[allow(clippy::missing_transmute_annotations)]
     pub fn resolve(lib: &Lib) -> Result<NcclApi, String> {
         let missing = lib.missing(NCCL_SYMBOLS);
         if !missing.is_empty() {

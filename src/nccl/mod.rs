@@ -223,6 +223,7 @@ mod tests {
 
     #[test]
     fn host_pointers_classify_as_host() {
+        #[allow(clippy::useless_vec)] // a heap pointer on purpose
         let v = vec![1u32; 16];
         assert_eq!(classify(v.as_ptr() as usize), MemKind::Host);
         let s = 5u64;

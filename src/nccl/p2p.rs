@@ -10,7 +10,7 @@
 //! DC_ERR_INVALID_ARGUMENT; both abort the comm's NCCL communicator, whose state no longer
 //! agrees between the two ranks. DC_ANY_SOURCE is DC_ERR_UNAVAILABLE on device memory.
 
-use super::device::DevOp;
+use super::device::{DevOp, DeviceComm, P2pSlot};
 use crate::comm::{Comm, P2pOp};
 use crate::completion::Done;
 use crate::error::{Error, Result, Status};
@@ -22,7 +22,8 @@ pub const ENVELOPE: usize = 16;
 
 /// One device send or receive and its envelope.
 pub struct DeviceP2p {
-    op: DevOp,
+    /// Filled when the comm launches its posted sends and receives (`DeviceComm::flush`).
+    slot: P2pSlot,
     env: Option<P2pOp>,
     env_buf: Option<Box<[u8; ENVELOPE]>>,
     /// Comm rank of the peer.
@@ -49,7 +50,7 @@ impl DeviceP2p {
     /// Queues the device send, then posts its envelope.
     pub fn send(comm: &Comm, buf: crate::buffer::ConstBuf, dst: usize, tag: u32) -> Result<DeviceP2p> {
         let dev = comm.device().expect("device comm");
-        let op = dev.send(buf, dst)?;
+        let slot = dev.send(buf, dst)?;
         let env_buf = envelope(tag, buf.len());
         let env = match comm.post_envelope_send(dst, crate::buffer::ConstBuf::from_slice(&env_buf[..])) {
             Ok(e) => e,
@@ -59,14 +60,14 @@ impl DeviceP2p {
                 return Err(e);
             }
         };
-        Ok(DeviceP2p { op, env: Some(env), env_buf: Some(env_buf), peer: dst, want: None, sent: (tag, buf.len()), result: Mutex::new(None) })
+        Ok(DeviceP2p { slot, env: Some(env), env_buf: Some(env_buf), peer: dst, want: None, sent: (tag, buf.len()), result: Mutex::new(None) })
     }
 
     /// Posts the envelope receive, then queues the device receive of exactly `buf.len()` bytes.
     pub fn recv(comm: &Comm, buf: crate::buffer::MutBuf, src: usize, tag: Option<u32>) -> Result<DeviceP2p> {
         let dev = comm.device().expect("device comm");
         let mut env_buf = Box::new([0u8; ENVELOPE]);
-        let op = dev.recv(buf, src)?;
+        let slot = dev.recv(buf, src)?;
         let env = match comm.post_envelope_recv(src, crate::buffer::MutBuf::from_slice(&mut env_buf[..])) {
             Ok(e) => e,
             Err(e) => {
@@ -74,7 +75,19 @@ impl DeviceP2p {
                 return Err(e);
             }
         };
-        Ok(DeviceP2p { op, env: Some(env), env_buf: Some(env_buf), peer: src, want: Some((tag, buf.len())), sent: (0, 0), result: Mutex::new(None) })
+        Ok(DeviceP2p { slot, env: Some(env), env_buf: Some(env_buf), peer: src, want: Some((tag, buf.len())), sent: (0, 0), result: Mutex::new(None) })
+    }
+
+    /// The launched operation (launching what the comm has posted if need be).
+    fn op(&self, dev: &DeviceComm) -> Result<&DevOp> {
+        if self.slot.get().is_none() {
+            dev.flush();
+        }
+        match self.slot.get() {
+            Some(Ok(op)) => Ok(op),
+            Some(Err(e)) => Err(e.clone()),
+            None => Err(Error::new(Status::Internal, "a device send or receive was never launched")),
+        }
     }
 
     fn stored(&self) -> Option<Result<Done>> {
@@ -123,14 +136,15 @@ impl DeviceP2p {
             return r;
         }
         let env = self.env.as_ref().expect("envelope op");
+        let dev = comm.device().expect("device comm");
         let r = (|| {
+            let op = self.op(dev)?;
             if self.want.is_some() {
                 // The envelope comes first: a mismatch fails at once instead of at the timeout.
                 comm.wait_p2p(env, deadline, what)?;
             }
             let done = self.check_envelope_after_arrival(comm)?;
-            let dev = comm.device().expect("device comm");
-            dev.wait(&self.op, deadline, comm.timeout_ms(), &|| comm.check_usable().err()).map_err(|e| e.context(what()))?;
+            dev.wait(op, deadline, comm.timeout_ms(), &|| comm.check_usable().err()).map_err(|e| e.context(what()))?;
             if self.want.is_none() {
                 comm.wait_p2p(env, deadline, what)?;
             }
@@ -153,6 +167,14 @@ impl DeviceP2p {
             return true;
         }
         let env = self.env.as_ref().expect("envelope op");
+        let dev = comm.device().expect("device comm");
+        let op = match self.op(dev) {
+            Ok(op) => op,
+            Err(e) => {
+                let _ = self.store(Err(e));
+                return true;
+            }
+        };
         if !Comm::p2p_done(env) {
             return false;
         }
@@ -162,8 +184,7 @@ impl DeviceP2p {
                 return true;
             }
         }
-        let dev = comm.device().expect("device comm");
-        match dev.result(&self.op) {
+        match dev.result(op) {
             None => false,
             Some(Err(e)) => {
                 let _ = self.store(Err(e));
