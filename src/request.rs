@@ -36,7 +36,12 @@ pub struct RecvInfo {
 
 impl Request {
     pub fn p2p(comm: Arc<Comm>, op: P2pOp, peer: i32, deadline: Instant) -> Request {
-        let recv = matches!(op, P2pOp::Recv(_));
+        let recv = match &op {
+            P2pOp::Recv(_) => true,
+            #[cfg(feature = "nccl")]
+            P2pOp::Device(d) => d.is_recv(),
+            _ => false,
+        };
         Request { comm, kind: Kind::P2p { op, peer, recv }, deadline, elem_size: 1 }
     }
 

@@ -78,6 +78,11 @@ impl DeviceP2p {
         Ok(DeviceP2p { slot, env: Some(env), env_buf: Some(env_buf), peer: src, want: Some((tag, buf.len())), sent: (0, 0), result: Mutex::new(None) })
     }
 
+    /// Whether this is a receive (for `dc_request_recv_info`).
+    pub fn is_recv(&self) -> bool {
+        self.want.is_some()
+    }
+
     /// The launched operation (launching what the comm has posted if need be).
     fn op(&self, dev: &DeviceComm) -> Result<&DevOp> {
         if self.slot.get().is_none() {
