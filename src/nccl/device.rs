@@ -319,11 +319,15 @@ impl DeviceComm {
             }
             Reduce { send, recv, bytes, dt, op, root } => {
                 let op = nccl_op(*op)?;
-                let rp = recv.map_or(std::ptr::null_mut(), |b| b.as_ptr() as *mut c_void);
-                let sp = match send {
-                    Some(b) => b.addr() as *const c_void,
-                    None => rp as *const c_void,
+                // In place at the root: send None. Off the root NCCL never touches recvbuff; it
+                // gets the send buffer rather than NULL (as PyTorch passes it).
+                let sp = match (send, recv) {
+                    (Some(b), _) => b.addr(),
+                    (None, Some(r)) => r.addr(),
+                    (None, None) => return Err(Error::new(Status::Internal, "reduce without buffers")),
                 };
+                let rp = recv.map_or(sp, |b| b.addr()) as *mut c_void;
+                let sp = sp as *const c_void;
                 let r = unsafe { (api.reduce)(sp, rp, bytes / dt.size(), nccl_dtype(*dt), op, *root as c_int, comm, ns) };
                 self.check(r, "ncclReduce")?;
             }
