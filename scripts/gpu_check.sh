@@ -12,8 +12,9 @@
 #      torch with CUDA is importable (skipped otherwise)
 #
 # Prints a summary; exits non-zero if any check failed.
-# Environment: GPU_CHECK_SKIP_BUILD=1 uses target/release as it is; GPU_CHECK_NP2=0 skips the
-# two-rank run; GPU_CHECK_BENCH=0 skips the timing.
+# Environment: GPU_CHECK_SKIP_BUILD=1 uses target/release as it is (build it elsewhere with
+# `cargo build --release` and bring target/release/libdistcomm.so and target/release/dcrun);
+# GPU_CHECK_NP2=0 skips the two-rank run; GPU_CHECK_BENCH=0 skips the timing.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -73,8 +74,11 @@ LIB=target/release/libdistcomm.so
 DCRUN=target/release/dcrun
 if [ "${GPU_CHECK_SKIP_BUILD:-0}" != 1 ] && command -v cargo >/dev/null 2>&1; then
   echo "building (cargo build --release) ..."
-  if ! cargo build --release --offline 2>&1 | tail -3 && ! cargo build --release 2>&1 | tail -3; then
-    echo "cargo build failed; trying the prebuilt $LIB"
+  if ! cargo build --release --offline 2>&1 | tail -3; then
+    # Online only when there is nothing prebuilt (a machine without network would just wait).
+    if [ -f "$LIB" ] || ! cargo build --release 2>&1 | tail -3; then
+      echo "cargo build failed; using the prebuilt $LIB if there is one"
+    fi
   fi
 fi
 if [ ! -f "$LIB" ] || [ ! -x "$DCRUN" ]; then
