@@ -62,8 +62,10 @@ int main(void) {
   CHECK_STATUS(dc_iallreduce(f, g, 1, DC_FLOAT32, DC_SUM, w, NULL), DC_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(dc_ibarrier(w, NULL), DC_ERR_INVALID_ARGUMENT);
   CHECK_STATUS(dc_request_wait(NULL), DC_ERR_INVALID_ARGUMENT);
-  /* streams need the NCCL backend */
-  CHECK_STATUS(dc_comm_set_stream(w, (void *)0x1234), DC_ERR_UNAVAILABLE);
+  /* streams need the NCCL backend (which "auto" picks on machines with a GPU per rank) */
+  const char *be = NULL;
+  CHECK(dc_comm_backend(w, &be));
+  if (strcmp(be, "nccl") != 0) CHECK_STATUS(dc_comm_set_stream(w, (void *)0x1234), DC_ERR_UNAVAILABLE);
   CHECK(dc_comm_set_stream(w, NULL));
   /* NULL is a no-op where documented */
   CHECK(dc_comm_destroy(NULL));

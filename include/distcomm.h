@@ -113,6 +113,9 @@ typedef struct dc_init_options {
   const char *init_method;
   /**
    * NULL or "auto" | "shm" | "socket" | "nccl". NULL means DC_TRANSPORT or "auto".
+   * "nccl": CUDA device buffers go through NCCL (libcuda.so.1 and libnccl.so.2 are loaded at
+   * run time), host buffers through the CPU transports; "auto" does the same when every rank
+   * has CUDA, NCCL and a GPU of its own, and stays on the CPU transports otherwise.
    */
   const char *backend;
   /**
@@ -231,8 +234,12 @@ extern "C" {
  * Reduces `count` elements across all ranks with `op`; every rank gets the same bytes in
  * `recvbuf`. `sendbuf == recvbuf` is in place. float16/bfloat16 reduce in float32 and round
  * once; DC_AVG on integers truncates toward zero. Blocking (up to the comm's timeout).
+ * Every collective takes CUDA device memory on an NCCL comm (all of a call's buffers on the
+ * device, or all on the host: a mix is DC_ERR_INVALID_ARGUMENT; every rank must pass the same
+ * kind). On the device, results follow NCCL's arithmetic (DC_AVG is ncclAvg) and the bitwise
+ * ops DC_BAND/DC_BOR/DC_BXOR are DC_ERR_UNAVAILABLE (NCCL has none).
  * Statuses: DC_ERR_INVALID_ARGUMENT (NULL, bad dtype/op, bitwise op on floats, overlapping
- * buffers), DC_ERR_MISMATCH, DC_ERR_TIMEOUT, DC_ERR_PEER_LOST, DC_ERR_ABORTED.
+ * buffers), DC_ERR_MISMATCH, DC_ERR_TIMEOUT, DC_ERR_PEER_LOST, DC_ERR_ABORTED, DC_ERR_UNAVAILABLE.
  */
 enum dc_status dc_allreduce(const void *sendbuf,
                             void *recvbuf,
@@ -243,6 +250,7 @@ enum dc_status dc_allreduce(const void *sendbuf,
 
 /**
  * Non-blocking dc_allreduce: returns at once with `*req`; buffers stay in use until it completes.
+ * On device memory the operation is queued on the comm's stream and the request completes with it.
  */
 enum dc_status dc_iallreduce(const void *sendbuf,
                              void *recvbuf,
@@ -460,6 +468,8 @@ enum dc_status dc_ialltoallv(const void *sendbuf,
 
 /**
  * Returns when every rank has entered the barrier. Blocking (up to the comm's timeout).
+ * On an NCCL comm it is a one-word device allreduce on the comm's stream, so it also returns
+ * only after the device operations queued before it on that stream (on every rank) are done.
  * Statuses: DC_ERR_INVALID_ARGUMENT, DC_ERR_MISMATCH, DC_ERR_TIMEOUT, DC_ERR_PEER_LOST, DC_ERR_ABORTED.
  */
 enum dc_status dc_barrier(struct dc_comm *comm);
@@ -481,7 +491,9 @@ void dc_init_options_default(struct dc_init_options *opts);
  * every rank has joined, or with DC_ERR_TIMEOUT naming the ranks that never came.
  * Statuses: DC_ERR_INVALID_ARGUMENT (bad options or environment, naming the variable),
  * DC_ERR_TIMEOUT, DC_ERR_RENDEZVOUS (bad token, unreachable store), DC_ERR_SYSTEM (port in use),
- * DC_ERR_UNAVAILABLE (backend not built).
+ * DC_ERR_UNAVAILABLE (backend not built; backend "nccl" without libcuda.so.1, libnccl.so.2 or a
+ * GPU: dc_last_error names what is missing). With NCCL, the device is the one current on the
+ * calling thread (cudaSetDevice), else LOCAL_RANK modulo the device count.
  */
 enum dc_status dc_init(const struct dc_init_options *opts, struct dc_comm **world);
 
@@ -497,6 +509,7 @@ enum dc_status dc_comm_size(const struct dc_comm *comm, int32_t *size);
 
 /**
  * The transport `comm` uses ("socket", "shm", "nccl"); the string lives as long as the comm.
+ * "nccl": device buffers go through NCCL, host buffers through shared memory or sockets.
  * Never blocks.
  */
 enum dc_status dc_comm_backend(const struct dc_comm *comm, const char **name);
@@ -530,16 +543,22 @@ enum dc_status dc_comm_split(struct dc_comm *parent,
 enum dc_status dc_comm_set_timeout(struct dc_comm *comm, int64_t timeout_ms);
 
 /**
- * NCCL backend: run this comm's operations on `cuda_stream` (NULL: the comm's own stream).
- * On a comm without NCCL, NULL is accepted and anything else is DC_ERR_UNAVAILABLE. Never blocks.
+ * NCCL backend: run this comm's device operations on `cuda_stream` (a CUstream/cudaStream_t of
+ * the comm's device; NULL: the comm's own stream, which orders itself after work on the legacy
+ * default stream). Work the caller queued earlier on that stream is done before the operation
+ * starts. Blocking calls still return only when the operation is complete; a dc_i* request
+ * completes with the stream (dc_request_is_completed queries a CUDA event). The stream must
+ * outlive the operations queued on it. On a comm without NCCL, NULL is accepted and anything
+ * else is DC_ERR_UNAVAILABLE. Never blocks.
  */
 enum dc_status dc_comm_set_stream(struct dc_comm *comm, void *cuda_stream);
 
 /**
  * Aborts `comm`: every pending and later operation on it (and on its subgroups) fails with
  * DC_ERR_ABORTED, here at once and on its peers as soon as they hear of it. May be called from
- * any thread, also while another thread is blocked on `comm`. Never blocks. The comm must still
- * be destroyed.
+ * any thread, also while another thread is blocked on `comm`. With NCCL it also calls
+ * ncclCommAbort (a device operation that times out does the same). Never blocks. The comm must
+ * still be destroyed.
  */
 enum dc_status dc_comm_abort(struct dc_comm *comm);
 
@@ -553,6 +572,9 @@ enum dc_status dc_comm_destroy(struct dc_comm *comm);
 /**
  * Sends `count` elements of `dt` to rank `dst` with `tag` (>= 0). Blocks until the data is
  * handed to the transport (the buffer may then be reused), at most for the comm's timeout.
+ * CUDA device memory (NCCL backend) goes through ncclSend and returns when the receiver has it
+ * (no eager buffering: exchange with dc_isend/dc_irecv); device messages between two ranks are
+ * received in the order sent, whatever their tags; a send to oneself is DC_ERR_UNAVAILABLE.
  * Statuses: DC_ERR_INVALID_ARGUMENT, DC_ERR_TIMEOUT, DC_ERR_PEER_LOST, DC_ERR_ABORTED.
  */
 enum dc_status dc_send(const void *buf,
@@ -567,7 +589,12 @@ enum dc_status dc_send(const void *buf,
  * DC_ANY_TAG). Messages between one pair with one tag arrive in the order sent. A longer
  * message is DC_ERR_INVALID_ARGUMENT (truncation) with nothing written past `count`. `info`
  * (may be NULL) receives the sender, tag and element count. Blocks up to the comm's timeout.
- * Statuses: DC_ERR_INVALID_ARGUMENT, DC_ERR_TIMEOUT, DC_ERR_PEER_LOST, DC_ERR_ABORTED.
+ * CUDA device memory (NCCL backend): `count` must equal the sender's count; `src` must be a
+ * rank (DC_ANY_SOURCE is DC_ERR_UNAVAILABLE); the next device message from `src` is taken, and
+ * if its tag differs from a specific `tag` the call fails with DC_ERR_UNAVAILABLE (tags cannot
+ * reorder device messages); both mismatches abort the comm's NCCL communicator.
+ * Statuses: DC_ERR_INVALID_ARGUMENT, DC_ERR_TIMEOUT, DC_ERR_PEER_LOST, DC_ERR_ABORTED,
+ * DC_ERR_UNAVAILABLE.
  */
 enum dc_status dc_recv(void *buf,
                        size_t count,
@@ -608,7 +635,8 @@ enum dc_status dc_irecv(void *buf,
 enum dc_status dc_request_wait(struct dc_request *req);
 
 /**
- * Sets `*done` to whether the operation has completed. Never blocks.
+ * Sets `*done` to whether the operation has completed. Never blocks (for an operation on CUDA
+ * device memory it queries the CUDA event recorded after it).
  */
 enum dc_status dc_request_is_completed(struct dc_request *req, bool *done);
 

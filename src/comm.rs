@@ -35,6 +35,9 @@ pub struct World {
     pub shutdown_wait: Duration,
     /// Which transports collectives may use.
     pub policy: TransportPolicy,
+    /// Whether comms get an NCCL communicator for device buffers, and on which device.
+    #[cfg(feature = "nccl")]
+    pub gpu: crate::nccl::GpuPlan,
 }
 
 /// `auto`: shared memory where every member of a comm can map the same segment, else sockets.
@@ -119,6 +122,9 @@ pub struct Comm {
     child_seq: AtomicU64,
     executor: Mutex<Option<Executor>>,
     shm: once_cell::sync::OnceCell<ShmState>,
+    /// The NCCL communicator for device buffers (NCCL backend only).
+    #[cfg(feature = "nccl")]
+    device: once_cell::sync::OnceCell<crate::nccl::DeviceComm>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -153,7 +159,15 @@ fn wait_op(
 pub enum P2pOp {
     Send(Arc<SendOp>),
     Recv(Arc<RecvOp>),
+    /// A send or receive of device memory through NCCL.
+    #[cfg(feature = "nccl")]
+    Device(Box<crate::nccl::DeviceP2p>),
 }
+
+/// Tag of the envelopes of device sends on the CPU transport: above every collective's tag
+/// (`COLL_TAG_BIT | seq`), so neither user receives nor collectives ever match one.
+#[cfg(feature = "nccl")]
+const DEVICE_ENVELOPE_TAG: u64 = COLL_TAG_BIT | (1 << 62);
 
 /// One collective call's `Link`: its tag and signature on the comm's context, and its deadline.
 struct CollLink<'c> {
@@ -232,6 +246,8 @@ impl Comm {
         let ctx = CtxState::new(job_id | 1, None);
         let comm = Comm::build(world, ctx, rank, members, timeout_ms);
         comm.setup_shm()?;
+        #[cfg(feature = "nccl")]
+        comm.setup_device_world()?;
         Ok(comm)
     }
 
@@ -249,6 +265,8 @@ impl Comm {
             child_seq: AtomicU64::new(0),
             executor: Mutex::new(None),
             shm: once_cell::sync::OnceCell::new(),
+            #[cfg(feature = "nccl")]
+            device: once_cell::sync::OnceCell::new(),
         })
     }
 
@@ -275,9 +293,34 @@ impl Comm {
         self.ctx.id
     }
 
-    /// The transport this comm's collectives use: "shm" or "socket".
+    /// The transport this comm's collectives use: "nccl" (device buffers through NCCL, host
+    /// buffers as below), "shm" or "socket".
     pub fn backend(&self) -> &'static CStr {
+        #[cfg(feature = "nccl")]
+        if self.device.get().is_some() {
+            return c"nccl";
+        }
         if self.shm.get().is_some() { c"shm" } else { c"socket" }
+    }
+
+    /// The comm's NCCL communicator, if it has one.
+    #[cfg(feature = "nccl")]
+    pub fn device(&self) -> Option<&crate::nccl::DeviceComm> {
+        self.device.get()
+    }
+
+    /// `dc_comm_set_stream`: later device operations run on `stream` (NULL: the comm's own).
+    pub fn set_stream(&self, stream: *mut libc::c_void) -> Result<()> {
+        #[cfg(feature = "nccl")]
+        if let Some(d) = self.device.get() {
+            d.set_stream(stream);
+            return Ok(());
+        }
+        if !stream.is_null() {
+            let why = if cfg!(feature = "nccl") { "" } else { " (this build has no NCCL support)" };
+            return Err(Error::new(Status::Unavailable, format!("communicator uses backend \"{}\", which has no CUDA streams{why}", self.backend().to_string_lossy())));
+        }
+        Ok(())
     }
 
     pub fn timeout_ms(&self) -> i64 {
@@ -309,12 +352,27 @@ impl Comm {
     /// Starts a send to comm rank `dst` with user tag `tag` (>= 0).
     pub fn post_send(&self, buf: ConstBuf, dst: usize, tag: u32) -> Result<P2pOp> {
         self.check_usable()?;
+        #[cfg(feature = "nccl")]
+        if self.route_p2p((buf.addr(), buf.len()))? {
+            return Ok(P2pOp::Device(Box::new(crate::nccl::DeviceP2p::send(self, buf, dst, tag)?)));
+        }
+        #[cfg(feature = "nccl")]
+        self.flush_device();
         Ok(P2pOp::Send(self.transport().post_send(&self.ctx, self.members[dst], tag as u64, 0, buf)?))
     }
 
     /// Starts a receive from comm rank `src` (None: any) with user tag `tag` (None: any).
     pub fn post_recv(&self, buf: MutBuf, src: Option<usize>, tag: Option<u32>) -> Result<P2pOp> {
         self.check_usable()?;
+        #[cfg(feature = "nccl")]
+        if self.route_p2p((buf.addr(), buf.len()))? {
+            let Some(src) = src else {
+                return Err(Error::new(Status::Unavailable, "DC_ANY_SOURCE is not available on CUDA device memory (NCCL receives from one named rank)"));
+            };
+            return Ok(P2pOp::Device(Box::new(crate::nccl::DeviceP2p::recv(self, buf, src, tag)?)));
+        }
+        #[cfg(feature = "nccl")]
+        self.flush_device();
         let tag = tag.map_or(TagMatch::AnyUser, |t| TagMatch::Exact(t as u64));
         let src = src.map(|s| self.members[s]);
         Ok(P2pOp::Recv(self.transport().post_recv(&self.ctx, src, tag, 0, buf)?))
@@ -350,6 +408,8 @@ impl Comm {
         match op {
             P2pOp::Send(s) => wait_op(&s.comp, &self.ctx, deadline, t, &|e| self.transport().cancel_send(s, e), what, Some(&idle)),
             P2pOp::Recv(r) => wait_op(&r.comp, &self.ctx, deadline, t, &|e| self.transport().cancel_recv(r, e), what, Some(&idle)),
+            #[cfg(feature = "nccl")]
+            P2pOp::Device(d) => d.wait(self, deadline, what),
         }
     }
 
@@ -358,6 +418,8 @@ impl Comm {
         match op {
             P2pOp::Send(s) if !s.comp.is_done() => self.transport().cancel_send(s, e),
             P2pOp::Recv(r) if !r.comp.is_done() => self.transport().cancel_recv(r, e),
+            #[cfg(feature = "nccl")]
+            P2pOp::Device(d) => d.cancel(self, e),
             _ => {}
         }
     }
@@ -366,6 +428,27 @@ impl Comm {
         match op {
             P2pOp::Send(s) => s.comp.is_done(),
             P2pOp::Recv(r) => r.comp.is_done(),
+            #[cfg(feature = "nccl")]
+            P2pOp::Device(_) => false,
+        }
+    }
+
+    /// Whether `op` has finished (never blocks; for device ops, one event query).
+    pub fn p2p_is_done(&self, op: &P2pOp) -> bool {
+        match op {
+            #[cfg(feature = "nccl")]
+            P2pOp::Device(d) => d.is_done(self),
+            _ => Comm::p2p_done(op),
+        }
+    }
+
+    /// The result of a finished `op`.
+    pub fn p2p_result(&self, op: &P2pOp) -> Option<Result<Done>> {
+        match op {
+            P2pOp::Send(s) => s.comp.result(),
+            P2pOp::Recv(r) => r.comp.result(),
+            #[cfg(feature = "nccl")]
+            P2pOp::Device(d) => d.result(self),
         }
     }
 
@@ -495,6 +578,14 @@ impl Comm {
     /// Runs a collective on the calling thread.
     pub fn collective(&self, args: CollArgs) -> Result<()> {
         self.check_usable()?;
+        #[cfg(feature = "nccl")]
+        self.flush_device();
+        #[cfg(feature = "nccl")]
+        if let Some(op) = self.start_device(&args)? {
+            let dev = self.device.get().expect("device comm");
+            let deadline = self.deadline();
+            return dev.wait(&op, deadline, self.timeout_ms(), &|| self.ctx.abort_error()).map_err(|e| e.context("on CUDA device memory (NCCL)"));
+        }
         let (seq, deadline) = self.next_collective();
         self.execute(&args, seq, deadline)
     }
@@ -502,6 +593,12 @@ impl Comm {
     /// Queues a collective on the comm's worker thread; it progresses while the caller computes.
     pub fn start_collective(self: &Arc<Self>, args: CollArgs) -> Result<Request> {
         self.check_usable()?;
+        #[cfg(feature = "nccl")]
+        self.flush_device();
+        #[cfg(feature = "nccl")]
+        if let Some(op) = self.start_device(&args)? {
+            return Ok(Request::device(self.clone(), op, self.deadline()));
+        }
         let (seq, deadline) = self.next_collective();
         let comp = Arc::new(Completion::new());
         let (me, done) = (self.clone(), comp.clone());
@@ -543,10 +640,17 @@ impl Comm {
             return Err(Error::new(Status::Mismatch, format!("dc_comm_new_group: rank {r} passed a different rank list than rank {}", self.rank)));
         }
         let seq = self.child_seq.fetch_add(1, Ordering::Relaxed);
-        let Some(me) = ranks.iter().position(|&r| r == self.rank) else { return Ok(None) };
+        let me = ranks.iter().position(|&r| r == self.rank);
+        // Every parent rank takes part in the NCCL split, members or not.
+        #[cfg(feature = "nccl")]
+        let split = self.device_split(me.map(|_| 0), me.unwrap_or(0) as i32)?;
+        let Some(me) = me else { return Ok(None) };
         let id = child_ctx_id(self.ctx.id, seq, &[-1, mine as i64]);
         let members = ranks.iter().map(|&r| self.members[r]).collect();
-        Ok(Some(self.child(id, me, members)?))
+        let child = self.child(id, me, members)?;
+        #[cfg(feature = "nccl")]
+        child.attach_device(self, split)?;
+        Ok(Some(child))
     }
 
     /// `dc_comm_split`: ranks with the same `color` form a group ordered by (key, parent rank);
@@ -554,6 +658,8 @@ impl Comm {
     pub fn split(&self, color: i32, key: i32) -> Result<Option<Arc<Comm>>> {
         let all = self.allgather_u64(&[color as u32 as u64, key as u32 as u64])?;
         let seq = self.child_seq.fetch_add(1, Ordering::Relaxed);
+        #[cfg(feature = "nccl")]
+        let split = self.device_split((color >= 0).then_some(color as usize), key)?;
         if color < 0 {
             return Ok(None);
         }
@@ -565,7 +671,10 @@ impl Comm {
         let me = group.iter().position(|&(_, r)| r == self.rank).expect("caller is in its own color");
         let members = group.iter().map(|&(_, r)| self.members[r]).collect();
         let id = child_ctx_id(self.ctx.id, seq, &[color as i64]);
-        Ok(Some(self.child(id, me, members)?))
+        let child = self.child(id, me, members)?;
+        #[cfg(feature = "nccl")]
+        child.attach_device(self, split)?;
+        Ok(Some(child))
     }
 
     /// Collective over the new group's members.
@@ -595,6 +704,10 @@ impl Comm {
         if self.ctx.abort(&format!("dc_comm_abort was called on rank {}", self.rank)) {
             dc_log!(Level::Warn, Some(self.rank), "communicator {:#x} aborted", self.ctx.id);
         }
+        #[cfg(feature = "nccl")]
+        if let Some(d) = self.device.get() {
+            d.abort(&format!("dc_comm_abort was called on rank {}", self.rank));
+        }
         self.transport().abort_ctx(&self.ctx, &self.members);
     }
 
@@ -606,5 +719,188 @@ impl Comm {
             let _ = ex.thread.join();
         }
         self.transport().unregister_ctx(self.ctx.id);
+    }
+}
+
+// ---- NCCL backend hooks ---------------------------------------------------------------------------
+
+/// The non-empty buffers of a collective, as (address, bytes).
+#[cfg(feature = "nccl")]
+fn coll_buffers(args: &CollArgs) -> Vec<(usize, usize)> {
+    use CollArgs::*;
+    let mut v = Vec::with_capacity(2);
+    let mut c = |b: Option<ConstBuf>| v.extend(b.map(|b| (b.addr(), b.len())));
+    match args {
+        Allreduce { send, .. } | Allgather { send, .. } | Allgatherv { send, .. } | ReduceScatter { send, .. } | Scatter { send, .. } => c(*send),
+        Reduce { send, .. } => c(*send),
+        Gather { send, .. } | Alltoall { send, .. } | Alltoallv { send, .. } => c(Some(*send)),
+        Broadcast { .. } | Barrier => {}
+    }
+    let mut m = |b: Option<MutBuf>| v.extend(b.map(|b| (b.addr(), b.len())));
+    match args {
+        Allreduce { recv, .. }
+        | Allgather { recv, .. }
+        | Allgatherv { recv, .. }
+        | ReduceScatter { recv, .. }
+        | Scatter { recv, .. }
+        | Alltoall { recv, .. }
+        | Alltoallv { recv, .. } => m(Some(*recv)),
+        Broadcast { buf, .. } => m(Some(*buf)),
+        Reduce { recv, .. } | Gather { recv, .. } => m(*recv),
+        Barrier => {}
+    }
+    v.retain(|&(_, len)| len > 0);
+    v
+}
+
+#[cfg(feature = "nccl")]
+impl Comm {
+    /// Whether a call with these buffers goes through NCCL: all device memory -> yes, all host ->
+    /// no, a mix -> DC_ERR_INVALID_ARGUMENT. A call without buffers goes where `default_device`
+    /// says. Comms without NCCL never classify anything.
+    fn route(&self, bufs: &[(usize, usize)], default_device: bool) -> Result<bool> {
+        if self.device.get().is_none() {
+            return Ok(false);
+        }
+        let mut device = 0;
+        let mut host = 0;
+        for &(addr, len) in bufs.iter().filter(|b| b.1 > 0) {
+            let _ = len;
+            match crate::nccl::classify(addr) {
+                crate::nccl::MemKind::Device => device += 1,
+                crate::nccl::MemKind::Host => host += 1,
+            }
+        }
+        match (device, host) {
+            (0, 0) => Ok(default_device),
+            (_, 0) => Ok(true),
+            (0, _) => Ok(false),
+            _ => Err(Error::new(
+                Status::InvalidArgument,
+                "the call mixes CUDA device memory and host memory: pass all buffers on the device (NCCL) or all on the host",
+            )),
+        }
+    }
+
+    /// Launches device sends and receives posted on this comm (see `DeviceComm::flush`): every
+    /// other call on the comm does this first, so posted device work never waits behind it.
+    fn flush_device(&self) {
+        if let Some(d) = self.device.get() {
+            d.flush();
+        }
+    }
+
+    fn route_p2p(&self, buf: (usize, usize)) -> Result<bool> {
+        self.route(&[buf], false)
+    }
+
+    /// Queues `args` on NCCL if its buffers are device memory (None: run it on the CPU path).
+    fn start_device(&self, args: &CollArgs) -> Result<Option<crate::nccl::DevOp>> {
+        let Some(dev) = self.device.get() else { return Ok(None) };
+        if !self.route(&coll_buffers(args), true)? {
+            return Ok(None);
+        }
+        dc_log!(Level::Trace, Some(self.rank), "{} on CUDA device memory (NCCL)", args.name());
+        dev.start(args).map(Some).map_err(|e| e.context("on CUDA device memory (NCCL)"))
+    }
+
+    /// Waits for a device collective of this comm (a request's wait).
+    pub fn wait_device(&self, op: &crate::nccl::DevOp, deadline: Instant) -> Result<()> {
+        let dev = self.device.get().expect("device comm");
+        dev.flush();
+        dev.wait(op, deadline, self.timeout_ms(), &|| self.ctx.abort_error()).map_err(|e| e.context("on CUDA device memory (NCCL)"))
+    }
+
+    /// Whether a device collective has finished (never blocks), and its result.
+    pub fn device_result(&self, op: &crate::nccl::DevOp) -> Option<Result<()>> {
+        let dev = self.device.get().expect("device comm");
+        dev.flush();
+        dev.result(op)
+    }
+
+    /// Posts the envelope of a device send to comm rank `dst` on the CPU transport.
+    pub(crate) fn post_envelope_send(&self, dst: usize, buf: ConstBuf) -> Result<P2pOp> {
+        Ok(P2pOp::Send(self.transport().post_send(&self.ctx, self.members[dst], DEVICE_ENVELOPE_TAG, 0, buf)?))
+    }
+
+    /// Posts the receive of the next device-send envelope from comm rank `src`.
+    pub(crate) fn post_envelope_recv(&self, src: usize, buf: MutBuf) -> Result<P2pOp> {
+        let src = Some(self.members[src]);
+        Ok(P2pOp::Recv(self.transport().post_recv(&self.ctx, src, TagMatch::Exact(DEVICE_ENVELOPE_TAG), 0, buf)?))
+    }
+
+    /// The world comm's NCCL communicator, if the backend asks for one: every rank says whether
+    /// it can (libraries, a device) and which GPU it would use; all must be able to, and under
+    /// "auto" no two ranks may share a GPU. Collective.
+    fn setup_device_world(&self) -> Result<()> {
+        use crate::nccl::GpuMode;
+        let plan = self.world.gpu;
+        if plan.mode == GpuMode::Off {
+            return Ok(());
+        }
+        let local = crate::nccl::local_device(plan.local_rank);
+        let ident = match &local {
+            Ok((_, d)) => {
+                let mut h = DefaultHasher::new();
+                (crate::log::hostname(), &d.bus_id).hash(&mut h);
+                h.finish() | 1
+            }
+            Err(_) => 0,
+        };
+        let all = self.allgather_u64(&[u64::from(local.is_ok()), ident])?;
+        let n = self.size();
+        if let Some(r) = (0..n).find(|&r| all[2 * r] == 0) {
+            let why = match &local {
+                Err(e) if r == self.rank => e.clone(),
+                _ => format!("rank {r} cannot use NCCL (its own error says why)"),
+            };
+            if plan.mode == GpuMode::Required {
+                return Err(Error::new(Status::Unavailable, format!("backend \"nccl\" is unavailable: {why}")));
+            }
+            dc_log!(Level::Info, Some(self.rank), "NCCL not used: {why}");
+            return Ok(());
+        }
+        if plan.mode == GpuMode::IfAvailable {
+            let mut ids: Vec<u64> = (0..n).map(|r| all[2 * r + 1]).collect();
+            ids.sort_unstable();
+            if ids.windows(2).any(|w| w[0] == w[1]) {
+                dc_log!(Level::Info, Some(self.rank), "NCCL not used: some ranks share a GPU (backend \"nccl\" would try anyway)");
+                return Ok(());
+            }
+        }
+        let (rt, dev) = local.map_err(|e| Error::new(Status::Unavailable, e))?;
+        let ordinal = dev.ordinal;
+        let key = format!("nccl_id/{:016x}", self.ctx.id);
+        let dc = crate::nccl::DeviceComm::init(rt, dev, &*self.world.store, &key, self.rank, n, self.deadline())?;
+        dc_log!(Level::Info, Some(self.rank), "communicator {:#x}: NCCL on CUDA device {ordinal}; {}", self.ctx.id, rt.describe());
+        let _ = self.device.set(dc);
+        Ok(())
+    }
+
+    /// Splits the NCCL communicator for a new group (collective over this comm: every rank,
+    /// member or not). None when this comm has no NCCL communicator.
+    fn device_split(&self, color: Option<usize>, key: i32) -> Result<Option<crate::nccl::device::Split>> {
+        match self.device.get() {
+            Some(d) => d.split(color, key).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Gives a new child comm its NCCL communicator (from the split, or through the store when
+    /// NCCL has no ncclCommSplit: collective over the child).
+    fn attach_device(&self, parent: &Comm, split: Option<crate::nccl::device::Split>) -> Result<()> {
+        use crate::nccl::device::Split;
+        let Some(pd) = parent.device.get() else { return Ok(()) };
+        let dc = match split {
+            None => return Ok(()),
+            Some(Split::Comm(raw)) => pd.from_split(raw, self.rank, self.size())?,
+            Some(Split::NotMember) => return Err(Error::new(Status::Internal, "ncclCommSplit left out a rank of the new group")),
+            Some(Split::Unsupported) => {
+                let key = format!("nccl_id/{:016x}", self.ctx.id);
+                pd.init_child(&*self.world.store, &key, self.rank, self.size(), self.deadline())?
+            }
+        };
+        let _ = self.device.set(dc);
+        Ok(())
     }
 }

@@ -30,8 +30,24 @@ pub fn init(opts: &InitOptions) -> Result<Arc<Comm>> {
         "auto" => TransportPolicy::Auto,
         "socket" => TransportPolicy::Socket,
         "shm" => TransportPolicy::Shm,
-        "nccl" => return Err(Error::new(Status::Unavailable, "backend \"nccl\": this build has no NCCL support")),
+        // Device buffers through NCCL; host buffers over the CPU transports (auto policy).
+        "nccl" => {
+            #[cfg(not(feature = "nccl"))]
+            return Err(Error::new(Status::Unavailable, "backend \"nccl\": this build has no NCCL support (built without the cargo feature `nccl`)"));
+            // Fail before the rendezvous: a machine without CUDA or NCCL says so at once.
+            #[cfg(feature = "nccl")]
+            crate::nccl::require()?;
+            #[cfg(feature = "nccl")]
+            TransportPolicy::Auto
+        }
         other => return Err(Error::new(Status::InvalidArgument, format!("unknown backend \"{other}\" (expected auto, shm, socket or nccl)"))),
+    };
+    #[cfg(feature = "nccl")]
+    let gpu_mode = match cfg.backend.as_str() {
+        "nccl" => crate::nccl::GpuMode::Required,
+        // DC_NCCL=0 keeps "auto" off the GPU (no NCCL communicators, no device memory).
+        "auto" if std::env::var("DC_NCCL").map_or(true, |v| v != "0") => crate::nccl::GpuMode::IfAvailable,
+        _ => crate::nccl::GpuMode::Off,
     };
     let rdv = rendezvous(&cfg)?;
     let (rank, size) = (rdv.rank, rdv.world_size);
@@ -81,7 +97,16 @@ pub fn init(opts: &InitOptions) -> Result<Arc<Comm>> {
         None => Vec::new(),
     };
     let shutdown_wait = Duration::from_millis(timeout_ms.clamp(0, 30_000) as u64);
-    let world = Arc::new(World { transport, store: rdv.store.clone(), addrs, keepalive: Mutex::new(keepalive), shutdown_wait, policy });
+    let world = Arc::new(World {
+        transport,
+        store: rdv.store.clone(),
+        addrs,
+        keepalive: Mutex::new(keepalive),
+        shutdown_wait,
+        policy,
+        #[cfg(feature = "nccl")]
+        gpu: crate::nccl::GpuPlan { mode: gpu_mode, local_rank: rdv.local_rank },
+    });
     let comm = Comm::new_world(world, job_id, timeout_ms)?;
     dc_log!(Level::Info, Some(rank), "collectives use {}", comm.backend().to_string_lossy());
     Ok(comm)

@@ -21,6 +21,8 @@ pub mod init;
 pub mod rpc;
 pub mod rendezvous;
 pub mod ffi;
+#[cfg(feature = "nccl")]
+pub mod nccl;
 
 pub use error::{Error, Result, Status};
 pub use dtype::{DType, ReduceOp};

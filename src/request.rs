@@ -16,6 +16,10 @@ enum Kind {
     Coll { comp: Arc<Completion> },
     /// An RPC started by `dc_rpc_call_async`; its reply is taken with `take_reply`.
     Rpc(PendingCall),
+    /// A collective queued on the comm's NCCL stream: complete when its CUDA event is;
+    /// `is_completed` queries the event and never blocks.
+    #[cfg(feature = "nccl")]
+    Device { op: crate::nccl::DevOp },
 }
 
 pub struct Request {
@@ -35,7 +39,12 @@ pub struct RecvInfo {
 
 impl Request {
     pub fn p2p(comm: Arc<Comm>, op: P2pOp, peer: i32, deadline: Instant) -> Request {
-        let recv = matches!(op, P2pOp::Recv(_));
+        let recv = match &op {
+            P2pOp::Recv(_) => true,
+            #[cfg(feature = "nccl")]
+            P2pOp::Device(d) => d.is_recv(),
+            _ => false,
+        };
         Request { comm, kind: Kind::P2p { op, peer, recv }, deadline, elem_size: 1 }
     }
 
@@ -45,6 +54,12 @@ impl Request {
 
     pub fn rpc(comm: Arc<Comm>, call: PendingCall, deadline: Instant) -> Request {
         Request { comm, kind: Kind::Rpc(call), deadline, elem_size: 1 }
+    }
+
+    /// A device collective (NCCL backend).
+    #[cfg(feature = "nccl")]
+    pub fn device(comm: Arc<Comm>, op: crate::nccl::DevOp, deadline: Instant) -> Request {
+        Request { comm, kind: Kind::Device { op }, deadline, elem_size: 1 }
     }
 
     /// Element size of a receive, so `recv_info` can count elements.
@@ -59,10 +74,11 @@ impl Request {
 
     fn finished(&self) -> Option<Result<Done>> {
         match &self.kind {
-            Kind::P2p { op: P2pOp::Send(s), .. } => s.comp.result(),
-            Kind::P2p { op: P2pOp::Recv(r), .. } => r.comp.result(),
+            Kind::P2p { op, .. } => self.comm.p2p_result(op),
             Kind::Coll { comp } => comp.result(),
             Kind::Rpc(call) => call.result(),
+            #[cfg(feature = "nccl")]
+            Kind::Device { op } => self.comm.device_result(op).map(|r| r.map(|_| Done::default())),
         }
     }
 
@@ -83,14 +99,18 @@ impl Request {
                 _ => Err(Error::new(Status::Timeout, "non-blocking collective did not finish within the timeout")),
             },
             Kind::Rpc(call) => call.wait(),
+            #[cfg(feature = "nccl")]
+            Kind::Device { op } => self.comm.wait_device(op, self.deadline).map(|_| Done::default()),
         }
     }
 
     pub fn is_completed(&self) -> bool {
         match &self.kind {
-            Kind::P2p { op, .. } => Comm::p2p_done(op),
+            Kind::P2p { op, .. } => self.comm.p2p_is_done(op),
             Kind::Coll { comp } => comp.is_done(),
             Kind::Rpc(call) => call.is_done(),
+            #[cfg(feature = "nccl")]
+            Kind::Device { op } => self.comm.device_result(op).is_some(),
         }
     }
 

@@ -184,14 +184,19 @@ unsafe fn alltoallv_args(
 /// Reduces `count` elements across all ranks with `op`; every rank gets the same bytes in
 /// `recvbuf`. `sendbuf == recvbuf` is in place. float16/bfloat16 reduce in float32 and round
 /// once; DC_AVG on integers truncates toward zero. Blocking (up to the comm's timeout).
+/// Every collective takes CUDA device memory on an NCCL comm (all of a call's buffers on the
+/// device, or all on the host: a mix is DC_ERR_INVALID_ARGUMENT; every rank must pass the same
+/// kind). On the device, results follow NCCL's arithmetic (DC_AVG is ncclAvg) and the bitwise
+/// ops DC_BAND/DC_BOR/DC_BXOR are DC_ERR_UNAVAILABLE (NCCL has none).
 /// Statuses: DC_ERR_INVALID_ARGUMENT (NULL, bad dtype/op, bitwise op on floats, overlapping
-/// buffers), DC_ERR_MISMATCH, DC_ERR_TIMEOUT, DC_ERR_PEER_LOST, DC_ERR_ABORTED.
+/// buffers), DC_ERR_MISMATCH, DC_ERR_TIMEOUT, DC_ERR_PEER_LOST, DC_ERR_ABORTED, DC_ERR_UNAVAILABLE.
 #[no_mangle]
 pub unsafe extern "C" fn dc_allreduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: usize, dt: dc_dtype, op: dc_op, comm: *mut Comm) -> dc_status {
     guard("dc_allreduce", || blocking(comm, |_| allreduce_args(sendbuf, recvbuf, count, dt, op)))
 }
 
 /// Non-blocking dc_allreduce: returns at once with `*req`; buffers stay in use until it completes.
+/// On device memory the operation is queued on the comm's stream and the request completes with it.
 #[no_mangle]
 pub unsafe extern "C" fn dc_iallreduce(
     sendbuf: *const c_void,
@@ -431,6 +436,8 @@ pub unsafe extern "C" fn dc_ialltoallv(
 }
 
 /// Returns when every rank has entered the barrier. Blocking (up to the comm's timeout).
+/// On an NCCL comm it is a one-word device allreduce on the comm's stream, so it also returns
+/// only after the device operations queued before it on that stream (on every rank) are done.
 /// Statuses: DC_ERR_INVALID_ARGUMENT, DC_ERR_MISMATCH, DC_ERR_TIMEOUT, DC_ERR_PEER_LOST, DC_ERR_ABORTED.
 #[no_mangle]
 pub unsafe extern "C" fn dc_barrier(comm: *mut Comm) -> dc_status {

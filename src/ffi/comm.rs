@@ -18,6 +18,9 @@ pub struct dc_init_options {
     /// NULL or "env://" | "tcp://HOST:PORT" | "file:///PATH". NULL means "env://".
     pub init_method: *const c_char,
     /// NULL or "auto" | "shm" | "socket" | "nccl". NULL means DC_TRANSPORT or "auto".
+    /// "nccl": CUDA device buffers go through NCCL (libcuda.so.1 and libnccl.so.2 are loaded at
+    /// run time), host buffers through the CPU transports; "auto" does the same when every rank
+    /// has CUDA, NCCL and a GPU of its own, and stays on the CPU transports otherwise.
     pub backend: *const c_char,
     /// -1: from the environment, or assigned in arrival order by "file://".
     pub rank: i32,
@@ -78,7 +81,9 @@ pub unsafe extern "C" fn dc_init_options_default(opts: *mut dc_init_options) {
 /// every rank has joined, or with DC_ERR_TIMEOUT naming the ranks that never came.
 /// Statuses: DC_ERR_INVALID_ARGUMENT (bad options or environment, naming the variable),
 /// DC_ERR_TIMEOUT, DC_ERR_RENDEZVOUS (bad token, unreachable store), DC_ERR_SYSTEM (port in use),
-/// DC_ERR_UNAVAILABLE (backend not built).
+/// DC_ERR_UNAVAILABLE (backend not built; backend "nccl" without libcuda.so.1, libnccl.so.2 or a
+/// GPU: dc_last_error names what is missing). With NCCL, the device is the one current on the
+/// calling thread (cudaSetDevice), else LOCAL_RANK modulo the device count.
 #[no_mangle]
 pub unsafe extern "C" fn dc_init(opts: *const dc_init_options, world: *mut *mut Comm) -> dc_status {
     guard("dc_init", || {
@@ -111,6 +116,7 @@ pub unsafe extern "C" fn dc_comm_size(comm: *const Comm, size: *mut i32) -> dc_s
 }
 
 /// The transport `comm` uses ("socket", "shm", "nccl"); the string lives as long as the comm.
+/// "nccl": device buffers go through NCCL, host buffers through shared memory or sockets.
 /// Never blocks.
 #[no_mangle]
 pub unsafe extern "C" fn dc_comm_backend(comm: *const Comm, name: *mut *const c_char) -> dc_status {
@@ -178,23 +184,25 @@ pub unsafe extern "C" fn dc_comm_set_timeout(comm: *mut Comm, timeout_ms: i64) -
     })
 }
 
-/// NCCL backend: run this comm's operations on `cuda_stream` (NULL: the comm's own stream).
-/// On a comm without NCCL, NULL is accepted and anything else is DC_ERR_UNAVAILABLE. Never blocks.
+/// NCCL backend: run this comm's device operations on `cuda_stream` (a CUstream/cudaStream_t of
+/// the comm's device; NULL: the comm's own stream, which orders itself after work on the legacy
+/// default stream). Work the caller queued earlier on that stream is done before the operation
+/// starts. Blocking calls still return only when the operation is complete; a dc_i* request
+/// completes with the stream (dc_request_is_completed queries a CUDA event). The stream must
+/// outlive the operations queued on it. On a comm without NCCL, NULL is accepted and anything
+/// else is DC_ERR_UNAVAILABLE. Never blocks.
 #[no_mangle]
 pub unsafe extern "C" fn dc_comm_set_stream(comm: *mut Comm, cuda_stream: *mut libc::c_void) -> dc_status {
     guard("dc_comm_set_stream", || {
-        let c = checks::comm(comm)?;
-        if !cuda_stream.is_null() {
-            return Err(Error::new(Status::Unavailable, format!("communicator uses backend \"{}\", which has no CUDA streams", c.backend().to_string_lossy())));
-        }
-        Ok(())
+        checks::comm(comm)?.set_stream(cuda_stream)
     })
 }
 
 /// Aborts `comm`: every pending and later operation on it (and on its subgroups) fails with
 /// DC_ERR_ABORTED, here at once and on its peers as soon as they hear of it. May be called from
-/// any thread, also while another thread is blocked on `comm`. Never blocks. The comm must still
-/// be destroyed.
+/// any thread, also while another thread is blocked on `comm`. With NCCL it also calls
+/// ncclCommAbort (a device operation that times out does the same). Never blocks. The comm must
+/// still be destroyed.
 #[no_mangle]
 pub unsafe extern "C" fn dc_comm_abort(comm: *mut Comm) -> dc_status {
     guard("dc_comm_abort", || {

@@ -46,6 +46,9 @@ unsafe fn start_recv(buf: *mut libc::c_void, count: usize, dt: dc_dtype, src: i3
 
 /// Sends `count` elements of `dt` to rank `dst` with `tag` (>= 0). Blocks until the data is
 /// handed to the transport (the buffer may then be reused), at most for the comm's timeout.
+/// CUDA device memory (NCCL backend) goes through ncclSend and returns when the receiver has it
+/// (no eager buffering: exchange with dc_isend/dc_irecv); device messages between two ranks are
+/// received in the order sent, whatever their tags; a send to oneself is DC_ERR_UNAVAILABLE.
 /// Statuses: DC_ERR_INVALID_ARGUMENT, DC_ERR_TIMEOUT, DC_ERR_PEER_LOST, DC_ERR_ABORTED.
 #[no_mangle]
 pub unsafe extern "C" fn dc_send(buf: *const libc::c_void, count: usize, dt: dc_dtype, dst: i32, tag: i32, comm: *mut Comm) -> dc_status {
@@ -62,7 +65,12 @@ pub unsafe extern "C" fn dc_send(buf: *const libc::c_void, count: usize, dt: dc_
 /// DC_ANY_TAG). Messages between one pair with one tag arrive in the order sent. A longer
 /// message is DC_ERR_INVALID_ARGUMENT (truncation) with nothing written past `count`. `info`
 /// (may be NULL) receives the sender, tag and element count. Blocks up to the comm's timeout.
-/// Statuses: DC_ERR_INVALID_ARGUMENT, DC_ERR_TIMEOUT, DC_ERR_PEER_LOST, DC_ERR_ABORTED.
+/// CUDA device memory (NCCL backend): `count` must equal the sender's count; `src` must be a
+/// rank (DC_ANY_SOURCE is DC_ERR_UNAVAILABLE); the next device message from `src` is taken, and
+/// if its tag differs from a specific `tag` the call fails with DC_ERR_UNAVAILABLE (tags cannot
+/// reorder device messages); both mismatches abort the comm's NCCL communicator.
+/// Statuses: DC_ERR_INVALID_ARGUMENT, DC_ERR_TIMEOUT, DC_ERR_PEER_LOST, DC_ERR_ABORTED,
+/// DC_ERR_UNAVAILABLE.
 #[no_mangle]
 pub unsafe extern "C" fn dc_recv(
     buf: *mut libc::c_void,

@@ -18,7 +18,8 @@ pub unsafe extern "C" fn dc_request_wait(req: *mut Request) -> dc_status {
     guard("dc_request_wait", || request(req)?.wait().map(|_| ()))
 }
 
-/// Sets `*done` to whether the operation has completed. Never blocks.
+/// Sets `*done` to whether the operation has completed. Never blocks (for an operation on CUDA
+/// device memory it queries the CUDA event recorded after it).
 #[no_mangle]
 pub unsafe extern "C" fn dc_request_is_completed(req: *mut Request, done: *mut bool) -> dc_status {
     guard("dc_request_is_completed", || {
