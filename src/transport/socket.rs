@@ -370,11 +370,15 @@ impl SocketTransport {
 
     fn enqueue(&self, peer: &Arc<Peer>, item: TxItem) -> Result<()> {
         let mut q = lock(&peer.tx);
-        match &*lock(&peer.state) {
-            PeerState::Up => {}
+        // The state lock is released before gone_error() takes it again.
+        let open = match &*lock(&peer.state) {
+            PeerState::Up => true,
             // Control frames (our goodbye) still go to a peer that said goodbye first.
-            PeerState::Closed if item.op.is_none() => {}
-            _ => return Err(peer.gone_error().unwrap_or_else(|| Error::new(Status::PeerLost, "peer gone"))),
+            PeerState::Closed => item.op.is_none(),
+            PeerState::Lost(_) => false,
+        };
+        if !open {
+            return Err(peer.gone_error().unwrap_or_else(|| Error::new(Status::PeerLost, "peer gone")));
         }
         let was_empty = q.is_empty();
         q.push_back(item);
