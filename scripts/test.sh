@@ -23,7 +23,7 @@ ROOT=$(pwd)
 STEP=0
 banner() {
   STEP=$((STEP + 1))
-  printf '\n======== [%d] %s ========\n' "$STEP" "$*"
+  printf '\n======== [%d] %s (at %ds) ========\n' "$STEP" "$*" "$SECONDS"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -103,6 +103,7 @@ VPY="$VENV/bin/python"
 "$VPY" -m pip install -q --disable-pip-version-check ml_dtypes ||
   echo "note: ml_dtypes is not installable here; the bfloat16 tests skip"
 "$VPY" -m pip install -q --disable-pip-version-check ./python
+rm -rf python/build python/distcomm.egg-info   # setuptools' leftovers in the source tree
 export DISTCOMM_LIBRARY="$PREFIX/lib/libdistcomm.so"
 (cd "$TMP" && "$VPY" -c 'import distcomm, numpy
 print("distcomm", distcomm.__version__, "from", distcomm.__file__)
@@ -124,6 +125,6 @@ ctests=$(awk '/tests passed, .* tests failed out of/ { print $NF }' "$TMP/ctest.
 pytests=$(grep -Eo '[0-9]+ passed' "$TMP/pytest.log" | tail -1 | awk '{ print $1 }')
 multihost=$(awk '/^multihost: all [0-9]+ jobs passed/ { print $3 }' "$TMP/multihost.log")
 mh_note=${multihost:+${multihost} jobs passed}
-printf '\n======== all test steps passed ========\n'
+printf '\n======== all test steps passed (%ds) ========\n' "$SECONDS"
 echo "cargo test: ${passed} passed; ctest: ${ctests:-0} passed; pytest: ${pytests:-0} passed; multi-host: ${mh_note:-skipped}"
 echo "summary: $((passed + ${ctests:-0} + ${pytests:-0} + ${multihost:-0})) passed, 0 failed"

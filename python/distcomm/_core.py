@@ -750,8 +750,13 @@ class Work:
         _PENDING.discard(self)
 
     def is_completed(self) -> bool:
-        """True once the operation has finished (successfully or not). Never blocks."""
-        with self._lock:
+        """True once the operation has finished (successfully or not). Never blocks: while
+        another thread is inside ``wait()``, this reports False until that wait returns."""
+        if self._req is None:
+            return True
+        if not self._lock.acquire(blocking=False):
+            return self._req is None
+        try:
             if self._req is None:
                 return True
             done = c_bool(False)
@@ -759,6 +764,8 @@ class Work:
             if done.value:
                 self._complete(None)
             return bool(done.value)
+        finally:
+            self._lock.release()
 
     def wait(self, timeout: Timeout = None) -> bool:
         """Blocks until the operation completes and returns True, or raises its error.

@@ -159,3 +159,22 @@ def test_send_object_list(rank, size):
     got = [None, None]
     assert dist.recv_object_list(got, left) == left
     assert got == [{"from": left}, "x" * left]
+
+
+def test_wait_in_another_thread_does_not_block_this_one(rank, size):
+    """A Work waited on in a second thread: calls here go on (they only peek at it)."""
+    import threading
+
+    if rank == 0:
+        x = np.zeros(1, np.int32)
+        w = dist.irecv(x, src=1, tag=55)
+        waiter = threading.Thread(target=w.wait)
+        waiter.start()
+        time.sleep(0.05)
+        assert not w.is_completed()  # never blocks, even while the other thread waits
+    dist.barrier()  # rank 1 sends only after this barrier
+    if rank == 1:
+        dist.send(np.array([5], np.int32), 0, tag=55)
+    if rank == 0:
+        waiter.join(30)
+        assert not waiter.is_alive() and w.is_completed() and x[0] == 5
