@@ -1,11 +1,15 @@
 # Sourced by the scripts: ensure_packages CMD... installs the Debian packages that provide the
-# missing commands (apt-get as root, sudo otherwise). Command -> package names are below.
+# missing commands (apt-get as root, sudo otherwise). Command -> package names are below; the
+# pseudo-commands libclang and pyvenv (python3's venv module with ensurepip) are checked apart.
 package_for() {
   case "$1" in
     cc | gcc) echo gcc ;;
     c++ | g++) echo g++ ;;
     nm | readelf) echo binutils ;;
     libclang) echo libclang-dev ;;
+    pyvenv) echo python3-venv ;;
+    ip) echo iproute2 ;;
+    unshare) echo util-linux ;;
     valgrind) echo valgrind ;;
     mpicc.openmpi) echo libopenmpi-dev ;;
     mpirun.openmpi) echo openmpi-bin ;;
@@ -27,6 +31,9 @@ ensure_packages() {
   for cmd in "$@"; do
     if [ "$cmd" = libclang ]; then
       libclang_present || missing+=(libclang-dev)
+    elif [ "$cmd" = pyvenv ]; then
+      # python3 -m venv needs ensurepip, which Debian ships separately (python3-venv)
+      python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
     elif ! command -v "$cmd" >/dev/null 2>&1; then
       missing+=("$(package_for "$cmd")")
     fi

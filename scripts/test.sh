@@ -6,10 +6,16 @@
 #   4. the C tests in c_tests/ built with CMake against the installed package, run by ctest
 #   5. the same C tests configured against a moved copy of the prefix (relocatable package)
 #   6. a C program built with `pkg-config --cflags --libs distcomm`
+#   7. the Python package: `pip install ./python` into a venv (with numpy, pytest), then its
+#      pytest suite (multi-process jobs through dcrun and by hand with launcher variables)
+#      against the installed library (DISTCOMM_LIBRARY=<prefix>/lib/libdistcomm.so)
+#   8. scripts/multihost_test.sh: the C tests and Python examples over network-namespace
+#      hosts (prints SKIP and passes where it lacks the privileges)
 #
 # Release everywhere: the installed library must be a release build anyway, so one optimised
 # build serves the tests and the install (a debug test build would compile everything twice).
-# Environment: KEEP_PREFIX=1 keeps the temporary prefix; CARGO_TEST_ARGS adds cargo test args.
+# Environment: KEEP_PREFIX=1 keeps the temporary prefix; CARGO_TEST_ARGS adds cargo test args;
+# PYTEST_ARGS adds pytest args; PYTHON picks the interpreter for the venv (default python3).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -17,13 +23,15 @@ ROOT=$(pwd)
 STEP=0
 banner() {
   STEP=$((STEP + 1))
-  printf '\n======== [%d] %s ========\n' "$STEP" "$*"
+  printf '\n======== [%d] %s (at %ds) ========\n' "$STEP" "$*" "$SECONDS"
 }
 
 # ---------------------------------------------------------------------------------------------
 banner "system packages"
 . scripts/packages.sh
-ensure_packages cmake pkg-config cc c++ make nm readelf git libclang
+ensure_packages cmake pkg-config cc c++ make nm readelf git libclang python3 pyvenv
+# Only the multi-host test needs these; it skips without them.
+ensure_packages ip unshare || echo "note: could not install iproute2/util-linux; the multi-host test will skip"
 cargo --version
 cmake --version | head -1
 
@@ -83,9 +91,40 @@ cc -std=c11 -Wall -Wextra -Werror "$TMP/pc_check.c" -o "$TMP/pc_check" \
    $(pkg-config --cflags --libs distcomm)
 LD_LIBRARY_PATH="$PREFIX/lib" "$TMP/pc_check"
 
-# Totals over both runners (only reached when everything passed).
+# ---------------------------------------------------------------------------------------------
+banner "Python package: pip install ./python into a venv, pytest against the installed library"
+# A venv under the temporary directory: works on PEP 668 ("externally managed") Debian pythons
+# and leaves the system's packages alone. Wheels come from PyPI (pip's cache makes reruns quick).
+PY=${PYTHON:-python3}
+VENV="$TMP/venv"
+"$PY" -m venv "$VENV"
+VPY="$VENV/bin/python"
+"$VPY" -m pip install -q --disable-pip-version-check numpy pytest
+"$VPY" -m pip install -q --disable-pip-version-check ml_dtypes ||
+  echo "note: ml_dtypes is not installable here; the bfloat16 tests skip"
+"$VPY" -m pip install -q --disable-pip-version-check ./python
+rm -rf python/build python/distcomm.egg-info   # setuptools' leftovers in the source tree
+export DISTCOMM_LIBRARY="$PREFIX/lib/libdistcomm.so"
+(cd "$TMP" && "$VPY" -c 'import distcomm, numpy
+print("distcomm", distcomm.__version__, "from", distcomm.__file__)
+print("library", distcomm.library_path(), distcomm.library_version(), "numpy", numpy.__version__)
+assert "site-packages" in distcomm.__file__, "not the installed package"')
+# shellcheck disable=SC2086
+DCRUN="$PREFIX/bin/dcrun" DC_TEST_STRICT=1 DISTCOMM_EXPECT_INSTALLED=1 \
+  "$VPY" -m pytest -p no:cacheprovider -q -rs python/tests ${PYTEST_ARGS:-} 2>&1 | tee "$TMP/pytest.log"
+[ "${PIPESTATUS[0]}" -eq 0 ]
+
+# ---------------------------------------------------------------------------------------------
+banner "multi-host: C tests and Python examples over network-namespace hosts"
+PYTHON="$VPY" C_TESTS_DIR=build/c_tests scripts/multihost_test.sh "$PREFIX" 2>&1 | tee "$TMP/multihost.log"
+[ "${PIPESTATUS[0]}" -eq 0 ]
+
+# Totals over the runners (only reached when everything passed).
 passed=$(awk '/^test result:/ { for (i = 1; i <= NF; i++) if ($i ~ /^passed;?$/) s += $(i-1) } END { print s + 0 }' "$TMP/cargo.log")
 ctests=$(awk '/tests passed, .* tests failed out of/ { print $NF }' "$TMP/ctest.log")
-printf '\n======== all test steps passed ========\n'
-echo "cargo test: ${passed} passed; ctest: ${ctests:-0} passed"
-echo "summary: $((passed + ${ctests:-0})) passed, 0 failed"
+pytests=$(grep -Eo '[0-9]+ passed' "$TMP/pytest.log" | tail -1 | awk '{ print $1 }')
+multihost=$(awk '/^multihost: all [0-9]+ jobs passed/ { print $3 }' "$TMP/multihost.log")
+mh_note=${multihost:+${multihost} jobs passed}
+printf '\n======== all test steps passed (%ds) ========\n' "$SECONDS"
+echo "cargo test: ${passed} passed; ctest: ${ctests:-0} passed; pytest: ${pytests:-0} passed; multi-host: ${mh_note:-skipped}"
+echo "summary: $((passed + ${ctests:-0} + ${pytests:-0} + ${multihost:-0})) passed, 0 failed"

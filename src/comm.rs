@@ -701,14 +701,15 @@ impl Comm {
 
     /// Fails every pending operation on this comm (and its subgroups) here and on its peers.
     pub fn abort(&self) {
-        if self.ctx.abort(&format!("dc_comm_abort was called on rank {}", self.rank)) {
-            dc_log!(Level::Warn, Some(self.rank), "communicator {:#x} aborted", self.ctx.id);
-        }
         #[cfg(feature = "nccl")]
         if let Some(d) = self.device.get() {
             d.abort(&format!("dc_comm_abort was called on rank {}", self.rank));
         }
-        self.transport().abort_ctx(&self.ctx, &self.members);
+        self.transport().abort_ctx(&self.ctx, &self.members, || {
+            if self.ctx.abort(&format!("dc_comm_abort was called on rank {}", self.rank)) {
+                dc_log!(Level::Warn, Some(self.rank), "communicator {:#x} aborted", self.ctx.id);
+            }
+        });
     }
 
     /// Lets queued non-blocking collectives finish, then releases the comm's context.

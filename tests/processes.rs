@@ -31,21 +31,28 @@ fn spawn_job(role: &str, n: usize, timeout_ms: &str) -> Vec<Child> {
         .collect()
 }
 
-fn wait_all(children: Vec<Child>, limit: Duration) -> Vec<i32> {
+fn wait_all(mut children: Vec<Child>, limit: Duration) -> Vec<i32> {
     let t0 = Instant::now();
-    children
-        .into_iter()
-        .map(|mut c| loop {
-            if let Some(s) = c.try_wait().unwrap() {
-                break s.code().unwrap_or(-1);
+    let mut codes: Vec<Option<i32>> = vec![None; children.len()];
+    while codes.iter().any(Option::is_none) {
+        for (c, code) in children.iter_mut().zip(codes.iter_mut()) {
+            if code.is_none() {
+                if let Some(s) = c.try_wait().unwrap() {
+                    *code = Some(s.code().unwrap_or(-1));
+                }
             }
-            if t0.elapsed() > limit {
+        }
+        if codes.iter().any(Option::is_none) && t0.elapsed() > limit {
+            // Kill every rank still running, so none outlives the test holding its pipes.
+            for c in children.iter_mut() {
                 let _ = c.kill();
-                panic!("a rank did not finish within {limit:?}");
+                let _ = c.wait();
             }
-            std::thread::sleep(Duration::from_millis(10));
-        })
-        .collect()
+            panic!("a rank did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    codes.into_iter().map(Option::unwrap).collect()
 }
 
 /// What a rank process does, by role. Exit code 0 means its checks passed.
@@ -84,7 +91,14 @@ fn child_entry() {
             let took = t0.elapsed();
             assert!(matches!(e.status, Status::PeerLost | Status::Timeout), "{e}");
             assert!(took < Duration::from_secs(5), "noticed only after {took:?}: {e}");
-            std::process::exit(if e.status == Status::PeerLost || e.msg.contains("rank 2") { 0 } else { 3 });
+            let code = if e.status == Status::PeerLost || e.msg.contains("rank 2") { 0 } else { 3 };
+            // Destroying after a lost peer returns promptly (queueing the goodbye for the lost
+            // peer once deadlocked on the peer's state lock).
+            let t1 = Instant::now();
+            comm.destroy();
+            drop(comm);
+            assert!(t1.elapsed() < Duration::from_secs(10), "destroy took {:?}", t1.elapsed());
+            std::process::exit(code);
         }
         _ => panic!("unknown role {role}"),
     }

@@ -152,6 +152,9 @@ pub struct SocketTransport {
     ctxs: Mutex<HashMap<u64, Weak<CtxState>>>,
     /// Contexts a peer aborted before this process created them.
     early_aborts: Mutex<HashSet<u64>>,
+    /// Held while an abort is marked, failed and announced, and while the goodbyes are queued:
+    /// a goodbye never overtakes an abort's frames.
+    abort_order: Mutex<()>,
     wake: OwnedFd,
     stop: AtomicBool,
     next_cookie: std::sync::atomic::AtomicU64,
@@ -313,6 +316,7 @@ impl SocketTransport {
             matcher: Mutex::new(Matcher::default()),
             ctxs: Mutex::new(HashMap::new()),
             early_aborts: Mutex::new(HashSet::new()),
+            abort_order: Mutex::new(()),
             // SAFETY: efd is a fresh descriptor owned by nobody else.
             wake: unsafe { OwnedFd::from_raw_fd(efd) },
             stop: AtomicBool::new(false),
@@ -520,8 +524,13 @@ impl SocketTransport {
 
     // ---- abort ---------------------------------------------------------------------------
 
-    /// Fails every pending operation of aborted contexts and tells `members` (world ranks).
-    pub fn abort_ctx(&self, ctx: &Arc<CtxState>, members: &[u32]) {
+    /// Marks `ctx` aborted (`mark`), fails every pending operation of aborted contexts and tells
+    /// `members` (world ranks), all before any goodbye can be queued: a thread the abort releases
+    /// may destroy the comm at once, and its goodbye must not reach the peers first (they would
+    /// report a lost peer instead of the abort).
+    pub fn abort_ctx(&self, ctx: &Arc<CtxState>, members: &[u32], mark: impl FnOnce()) {
+        let _order = lock(&self.abort_order);
+        mark();
         self.fail_aborted();
         for &m in members {
             if m != self.rank {
@@ -1011,9 +1020,12 @@ impl SocketTransport {
     pub fn shutdown(&self, deadline: Instant) {
         let handle = lock(&self.thread).take();
         let Some(handle) = handle else { return };
-        for p in self.peers.iter().flatten() {
-            // A peer that already said goodbye still reads until it hears ours.
-            let _ = self.send_control(p, FrameKind::Close, 0);
+        {
+            let _order = lock(&self.abort_order);
+            for p in self.peers.iter().flatten() {
+                // A peer that already said goodbye still reads until it hears ours.
+                let _ = self.send_control(p, FrameKind::Close, 0);
+            }
         }
         let polite = deadline.min(Instant::now() + Duration::from_secs(2));
         let flushed = |p: &Arc<Peer>| lock(&p.tx).is_empty() || p.rx_done.load(Ordering::Acquire);
