@@ -126,7 +126,7 @@ class DistInternalError(DistError):
 
 
 class DistRemoteError(DistError):
-    """A remote procedure failed (reserved for RPC)."""
+    """A remote procedure failed: the handler raised or failed, or the function is unknown there."""
 
     status_code = 11
 
