@@ -9,7 +9,7 @@ pub mod coll;
 pub mod comm;
 pub mod p2p;
 pub mod request;
-mod status;
+pub mod status;
 pub mod types;
 
 pub use boundary::{guard, set_last_error};

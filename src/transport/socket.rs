@@ -344,6 +344,11 @@ impl SocketTransport {
         lock(&self.matcher).remove_ctx(id);
     }
 
+    /// Registered contexts plus contexts with matching state (leak checks, diagnostics).
+    pub fn live_contexts(&self) -> usize {
+        lock(&self.ctxs).len() + lock(&self.matcher).num_ctxs()
+    }
+
     // ---- posting -------------------------------------------------------------------------
 
     /// Starts sending `buf` to world rank `dst`. Completes when the bytes are handed to the kernel.
@@ -370,11 +375,15 @@ impl SocketTransport {
 
     fn enqueue(&self, peer: &Arc<Peer>, item: TxItem) -> Result<()> {
         let mut q = lock(&peer.tx);
-        match &*lock(&peer.state) {
-            PeerState::Up => {}
+        // The state guard must be gone before `gone_error` locks the state again.
+        let open = match &*lock(&peer.state) {
+            PeerState::Up => true,
             // Control frames (our goodbye) still go to a peer that said goodbye first.
-            PeerState::Closed if item.op.is_none() => {}
-            _ => return Err(peer.gone_error().unwrap_or_else(|| Error::new(Status::PeerLost, "peer gone"))),
+            PeerState::Closed => item.op.is_none(),
+            PeerState::Lost(_) => false,
+        };
+        if !open {
+            return Err(peer.gone_error().unwrap_or_else(|| Error::new(Status::PeerLost, "peer gone")));
         }
         let was_empty = q.is_empty();
         q.push_back(item);
