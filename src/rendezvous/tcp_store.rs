@@ -204,6 +204,14 @@ impl StoreServer {
         ct_eq(&token_digest(token), &self.shared.digest)
     }
 
+    /// Waits until no client but one (this process's own) is connected, at most `max`.
+    pub fn linger_while_clients(&self, max: Duration) {
+        let end = Instant::now() + max;
+        while self.shared.lock_conns().streams.len() > 1 && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     /// Number of keys held (for tests and diagnostics).
     pub fn num_keys(&self) -> usize {
         self.shared.lock_data().len()
@@ -341,8 +349,9 @@ fn serve_connection(mut s: TcpStream, peer: SocketAddr, shared: &Shared) {
     }
     let _ = s.set_write_timeout(Some(Duration::from_secs(60)));
     // A fixed-size buffer: nothing the peer sends before authenticating sizes an allocation.
+    // The whole hello must arrive within HELLO_TIMEOUT, however slowly it trickles in.
     let mut hello = [0u8; HELLO_LEN];
-    if let Err(e) = s.read_exact(&mut hello) {
+    if let Err(e) = read_exact_by(&mut s, &mut hello, Instant::now() + HELLO_TIMEOUT) {
         dc_log!(Level::Warn, None, "store server: no valid hello from {peer} ({e}); dropped");
         return;
     }
@@ -400,10 +409,34 @@ fn read_u64(s: &mut impl Read) -> io::Result<u64> {
     Ok(u64::from_le_bytes(b))
 }
 
+/// Reads `len` bytes, growing the buffer as they arrive: a length announced by the peer
+/// (already capped by the caller) never sizes an allocation up front.
 fn read_vec(s: &mut impl Read, len: usize) -> io::Result<Vec<u8>> {
-    let mut v = vec![0u8; len];
-    s.read_exact(&mut v)?;
+    let mut v = Vec::with_capacity(len.min(64 << 10));
+    s.take(len as u64).read_to_end(&mut v)?;
+    if v.len() != len {
+        return Err(io::ErrorKind::UnexpectedEof.into());
+    }
     Ok(v)
+}
+
+/// `read_exact` with one deadline for the whole buffer (a read timeout alone applies per read).
+fn read_exact_by(s: &mut TcpStream, buf: &mut [u8], deadline: Instant) -> io::Result<()> {
+    let mut got = 0;
+    while got < buf.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        s.set_read_timeout(Some(left))?;
+        match s.read(&mut buf[got..]) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 fn write_answer(s: &mut impl Write, code: u8, body: &[u8]) -> io::Result<()> {

@@ -71,6 +71,9 @@ impl Header {
         if h.kind != FrameKind::Data && h.len != 0 {
             return Err(bad("control frame with a body"));
         }
+        if h.len > isize::MAX as u64 {
+            return Err(bad("impossible body length"));
+        }
         Ok(h)
     }
 }

@@ -6,5 +6,6 @@ pub mod ops;
 pub mod matching;
 pub mod socket;
 pub mod handshake;
+pub mod accept;
 
 pub use ops::{CtxState, RecvOp, SendOp, TagMatch};
