@@ -18,7 +18,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -27,6 +27,11 @@ use std::time::{Duration, Instant};
 const STAGE_LEN: usize = 64 * 1024;
 /// Bodies with at least this much left are read straight into their destination.
 const DIRECT_READ_MIN: usize = 16 * 1024;
+/// Reason code of an abort frame (its `check` word): the sender found a collective mismatch.
+pub const ABORT_MISMATCH: u32 = 1;
+
+/// An unexpected body read straight from the socket grows its buffer by at least this much.
+const UNEXP_GROW_MIN: usize = 1 << 20;
 /// How long an unauthenticated connection may take to present its hello.
 const HELLO_WAIT: Duration = Duration::from_secs(5);
 
@@ -128,7 +133,8 @@ impl Peer {
 
 /// Things noticed while reading that must be handled after the connection's lock is released.
 enum Event {
-    RemoteAbort(u64),
+    /// Context, reason code.
+    RemoteAbort(u64, u32),
     Closed,
     Gone(String),
 }
@@ -141,6 +147,8 @@ pub struct SocketTransport {
     ctxs: Mutex<HashMap<u64, Weak<CtxState>>>,
     /// Contexts a peer aborted before this process created them.
     early_aborts: Mutex<HashSet<u64>>,
+    /// Peers lost so far (died or broke their connection without a goodbye).
+    lost: AtomicUsize,
     wake: OwnedFd,
     stop: AtomicBool,
     thread: Mutex<Option<JoinHandle<()>>>,
@@ -158,7 +166,8 @@ impl Listener {
         let sock = socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::STREAM, None)
             .map_err(|e| Error::system("socket", e))?;
         sock.bind(&addr.into()).map_err(|e| Error::system(format!("bind {addr}"), e))?;
-        sock.listen((backlog_hint + 16).min(4096) as i32).map_err(|e| Error::system("listen", e))?;
+        // Room for the peers and for strangers that come first (the acceptor drops those).
+        sock.listen((backlog_hint + 128).min(4096) as i32).map_err(|e| Error::system("listen", e))?;
         Ok(Listener { inner: sock.into() })
     }
 
@@ -206,55 +215,11 @@ fn connect_to(addr: SocketAddr, cfg: &MeshConfig, peer: u32) -> Result<TcpStream
     }
 }
 
-/// Accepts connections from ranks above ours until all arrived. Unauthenticated connections are
-/// handled concurrently with bounded reads, so a silent or garbage client cannot stall the job.
+/// Accepts connections from ranks above ours until all arrived (see `accept`: bounded hello
+/// reads, no thread per connection, strangers dropped without disturbing the job).
 fn accept_higher(listener: &Listener, cfg: &MeshConfig, out: &mut [Option<TcpStream>]) -> Result<()> {
-    listener.inner.set_nonblocking(true).map_err(|e| Error::system("listener", e))?;
-    let mut missing: usize = ((cfg.rank + 1)..cfg.size).filter(|&r| out[r as usize].is_none()).count();
-    // Pending unauthenticated connections each get a short-lived thread reading one fixed-size hello.
-    let (tx, rx) = crossbeam::channel::unbounded::<(TcpStream, Option<Hello>)>();
-    while missing > 0 {
-        let now = Instant::now();
-        if now >= cfg.deadline {
-            let who: Vec<String> = ((cfg.rank + 1)..cfg.size).filter(|&r| out[r as usize].is_none()).map(|r| r.to_string()).collect();
-            return Err(Error::new(Status::Timeout, format!("ranks {} never connected to rank {}", who.join(", "), cfg.rank)));
-        }
-        match listener.inner.accept() {
-            Ok((s, from)) => {
-                let tx = tx.clone();
-                let digest = cfg.token_digest;
-                let job = cfg.job_id;
-                let _ = s.set_nonblocking(false);
-                std::thread::spawn(move || {
-                    let mut s = s;
-                    let hello = handshake::check_offer(&mut s, &digest, job, HELLO_WAIT);
-                    if hello.is_none() {
-                        dc_log!(Level::Warn, None, "refused a data connection from {from}: no valid job token");
-                    }
-                    let _ = tx.send((s, hello));
-                });
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(Error::system("accept", e)),
-        }
-        match rx.recv_timeout(Duration::from_millis(2)) {
-            Ok((mut s, Some(h))) => {
-                let r = h.rank;
-                if r > cfg.rank && r < cfg.size && h.world_size == cfg.size && out[r as usize].is_none() {
-                    tune(&s)?;
-                    if handshake::accept(&mut s).is_ok() {
-                        out[r as usize] = Some(s);
-                        missing -= 1;
-                    }
-                } else {
-                    handshake::refuse(&mut s);
-                }
-            }
-            Ok((_, None)) | Err(_) => {}
-        }
-    }
-    Ok(())
+    super::accept::accept_ranks(&listener.inner, cfg, out, HELLO_WAIT)?;
+    out.iter().flatten().try_for_each(tune)
 }
 
 impl SocketTransport {
@@ -297,6 +262,7 @@ impl SocketTransport {
             matcher: Mutex::new(Matcher::default()),
             ctxs: Mutex::new(HashMap::new()),
             early_aborts: Mutex::new(HashSet::new()),
+            lost: AtomicUsize::new(0),
             // SAFETY: efd is a fresh descriptor owned by nobody else.
             wake: unsafe { OwnedFd::from_raw_fd(efd) },
             stop: AtomicBool::new(false),
@@ -342,6 +308,18 @@ impl SocketTransport {
     pub fn unregister_ctx(&self, id: u64) {
         lock(&self.ctxs).remove(&id);
         lock(&self.matcher).remove_ctx(id);
+    }
+
+    /// The first of `members` (world ranks) that is lost, as (index in `members`, why). Peers that
+    /// said goodbye are not lost. One atomic load while nobody is lost.
+    pub fn lost_among(&self, members: &[u32]) -> Option<(usize, String)> {
+        if self.lost.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        members.iter().enumerate().find_map(|(i, &m)| match self.peers.get(m as usize)?.as_ref().map(|p| lock(&p.state).clone()) {
+            Some(PeerState::Lost(why)) => Some((i, why)),
+            _ => None,
+        })
     }
 
     /// Registered contexts plus contexts with matching state (leak checks, diagnostics).
@@ -472,12 +450,14 @@ impl SocketTransport {
 
     // ---- abort ---------------------------------------------------------------------------
 
-    /// Fails every pending operation of aborted contexts and tells `members` (world ranks).
-    pub fn abort_ctx(&self, ctx: &Arc<CtxState>, members: &[u32]) {
+    /// Fails every pending operation of aborted contexts and tells `members` (world ranks);
+    /// `code` says why (0: dc_comm_abort, [`ABORT_MISMATCH`]).
+    pub fn abort_ctx(&self, ctx: &Arc<CtxState>, members: &[u32], code: u32) {
         self.fail_aborted();
         for &m in members {
             if m != self.rank {
-                let _ = self.send_control(self.peer(m), FrameKind::Abort, ctx.id);
+                let hdr = Header { check: code, ..Header::control(FrameKind::Abort, ctx.id) }.encode();
+                let _ = self.enqueue(self.peer(m), TxItem { hdr, hdr_off: 0, body: Body::Owned(Vec::new()), off: 0, op: None });
             }
         }
     }
@@ -520,11 +500,15 @@ impl SocketTransport {
         }
     }
 
-    fn on_remote_abort(&self, ctx_id: u64, from: u32) {
+    fn on_remote_abort(&self, ctx_id: u64, from: u32, code: u32) {
         let ctx = lock(&self.ctxs).get(&ctx_id).and_then(|w| w.upgrade());
+        let why = match code {
+            ABORT_MISMATCH => " after it found mismatched collective arguments (DC_ERR_MISMATCH there)",
+            _ => "",
+        };
         match ctx {
             Some(c) => {
-                if c.abort(&format!("rank {from} aborted the communicator")) {
+                if c.abort(&format!("rank {from} aborted the communicator{why}")) {
                     dc_log!(Level::Warn, Some(self.rank as usize), "rank {from} aborted communicator {ctx_id:#x}");
                 }
             }
@@ -608,7 +592,9 @@ impl SocketTransport {
                     (unsafe { op.buf.as_ptr().add(*off) }, *keep - *off, true)
                 }
                 Target::Unexp { hdr, data, .. } if hdr.len as usize - data.len() >= DIRECT_READ_MIN => {
-                    let want = hdr.len as usize - data.len();
+                    // Grow with the bytes that actually arrive (at most doubling), never by the
+                    // length a header claims.
+                    let want = (hdr.len as usize - data.len()).min(data.len().max(UNEXP_GROW_MIN));
                     data.reserve(want);
                     // SAFETY: reserved capacity; set_len only after the kernel wrote the bytes.
                     (unsafe { data.as_mut_ptr().add(data.len()) }, want, true)
@@ -713,7 +699,7 @@ impl SocketTransport {
     fn on_header(&self, peer: &Peer, hdr: Header, events: &mut Vec<Event>) -> Target {
         match hdr.kind {
             FrameKind::Abort => {
-                events.push(Event::RemoteAbort(hdr.ctx));
+                events.push(Event::RemoteAbort(hdr.ctx, hdr.check));
                 Target::header()
             }
             FrameKind::Close => {
@@ -738,7 +724,7 @@ impl SocketTransport {
     fn handle_events(&self, peer: &Arc<Peer>, events: &mut Vec<Event>) {
         for ev in events.drain(..) {
             match ev {
-                Event::RemoteAbort(ctx) => self.on_remote_abort(ctx, peer.rank),
+                Event::RemoteAbort(ctx, code) => self.on_remote_abort(ctx, peer.rank, code),
                 Event::Closed => {
                     *lock(&peer.state) = PeerState::Closed;
                     dc_log!(Level::Info, Some(self.rank as usize), "rank {} closed its connection", peer.rank);
@@ -751,6 +737,7 @@ impl SocketTransport {
                         if *st == PeerState::Up {
                             dc_log!(Level::Warn, Some(self.rank as usize), "lost rank {}: {why}", peer.rank);
                             *st = PeerState::Lost(why);
+                            self.lost.fetch_add(1, Ordering::Release);
                         }
                     }
                     self.fail_peer_ops(peer);
