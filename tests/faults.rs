@@ -720,6 +720,12 @@ fn child_work() -> i32 {
     let c = init_world();
     let init_ms = t.elapsed().as_millis();
     let (rank, n) = rank_size(c);
+    if rank == 0 {
+        // The store listens on MASTER_ADDR only, never on every address.
+        let port: u16 = env("MASTER_PORT").parse().unwrap();
+        let listening = listening_addrs(port);
+        assert_eq!(listening, vec!["0100007F".to_string()], "the store listens on {listening:?} (hex, /proc/net/tcp)");
+    }
     let send = vec![rank as f32 + 1.0; 100_000];
     let mut recv = vec![0f32; 100_000];
     let st = unsafe { dc_allreduce(send.as_ptr() as *const c_void, recv.as_mut_ptr() as *mut c_void, send.len(), DC_FLOAT32, DC_SUM, c) };
@@ -730,6 +736,23 @@ fn child_work() -> i32 {
     assert_eq!(unsafe { dc_comm_destroy(c) }, OK);
     report("work", &[("init_ms", init_ms.to_string())], None);
     0
+}
+
+/// Local addresses (hex, as /proc/net/tcp writes them) of sockets listening on `port`.
+fn listening_addrs(port: u16) -> Vec<String> {
+    let mut out = Vec::new();
+    for f in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let text = std::fs::read_to_string(f).unwrap_or_default();
+        for l in text.lines().skip(1) {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            let (Some(local), Some(state)) = (cols.get(1), cols.get(3)) else { continue };
+            let Some((addr, p)) = local.rsplit_once(':') else { continue };
+            if *state == "0A" && u16::from_str_radix(p, 16) == Ok(port) {
+                out.push(addr.to_string());
+            }
+        }
+    }
+    out
 }
 
 fn wait_listening(addr: SocketAddr, limit: Duration) {
