@@ -4,12 +4,13 @@
 #   2. cargo test --release (unit, in-process and header/ABI/export tests, strict: no skips)
 #   3. make install PREFIX=<temporary prefix>
 #   4. the C tests in c_tests/ built with CMake against the installed package, run by ctest
-#   5. the same C tests configured against a moved copy of the prefix (relocatable package)
-#   6. a C program built with `pkg-config --cflags --libs distcomm`
-#   7. the Python package: `pip install ./python` into a venv (with numpy, pytest), then its
+#   5. four of those C tests at 2 ranks under valgrind memcheck (errors and leaks fail)
+#   6. the same C tests configured against a moved copy of the prefix (relocatable package)
+#   7. a C program built with `pkg-config --cflags --libs distcomm`
+#   8. the Python package: `pip install ./python` into a venv (with numpy, pytest), then its
 #      pytest suite (multi-process jobs through dcrun and by hand with launcher variables)
 #      against the installed library (DISTCOMM_LIBRARY=<prefix>/lib/libdistcomm.so)
-#   8. scripts/multihost_test.sh: the C tests and Python examples over network-namespace
+#   9. scripts/multihost_test.sh: the C tests and Python examples over network-namespace
 #      hosts (prints SKIP and passes where it lacks the privileges)
 #
 # Release everywhere: the installed library must be a release build anyway, so one optimised
@@ -29,7 +30,7 @@ banner() {
 # ---------------------------------------------------------------------------------------------
 banner "system packages"
 . scripts/packages.sh
-ensure_packages cmake pkg-config cc c++ make nm readelf git libclang python3 pyvenv
+ensure_packages cmake pkg-config cc c++ make nm readelf git libclang python3 pyvenv valgrind
 # Only the multi-host test needs these; it skips without them.
 ensure_packages ip unshare || echo "note: could not install iproute2/util-linux; the multi-host test will skip"
 cargo --version
@@ -59,6 +60,25 @@ rm -rf build/c_tests
 cmake -S c_tests -B build/c_tests -DCMAKE_PREFIX_PATH="$PREFIX" -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build build/c_tests --parallel 2
 (cd build/c_tests && ctest --output-on-failure) 2>&1 | tee "$TMP/ctest.log"
+
+# ---------------------------------------------------------------------------------------------
+banner "C tests under valgrind (memcheck, 2 ranks)"
+# Every rank runs under valgrind; any invalid access, use of uninitialised memory or leak
+# (definite or possible) fails the step. The library frees everything at dc_comm_destroy;
+# c_tests/valgrind.supp holds the only exception (Rust std's per-thread handle of the main
+# thread, 48 bytes once), each entry documented there.
+valgrind --version
+VG=(valgrind --error-exitcode=1 --leak-check=full --show-leak-kinds=definite,possible --quiet)
+[ -f c_tests/valgrind.supp ] && VG+=(--suppressions=c_tests/valgrind.supp)
+for t in test_p2p test_groups test_errors test_collectives; do
+  echo "valgrind: $t at 2 ranks"
+  DC_TIMEOUT_MS=120000 "$PREFIX/bin/dcrun" -n 2 "${VG[@]}" "build/c_tests/$t" 2>&1 | tee "$TMP/valgrind-$t.log"
+  # dcrun exits with the failing rank's status; valgrind's report is checked too.
+  if grep -E "==[0-9]+== (Invalid|Conditional|Syscall param|Mismatched)|definitely lost: [1-9]|possibly lost: [1-9]" "$TMP/valgrind-$t.log"; then
+    echo "valgrind reported errors in $t" >&2
+    exit 1
+  fi
+done
 
 # ---------------------------------------------------------------------------------------------
 banner "relocated package: configure and build against a moved copy of the prefix"

@@ -10,6 +10,7 @@ use crate::error::{Error, Result, Status};
 use crate::log::Level;
 use crate::request::Request;
 use crate::transport::ops::COLL_TAG_BIT;
+use crate::transport::socket::ABORT_MISMATCH;
 use crate::transport::socket::SocketTransport;
 use crate::transport::{CtxState, RecvOp, SendOp, TagMatch};
 use crate::coll::shm::ShmRun;
@@ -21,6 +22,9 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+/// Collective tags with this bit set carry the `DC_DEBUG=DETAIL` check of the same call.
+const CHECK_TAG_BIT: u64 = 1 << 62;
 
 /// What one `dc_init` created: the transport shared by the world comm and its subgroups.
 pub struct World {
@@ -131,20 +135,25 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Waits for a transport op, cancelling it on timeout or abort so its buffer is released.
+/// Waits for a transport op, cancelling it on timeout or interruption (abort; for collectives
+/// also a lost member) so its buffer is released. A timeout names lost members, if any. `idle`:
+/// see `Completion::wait_with`.
+#[allow(clippy::too_many_arguments)]
 fn wait_op(
     comp: &Completion,
-    ctx: &CtxState,
     deadline: Instant,
     timeout_ms: i64,
+    interrupt: &dyn Fn() -> Option<Error>,
+    lost: &dyn Fn() -> Option<Error>,
     cancel: &dyn Fn(Error),
     what: &dyn Fn() -> String,
     idle: Option<&dyn Fn(Duration, i32)>,
 ) -> Result<Done> {
-    match comp.wait_with(deadline, &|| ctx.abort_error(), idle) {
+    match comp.wait_with(deadline, interrupt, idle) {
         WaitOutcome::Finished(r) => r,
         WaitOutcome::TimedOut => {
-            let e = Error::new(Status::Timeout, format!("timed out after {timeout_ms} ms {}", what()));
+            let meanwhile = lost().map(|l| format!(" (meanwhile {})", l.msg)).unwrap_or_default();
+            let e = Error::new(Status::Timeout, format!("timed out after {timeout_ms} ms {}{meanwhile}", what()));
             cancel(e.clone());
             comp.result().unwrap_or(Err(e))
         }
@@ -190,7 +199,7 @@ impl PendingOp for LinkOp<'_> {
     fn wait(&mut self) -> Result<usize> {
         let (peer, seq) = (self.peer, self.seq);
         let what = || format!("waiting for rank {peer} in collective #{seq}");
-        self.comm.wait_p2p(&self.op, self.deadline, &what).map(|d| d.bytes).map_err(|e| {
+        self.comm.wait_any(&self.op, self.deadline, &what, true).map(|d| d.bytes).map_err(|e| {
             // A collective whose peer sent more than expected disagrees on the count.
             if e.status == Status::InvalidArgument {
                 Error::new(Status::Mismatch, format!("{} (the ranks disagree on the count)", e.msg))
@@ -401,16 +410,33 @@ impl Comm {
     }
 
     pub fn wait_p2p(&self, op: &P2pOp, deadline: Instant, what: &dyn Fn() -> String) -> Result<Done> {
+        self.wait_any(op, deadline, what, false)
+    }
+
+    /// Waits for `op`. Within a collective (`coll`), a lost member of the comm also ends the
+    /// wait: the call cannot complete without it, even when this rank waits for another peer.
+    fn wait_any(&self, op: &P2pOp, deadline: Instant, what: &dyn Fn() -> String, coll: bool) -> Result<Done> {
         let t = self.timeout_ms();
+        let interrupt = || self.ctx.abort_error().or_else(|| if coll { self.lost_member() } else { None });
+        let lost = || self.lost_member();
         // Sleep in poll on the sockets ourselves: a receive (or a single-copy send's Fin) is
         // finished by arriving data, and anything else that finishes the op wakes us too.
         let idle = |d: Duration, fd: i32| self.transport().wait_readable(d, fd);
         match op {
-            P2pOp::Send(s) => wait_op(&s.comp, &self.ctx, deadline, t, &|e| self.transport().cancel_send(s, e), what, Some(&idle)),
-            P2pOp::Recv(r) => wait_op(&r.comp, &self.ctx, deadline, t, &|e| self.transport().cancel_recv(r, e), what, Some(&idle)),
+            P2pOp::Send(s) => wait_op(&s.comp, deadline, t, &interrupt, &lost, &|e| self.transport().cancel_send(s, e), what, Some(&idle)),
+            P2pOp::Recv(r) => wait_op(&r.comp, deadline, t, &interrupt, &lost, &|e| self.transport().cancel_recv(r, e), what, Some(&idle)),
             #[cfg(feature = "nccl")]
             P2pOp::Device(d) => d.wait(self, deadline, what),
         }
+    }
+
+    /// `DC_ERR_PEER_LOST` naming the first member of this comm whose process died or whose
+    /// connection broke (not one that said goodbye), if any.
+    fn lost_member(&self) -> Option<Error> {
+        let (r, why) = self.transport().lost_among(&self.members)?;
+        let w = self.members[r];
+        let world = if w as usize != r { format!(" (world rank {w})") } else { String::new() };
+        Some(Error::new(Status::PeerLost, format!("rank {r}{world} is lost: {why}")))
     }
 
     /// Withdraws an unfinished op (no-op when finished).
@@ -466,21 +492,40 @@ impl Comm {
     fn execute(&self, args: &CollArgs, seq: u64, deadline: Instant) -> Result<()> {
         self.check_usable()?;
         dc_log!(Level::Trace, Some(self.rank), "{} #{seq} starts", args.name());
+        let fail = |e: Error| {
+            let e = e.context(format!("collective #{seq}"));
+            dc_log!(Level::Warn, Some(self.rank), "{} failed: {}", args.name(), e.msg);
+            Err(e)
+        };
+        // A collective needs every member: with one lost, fail at once.
+        if let Some(e) = self.lost_member() {
+            return fail(e);
+        }
         let r = match self.shm.get() {
             Some(shm) => self.execute_shm(shm, args, seq, deadline),
             None => self.execute_link(args, seq, deadline),
         };
-        r.map_err(|e| {
-            let e = e.context(format!("collective #{seq}"));
-            dc_log!(Level::Warn, Some(self.rank), "{} failed: {}", args.name(), e.msg);
-            e
-        })
+        r.or_else(fail)
     }
 
     fn execute_link(&self, args: &CollArgs, seq: u64, deadline: Instant) -> Result<()> {
         let link = CollLink { comm: self, tag: COLL_TAG_BIT | seq, sig: args.signature(), seq, deadline };
+        if crate::debug_check::enabled() {
+            let check = CollLink { tag: COLL_TAG_BIT | CHECK_TAG_BIT | seq, sig: crate::debug_check::CHECK_SIG, ..link };
+            crate::debug_check::verify(&check, args)?;
+        }
         // SAFETY: buffers were validated by the C surface and stay valid until we return.
-        unsafe { args.run(&link) }
+        let r = unsafe { args.run(&link) };
+        if let Err(e) = &r {
+            if e.status == Status::Mismatch {
+                // Only some ranks see a mismatch in the data (e.g. the receiver of a short
+                // message); the others would wait for messages that never come until the
+                // timeout. Aborting the comm tells them at once. (Shared memory compares every
+                // call's arguments on all ranks first, so it needs no abort.)
+                self.abort_because(&format!("rank {} found mismatched collective arguments in collective #{seq}", self.rank), ABORT_MISMATCH);
+            }
+        }
+        r
     }
 
     /// Shared-memory collectives run strictly in call order: wait for our turn, run, pass it on.
@@ -701,13 +746,18 @@ impl Comm {
 
     /// Fails every pending operation on this comm (and its subgroups) here and on its peers.
     pub fn abort(&self) {
+        self.abort_because(&format!("dc_comm_abort was called on rank {}", self.rank), 0);
+    }
+
+    /// Aborts with `why` as the local reason; `code` tells peers why (see `on_remote_abort`).
+    fn abort_because(&self, why: &str, code: u32) {
         #[cfg(feature = "nccl")]
         if let Some(d) = self.device.get() {
-            d.abort(&format!("dc_comm_abort was called on rank {}", self.rank));
+            d.abort(why);
         }
-        self.transport().abort_ctx(&self.ctx, &self.members, || {
-            if self.ctx.abort(&format!("dc_comm_abort was called on rank {}", self.rank)) {
-                dc_log!(Level::Warn, Some(self.rank), "communicator {:#x} aborted", self.ctx.id);
+        self.transport().abort_ctx(&self.ctx, &self.members, code, || {
+            if self.ctx.abort(why) {
+                dc_log!(Level::Warn, Some(self.rank), "communicator {:#x} aborted: {why}", self.ctx.id);
             }
         });
     }

@@ -15,6 +15,7 @@ pub mod transport;
 pub mod reduce;
 pub mod coll;
 pub mod collective;
+pub mod debug_check;
 pub mod comm;
 pub mod request;
 pub mod init;

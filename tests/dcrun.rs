@@ -135,18 +135,31 @@ fn usage_errors_exit_2() {
 
 #[test]
 fn sigterm_is_forwarded() {
-    let child = Command::new(DCRUN)
-        .args(["-n", "2", "sh", "-c", "trap 'echo got-term; exit 9' TERM; sleep 30 & wait"])
+    use std::io::{BufRead, BufReader, Read};
+    let mut child = Command::new(DCRUN)
+        .args(["-n", "2", "sh", "-c", "trap 'echo got-term; exit 9' TERM; echo ready; sleep 30 & wait"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    // Signal only once both ranks have their trap in place (a loaded machine starts them late).
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut ready = 0;
+    let mut line = String::new();
+    while ready < 2 {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "dcrun ended before its ranks were ready");
+        ready += usize::from(line.trim_end().ends_with("ready"));
+    }
     // SAFETY: signalling our own child.
     unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
-    let o = child.wait_with_output().unwrap();
-    assert_eq!(o.status.code(), Some(9), "{o:?}");
-    assert_eq!(stdout_lines(&o), vec!["[0] got-term", "[1] got-term"]);
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(9), "{rest}");
+    let mut lines: Vec<&str> = rest.lines().collect();
+    lines.sort();
+    assert_eq!(lines, vec!["[0] got-term", "[1] got-term"]);
 }
 
 /// Run by `ranks_rendezvous_through_the_launcher_store` as each rank (does nothing otherwise).

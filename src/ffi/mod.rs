@@ -10,7 +10,7 @@ pub mod comm;
 pub mod p2p;
 pub mod request;
 pub mod rpc;
-mod status;
+pub mod status;
 pub mod types;
 
 pub use boundary::{guard, set_last_error};

@@ -296,7 +296,14 @@ pub fn rendezvous(cfg: &JobConfig) -> Result<Rendezvous> {
 
     // Everyone says hello; check that all agree on the world size.
     let me = format!("{ws}\n{}\n{}", crate::log::hostname(), std::process::id());
-    let all = exchange(store.as_ref(), "join", rank, ws, me.as_bytes(), deadline)?;
+    let all = exchange(store.as_ref(), "join", rank, ws, me.as_bytes(), deadline).inspect_err(|_| {
+        // The other ranks wait on this process's store and time out a little later than we do
+        // (they started later). Keep serving them briefly, so they too report which ranks never
+        // joined instead of a closed store.
+        if let Some(s) = &server {
+            s.linger_while_clients(cfg.timeout.min(Duration::from_secs(3)));
+        }
+    })?;
     for (r, v) in all.iter().enumerate() {
         let text = String::from_utf8_lossy(v);
         let theirs = text.split('\n').next().unwrap_or("");

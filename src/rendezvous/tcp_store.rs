@@ -96,6 +96,8 @@ struct Shared {
     digest: [u8; 32],
     pending_hellos: AtomicUsize,
     conns: Mutex<Conns>,
+    /// Longest server-side wait of one GET.
+    max_wait: Duration,
 }
 
 #[derive(Default)]
@@ -107,6 +109,18 @@ struct Conns {
 }
 
 impl Shared {
+    fn new(digest: [u8; 32], max_wait: Duration) -> Shared {
+        Shared {
+            data: Mutex::new(HashMap::new()),
+            changed: Condvar::new(),
+            stopping: AtomicBool::new(false),
+            digest,
+            pending_hellos: AtomicUsize::new(0),
+            conns: Mutex::new(Conns::default()),
+            max_wait,
+        }
+    }
+
     fn lock_data(&self) -> MutexGuard<'_, HashMap<Vec<u8>, Vec<u8>>> {
         self.data.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -165,14 +179,7 @@ impl StoreServer {
         if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
             return Err(Error::system("pipe2", io::Error::last_os_error()));
         }
-        let shared = Arc::new(Shared {
-            data: Mutex::new(HashMap::new()),
-            changed: Condvar::new(),
-            stopping: AtomicBool::new(false),
-            digest: token_digest(&token),
-            pending_hellos: AtomicUsize::new(0),
-            conns: Mutex::new(Conns::default()),
-        });
+        let shared = Arc::new(Shared::new(token_digest(&token), MAX_WAIT_CHUNK));
         let sh = shared.clone();
         let wake_read = fds[0];
         let acceptor = std::thread::Builder::new()
@@ -202,6 +209,14 @@ impl StoreServer {
     /// Whether clients presenting `token` are let in.
     pub fn accepts_token(&self, token: &[u8]) -> bool {
         ct_eq(&token_digest(token), &self.shared.digest)
+    }
+
+    /// Waits until no client but one (this process's own) is connected, at most `max`.
+    pub fn linger_while_clients(&self, max: Duration) {
+        let end = Instant::now() + max;
+        while self.shared.lock_conns().streams.len() > 1 && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 
     /// Number of keys held (for tests and diagnostics).
@@ -341,27 +356,28 @@ fn serve_connection(mut s: TcpStream, peer: SocketAddr, shared: &Shared) {
     }
     let _ = s.set_write_timeout(Some(Duration::from_secs(60)));
     // A fixed-size buffer: nothing the peer sends before authenticating sizes an allocation.
+    // The whole hello must arrive within HELLO_TIMEOUT, however slowly it trickles in.
     let mut hello = [0u8; HELLO_LEN];
-    if let Err(e) = s.read_exact(&mut hello) {
+    if let Err(e) = read_exact_by(&mut s, &mut hello, Instant::now() + HELLO_TIMEOUT) {
         dc_log!(Level::Warn, None, "store server: no valid hello from {peer} ({e}); dropped");
         return;
     }
     let mut reply = [0u8; 5];
     reply[..4].copy_from_slice(&REPLY_MAGIC);
-    let version = u16::from_le_bytes([hello[4], hello[5]]);
-    if hello[..4] != MAGIC || version != VERSION {
-        reply[4] = BAD_VERSION;
-        let _ = s.write_all(&reply);
-        dc_log!(Level::Warn, None, "store server: {peer} is not a distcomm v{VERSION} client; dropped");
-        return;
+    reply[4] = hello_verdict(&hello, &shared.digest);
+    match reply[4] {
+        BAD_VERSION => {
+            let _ = s.write_all(&reply);
+            dc_log!(Level::Warn, None, "store server: {peer} is not a distcomm v{VERSION} client; dropped");
+            return;
+        }
+        REFUSED => {
+            let _ = s.write_all(&reply);
+            dc_log!(Level::Warn, None, "store server: {peer} presented a wrong token; refused");
+            return;
+        }
+        _ => {}
     }
-    if !ct_eq(&hello[8..40], &shared.digest) {
-        reply[4] = REFUSED;
-        let _ = s.write_all(&reply);
-        dc_log!(Level::Warn, None, "store server: {peer} presented a wrong token; refused");
-        return;
-    }
-    reply[4] = WELCOME;
     if s.write_all(&reply).is_err() || s.set_read_timeout(None).is_err() {
         return;
     }
@@ -379,6 +395,19 @@ fn serve_connection(mut s: TcpStream, peer: SocketAddr, shared: &Shared) {
                 return;
             }
         }
+    }
+}
+
+/// The answer code to a client's hello: WELCOME, BAD_VERSION or REFUSED (digest compared in
+/// constant time).
+fn hello_verdict(hello: &[u8; HELLO_LEN], digest: &[u8; 32]) -> u8 {
+    let version = u16::from_le_bytes([hello[4], hello[5]]);
+    if hello[..4] != MAGIC || version != VERSION {
+        BAD_VERSION
+    } else if !ct_eq(&hello[8..40], digest) {
+        REFUSED
+    } else {
+        WELCOME
     }
 }
 
@@ -400,10 +429,34 @@ fn read_u64(s: &mut impl Read) -> io::Result<u64> {
     Ok(u64::from_le_bytes(b))
 }
 
+/// Reads `len` bytes, growing the buffer as they arrive: a length announced by the peer
+/// (already capped by the caller) never sizes an allocation up front.
 fn read_vec(s: &mut impl Read, len: usize) -> io::Result<Vec<u8>> {
-    let mut v = vec![0u8; len];
-    s.read_exact(&mut v)?;
+    let mut v = Vec::with_capacity(len.min(64 << 10));
+    s.take(len as u64).read_to_end(&mut v)?;
+    if v.len() != len {
+        return Err(io::ErrorKind::UnexpectedEof.into());
+    }
     Ok(v)
+}
+
+/// `read_exact` with one deadline for the whole buffer (a read timeout alone applies per read).
+fn read_exact_by(s: &mut TcpStream, buf: &mut [u8], deadline: Instant) -> io::Result<()> {
+    let mut got = 0;
+    while got < buf.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        s.set_read_timeout(Some(left))?;
+        match s.read(&mut buf[got..]) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 fn write_answer(s: &mut impl Write, code: u8, body: &[u8]) -> io::Result<()> {
@@ -427,7 +480,7 @@ fn parse_counter(v: &[u8]) -> Option<i64> {
 }
 
 /// Serves one request; `Ok(false)` closes the connection.
-fn serve_request(s: &mut TcpStream, shared: &Shared) -> io::Result<bool> {
+fn serve_request<S: Read + Write>(s: &mut S, shared: &Shared) -> io::Result<bool> {
     let op = read_u8(s)?;
     let key_len = read_u32(s)? as usize;
     if key_len > MAX_KEY_LEN {
@@ -451,7 +504,7 @@ fn serve_request(s: &mut TcpStream, shared: &Shared) -> io::Result<bool> {
             write_answer(s, R_OK, &[])?;
         }
         OP_GET => {
-            let wait = Duration::from_millis(read_u32(s)? as u64).min(MAX_WAIT_CHUNK);
+            let wait = Duration::from_millis(read_u32(s)? as u64).min(shared.max_wait);
             let deadline = Instant::now() + wait;
             let found = {
                 let mut d = shared.lock_data();
@@ -774,6 +827,39 @@ impl Store for TcpStore {
             _ => Err(self.remote_error(&body)),
         }
     }
+}
+
+/// Feeds bytes to the server's parsers, for fuzzing and property tests: the first
+/// [`HELLO_LEN`](super) bytes go through the hello check, the rest is parsed as requests of an
+/// authenticated client (GET never waits) until the stream ends or the server closes it.
+/// Returns the hello's answer code and the number of requests served.
+#[doc(hidden)]
+pub fn fuzz_server_input(bytes: &[u8]) -> (Option<u8>, usize) {
+    let shared = Shared::new(token_digest(b"fuzz"), Duration::ZERO);
+    let verdict = bytes.get(..HELLO_LEN).map(|h| hello_verdict(h.try_into().unwrap(), &shared.digest));
+    struct Io<'a> {
+        input: &'a [u8],
+        out: io::Sink,
+    }
+    impl Read for Io<'_> {
+        fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
+            self.input.read(b)
+        }
+    }
+    impl Write for Io<'_> {
+        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+            self.out.write(b)
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut io = Io { input: bytes.get(HELLO_LEN..).unwrap_or(&[]), out: io::sink() };
+    let mut served = 0;
+    while let Ok(true) = serve_request(&mut io, &shared) {
+        served += 1;
+    }
+    (verdict, served)
 }
 
 /// Builds raw protocol bytes; for tests that play a misbehaving client.

@@ -86,6 +86,9 @@ impl Header {
             _ if h.len != 0 => return Err(bad("control frame with a body")),
             _ => {}
         }
+        if h.len > isize::MAX as u64 {
+            return Err(bad("impossible body length"));
+        }
         Ok(h)
     }
 }

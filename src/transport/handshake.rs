@@ -75,20 +75,12 @@ pub fn offer(stream: &mut TcpStream, hello: &Hello, peer: u32, wait: Duration) -
     Ok(())
 }
 
-/// Reads a hello from an accepted connection (at most `HELLO_LEN` bytes, bounded in time) and
-/// checks it against `expect` (digest and job id; the rank is returned for the caller to check).
-/// A refused connection is answered and should then be dropped.
-pub fn check_offer(stream: &mut TcpStream, digest: &[u8; 32], job_id: u64, wait: Duration) -> Option<Hello> {
-    stream.set_read_timeout(Some(wait.max(Duration::from_millis(1)))).ok()?;
-    let mut b = [0u8; HELLO_LEN];
-    stream.read_exact(&mut b).ok()?;
-    let hello = Hello::decode(&b);
-    let ok = hello.is_some_and(|h| constant_time_eq(&h.digest, digest) && h.job_id == job_id);
-    if !ok {
-        let _ = stream.write_all(&[REFUSED]);
-        return None;
-    }
-    hello
+/// Checks a received hello against the job's token digest (compared in constant time) and job
+/// id; the rank is returned for the caller to check. A refused connection should be answered
+/// with [`refuse`] and dropped.
+pub fn verify(b: &[u8; HELLO_LEN], digest: &[u8; 32], job_id: u64) -> Option<Hello> {
+    let h = Hello::decode(b)?;
+    (constant_time_eq(&h.digest, digest) && h.job_id == job_id).then_some(h)
 }
 
 /// Tells an accepted peer it is in.

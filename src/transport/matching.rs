@@ -110,6 +110,11 @@ impl Matcher {
         out
     }
 
+    /// Contexts with queues (posted or unexpected, possibly empty).
+    pub fn num_ctxs(&self) -> usize {
+        self.ctxs.len()
+    }
+
     /// Forgets a destroyed context (drops its unexpected messages).
     pub fn remove_ctx(&mut self, ctx: u64) {
         self.ctxs.remove(&ctx);

@@ -8,5 +8,6 @@ pub mod socket;
 pub mod handshake;
 pub mod shm;
 pub mod cma;
+pub mod accept;
 
 pub use ops::{CtxState, RecvOp, SendOp, TagMatch};

@@ -19,7 +19,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -28,6 +28,11 @@ use std::time::{Duration, Instant};
 const STAGE_LEN: usize = 64 * 1024;
 /// Bodies with at least this much left are read straight into their destination.
 const DIRECT_READ_MIN: usize = 16 * 1024;
+/// Reason code of an abort frame (its `check` word): the sender found a collective mismatch.
+pub const ABORT_MISMATCH: u32 = 1;
+
+/// An unexpected body read straight from the socket grows its buffer by at least this much.
+const UNEXP_GROW_MIN: usize = 1 << 20;
 /// How long an unauthenticated connection may take to present its hello.
 const HELLO_WAIT: Duration = Duration::from_secs(5);
 
@@ -135,7 +140,8 @@ impl Peer {
 
 /// Things noticed while reading that must be handled after the connection's lock is released.
 enum Event {
-    RemoteAbort(u64),
+    /// Context, reason code.
+    RemoteAbort(u64, u32),
     Closed,
     Gone(String),
     /// Tell the peer we are done reading its single-copy message.
@@ -155,6 +161,8 @@ pub struct SocketTransport {
     /// Held while an abort is marked, failed and announced, and while the goodbyes are queued:
     /// a goodbye never overtakes an abort's frames.
     abort_order: Mutex<()>,
+    /// Peers lost so far (died or broke their connection without a goodbye).
+    lost: AtomicUsize,
     wake: OwnedFd,
     stop: AtomicBool,
     next_cookie: std::sync::atomic::AtomicU64,
@@ -173,7 +181,8 @@ impl Listener {
         let sock = socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::STREAM, None)
             .map_err(|e| Error::system("socket", e))?;
         sock.bind(&addr.into()).map_err(|e| Error::system(format!("bind {addr}"), e))?;
-        sock.listen((backlog_hint + 16).min(4096) as i32).map_err(|e| Error::system("listen", e))?;
+        // Room for the peers and for strangers that come first (the acceptor drops those).
+        sock.listen((backlog_hint + 128).min(4096) as i32).map_err(|e| Error::system("listen", e))?;
         Ok(Listener { inner: sock.into() })
     }
 
@@ -223,55 +232,11 @@ fn connect_to(addr: SocketAddr, cfg: &MeshConfig, peer: u32) -> Result<TcpStream
     }
 }
 
-/// Accepts connections from ranks above ours until all arrived. Unauthenticated connections are
-/// handled concurrently with bounded reads, so a silent or garbage client cannot stall the job.
+/// Accepts connections from ranks above ours until all arrived (see `accept`: bounded hello
+/// reads, no thread per connection, strangers dropped without disturbing the job).
 fn accept_higher(listener: &Listener, cfg: &MeshConfig, out: &mut [Option<TcpStream>]) -> Result<()> {
-    listener.inner.set_nonblocking(true).map_err(|e| Error::system("listener", e))?;
-    let mut missing: usize = ((cfg.rank + 1)..cfg.size).filter(|&r| out[r as usize].is_none()).count();
-    // Pending unauthenticated connections each get a short-lived thread reading one fixed-size hello.
-    let (tx, rx) = crossbeam::channel::unbounded::<(TcpStream, Option<Hello>)>();
-    while missing > 0 {
-        let now = Instant::now();
-        if now >= cfg.deadline {
-            let who: Vec<String> = ((cfg.rank + 1)..cfg.size).filter(|&r| out[r as usize].is_none()).map(|r| r.to_string()).collect();
-            return Err(Error::new(Status::Timeout, format!("ranks {} never connected to rank {}", who.join(", "), cfg.rank)));
-        }
-        match listener.inner.accept() {
-            Ok((s, from)) => {
-                let tx = tx.clone();
-                let digest = cfg.token_digest;
-                let job = cfg.job_id;
-                let _ = s.set_nonblocking(false);
-                std::thread::spawn(move || {
-                    let mut s = s;
-                    let hello = handshake::check_offer(&mut s, &digest, job, HELLO_WAIT);
-                    if hello.is_none() {
-                        dc_log!(Level::Warn, None, "refused a data connection from {from}: no valid job token");
-                    }
-                    let _ = tx.send((s, hello));
-                });
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(Error::system("accept", e)),
-        }
-        match rx.recv_timeout(Duration::from_millis(2)) {
-            Ok((mut s, Some(h))) => {
-                let r = h.rank;
-                if r > cfg.rank && r < cfg.size && h.world_size == cfg.size && out[r as usize].is_none() {
-                    tune(&s)?;
-                    if handshake::accept(&mut s).is_ok() {
-                        out[r as usize] = Some(s);
-                        missing -= 1;
-                    }
-                } else {
-                    handshake::refuse(&mut s);
-                }
-            }
-            Ok((_, None)) | Err(_) => {}
-        }
-    }
-    Ok(())
+    super::accept::accept_ranks(&listener.inner, cfg, out, HELLO_WAIT)?;
+    out.iter().flatten().try_for_each(tune)
 }
 
 impl SocketTransport {
@@ -317,6 +282,7 @@ impl SocketTransport {
             ctxs: Mutex::new(HashMap::new()),
             early_aborts: Mutex::new(HashSet::new()),
             abort_order: Mutex::new(()),
+            lost: AtomicUsize::new(0),
             // SAFETY: efd is a fresh descriptor owned by nobody else.
             wake: unsafe { OwnedFd::from_raw_fd(efd) },
             stop: AtomicBool::new(false),
@@ -376,6 +342,23 @@ impl SocketTransport {
     pub fn unregister_ctx(&self, id: u64) {
         lock(&self.ctxs).remove(&id);
         lock(&self.matcher).remove_ctx(id);
+    }
+
+    /// The first of `members` (world ranks) that is lost, as (index in `members`, why). Peers that
+    /// said goodbye are not lost. One atomic load while nobody is lost.
+    pub fn lost_among(&self, members: &[u32]) -> Option<(usize, String)> {
+        if self.lost.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        members.iter().enumerate().find_map(|(i, &m)| match self.peers.get(m as usize)?.as_ref().map(|p| lock(&p.state).clone()) {
+            Some(PeerState::Lost(why)) => Some((i, why)),
+            _ => None,
+        })
+    }
+
+    /// Registered contexts plus contexts with matching state (leak checks, diagnostics).
+    pub fn live_contexts(&self) -> usize {
+        lock(&self.ctxs).len() + lock(&self.matcher).num_ctxs()
     }
 
     // ---- posting -------------------------------------------------------------------------
@@ -525,16 +508,17 @@ impl SocketTransport {
     // ---- abort ---------------------------------------------------------------------------
 
     /// Marks `ctx` aborted (`mark`), fails every pending operation of aborted contexts and tells
-    /// `members` (world ranks), all before any goodbye can be queued: a thread the abort releases
-    /// may destroy the comm at once, and its goodbye must not reach the peers first (they would
-    /// report a lost peer instead of the abort).
-    pub fn abort_ctx(&self, ctx: &Arc<CtxState>, members: &[u32], mark: impl FnOnce()) {
+    /// `members` (world ranks) why (`code`: 0 for dc_comm_abort, [`ABORT_MISMATCH`]), all before
+    /// any goodbye can be queued: a thread the abort releases may destroy the comm at once, and
+    /// its goodbye must not reach the peers first (they would report a lost peer instead).
+    pub fn abort_ctx(&self, ctx: &Arc<CtxState>, members: &[u32], code: u32, mark: impl FnOnce()) {
         let _order = lock(&self.abort_order);
         mark();
         self.fail_aborted();
         for &m in members {
             if m != self.rank {
-                let _ = self.send_control(self.peer(m), FrameKind::Abort, ctx.id);
+                let hdr = Header { check: code, ..Header::control(FrameKind::Abort, ctx.id) }.encode();
+                let _ = self.enqueue(self.peer(m), TxItem { hdr, hdr_off: 0, body: Body::Owned(Vec::new()), off: 0, op: None });
             }
         }
     }
@@ -584,11 +568,15 @@ impl SocketTransport {
         }
     }
 
-    fn on_remote_abort(&self, ctx_id: u64, from: u32) {
+    fn on_remote_abort(&self, ctx_id: u64, from: u32, code: u32) {
         let ctx = lock(&self.ctxs).get(&ctx_id).and_then(|w| w.upgrade());
+        let why = match code {
+            ABORT_MISMATCH => " after it found mismatched collective arguments (DC_ERR_MISMATCH there)",
+            _ => "",
+        };
         match ctx {
             Some(c) => {
-                if c.abort(&format!("rank {from} aborted the communicator")) {
+                if c.abort(&format!("rank {from} aborted the communicator{why}")) {
                     dc_log!(Level::Warn, Some(self.rank as usize), "rank {from} aborted communicator {ctx_id:#x}");
                 }
             }
@@ -707,7 +695,9 @@ impl SocketTransport {
                     (unsafe { op.buf.as_ptr().add(*off) }, *keep - *off, true)
                 }
                 Target::Unexp { hdr, data, .. } if hdr.len as usize - data.len() >= DIRECT_READ_MIN => {
-                    let want = hdr.len as usize - data.len();
+                    // Grow with the bytes that actually arrive (at most doubling), never by the
+                    // length a header claims.
+                    let want = (hdr.len as usize - data.len()).min(data.len().max(UNEXP_GROW_MIN));
                     data.reserve(want);
                     // SAFETY: reserved capacity; set_len only after the kernel wrote the bytes.
                     (unsafe { data.as_mut_ptr().add(data.len()) }, want, true)
@@ -871,7 +861,7 @@ impl SocketTransport {
     fn on_header(&self, peer: &Peer, hdr: Header, events: &mut Vec<Event>) -> Target {
         match hdr.kind {
             FrameKind::Abort => {
-                events.push(Event::RemoteAbort(hdr.ctx));
+                events.push(Event::RemoteAbort(hdr.ctx, hdr.check));
                 Target::header()
             }
             FrameKind::Close => {
@@ -901,7 +891,7 @@ impl SocketTransport {
     fn handle_events(&self, peer: &Arc<Peer>, events: &mut Vec<Event>) {
         for ev in events.drain(..) {
             match ev {
-                Event::RemoteAbort(ctx) => self.on_remote_abort(ctx, peer.rank),
+                Event::RemoteAbort(ctx, code) => self.on_remote_abort(ctx, peer.rank, code),
                 Event::SendFin { cookie, ok } => {
                     let hdr = Header { kind: FrameKind::Fin, check: u32::from(!ok), ctx: 0, tag: cookie, len: 0 };
                     let _ = self.enqueue(peer, TxItem { hdr: hdr.encode(), hdr_off: 0, body: Body::Owned(Vec::new()), off: 0, op: None });
@@ -928,6 +918,7 @@ impl SocketTransport {
                         if *st == PeerState::Up {
                             dc_log!(Level::Warn, Some(self.rank as usize), "lost rank {}: {why}", peer.rank);
                             *st = PeerState::Lost(why);
+                            self.lost.fetch_add(1, Ordering::Release);
                         }
                     }
                     self.fail_peer_ops(peer);
