@@ -94,7 +94,9 @@ def peer_lost():
 
 
 def unavailable():
-    e = expect(dist.DistUnavailableError, dist.init_process_group, backend="shm")
+    # NCCL from a library that does not exist: unavailable on any machine.
+    os.environ["DC_NCCL_LIBRARY"] = "/nonexistent/libnccl.so.2"
+    e = expect(dist.DistUnavailableError, dist.init_process_group, backend="nccl")
     assert not dist.is_initialized()
     ok("unavailable:", e.message)
 
