@@ -91,7 +91,7 @@ impl Backoff {
     /// For waits on memory another process writes directly (shared-memory flags).
     pub fn for_shared_memory() -> Backoff {
         static SPIN: once_cell::sync::Lazy<Duration> =
-            once_cell::sync::Lazy::new(|| env_us("DC_SPIN_US", if oversubscribed() { 1 } else { 200 }));
+            once_cell::sync::Lazy::new(|| env_us("DC_SPIN_US", if oversubscribed() { 0 } else { 200 }));
         Backoff::new(*SPIN, if oversubscribed() { 200 } else { 32 })
     }
 
