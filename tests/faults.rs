@@ -18,6 +18,9 @@
 //! - CPU used while blocked; 8 ranks on 2 cores; 1000 subgroup create/destroy cycles.
 //! - mismatched collectives: DC_DEBUG=DETAIL names the ranks and the difference; without it a
 //!   count mismatch fails fast and never writes out of bounds.
+mod common;
+use common::free_port;
+
 
 use distcomm::comm::Comm;
 use distcomm::ffi::coll::*;
@@ -59,9 +62,6 @@ fn env_usize(k: &str) -> usize {
 // Parent side: spawning jobs and reading their results
 // =============================================================================================
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
 
 static JOBS: AtomicUsize = AtomicUsize::new(0);
 

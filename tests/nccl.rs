@@ -4,11 +4,13 @@
 //! have CUDA and NCCL the same tests check that the backend comes up instead.
 
 #![cfg(feature = "nccl")]
+
+mod common;
+use common::free_port;
 use distcomm::ffi::coll::dc_allreduce;
 use distcomm::ffi::comm::{dc_comm_backend, dc_comm_destroy, dc_comm_set_stream, dc_init, dc_init_options, dc_init_options_default};
 use distcomm::ffi::{dc_status, DC_FLOAT32, DC_SUM};
 use std::ffi::{c_char, CStr, CString};
-use std::net::TcpListener;
 
 extern "C" {
     fn dc_last_error() -> *const c_char;
@@ -19,9 +21,6 @@ fn last_error() -> String {
     unsafe { CStr::from_ptr(dc_last_error()) }.to_string_lossy().into_owned()
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
 
 /// dc_init of a one-rank job on `backend`.
 fn init_one(backend: &str) -> (dc_status, *mut distcomm::comm::Comm) {

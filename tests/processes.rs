@@ -1,17 +1,16 @@
 //! Ranks as processes: the test binary re-runs itself as each rank (env `DC_TEST_ROLE`), with
 //! only the torch variables set, as a user launching by hand would.
 
+mod common;
+use common::{free_port, wait_all};
+
 use distcomm::buffer::{ConstBuf, MutBuf};
 use distcomm::collective::CollArgs;
 use distcomm::rendezvous::config::InitOptions;
 use distcomm::{DType, ReduceOp, Status};
-use std::net::TcpListener;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
 
 fn spawn_job(role: &str, n: usize, timeout_ms: &str) -> Vec<Child> {
     let port = free_port().to_string();
@@ -31,29 +30,6 @@ fn spawn_job(role: &str, n: usize, timeout_ms: &str) -> Vec<Child> {
         .collect()
 }
 
-fn wait_all(mut children: Vec<Child>, limit: Duration) -> Vec<i32> {
-    let t0 = Instant::now();
-    let mut codes: Vec<Option<i32>> = vec![None; children.len()];
-    while codes.iter().any(Option::is_none) {
-        for (c, code) in children.iter_mut().zip(codes.iter_mut()) {
-            if code.is_none() {
-                if let Some(s) = c.try_wait().unwrap() {
-                    *code = Some(s.code().unwrap_or(-1));
-                }
-            }
-        }
-        if codes.iter().any(Option::is_none) && t0.elapsed() > limit {
-            // Kill every rank still running, so none outlives the test holding its pipes.
-            for c in children.iter_mut() {
-                let _ = c.kill();
-                let _ = c.wait();
-            }
-            panic!("a rank did not finish within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    codes.into_iter().map(Option::unwrap).collect()
-}
 
 /// What a rank process does, by role. Exit code 0 means its checks passed.
 #[test]

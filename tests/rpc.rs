@@ -1,17 +1,16 @@
 //! RPC between workers: ranks as threads (each calls `RpcAgent::init` over a tcp:// rendezvous
 //! on loopback), and ranks as processes for a worker that dies mid-call.
 
+mod common;
+use common::{free_port, wait_all};
+
 use distcomm::rendezvous::config::InitOptions;
 use distcomm::rpc::{Agent, Handler, RpcAgent, RpcConfig};
 use distcomm::{Result, Status};
-use std::net::TcpListener;
 use std::process::{Child, Command};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
 
 fn opts(port: u16, rank: usize, n: usize, timeout_ms: i64) -> InitOptions {
     InitOptions {
@@ -330,26 +329,6 @@ fn spawn_job(role: &str, n: usize) -> Vec<Child> {
         .collect()
 }
 
-fn wait_all(mut children: Vec<Child>, limit: Duration) -> Vec<i32> {
-    let t0 = Instant::now();
-    let mut codes: Vec<Option<i32>> = vec![None; children.len()];
-    while codes.iter().any(Option::is_none) {
-        for (c, code) in children.iter_mut().zip(codes.iter_mut()) {
-            if code.is_none() {
-                *code = c.try_wait().unwrap().map(|s| s.code().unwrap_or(-1));
-            }
-        }
-        if t0.elapsed() > limit {
-            for c in &mut children {
-                let _ = c.kill();
-                let _ = c.wait();
-            }
-            panic!("workers did not finish within {limit:?}: exit codes so far {codes:?}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    codes.into_iter().map(Option::unwrap).collect()
-}
 
 /// What a worker process does, by role. Exit code 0 means its checks passed.
 #[test]
