@@ -368,9 +368,8 @@ fn check_lens(dt: DType, a: usize, b: usize) {
 pub fn combine(dt: DType, op: ReduceOp, acc: &mut [u8], src: &[u8]) {
     check_lens(dt, acc.len(), src.len());
     #[cfg(target_arch = "x86_64")]
-    if avx2() {
-        // SAFETY: the CPU has AVX2 (checked at run time).
-        return unsafe { combine_avx2(dt, op, acc, src) };
+    if avx2() && wide::combine(dt, op, acc, src) {
+        return;
     }
     combine_any(dt, op, acc, src)
 }
@@ -383,16 +382,107 @@ fn avx2() -> bool {
     *HAS
 }
 
+/// The hottest kernels (sum, and product of floats, on aligned buffers) compiled for AVX2 and
+/// chosen at run time; the generic kernels cover everything else. (A `target_feature` wrapper
+/// around the generic code does not reach its closures, which LLVM keeps out of line.)
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn combine_avx2(dt: DType, op: ReduceOp, acc: &mut [u8], src: &[u8]) {
-    combine_any(dt, op, acc, src)
-}
+mod wide {
+    use super::{typed, typed_mut, DType, ReduceOp};
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn combine_into_avx2(dt: DType, op: ReduceOp, out: &mut [u8], a: &[u8], b: &[u8]) {
-    combine_into_any(dt, op, out, a, b)
+    macro_rules! kernels {
+        ($($name2:ident, $name3:ident, $t:ty, |$x:ident, $y:ident| $e:expr;)*) => {$(
+            #[target_feature(enable = "avx2")]
+            unsafe fn $name2(acc: &mut [$t], src: &[$t]) {
+                for (a, &$y) in acc.iter_mut().zip(src) {
+                    let $x = *a;
+                    *a = $e;
+                }
+            }
+            #[target_feature(enable = "avx2")]
+            unsafe fn $name3(out: &mut [$t], a: &[$t], b: &[$t]) {
+                for ((o, &$x), &$y) in out.iter_mut().zip(a).zip(b) {
+                    *o = $e;
+                }
+            }
+        )*};
+    }
+
+    kernels! {
+        sum2_f32, sum3_f32, f32, |x, y| x + y;
+        sum2_f64, sum3_f64, f64, |x, y| x + y;
+        prod2_f32, prod3_f32, f32, |x, y| x * y;
+        prod2_f64, prod3_f64, f64, |x, y| x * y;
+        sum2_i32, sum3_i32, i32, |x, y| x.wrapping_add(y);
+        sum2_u32, sum3_u32, u32, |x, y| x.wrapping_add(y);
+        sum2_i64, sum3_i64, i64, |x, y| x.wrapping_add(y);
+        sum2_u64, sum3_u64, u64, |x, y| x.wrapping_add(y);
+        sum2_i8, sum3_i8, i8, |x, y| x.wrapping_add(y);
+        sum2_u8, sum3_u8, u8, |x, y| x.wrapping_add(y);
+    }
+
+    macro_rules! dispatch2 {
+        ($acc:expr, $src:expr, $f:ident, $t:ty) => {
+            match (typed_mut::<$t>($acc), typed::<$t>($src)) {
+                // SAFETY: the caller checked that the CPU has AVX2.
+                (Some(a), Some(s)) => {
+                    unsafe { $f(a, s) };
+                    true
+                }
+                _ => false,
+            }
+        };
+    }
+
+    macro_rules! dispatch3 {
+        ($out:expr, $a:expr, $b:expr, $f:ident, $t:ty) => {
+            match (typed_mut::<$t>($out), typed::<$t>($a), typed::<$t>($b)) {
+                // SAFETY: the caller checked that the CPU has AVX2.
+                (Some(o), Some(x), Some(y)) => {
+                    unsafe { $f(o, x, y) };
+                    true
+                }
+                _ => false,
+            }
+        };
+    }
+
+    /// `acc op= src` if this (dtype, op) has an AVX2 kernel and the buffers are aligned.
+    pub fn combine(dt: DType, op: ReduceOp, acc: &mut [u8], src: &[u8]) -> bool {
+        use DType::*;
+        use ReduceOp::*;
+        match (dt, op) {
+            (Float32, Sum | Avg) => dispatch2!(acc, src, sum2_f32, f32),
+            (Float64, Sum | Avg) => dispatch2!(acc, src, sum2_f64, f64),
+            (Float32, Prod) => dispatch2!(acc, src, prod2_f32, f32),
+            (Float64, Prod) => dispatch2!(acc, src, prod2_f64, f64),
+            (Int32, Sum | Avg) => dispatch2!(acc, src, sum2_i32, i32),
+            (Uint32, Sum | Avg) => dispatch2!(acc, src, sum2_u32, u32),
+            (Int64, Sum | Avg) => dispatch2!(acc, src, sum2_i64, i64),
+            (Uint64, Sum | Avg) => dispatch2!(acc, src, sum2_u64, u64),
+            (Int8, Sum | Avg) => dispatch2!(acc, src, sum2_i8, i8),
+            (Uint8, Sum | Avg) => dispatch2!(acc, src, sum2_u8, u8),
+            _ => false,
+        }
+    }
+
+    /// `out = a op b` if this (dtype, op) has an AVX2 kernel and the buffers are aligned.
+    pub fn combine_into(dt: DType, op: ReduceOp, out: &mut [u8], a: &[u8], b: &[u8]) -> bool {
+        use DType::*;
+        use ReduceOp::*;
+        match (dt, op) {
+            (Float32, Sum | Avg) => dispatch3!(out, a, b, sum3_f32, f32),
+            (Float64, Sum | Avg) => dispatch3!(out, a, b, sum3_f64, f64),
+            (Float32, Prod) => dispatch3!(out, a, b, prod3_f32, f32),
+            (Float64, Prod) => dispatch3!(out, a, b, prod3_f64, f64),
+            (Int32, Sum | Avg) => dispatch3!(out, a, b, sum3_i32, i32),
+            (Uint32, Sum | Avg) => dispatch3!(out, a, b, sum3_u32, u32),
+            (Int64, Sum | Avg) => dispatch3!(out, a, b, sum3_i64, i64),
+            (Uint64, Sum | Avg) => dispatch3!(out, a, b, sum3_u64, u64),
+            (Int8, Sum | Avg) => dispatch3!(out, a, b, sum3_i8, i8),
+            (Uint8, Sum | Avg) => dispatch3!(out, a, b, sum3_u8, u8),
+            _ => false,
+        }
+    }
 }
 
 #[inline(always)]
@@ -416,9 +506,8 @@ pub fn combine_into(dt: DType, op: ReduceOp, out: &mut [u8], a: &[u8], b: &[u8])
     check_lens(dt, out.len(), a.len());
     check_lens(dt, out.len(), b.len());
     #[cfg(target_arch = "x86_64")]
-    if avx2() {
-        // SAFETY: the CPU has AVX2 (checked at run time).
-        return unsafe { combine_into_avx2(dt, op, out, a, b) };
+    if avx2() && wide::combine_into(dt, op, out, a, b) {
+        return;
     }
     combine_into_any(dt, op, out, a, b)
 }
