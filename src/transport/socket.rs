@@ -399,10 +399,9 @@ impl SocketTransport {
         Ok(op)
     }
 
-    /// Queues a control frame (abort, goodbye) for `peer`.
-    fn send_control(&self, peer: &Arc<Peer>, kind: FrameKind, ctx: u64) -> Result<()> {
-        let hdr = Header::control(kind, ctx).encode();
-        self.enqueue(peer, TxItem { hdr, hdr_off: 0, body: Body::Owned(Vec::new()), off: 0, op: None })
+    /// Queues a body-less control frame (abort, goodbye, fin) for `peer`.
+    fn send_control(&self, peer: &Arc<Peer>, hdr: Header) -> Result<()> {
+        self.enqueue(peer, TxItem { hdr: hdr.encode(), hdr_off: 0, body: Body::Owned(Vec::new()), off: 0, op: None })
     }
 
     fn enqueue(&self, peer: &Arc<Peer>, item: TxItem) -> Result<()> {
@@ -517,8 +516,7 @@ impl SocketTransport {
         self.fail_aborted();
         for &m in members {
             if m != self.rank {
-                let hdr = Header { check: code, ..Header::control(FrameKind::Abort, ctx.id) }.encode();
-                let _ = self.enqueue(self.peer(m), TxItem { hdr, hdr_off: 0, body: Body::Owned(Vec::new()), off: 0, op: None });
+                let _ = self.send_control(self.peer(m), Header { check: code, ..Header::control(FrameKind::Abort, ctx.id) });
             }
         }
     }
@@ -893,8 +891,7 @@ impl SocketTransport {
             match ev {
                 Event::RemoteAbort(ctx, code) => self.on_remote_abort(ctx, peer.rank, code),
                 Event::SendFin { cookie, ok } => {
-                    let hdr = Header { kind: FrameKind::Fin, check: u32::from(!ok), ctx: 0, tag: cookie, len: 0 };
-                    let _ = self.enqueue(peer, TxItem { hdr: hdr.encode(), hdr_off: 0, body: Body::Owned(Vec::new()), off: 0, op: None });
+                    let _ = self.send_control(peer, Header { check: u32::from(!ok), tag: cookie, ..Header::control(FrameKind::Fin, 0) });
                 }
                 Event::Fin { cookie, ok } => {
                     if let Some(op) = lock(&peer.awaiting_fin).remove(&cookie) {
@@ -1015,7 +1012,7 @@ impl SocketTransport {
             let _order = lock(&self.abort_order);
             for p in self.peers.iter().flatten() {
                 // A peer that already said goodbye still reads until it hears ours.
-                let _ = self.send_control(p, FrameKind::Close, 0);
+                let _ = self.send_control(p, Header::control(FrameKind::Close, 0));
             }
         }
         let polite = deadline.min(Instant::now() + Duration::from_secs(2));
