@@ -331,16 +331,7 @@ pub fn resolve(opts: &InitOptions, env: &dyn Fn(&str) -> Option<String>) -> Resu
     };
 
     // Timeout.
-    let timeout_ms: u64 = if opts.timeout_ms > 0 {
-        opts.timeout_ms as u64
-    } else if let Some(v) = var(env, "DC_TIMEOUT_MS") {
-        match v.trim().parse::<u64>() {
-            Ok(n) if n > 0 => n,
-            _ => bail!(Status::InvalidArgument, "DC_TIMEOUT_MS={v:?} is not a positive integer"),
-        }
-    } else {
-        DEFAULT_TIMEOUT_MS
-    };
+    let timeout_ms: u64 = if opts.timeout_ms > 0 { opts.timeout_ms as u64 } else { env_timeout_ms(env)?.unwrap_or(DEFAULT_TIMEOUT_MS) };
 
     // Backend.
     let (backend, backend_src) = match opts.backend.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
@@ -720,7 +711,16 @@ mod tests {
     }
 }
 
+/// `DC_TIMEOUT_MS` if set: a positive integer, anything else is an error naming the variable.
+fn env_timeout_ms(env: &dyn Fn(&str) -> Option<String>) -> Result<Option<u64>> {
+    let Some(v) = var(env, "DC_TIMEOUT_MS") else { return Ok(None) };
+    match v.trim().parse::<u64>() {
+        Ok(n) if n > 0 => Ok(Some(n)),
+        _ => bail!(Status::InvalidArgument, "DC_TIMEOUT_MS={v:?} is not a positive integer"),
+    }
+}
+
 /// The timeout used when none is given: `DC_TIMEOUT_MS` if it is a positive integer, else 300000.
 pub fn default_timeout_ms(env: &dyn Fn(&str) -> Option<String>) -> i64 {
-    env("DC_TIMEOUT_MS").and_then(|v| v.trim().parse::<i64>().ok()).filter(|&n| n > 0).unwrap_or(DEFAULT_TIMEOUT_MS as i64)
+    env_timeout_ms(env).ok().flatten().unwrap_or(DEFAULT_TIMEOUT_MS) as i64
 }
