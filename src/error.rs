@@ -21,21 +21,46 @@ pub enum Status {
 }
 
 impl Status {
-    pub fn name(self) -> &'static str {
+    pub const ALL: [Status; 12] = [
+        Status::Success,
+        Status::InvalidArgument,
+        Status::InvalidUsage,
+        Status::Timeout,
+        Status::PeerLost,
+        Status::Mismatch,
+        Status::Aborted,
+        Status::Unavailable,
+        Status::System,
+        Status::Rendezvous,
+        Status::Internal,
+        Status::Remote,
+    ];
+
+    /// The status with this C value, if any.
+    pub fn from_raw(v: u32) -> Option<Status> {
+        Status::ALL.iter().copied().find(|s| *s as u32 == v)
+    }
+
+    /// The C name ("DC_SUCCESS", ...), NUL-terminated for `dc_status_name`.
+    pub fn c_name(self) -> &'static std::ffi::CStr {
         match self {
-            Status::Success => "DC_SUCCESS",
-            Status::InvalidArgument => "DC_ERR_INVALID_ARGUMENT",
-            Status::InvalidUsage => "DC_ERR_INVALID_USAGE",
-            Status::Timeout => "DC_ERR_TIMEOUT",
-            Status::PeerLost => "DC_ERR_PEER_LOST",
-            Status::Mismatch => "DC_ERR_MISMATCH",
-            Status::Aborted => "DC_ERR_ABORTED",
-            Status::Unavailable => "DC_ERR_UNAVAILABLE",
-            Status::System => "DC_ERR_SYSTEM",
-            Status::Rendezvous => "DC_ERR_RENDEZVOUS",
-            Status::Internal => "DC_ERR_INTERNAL",
-            Status::Remote => "DC_ERR_REMOTE",
+            Status::Success => c"DC_SUCCESS",
+            Status::InvalidArgument => c"DC_ERR_INVALID_ARGUMENT",
+            Status::InvalidUsage => c"DC_ERR_INVALID_USAGE",
+            Status::Timeout => c"DC_ERR_TIMEOUT",
+            Status::PeerLost => c"DC_ERR_PEER_LOST",
+            Status::Mismatch => c"DC_ERR_MISMATCH",
+            Status::Aborted => c"DC_ERR_ABORTED",
+            Status::Unavailable => c"DC_ERR_UNAVAILABLE",
+            Status::System => c"DC_ERR_SYSTEM",
+            Status::Rendezvous => c"DC_ERR_RENDEZVOUS",
+            Status::Internal => c"DC_ERR_INTERNAL",
+            Status::Remote => c"DC_ERR_REMOTE",
         }
+    }
+
+    pub fn name(self) -> &'static str {
+        self.c_name().to_str().unwrap_or("DC_ERR_UNKNOWN")
     }
 }
 
