@@ -14,12 +14,12 @@
 //! - dc_comm_abort from another thread while blocked in each kind of call.
 //! - a job with a missing rank fails init with DC_ERR_TIMEOUT naming it.
 //! - strangers (garbage, silence, huge lengths, wrong token, slow senders, a flood) at the
-//!   rendezvous port and at a data listener during init do not stop the job.
+//!   rendezvous port during init do not stop the job (a data listener: tests/init_listeners.rs).
 //! - CPU used while blocked; 8 ranks on 2 cores; 1000 subgroup create/destroy cycles.
 //! - mismatched collectives: DC_DEBUG=DETAIL names the ranks and the difference; without it a
 //!   count mismatch fails fast and never writes out of bounds.
 mod common;
-use common::free_port;
+use common::{free_port, strangers};
 
 
 use distcomm::comm::Comm;
@@ -33,7 +33,6 @@ use distcomm::request::Request;
 use std::collections::HashMap;
 use std::ffi::{c_void, CStr};
 use std::fs::File;
-use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -776,53 +775,6 @@ fn wait_listening(addr: SocketAddr, limit: Duration) {
     }
 }
 
-/// Opens the hostile connections against `addr`; they stay open as long as the returned
-/// streams live. `hello_len`: the size of the port's hello.
-fn strangers(addr: SocketAddr) -> (Vec<TcpStream>, std::thread::JoinHandle<()>) {
-    let mut keep = Vec::new();
-    let conn = || TcpStream::connect(addr).unwrap();
-    // Silence (a half-open connection that never says anything).
-    keep.push(conn());
-    // Garbage bytes.
-    let mut g = conn();
-    let _ = g.write_all(&[0x5Au8; 4096]);
-    keep.push(g);
-    // Something that looks like a length-prefixed request with a huge length (no hello).
-    let mut h = conn();
-    let mut m = vec![1u8];
-    m.extend_from_slice(&u32::MAX.to_le_bytes());
-    m.extend_from_slice(&u64::MAX.to_le_bytes());
-    m.extend_from_slice(&[0xFF; 64]);
-    let _ = h.write_all(&m);
-    keep.push(h);
-    // A distcomm-looking hello with the wrong token.
-    let mut w = conn();
-    let _ = w.write_all(&distcomm::rendezvous::tcp_store::raw::hello(b"not the token"));
-    keep.push(w);
-    // A data-connection hello on the store port.
-    let mut d = conn();
-    let hello = distcomm::transport::handshake::Hello { digest: [7; 32], job_id: 1, rank: 1, world_size: 3 };
-    let _ = d.write_all(&hello.encode());
-    keep.push(d);
-    // A flood of 40 silent connections (those the backlog has no room for time out).
-    for _ in 0..40 {
-        if let Ok(s) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
-            keep.push(s);
-        }
-    }
-    // A slow sender: one byte every 200 ms for 10 s.
-    let mut slow = conn();
-    let t = std::thread::spawn(move || {
-        for _ in 0..50 {
-            if slow.write_all(b"D").is_err() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    });
-    (keep, t)
-}
-
 #[test]
 fn strangers_at_the_rendezvous_port_during_init_do_not_stop_the_job() {
     let mut job = Job::new("work", 3, 10_000).env("DC_TOKEN", "the job's secret");
@@ -842,50 +794,6 @@ fn strangers_at_the_rendezvous_port_during_init_do_not_stop_the_job() {
     assert!(t.elapsed() < Duration::from_secs(4), "the job took {:?}\n{}", t.elapsed(), o.logs);
     drop(keep);
     let _ = slow.join();
-}
-
-#[test]
-fn strangers_at_a_data_listener_during_init_do_not_stop_the_job() {
-    use distcomm::transport::handshake::token_digest;
-    use distcomm::transport::socket::{Listener, MeshConfig, SocketTransport};
-    let n = 3;
-    let listeners: Vec<Listener> = (0..n).map(|_| Listener::bind("127.0.0.1".parse().unwrap(), n).unwrap()).collect();
-    let addrs: Vec<SocketAddr> = listeners.iter().map(|l| l.local_addr().unwrap()).collect();
-    // Rank 0 accepts ranks 1 and 2; strangers get there first.
-    let (keep, slow) = strangers(addrs[0]);
-    let (keep1, slow1) = strangers(addrs[1]);
-    let t = Instant::now();
-    let handles: Vec<_> = listeners
-        .into_iter()
-        .enumerate()
-        .map(|(r, l)| {
-            let addrs = addrs.clone();
-            std::thread::spawn(move || {
-                let cfg = MeshConfig {
-                    rank: r as u32,
-                    size: n as u32,
-                    token_digest: token_digest(b"secret"),
-                    job_id: 42,
-                    deadline: Instant::now() + Duration::from_secs(10),
-                    cma_pids: vec![None; n],
-                };
-                SocketTransport::connect_mesh(l, &addrs, &cfg).unwrap_or_else(|e| panic!("rank {r}: {e}"))
-            })
-        })
-        .collect();
-    let ts: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
-    let took = t.elapsed();
-    assert!(took < Duration::from_secs(3), "connecting took {took:?}");
-    // The data listeners only listen during init: they are closed now.
-    for (r, a) in addrs.iter().enumerate() {
-        assert!(TcpStream::connect_timeout(a, Duration::from_millis(500)).is_err(), "rank {r}'s data listener still accepts");
-    }
-    for t in &ts {
-        t.shutdown(Instant::now() + Duration::from_secs(2));
-    }
-    drop((keep, keep1));
-    let _ = slow.join();
-    let _ = slow1.join();
 }
 
 // ---- CPU while blocked; many ranks; subgroup cycles ------------------------------------------------

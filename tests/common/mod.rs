@@ -2,7 +2,8 @@
 
 #![allow(dead_code)]
 
-use std::net::TcpListener;
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::Child;
 use std::time::{Duration, Instant};
 
@@ -33,3 +34,51 @@ pub fn wait_all(mut children: Vec<Child>, limit: Duration) -> Vec<i32> {
     }
     codes.into_iter().map(Option::unwrap).collect()
 }
+
+/// Opens the hostile connections against `addr`; they stay open as long as the returned
+/// streams live.
+pub fn strangers(addr: SocketAddr) -> (Vec<TcpStream>, std::thread::JoinHandle<()>) {
+    let mut keep = Vec::new();
+    let conn = || TcpStream::connect(addr).unwrap();
+    // Silence (a half-open connection that never says anything).
+    keep.push(conn());
+    // Garbage bytes.
+    let mut g = conn();
+    let _ = g.write_all(&[0x5Au8; 4096]);
+    keep.push(g);
+    // Something that looks like a length-prefixed request with a huge length (no hello).
+    let mut h = conn();
+    let mut m = vec![1u8];
+    m.extend_from_slice(&u32::MAX.to_le_bytes());
+    m.extend_from_slice(&u64::MAX.to_le_bytes());
+    m.extend_from_slice(&[0xFF; 64]);
+    let _ = h.write_all(&m);
+    keep.push(h);
+    // A distcomm-looking hello with the wrong token.
+    let mut w = conn();
+    let _ = w.write_all(&distcomm::rendezvous::tcp_store::raw::hello(b"not the token"));
+    keep.push(w);
+    // A data-connection hello on the store port.
+    let mut d = conn();
+    let hello = distcomm::transport::handshake::Hello { digest: [7; 32], job_id: 1, rank: 1, world_size: 3 };
+    let _ = d.write_all(&hello.encode());
+    keep.push(d);
+    // A flood of 40 silent connections (those the backlog has no room for time out).
+    for _ in 0..40 {
+        if let Ok(s) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
+            keep.push(s);
+        }
+    }
+    // A slow sender: one byte every 200 ms for 10 s.
+    let mut slow = conn();
+    let t = std::thread::spawn(move || {
+        for _ in 0..50 {
+            if slow.write_all(b"D").is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    });
+    (keep, t)
+}
+
