@@ -422,6 +422,8 @@ impl Comm {
         // Sleep in poll on the sockets ourselves: a receive (or a single-copy send's Fin) is
         // finished by arriving data, and anything else that finishes the op wakes us too.
         let idle = |d: Duration, fd: i32| self.transport().wait_readable(d, fd);
+        // Copies that our receives claimed are ours to make while we wait.
+        self.transport().copy_claimed(None);
         match op {
             P2pOp::Send(s) => wait_op(&s.comp, deadline, t, &interrupt, &lost, &|e| self.transport().cancel_send(s, e), what, Some(&idle)),
             P2pOp::Recv(r) => wait_op(&r.comp, deadline, t, &interrupt, &lost, &|e| self.transport().cancel_recv(r, e), what, Some(&idle)),

@@ -296,3 +296,60 @@ fn shared_memory_single_copy_alltoall_and_allgather() {
         }
     });
 }
+
+/// Single-copy messages (above the 256 KiB threshold, read with process_vm_readv) whose receive
+/// comes late are parked in the sender's memory: a receive posted soon copies them from there, a
+/// receive that does not come frees the sender after a millisecond (two ranks that both send
+/// first do not deadlock), per-pair-and-tag order holds, and a withdrawn receive gives its
+/// message back.
+#[test]
+fn late_receives_of_single_copy_messages() {
+    const LEN: usize = 1 << 20;
+    let pattern = |who: usize, k: usize| -> Vec<u8> { (0..LEN).map(|i| (i * 7 + who * 31 + k * 101) as u8).collect() };
+    // Single-copy needs a same-host transport choice (the socket backend turns it off).
+    job_on("shm", 2, 20_000, move |c| {
+        let me = c.rank();
+        let other = 1 - me;
+        let wait = |op: &distcomm::comm::P2pOp| c.wait_p2p(op, c.op_deadline(), &|| "p2p".into()).unwrap();
+        // Both send before either receives.
+        let mine = pattern(me, 0);
+        wait(&c.post_send(ConstBuf::from_slice(&mine), other, 1).unwrap());
+        let mut got = vec![0u8; LEN];
+        wait(&c.post_recv(MutBuf::from_slice(&mut got), Some(other), Some(1)).unwrap());
+        assert!(got == pattern(other, 0), "rank {me}: the crossed message is wrong");
+        c.collective(CollArgs::Barrier).unwrap();
+        if me == 1 {
+            // Three large messages and a small one on tag 2, none awaited yet, then a note on
+            // tag 3: it arrives after them on the same connection.
+            let msgs: Vec<Vec<u8>> = (1..4).map(|k| pattern(1, k)).chain([vec![9u8; 16]]).collect();
+            let ops: Vec<_> = msgs.iter().map(|m| c.post_send(ConstBuf::from_slice(m), 0, 2).unwrap()).collect();
+            wait(&c.post_send(ConstBuf::from_slice(&[1u8]), 0, 3).unwrap());
+            ops.iter().for_each(|op| {
+                wait(op);
+            });
+        } else {
+            let mut note = [0u8; 1];
+            wait(&c.post_recv(MutBuf::from_slice(&mut note), Some(1), Some(3)).unwrap());
+            // The three are parked now. A receive claims the first and is withdrawn before
+            // any wait makes the copy: the message goes back, first in line.
+            let mut first = vec![0u8; LEN];
+            let op = c.post_recv(MutBuf::from_slice(&mut first), Some(1), Some(2)).unwrap();
+            c.cancel_p2p(&op, distcomm::error::Error::new(Status::Aborted, "withdrawn"));
+            assert!(first.iter().all(|&b| b == 0), "a withdrawn receive was written");
+            for k in 1..4 {
+                if k == 2 {
+                    // Past the parking limit the rest are copied out, and still come in order.
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                let mut b = vec![0u8; LEN];
+                let d = wait(&c.post_recv(MutBuf::from_slice(&mut b), Some(1), Some(2)).unwrap());
+                assert_eq!(d.bytes, LEN);
+                assert!(b == pattern(1, k), "message {k} is wrong or out of order");
+            }
+            let mut small = [0u8; 16];
+            assert_eq!(wait(&c.post_recv(MutBuf::from_slice(&mut small), Some(1), Some(2)).unwrap()).bytes, 16);
+            assert_eq!(small, [9u8; 16]);
+        }
+        c.collective(CollArgs::Barrier).unwrap();
+    });
+}

@@ -7,6 +7,7 @@ use crate::completion::Done;
 use crate::error::{Error, Result, Status};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
+use std::time::Instant;
 
 /// A message that arrived before its receive was posted.
 #[derive(Debug)]
@@ -14,7 +15,34 @@ pub struct Unexpected {
     pub src: u32,
     pub tag: u64,
     pub check: u32,
-    pub data: Vec<u8>,
+    pub content: Content,
+}
+
+/// What an unexpected message holds.
+#[derive(Debug)]
+pub enum Content {
+    /// Its bytes, received already.
+    Bytes(Vec<u8>),
+    /// A single-copy message still in the sender's memory: the receive that matches it copies it
+    /// straight from there (the sender waits for our `Fin`), so a receive posted a little late
+    /// costs no second copy.
+    InSender(Parked),
+}
+
+/// Where a parked single-copy message lies in the sender's memory.
+#[derive(Debug, Clone, Copy)]
+pub struct Parked {
+    pub addr: u64,
+    pub len: usize,
+    /// The sender's handle for our `Fin`.
+    pub cookie: u64,
+    pub since: Instant,
+}
+
+impl Unexpected {
+    pub fn bytes(src: u32, tag: u64, check: u32, data: Vec<u8>) -> Unexpected {
+        Unexpected { src, tag, check, content: Content::Bytes(data) }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -26,6 +54,8 @@ struct Queues {
 #[derive(Debug, Default)]
 pub struct Matcher {
     ctxs: HashMap<u64, Queues>,
+    /// Unexpected messages still in their senders' memory.
+    parked: usize,
 }
 
 /// The outcome of delivering a message of `len` bytes with signature `check` from `src` to `op`:
@@ -53,13 +83,14 @@ pub fn verdict(op: &RecvOp, src: u32, tag: u64, check: u32, len: usize) -> (usiz
     (len, Ok(Done { bytes: len, source: src, tag }))
 }
 
-/// Copies an unexpected message into `op` and completes it.
-pub fn deliver_copy(op: &RecvOp, msg: &Unexpected) {
-    let (n, result) = verdict(op, msg.src, msg.tag, msg.check, msg.data.len());
+/// Copies a received unexpected message (`data`, from `src` with `tag` and `check`) into `op`
+/// and completes it.
+pub fn deliver_copy(op: &RecvOp, src: u32, tag: u64, check: u32, data: &[u8]) {
+    let (n, result) = verdict(op, src, tag, check, data.len());
     if n > 0 {
         // SAFETY: `op.buf` is valid for `op.buf.len() >= n` bytes until the op completes, and
         // nobody else writes it (the op was just taken out of the posted queue).
-        unsafe { op.buf.as_mut_slice()[..n].copy_from_slice(&msg.data[..n]) };
+        unsafe { op.buf.as_mut_slice()[..n].copy_from_slice(&data[..n]) };
     }
     op.comp.complete(result);
 }
@@ -76,7 +107,11 @@ impl Matcher {
     pub fn take_unexpected(&mut self, op: &RecvOp) -> Option<Unexpected> {
         let q = self.ctxs.get_mut(&op.ctx.id)?;
         let i = q.unexpected.iter().position(|m| op.matches(op.ctx.id, m.src, m.tag))?;
-        q.unexpected.remove(i)
+        let msg = q.unexpected.remove(i)?;
+        if matches!(msg.content, Content::InSender(_)) {
+            self.parked -= 1;
+        }
+        Some(msg)
     }
 
     pub fn push_posted(&mut self, op: Arc<RecvOp>) {
@@ -84,7 +119,57 @@ impl Matcher {
     }
 
     pub fn push_unexpected(&mut self, ctx: u64, msg: Unexpected) {
+        if matches!(msg.content, Content::InSender(_)) {
+            self.parked += 1;
+        }
         self.ctxs.entry(ctx).or_default().unexpected.push_back(msg);
+    }
+
+    /// Puts back a message taken by a receive that was then withdrawn, at the head of its
+    /// context's queue: every message before it came from another pair or tag, so per pair and
+    /// tag the order is kept.
+    pub fn return_unexpected(&mut self, ctx: u64, msg: Unexpected) {
+        if matches!(msg.content, Content::InSender(_)) {
+            self.parked += 1;
+        }
+        self.ctxs.entry(ctx).or_default().unexpected.push_front(msg);
+    }
+
+    /// When the longest-parked message was parked, if any is.
+    pub fn oldest_parked(&self) -> Option<Instant> {
+        if self.parked == 0 {
+            return None;
+        }
+        let all = self.ctxs.values().flat_map(|q| q.unexpected.iter());
+        all.filter_map(|m| match &m.content {
+            Content::InSender(p) => Some(p.since),
+            Content::Bytes(_) => None,
+        })
+        .min()
+    }
+
+    /// Fetches every message parked at or before `cutoff`: `fetch(src, parked)` returns its
+    /// bytes, which replace it in place (order kept), or None, which drops it.
+    pub fn fetch_parked(&mut self, cutoff: Instant, mut fetch: impl FnMut(u32, &Parked) -> Option<Vec<u8>>) {
+        if self.parked == 0 {
+            return;
+        }
+        for q in self.ctxs.values_mut() {
+            q.unexpected.retain_mut(|m| {
+                let Content::InSender(p) = &m.content else { return true };
+                if p.since > cutoff {
+                    return true;
+                }
+                self.parked -= 1;
+                match fetch(m.src, p) {
+                    Some(data) => {
+                        m.content = Content::Bytes(data);
+                        true
+                    }
+                    None => false,
+                }
+            });
+        }
     }
 
     /// Removes `op` if it is still posted; true if it was.
@@ -115,9 +200,20 @@ impl Matcher {
         self.ctxs.len()
     }
 
-    /// Forgets a destroyed context (drops its unexpected messages).
-    pub fn remove_ctx(&mut self, ctx: u64) {
-        self.ctxs.remove(&ctx);
+    /// Forgets a destroyed context: drops its unexpected messages and returns those still
+    /// parked, as (source, parked), so their senders can be released.
+    pub fn remove_ctx(&mut self, ctx: u64) -> Vec<(u32, Parked)> {
+        let Some(q) = self.ctxs.remove(&ctx) else { return Vec::new() };
+        let parked: Vec<(u32, Parked)> = q
+            .unexpected
+            .into_iter()
+            .filter_map(|m| match m.content {
+                Content::InSender(p) => Some((m.src, p)),
+                Content::Bytes(_) => None,
+            })
+            .collect();
+        self.parked -= parked.len();
+        parked
     }
 }
 
@@ -136,20 +232,58 @@ mod tests {
         let ctx = CtxState::new(1, None);
         let mut m = Matcher::default();
         for (src, tag, byte) in [(1u32, 5u64, 10u8), (2, 5, 20), (1, 5, 11), (1, 6, 12)] {
-            m.push_unexpected(1, Unexpected { src, tag, check: 0, data: vec![byte] });
+            m.push_unexpected(1, Unexpected::bytes(src, tag, 0, vec![byte]));
         }
+        let first = |m: &mut Matcher, r: &RecvOp| match m.take_unexpected(r).unwrap() {
+            Unexpected { src, content: Content::Bytes(d), .. } => (src, d[0]),
+            other => panic!("{other:?}"),
+        };
         let mut b = [0u8; 1];
         let r = op(&ctx, Some(1), TagMatch::Exact(5), &mut b);
-        deliver_copy(&r, &m.take_unexpected(&r).unwrap());
-        assert_eq!(b[0], 10);
+        assert_eq!(first(&mut m, &r), (1, 10));
         let r = op(&ctx, Some(1), TagMatch::Exact(5), &mut b);
-        deliver_copy(&r, &m.take_unexpected(&r).unwrap());
-        assert_eq!(b[0], 11);
+        assert_eq!(first(&mut m, &r), (1, 11));
         let r = op(&ctx, None, TagMatch::AnyUser, &mut b);
-        let msg = m.take_unexpected(&r).unwrap();
-        assert_eq!((msg.src, msg.data[0]), (2, 20));
+        assert_eq!(first(&mut m, &r), (2, 20));
         let r = op(&ctx, Some(1), TagMatch::AnyUser, &mut b);
-        assert_eq!(m.take_unexpected(&r).unwrap().data[0], 12);
+        assert_eq!(first(&mut m, &r), (1, 12));
+    }
+
+    fn parked(cookie: u64, since: Instant) -> Content {
+        Content::InSender(Parked { addr: 0x1000, len: 1, cookie, since })
+    }
+
+    #[test]
+    fn parked_messages_keep_their_place_when_fetched_and_are_released_with_their_context() {
+        let ctx = CtxState::new(1, None);
+        let t0 = Instant::now();
+        let later = t0 + std::time::Duration::from_secs(1);
+        let mut m = Matcher::default();
+        m.push_unexpected(1, Unexpected { src: 1, tag: 5, check: 0, content: parked(7, t0) });
+        m.push_unexpected(1, Unexpected::bytes(1, 5, 0, vec![2]));
+        m.push_unexpected(1, Unexpected { src: 1, tag: 5, check: 0, content: parked(8, later) });
+        assert_eq!(m.oldest_parked(), Some(t0));
+        let mut asked = Vec::new();
+        m.fetch_parked(t0, |src, p| {
+            asked.push((src, p.cookie));
+            Some(vec![1])
+        });
+        assert_eq!(asked, [(1, 7)], "only the overdue one");
+        assert_eq!(m.oldest_parked(), Some(later));
+        let mut b = [0u8; 1];
+        for want in [1u8, 2] {
+            let r = op(&ctx, Some(1), TagMatch::Exact(5), &mut b);
+            match m.take_unexpected(&r).unwrap().content {
+                Content::Bytes(d) => assert_eq!(d, [want]),
+                other => panic!("{other:?}"),
+            }
+        }
+        m.push_unexpected(2, Unexpected { src: 0, tag: 1, check: 0, content: parked(9, t0) });
+        let gone = m.remove_ctx(1);
+        assert_eq!(gone.iter().map(|(s, p)| (*s, p.cookie)).collect::<Vec<_>>(), [(1, 8)]);
+        assert_eq!(m.oldest_parked(), Some(t0), "context 2's message stays");
+        m.fetch_parked(later, |_, _| None);
+        assert_eq!(m.oldest_parked(), None, "a failed fetch drops the message");
     }
 
     #[test]
@@ -157,7 +291,7 @@ mod tests {
         let ctx = CtxState::new(1, None);
         let mut b = [0u8; 4];
         let r = op(&ctx, Some(0), TagMatch::Exact(0), &mut b[..2]);
-        deliver_copy(&r, &Unexpected { src: 0, tag: 0, check: 0, data: vec![1, 2, 3, 4] });
+        deliver_copy(&r, 0, 0, 0, &[1, 2, 3, 4]);
         assert_eq!(r.comp.result().unwrap().unwrap_err().status, Status::InvalidArgument);
         assert_eq!(b, [1, 2, 0, 0]);
     }

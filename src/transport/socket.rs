@@ -1,14 +1,18 @@
 //! TCP transport: one connection per pair of ranks, a background progress thread that reads
 //! every connection and writes what callers could not write at once, matching by context,
 //! source and tag. A body whose receive is already posted is read straight into the caller's
-//! buffer; small frames are batched through a per-connection staging buffer.
+//! buffer; small frames are batched through a per-connection staging buffer. Between ranks of
+//! one host a large message goes single-copy: the receiver reads it from the sender's memory
+//! (`cma`), into the posted receive, or, when that receive comes later, parked until it does
+//! (for at most [`PARK_LIMIT`]).
 //!
-//! Lock order: a connection's `rx` may be held while taking `matcher`; nothing else nests.
+//! Lock order: a connection's `rx` may be held while taking `matcher`; `claimed` may be held
+//! while taking `matcher` or a connection's `tx`; nothing else nests.
 
 use super::cma;
 use super::frame::{FrameKind, Header, HEADER_LEN, RTS_LEN};
 use super::handshake::{self, Hello};
-use super::matching::{deliver_copy, verdict, Matcher, Unexpected};
+use super::matching::{deliver_copy, verdict, Content, Matcher, Parked, Unexpected};
 use super::ops::{CtxState, RecvOp, SendOp, TagMatch};
 use crate::buffer::{ConstBuf, MutBuf};
 use crate::completion::Done;
@@ -33,6 +37,10 @@ pub const ABORT_MISMATCH: u32 = 1;
 
 /// An unexpected body read straight from the socket grows its buffer by at least this much.
 const UNEXP_GROW_MIN: usize = 1 << 20;
+/// A single-copy message whose receive is not posted stays in the sender's memory this long
+/// (the receive copies it from there); then we copy it out, so the sender is released even if
+/// no receive comes (two ranks that both send before they receive do not deadlock).
+const PARK_LIMIT: Duration = Duration::from_millis(1);
 /// How long an unauthenticated connection may take to present its hello.
 const HELLO_WAIT: Duration = Duration::from_secs(5);
 
@@ -155,6 +163,9 @@ pub struct SocketTransport {
     size: u32,
     peers: Vec<Option<Arc<Peer>>>,
     matcher: Mutex<Matcher>,
+    /// Receives that matched a parked message, for the progress thread to copy (held during
+    /// each copy, so a canceller waits for it).
+    claimed: Mutex<VecDeque<Claimed>>,
     ctxs: Mutex<HashMap<u64, Weak<CtxState>>>,
     /// Contexts a peer aborted before this process created them.
     early_aborts: Mutex<HashSet<u64>>,
@@ -167,6 +178,13 @@ pub struct SocketTransport {
     stop: AtomicBool,
     next_cookie: std::sync::atomic::AtomicU64,
     thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// A receive and the parked message it matched.
+struct Claimed {
+    op: Arc<RecvOp>,
+    msg: Unexpected,
+    since: Instant,
 }
 
 /// A bound, listening data socket whose address the rendezvous publishes.
@@ -279,6 +297,7 @@ impl SocketTransport {
             size: cfg.size,
             peers,
             matcher: Mutex::new(Matcher::default()),
+            claimed: Mutex::new(VecDeque::new()),
             ctxs: Mutex::new(HashMap::new()),
             early_aborts: Mutex::new(HashSet::new()),
             abort_order: Mutex::new(()),
@@ -341,7 +360,11 @@ impl SocketTransport {
     /// Forgets a destroyed context and any messages still waiting for it.
     pub fn unregister_ctx(&self, id: u64) {
         lock(&self.ctxs).remove(&id);
-        lock(&self.matcher).remove_ctx(id);
+        let parked = lock(&self.matcher).remove_ctx(id);
+        // Their messages are dropped with the context, as received ones are.
+        for (src, p) in parked {
+            self.release_sender(self.peer(src), p.cookie, true);
+        }
     }
 
     /// The first of `members` (world ranks) that is lost, as (index in `members`, why). Peers that
@@ -433,11 +456,15 @@ impl SocketTransport {
     fn send_to_self(&self, ctx: u64, tag: u64, check: u32, buf: ConstBuf) {
         // SAFETY: the caller's send buffer is valid for the duration of this call.
         let data = unsafe { buf.as_slice() };
+        self.deliver_or_file(ctx, self.rank, tag, check, data.to_vec());
+    }
+
+    /// A message received in full: into its posted receive if there is one, else unexpected.
+    fn deliver_or_file(&self, ctx: u64, src: u32, tag: u64, check: u32, data: Vec<u8>) {
         let mut m = lock(&self.matcher);
-        let msg = Unexpected { src: self.rank, tag, check, data: data.to_vec() };
-        match m.take_posted(ctx, self.rank, tag) {
-            Some(op) => deliver_copy(&op, &msg),
-            None => m.push_unexpected(ctx, msg),
+        match m.take_posted(ctx, src, tag) {
+            Some(op) => deliver_copy(&op, src, tag, check, &data),
+            None => m.push_unexpected(ctx, Unexpected::bytes(src, tag, check, data)),
         }
     }
 
@@ -450,7 +477,14 @@ impl SocketTransport {
         let mut m = lock(&self.matcher);
         if let Some(msg) = m.take_unexpected(&op) {
             drop(m);
-            deliver_copy(&op, &msg);
+            match &msg.content {
+                Content::Bytes(data) => deliver_copy(&op, msg.src, msg.tag, msg.check, data),
+                Content::InSender(_) => {
+                    // The copy takes a while: this call (an irecv perhaps, followed by a send)
+                    // goes on, and the next wait makes the copy (see `copy_claimed`).
+                    lock(&self.claimed).push_back(Claimed { op: op.clone(), msg, since: Instant::now() });
+                }
+            }
             return Ok(op);
         }
         if let Some(s) = src.filter(|&s| s != self.rank) {
@@ -470,6 +504,16 @@ impl SocketTransport {
         if lock(&self.matcher).remove_posted(op) {
             op.comp.complete(Err(err));
             return;
+        }
+        {
+            // Waits for a copy in progress; a claim not yet copied gives its message back.
+            let mut q = lock(&self.claimed);
+            if let Some(i) = q.iter().position(|c| Arc::ptr_eq(&c.op, op)) {
+                let c = q.remove(i).expect("position is in range");
+                lock(&self.matcher).return_unexpected(op.ctx.id, c.msg);
+                op.comp.complete(Err(err));
+                return;
+            }
         }
         let from = op.filling_from.load(Ordering::Acquire);
         if from != u32::MAX && from != self.rank {
@@ -793,12 +837,7 @@ impl SocketTransport {
                 if rest > 0 { Target::Discard { remaining: rest } } else { Target::header() }
             }
             Target::Unexp { hdr, src, data } if data.len() == hdr.len as usize => {
-                let msg = Unexpected { src: *src, tag: hdr.tag, check: hdr.check, data: std::mem::take(data) };
-                let mut m = lock(&self.matcher);
-                match m.take_posted(hdr.ctx, msg.src, msg.tag) {
-                    Some(op) => deliver_copy(&op, &msg),
-                    None => m.push_unexpected(hdr.ctx, msg),
-                }
+                self.deliver_or_file(hdr.ctx, *src, hdr.tag, hdr.check, std::mem::take(data));
                 Target::header()
             }
             Target::Discard { remaining: 0 } => Target::header(),
@@ -808,52 +847,104 @@ impl SocketTransport {
         let _ = peer;
     }
 
-    /// A single-copy message: copy it out of the sender's memory into the posted receive (or an
-    /// unexpected buffer, keeping sends eager), then tell the sender it may reuse its buffer.
+    /// A single-copy message: copy it out of the sender's memory into its posted receive and
+    /// tell the sender it may reuse its buffer; with no receive posted, park it (see
+    /// [`PARK_LIMIT`]).
     fn on_rts(&self, peer: &Peer, hdr: Header, body: &[u8; RTS_LEN], events: &mut Vec<Event>) {
         let word = |i: usize| u64::from_le_bytes(body[i * 8..i * 8 + 8].try_into().unwrap());
-        let (cookie, addr, len) = (word(0), word(1), word(2) as usize);
-        let pid = peer.cma_pid.unwrap_or(-1);
-        let failed = |e: io::Error| {
-            let status = if e.raw_os_error() == Some(libc::ESRCH) { Status::PeerLost } else { Status::System };
-            Error::new(status, format!("copying a message from rank {} failed: {e}", peer.rank))
+        let parked = Parked { cookie: word(0), addr: word(1), len: word(2) as usize, since: Instant::now() };
+        let mut m = lock(&self.matcher);
+        let Some(op) = m.take_posted(hdr.ctx, peer.rank, hdr.tag) else {
+            m.push_unexpected(hdr.ctx, Unexpected { src: peer.rank, tag: hdr.tag, check: hdr.check, content: Content::InSender(parked) });
+            drop(m);
+            // The progress thread fetches it if no receive comes in time.
+            self.wake_progress();
+            return;
         };
-        let posted = lock(&self.matcher).take_posted(hdr.ctx, peer.rank, hdr.tag);
-        let ok = match posted {
-            Some(op) => {
-                let (keep, result) = verdict(&op, peer.rank, hdr.tag, hdr.check, len);
-                op.filling_from.store(peer.rank, Ordering::Release);
-                // SAFETY: keep <= op.buf.len(); the op is ours (taken from the posted queue, and
-                // a canceller waits for this connection's lock, which we hold).
-                let r = unsafe { cma::read(pid, addr, op.buf.as_ptr(), keep) };
-                op.filling_from.store(u32::MAX, Ordering::Release);
-                let ok = r.is_ok();
-                op.comp.complete(r.map_err(failed).and(result));
-                ok
+        drop(m);
+        let (keep, result) = verdict(&op, peer.rank, hdr.tag, hdr.check, parked.len);
+        op.filling_from.store(peer.rank, Ordering::Release);
+        // SAFETY: keep <= op.buf.len(); the op is ours (taken from the posted queue, and a
+        // canceller waits for this connection's lock, which we hold).
+        let r = unsafe { cma::read(self.cma_pid(peer), parked.addr, op.buf.as_ptr(), keep) };
+        op.filling_from.store(u32::MAX, Ordering::Release);
+        let ok = r.is_ok();
+        op.comp.complete(r.map_err(|e| cma_failed(peer.rank, e)).and(result));
+        events.push(Event::SendFin { cookie: parked.cookie, ok });
+    }
+
+    /// Copies the parked messages that receives claimed into those receives: all of them when a
+    /// waiting caller helps, those claimed before `cutoff` in the progress thread. Waiters copy
+    /// first because the progress thread shares the caller's core when ranks fill the cores: it
+    /// would hold up whatever the caller does next (such as its own send) for the whole copy.
+    pub fn copy_claimed(&self, cutoff: Option<Instant>) {
+        loop {
+            let mut q = lock(&self.claimed);
+            match q.front() {
+                Some(c) if cutoff.is_none_or(|t| c.since <= t) => {}
+                _ => return,
             }
-            None => {
-                let mut data = Vec::with_capacity(len);
-                // SAFETY: reading len bytes into reserved capacity, then setting the length.
-                let r = unsafe { cma::read(pid, addr, data.as_mut_ptr(), len) };
-                match r {
-                    Ok(()) => {
-                        unsafe { data.set_len(len) };
-                        let msg = Unexpected { src: peer.rank, tag: hdr.tag, check: hdr.check, data };
-                        let mut m = lock(&self.matcher);
-                        match m.take_posted(hdr.ctx, msg.src, msg.tag) {
-                            Some(op) => deliver_copy(&op, &msg),
-                            None => m.push_unexpected(hdr.ctx, msg),
-                        }
-                        true
-                    }
-                    Err(e) => {
-                        dc_log!(Level::Warn, Some(self.rank as usize), "{}", failed(e).msg);
-                        false
-                    }
+            let Some(c) = q.pop_front() else { return };
+            if let Content::InSender(p) = &c.msg.content {
+                self.copy_parked(&c.op, &c.msg, p);
+            }
+        }
+    }
+
+    /// Completes `op` with a parked message: copies it from the sender and releases the sender.
+    fn copy_parked(&self, op: &RecvOp, msg: &Unexpected, parked: &Parked) {
+        let peer = self.peer(msg.src);
+        let (keep, result) = verdict(op, msg.src, msg.tag, msg.check, parked.len);
+        // SAFETY: keep <= op.buf.len(); nobody else knows the op yet.
+        let r = unsafe { cma::read(self.cma_pid(peer), parked.addr, op.buf.as_ptr(), keep) };
+        let ok = r.is_ok();
+        op.comp.complete(r.map_err(|e| cma_failed(msg.src, e)).and(result));
+        self.release_sender(peer, parked.cookie, ok);
+    }
+
+    /// Copies out every message parked longer than [`PARK_LIMIT`]; returns how long until the
+    /// next parked or claimed one is due.
+    fn fetch_overdue(&self) -> Option<Duration> {
+        let now = Instant::now();
+        let mut released = Vec::new();
+        let mut m = lock(&self.matcher);
+        m.fetch_parked(now - PARK_LIMIT, |src, p| {
+            let peer = self.peer(src);
+            let mut data = Vec::with_capacity(p.len);
+            // SAFETY: reading p.len bytes into reserved capacity, then setting the length.
+            let r = unsafe { cma::read(self.cma_pid(peer), p.addr, data.as_mut_ptr(), p.len) };
+            released.push((src, p.cookie, r.is_ok()));
+            match r {
+                Ok(()) => {
+                    unsafe { data.set_len(p.len) };
+                    Some(data)
+                }
+                Err(e) => {
+                    dc_log!(Level::Warn, Some(self.rank as usize), "{}", cma_failed(src, e).msg);
+                    None
                 }
             }
+        });
+        let oldest = m.oldest_parked();
+        drop(m);
+        let oldest = match (oldest, lock(&self.claimed).front().map(|c| c.since)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         };
-        events.push(Event::SendFin { cookie, ok });
+        let next = oldest.map(|t| (t + PARK_LIMIT).saturating_duration_since(now));
+        for (src, cookie, ok) in released {
+            self.release_sender(self.peer(src), cookie, ok);
+        }
+        next
+    }
+
+    /// Tells the sender of a single-copy message that we are done with its buffer.
+    fn release_sender(&self, peer: &Arc<Peer>, cookie: u64, ok: bool) {
+        let _ = self.send_control(peer, Header { check: u32::from(!ok), tag: cookie, ..Header::control(FrameKind::Fin, 0) });
+    }
+
+    fn cma_pid(&self, peer: &Peer) -> i32 {
+        peer.cma_pid.unwrap_or(-1)
     }
 
     fn on_header(&self, peer: &Peer, hdr: Header, events: &mut Vec<Event>) -> Target {
@@ -890,9 +981,7 @@ impl SocketTransport {
         for ev in events.drain(..) {
             match ev {
                 Event::RemoteAbort(ctx, code) => self.on_remote_abort(ctx, peer.rank, code),
-                Event::SendFin { cookie, ok } => {
-                    let _ = self.send_control(peer, Header { check: u32::from(!ok), tag: cookie, ..Header::control(FrameKind::Fin, 0) });
-                }
+                Event::SendFin { cookie, ok } => self.release_sender(peer, cookie, ok),
                 Event::Fin { cookie, ok } => {
                     if let Some(op) = lock(&peer.awaiting_fin).remove(&cookie) {
                         let r = if ok {
@@ -977,8 +1066,13 @@ impl SocketTransport {
                     who.push(p.clone());
                 }
             }
+            self.copy_claimed(Some(Instant::now() - PARK_LIMIT));
+            let timeout_ms = match self.fetch_overdue() {
+                Some(due) => due.as_micros().div_ceil(1000).min(1000) as i32,
+                None => 1000,
+            };
             // SAFETY: pfds is a valid array of pollfd for the call.
-            let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, 1000) };
+            let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, timeout_ms) };
             if n <= 0 {
                 continue;
             }
@@ -1035,4 +1129,9 @@ impl SocketTransport {
             while unsafe { libc::recv(p.fd(), sink.as_mut_ptr() as *mut libc::c_void, sink.len(), libc::MSG_DONTWAIT) } > 0 {}
         }
     }
+}
+
+fn cma_failed(rank: u32, e: io::Error) -> Error {
+    let status = if e.raw_os_error() == Some(libc::ESRCH) { Status::PeerLost } else { Status::System };
+    Error::new(status, format!("copying a message from rank {rank} failed: {e}"))
 }
