@@ -148,8 +148,9 @@ fn wait_op(
     cancel: &dyn Fn(Error),
     what: &dyn Fn() -> String,
     idle: Option<&dyn Fn(Duration, i32)>,
+    poll: Option<&dyn Fn()>,
 ) -> Result<Done> {
-    match comp.wait_with(deadline, interrupt, idle) {
+    match comp.wait_with(deadline, interrupt, idle, poll) {
         WaitOutcome::Finished(r) => r,
         WaitOutcome::TimedOut => {
             let meanwhile = lost().map(|l| format!(" (meanwhile {})", l.msg)).unwrap_or_default();
@@ -421,12 +422,21 @@ impl Comm {
         let lost = || self.lost_member();
         // Sleep in poll on the sockets ourselves: a receive (or a single-copy send's Fin) is
         // finished by arriving data, and anything else that finishes the op wakes us too.
-        let idle = |d: Duration, fd: i32| self.transport().wait_readable(d, fd);
+        let tr = self.transport();
         // Copies that our receives claimed are ours to make while we wait.
-        self.transport().copy_claimed(None);
+        tr.copy_claimed(None);
+        // Peers on our host write to our shared-memory rings: we spin on them (registered, so
+        // they skip the doorbell) and stop spinning only to sleep.
+        let spin = tr.spin_on_rings();
+        let idle = |d: Duration, fd: i32| {
+            let _paused = spin.as_ref().map(|s| s.pause());
+            tr.wait_readable(d, fd);
+        };
+        let poll = || tr.poll_rings();
+        let poll: Option<&dyn Fn()> = if spin.is_some() { Some(&poll) } else { None };
         match op {
-            P2pOp::Send(s) => wait_op(&s.comp, deadline, t, &interrupt, &lost, &|e| self.transport().cancel_send(s, e), what, Some(&idle)),
-            P2pOp::Recv(r) => wait_op(&r.comp, deadline, t, &interrupt, &lost, &|e| self.transport().cancel_recv(r, e), what, Some(&idle)),
+            P2pOp::Send(s) => wait_op(&s.comp, deadline, t, &interrupt, &lost, &|e| tr.cancel_send(s, e), what, Some(&idle), poll),
+            P2pOp::Recv(r) => wait_op(&r.comp, deadline, t, &interrupt, &lost, &|e| tr.cancel_recv(r, e), what, Some(&idle), poll),
             #[cfg(feature = "nccl")]
             P2pOp::Device(d) => d.wait(self, deadline, what),
         }
@@ -463,6 +473,10 @@ impl Comm {
 
     /// Whether `op` has finished (never blocks; for device ops, one event query).
     pub fn p2p_is_done(&self, op: &P2pOp) -> bool {
+        // A caller that tests in a loop is waiting too: read what our host's peers wrote.
+        if !Comm::p2p_done(op) {
+            self.transport().poll_rings();
+        }
         match op {
             #[cfg(feature = "nccl")]
             P2pOp::Device(d) => d.is_done(self),

@@ -24,13 +24,15 @@ pub struct Completion {
     done: AtomicBool,
     result: Mutex<Option<Result<Done>>>,
     cv: Condvar,
+    /// Waiters asleep on `cv` (notifying is a system call: skipped when nobody sleeps).
+    cv_sleepers: AtomicI32,
     /// The eventfd of a waiter sleeping in `poll` (-1: none).
     waker: AtomicI32,
 }
 
 impl Default for Completion {
     fn default() -> Completion {
-        Completion { done: AtomicBool::new(false), result: Mutex::new(None), cv: Condvar::new(), waker: AtomicI32::new(-1) }
+        Completion { done: AtomicBool::new(false), result: Mutex::new(None), cv: Condvar::new(), cv_sleepers: AtomicI32::new(0), waker: AtomicI32::new(-1) }
     }
 }
 
@@ -154,8 +156,12 @@ impl Completion {
         }
         *g = Some(r);
         self.done.store(true, Ordering::SeqCst);
+        // A sleeper registers under the lock we hold, so it is counted or sees the result.
+        let sleepers = self.cv_sleepers.load(Ordering::SeqCst);
         drop(g);
-        self.cv.notify_all();
+        if sleepers > 0 {
+            self.cv.notify_all();
+        }
         crate::waker::wake(self.waker.load(Ordering::SeqCst));
         true
     }
@@ -171,20 +177,25 @@ impl Completion {
     /// Waits until finished, `deadline` passes (`Timeout`), or `interrupt` reports an error
     /// (abort, peer loss). Returns the operation's result; the op is NOT cancelled on timeout.
     pub fn wait(&self, deadline: Instant, interrupt: &dyn Fn() -> Option<Error>) -> WaitOutcome {
-        self.wait_with(deadline, interrupt, None)
+        self.wait_with(deadline, interrupt, None, None)
     }
 
     /// Like `wait`, but when it is time to sleep, `idle(max, fd)` is called instead of sleeping on
     /// the condvar: e.g. sleep in `poll` on the sockets whose data would complete the op, so the
     /// waiter wakes straight from the kernel instead of through the progress thread. `fd` (an
     /// eventfd) becomes readable when the op is completed by anyone; `idle` must poll it too.
-    pub fn wait_with(&self, deadline: Instant, interrupt: &dyn Fn() -> Option<Error>, idle: Option<&dyn Fn(Duration, i32)>) -> WaitOutcome {
-        let mut backoff = Backoff::for_progress_thread();
+    /// `poll`, if given, looks for the op's data in shared memory without sleeping: it is
+    /// called while spinning and yielding, and spinning then lasts as long as for shared memory.
+    pub fn wait_with(&self, deadline: Instant, interrupt: &dyn Fn() -> Option<Error>, idle: Option<&dyn Fn(Duration, i32)>, poll: Option<&dyn Fn()>) -> WaitOutcome {
+        let mut backoff = if poll.is_some() { Backoff::for_shared_memory() } else { Backoff::for_progress_thread() };
         loop {
             if let Some(r) = self.result() {
                 return WaitOutcome::Finished(r);
             }
             let pace = backoff.next();
+            if let (Some(poll), Pace::Spin | Pace::Yield) = (poll, pace) {
+                poll();
+            }
             if pace == Pace::Spin {
                 continue;
             }
@@ -211,7 +222,10 @@ impl Completion {
             }
             let g = self.result.lock().unwrap_or_else(|p| p.into_inner());
             if g.is_none() {
-                let _ = self.cv.wait_timeout(g, nap);
+                self.cv_sleepers.fetch_add(1, Ordering::SeqCst);
+                let g = self.cv.wait_timeout(g, nap);
+                self.cv_sleepers.fetch_sub(1, Ordering::SeqCst);
+                drop(g);
             }
         }
     }

@@ -5,9 +5,10 @@ use crate::dc_log;
 use crate::error::{Error, Result, Status};
 use crate::log::Level;
 use crate::rendezvous::config::{resolve, InitOptions};
-use crate::rendezvous::{exchange, rendezvous};
+use crate::rendezvous::{exchange, rendezvous, Store};
 use crate::transport::cma;
 use crate::transport::handshake::token_digest;
+use crate::transport::ring::{self, RingSegment};
 use crate::transport::socket::{Listener, MeshConfig, SocketTransport};
 use std::io::Read;
 use std::net::SocketAddr;
@@ -86,6 +87,10 @@ pub fn init(opts: &InitOptions) -> Result<Arc<Comm>> {
     }
     let mesh = MeshConfig { rank: rank as u32, size: size as u32, token_digest: token_digest(&rdv.token), job_id, deadline, cma_pids };
     let transport = SocketTransport::connect_mesh(listener, &addrs, &mesh)?;
+    let local: Vec<u32> = (0..size).filter(|&r| mesh.cma_pids[r].is_some()).map(|r| r as u32).collect();
+    if !local.is_empty() {
+        setup_rings(&transport, &*rdv.store, rank, &local, deadline)?;
+    }
     for (r, a) in addrs.iter().enumerate() {
         if r != rank {
             let how = if mesh.cma_pids[r].is_some() { "socket, single-copy above the threshold" } else { "socket" };
@@ -110,4 +115,58 @@ pub fn init(opts: &InitOptions) -> Result<Arc<Comm>> {
     let comm = Comm::new_world(world, job_id, timeout_ms)?;
     dc_log!(Level::Info, Some(rank), "collectives use {}", comm.backend().to_string_lossy());
     Ok(comm)
+}
+
+/// Shared-memory rings for point-to-point messages with the ranks of our host (`local`: the
+/// world ranks whose memory we may read): we create our segment of incoming rings and publish
+/// it, map each peer's and send to it through our ring there from now on, and unlink ours once
+/// every peer has had its chance to map it. A peer whose segment we cannot map (another mount
+/// namespace, no /dev/shm) keeps the socket; so does one that cannot map ours, towards us.
+fn setup_rings(transport: &SocketTransport, store: &dyn Store, rank: usize, local: &[u32], deadline: Instant) -> Result<()> {
+    let nonce = random_u64();
+    let path = ring::segment_path(std::process::id(), nonce);
+    let mine = match RingSegment::create(&path, local.len(), nonce) {
+        Ok(seg) => {
+            let mut index = vec![None; transport.size() as usize];
+            for (i, &r) in local.iter().enumerate() {
+                index[r as usize] = Some(i);
+            }
+            transport.attach_incoming_rings(seg, index);
+            let ranks: Vec<String> = local.iter().map(|r| r.to_string()).collect();
+            format!("{}:{nonce:x}:{}", std::process::id(), ranks.join(","))
+        }
+        Err(e) => {
+            dc_log!(Level::Info, Some(rank), "point-to-point over sockets only: {}", e.msg);
+            "none".to_string()
+        }
+    };
+    store.set(&format!("p2p_rings/{rank}"), mine.as_bytes())?;
+    for &r in local {
+        let v = store.get(&format!("p2p_rings/{r}"), deadline).map_err(|e| e.context(format!("waiting for rank {r}'s ring segment")))?;
+        match map_peer_ring(&String::from_utf8_lossy(&v), rank) {
+            Ok((seg, index)) => transport.attach_outgoing_ring(r, seg, index),
+            Err(why) => dc_log!(Level::Info, Some(rank), "messages to rank {r} go over the socket: {why}"),
+        }
+    }
+    store.set(&format!("p2p_mapped/{rank}"), b"1")?;
+    for &r in local {
+        store.get(&format!("p2p_mapped/{r}"), deadline).map_err(|e| e.context(format!("waiting for rank {r} to map the rings")))?;
+    }
+    let _ = std::fs::remove_file(&path);
+    Ok(())
+}
+
+/// Maps the segment a peer announced ("pid:nonce:rank,rank,..."); our ring's index in it.
+fn map_peer_ring(announced: &str, rank: usize) -> std::result::Result<(RingSegment, usize), String> {
+    let mut parts = announced.splitn(3, ':');
+    let (Some(pid), Some(nonce), Some(ranks)) = (parts.next(), parts.next(), parts.next()) else {
+        return Err(format!("it has no ring segment ({announced})"));
+    };
+    let pid: u32 = pid.parse().map_err(|_| "malformed announcement")?;
+    let nonce = u64::from_str_radix(nonce, 16).map_err(|_| "malformed announcement")?;
+    let ranks: Vec<&str> = ranks.split(',').collect();
+    let me = rank.to_string();
+    let index = ranks.iter().position(|r| *r == me).ok_or("its segment has no ring for us")?;
+    let seg = RingSegment::open(&ring::segment_path(pid, nonce), ranks.len(), nonce).map_err(|e| e.msg)?;
+    Ok((seg, index))
 }

@@ -142,7 +142,7 @@ fn frame_headers_decode_safely_and_round_trip() {
         if rng.below(2) == 0 {
             b.copy_from_slice(&rng.bytes(HEADER_LEN));
         } else {
-            let kind = [FrameKind::Data, FrameKind::Abort, FrameKind::Close][rng.below(3)];
+            let kind = [FrameKind::Data, FrameKind::Abort, FrameKind::Close, FrameKind::Fin, FrameKind::Bell][rng.below(5)];
             let h = Header { kind, check: rng.next() as u32, ctx: rng.next(), tag: rng.edge_u64(), len: if kind == FrameKind::Data { rng.edge_u64() } else { 0 } };
             let mut v = h.encode().to_vec();
             if rng.below(3) > 0 {

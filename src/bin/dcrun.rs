@@ -488,7 +488,11 @@ fn run(args: Args) -> i32 {
                         eprintln!("dcrun: rank {rank} (pid {pid}) {what}");
                     } else {
                         eprintln!("dcrun: rank {rank} (pid {pid}) {what}; stopping the other ranks");
-                        signal_all(&alive, libc::SIGTERM);
+                        // Ranks that were just sent the user's signal are stopping already: a
+                        // second SIGTERM would run their handlers twice.
+                        if user_signals == 0 {
+                            signal_all(&alive, libc::SIGTERM);
+                        }
                         kill_at = Some(Instant::now() + GRACE);
                     }
                 }

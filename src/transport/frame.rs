@@ -23,6 +23,9 @@ pub enum FrameKind {
     /// The receiver is done with the sender's memory for the message `tag` (a cookie);
     /// `check` is 0 on success.
     Fin = 5,
+    /// Same host, sent over the socket: "look at our shared-memory rings" (frames wait in
+    /// yours from us, or yours to us has room again; see `ring`).
+    Bell = 6,
 }
 
 /// Body length of an `Rts` frame.
@@ -69,6 +72,7 @@ impl Header {
             3 => FrameKind::Close,
             4 => FrameKind::Rts,
             5 => FrameKind::Fin,
+            6 => FrameKind::Bell,
             _ => return Err(bad("unknown kind")),
         };
         let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());

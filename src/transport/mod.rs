@@ -8,6 +8,7 @@ pub mod socket;
 pub mod handshake;
 pub mod shm;
 pub mod cma;
+pub mod ring;
 pub mod accept;
 
 pub use ops::{CtxState, RecvOp, SendOp, TagMatch};

@@ -13,6 +13,7 @@ use super::cma;
 use super::frame::{FrameKind, Header, HEADER_LEN, RTS_LEN};
 use super::handshake::{self, Hello};
 use super::matching::{deliver_copy, verdict, Content, Matcher, Parked, Unexpected};
+use super::ring::{self, RingSegment};
 use super::ops::{CtxState, RecvOp, SendOp, TagMatch};
 use crate::buffer::{ConstBuf, MutBuf};
 use crate::completion::Done;
@@ -24,7 +25,7 @@ use std::io;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -127,6 +128,24 @@ struct Peer {
     cma_pid: Option<i32>,
     /// Our single-copy sends to this peer, waiting for its `Fin`, by cookie.
     awaiting_fin: Mutex<HashMap<u64, Arc<SendOp>>>,
+    /// Same host: our ring in the peer's segment. Once set (during init, before any message),
+    /// every data and single-copy frame to this peer goes through it, keeping them in order.
+    ring_out: OnceLock<RingOut>,
+}
+
+/// Our ring in a peer's segment, and the frames that did not fit yet (sent in order as the
+/// peer makes room).
+struct RingOut {
+    seg: RingSegment,
+    index: usize,
+    backlog: Mutex<VecDeque<Vec<u8>>>,
+}
+
+/// Our own ring segment: one incoming ring per same-host peer.
+struct RingsIn {
+    seg: RingSegment,
+    /// By world rank: that peer's ring in our segment.
+    index: Vec<Option<usize>>,
 }
 
 impl Peer {
@@ -156,6 +175,10 @@ enum Event {
     SendFin { cookie: u64, ok: bool },
     /// The peer is done reading our single-copy message.
     Fin { cookie: u64, ok: bool },
+    /// Tell the peer to look at our rings (its ring to us has room again).
+    Bell,
+    /// Send what waits for room in our ring to the peer.
+    Flush,
 }
 
 pub struct SocketTransport {
@@ -166,6 +189,10 @@ pub struct SocketTransport {
     /// Receives that matched a parked message, for the progress thread to copy (held during
     /// each copy, so a canceller waits for it).
     claimed: Mutex<VecDeque<Claimed>>,
+    /// Same host: our incoming rings (set during init).
+    rings_in: OnceLock<RingsIn>,
+    /// Frames waiting in some `RingOut::backlog`.
+    backlogged: AtomicUsize,
     ctxs: Mutex<HashMap<u64, Weak<CtxState>>>,
     /// Contexts a peer aborted before this process created them.
     early_aborts: Mutex<HashSet<u64>>,
@@ -178,6 +205,40 @@ pub struct SocketTransport {
     stop: AtomicBool,
     next_cookie: std::sync::atomic::AtomicU64,
     thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// A thread spinning on our rings (see `SocketTransport::spin_on_rings`).
+pub struct RingSpin<'a> {
+    t: &'a SocketTransport,
+    rings: &'a RingsIn,
+}
+
+impl RingSpin<'_> {
+    /// Stops spinning to sleep (writers ring the doorbell meanwhile) until the returned guard
+    /// is dropped.
+    pub fn pause(&self) -> RingSpinPause<'_> {
+        self.rings.seg.spin_stop();
+        self.rings.seg.sleep_start();
+        // A writer that did not see us asleep yet rang no doorbell: look once more.
+        self.t.poll_rings();
+        RingSpinPause(self)
+    }
+}
+
+impl Drop for RingSpin<'_> {
+    fn drop(&mut self) {
+        self.rings.seg.spin_stop();
+    }
+}
+
+/// A paused `RingSpin`; spinning resumes when this is dropped.
+pub struct RingSpinPause<'a>(&'a RingSpin<'a>);
+
+impl Drop for RingSpinPause<'_> {
+    fn drop(&mut self) {
+        self.0.rings.seg.spin_start();
+        self.0.rings.seg.sleep_stop();
+    }
 }
 
 /// A receive and the parked message it matched.
@@ -283,6 +344,7 @@ impl SocketTransport {
                         state: Mutex::new(PeerState::Up),
                         cma_pid: cfg.cma_pids.get(r).copied().flatten(),
                         awaiting_fin: Mutex::new(HashMap::new()),
+                        ring_out: OnceLock::new(),
                     }))
                 }
             });
@@ -298,6 +360,8 @@ impl SocketTransport {
             peers,
             matcher: Mutex::new(Matcher::default()),
             claimed: Mutex::new(VecDeque::new()),
+            rings_in: OnceLock::new(),
+            backlogged: AtomicUsize::new(0),
             ctxs: Mutex::new(HashMap::new()),
             early_aborts: Mutex::new(HashSet::new()),
             abort_order: Mutex::new(()),
@@ -398,6 +462,9 @@ impl SocketTransport {
             return Ok(op);
         }
         let peer = self.peer(dst);
+        if peer.ring_out.get().is_some() {
+            return self.post_via_ring(peer, ctx, tag, check, op);
+        }
         if peer.cma_pid.is_some() && buf.len() >= cma::threshold() && cma::threshold() > 0 {
             return self.post_rts(peer, ctx, tag, check, op);
         }
@@ -408,18 +475,92 @@ impl SocketTransport {
 
     /// Single-copy send: tell the peer where the message is; it completes on the peer's `Fin`.
     fn post_rts(&self, peer: &Arc<Peer>, ctx: &Arc<CtxState>, tag: u64, check: u32, op: Arc<SendOp>) -> Result<Arc<SendOp>> {
-        let cookie = self.next_cookie.fetch_add(1, Ordering::Relaxed);
-        let mut body = Vec::with_capacity(RTS_LEN);
-        body.extend_from_slice(&cookie.to_le_bytes());
-        body.extend_from_slice(&(op.buf.addr() as u64).to_le_bytes());
-        body.extend_from_slice(&(op.buf.len() as u64).to_le_bytes());
-        let hdr = Header { kind: FrameKind::Rts, check, ctx: ctx.id, tag, len: RTS_LEN as u64 };
-        lock(&peer.awaiting_fin).insert(cookie, op.clone());
-        if let Err(e) = self.enqueue(peer, TxItem { hdr: hdr.encode(), hdr_off: 0, body: Body::Owned(body), off: 0, op: None }) {
+        let (cookie, hdr, body) = self.rts_frame(peer, ctx, tag, check, &op);
+        if let Err(e) = self.enqueue(peer, TxItem { hdr: hdr.encode(), hdr_off: 0, body: Body::Owned(body.to_vec()), off: 0, op: None }) {
             lock(&peer.awaiting_fin).remove(&cookie);
             return Err(e);
         }
         Ok(op)
+    }
+
+    /// The `Rts` frame announcing `op`'s buffer, registered to wait for its `Fin`.
+    fn rts_frame(&self, peer: &Peer, ctx: &CtxState, tag: u64, check: u32, op: &Arc<SendOp>) -> (u64, Header, [u8; RTS_LEN]) {
+        let cookie = self.next_cookie.fetch_add(1, Ordering::Relaxed);
+        let mut body = [0u8; RTS_LEN];
+        body[..8].copy_from_slice(&cookie.to_le_bytes());
+        body[8..16].copy_from_slice(&(op.buf.addr() as u64).to_le_bytes());
+        body[16..].copy_from_slice(&(op.buf.len() as u64).to_le_bytes());
+        lock(&peer.awaiting_fin).insert(cookie, op.clone());
+        (cookie, Header { kind: FrameKind::Rts, check, ctx: ctx.id, tag, len: RTS_LEN as u64 }, body)
+    }
+
+    /// A send to a peer on our host: small bodies go inside the ring (the send is then done),
+    /// larger ones single-copy with the `Rts` in the ring.
+    fn post_via_ring(&self, peer: &Arc<Peer>, ctx: &Arc<CtxState>, tag: u64, check: u32, op: Arc<SendOp>) -> Result<Arc<SendOp>> {
+        if let Some(e) = peer.gone_error() {
+            return Err(e);
+        }
+        let len = op.buf.len();
+        if len <= ring::INLINE_MAX {
+            // SAFETY: the caller's buffer is valid during this call; the ring keeps a copy.
+            let body = unsafe { op.buf.as_slice() };
+            self.ring_write(peer, &[&Header::data(ctx.id, tag, check, len).encode(), body]);
+            op.comp.complete(Ok(Done { bytes: len, source: op.dst, tag }));
+        } else {
+            let (_, hdr, body) = self.rts_frame(peer, ctx, tag, check, &op);
+            self.ring_write(peer, &[&hdr.encode(), &body]);
+        }
+        Ok(op)
+    }
+
+    /// Appends a frame to the peer's ring, after whatever waits for room (in order); rings the
+    /// peer's doorbell unless it is watching.
+    fn ring_write(&self, peer: &Arc<Peer>, parts: &[&[u8]]) {
+        let Some(out) = peer.ring_out.get() else { return };
+        let mut backlog = lock(&out.backlog);
+        self.flush_backlog(out, &mut backlog);
+        if !backlog.is_empty() || !out.seg.try_write(out.index, parts) {
+            backlog.push_back(parts.concat());
+            self.backlogged.fetch_add(1, Ordering::Relaxed);
+            out.seg.mark_waiting(out.index);
+            // The peer may have drained between our try and the mark: try once more.
+            self.flush_backlog(out, &mut backlog);
+        }
+        drop(backlog);
+        if out.seg.needs_bell(out.index) {
+            let _ = self.send_control(peer, Header::control(FrameKind::Bell, 0));
+        }
+    }
+
+    /// Moves waiting frames into the ring while they fit.
+    fn flush_backlog(&self, out: &RingOut, backlog: &mut VecDeque<Vec<u8>>) {
+        while let Some(f) = backlog.front() {
+            if !out.seg.try_write(out.index, &[f]) {
+                return;
+            }
+            backlog.pop_front();
+            self.backlogged.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Sends what waits for room in the ring to `peer`.
+    fn flush_ring(&self, peer: &Arc<Peer>) {
+        let Some(out) = peer.ring_out.get() else { return };
+        let mut backlog = lock(&out.backlog);
+        if backlog.is_empty() {
+            return;
+        }
+        self.flush_backlog(out, &mut backlog);
+        drop(backlog);
+        if out.seg.needs_bell(out.index) {
+            let _ = self.send_control(peer, Header::control(FrameKind::Bell, 0));
+        }
+    }
+
+    fn flush_all_rings(&self) {
+        if self.backlogged.load(Ordering::Relaxed) > 0 {
+            self.peers.iter().flatten().for_each(|p| self.flush_ring(p));
+        }
     }
 
     /// Queues a body-less control frame (abort, goodbye, fin) for `peer`.
@@ -749,6 +890,7 @@ impl SocketTransport {
             // SAFETY: ptr is valid for len writable bytes (see above).
             let n = unsafe { libc::recv(peer.fd(), ptr as *mut libc::c_void, len, libc::MSG_DONTWAIT) };
             if n == 0 {
+                self.drain_ring_locked(peer, events);
                 events.push(Event::Gone("connection closed by the peer (process exited or was killed?)".into()));
                 return;
             }
@@ -940,11 +1082,104 @@ impl SocketTransport {
 
     /// Tells the sender of a single-copy message that we are done with its buffer.
     fn release_sender(&self, peer: &Arc<Peer>, cookie: u64, ok: bool) {
-        let _ = self.send_control(peer, Header { check: u32::from(!ok), tag: cookie, ..Header::control(FrameKind::Fin, 0) });
+        let fin = Header { check: u32::from(!ok), tag: cookie, ..Header::control(FrameKind::Fin, 0) };
+        // A Fin needs no order: through the ring when it has room at once, else the socket.
+        if let Some(out) = peer.ring_out.get() {
+            let _writer = lock(&out.backlog);
+            if out.seg.try_write(out.index, &[&fin.encode()]) {
+                if out.seg.needs_bell(out.index) {
+                    let _ = self.send_control(peer, Header::control(FrameKind::Bell, 0));
+                }
+                return;
+            }
+        }
+        let _ = self.send_control(peer, fin);
     }
 
     fn cma_pid(&self, peer: &Peer) -> i32 {
         peer.cma_pid.unwrap_or(-1)
+    }
+
+    // ---- shared-memory rings ---------------------------------------------------------------
+
+    /// Sets up our incoming rings (`index`: by world rank, that peer's ring in `seg`). Init
+    /// calls this before telling peers where the segment is.
+    pub fn attach_incoming_rings(&self, seg: RingSegment, index: Vec<Option<usize>>) {
+        let _ = self.rings_in.set(RingsIn { seg, index });
+    }
+
+    /// From now on, frames to `peer` go through ring `index` of its segment. Init calls this
+    /// before any message is sent.
+    pub fn attach_outgoing_ring(&self, peer: u32, seg: RingSegment, index: usize) {
+        let _ = self.peer(peer).ring_out.set(RingOut { seg, index, backlog: Mutex::new(VecDeque::new()) });
+    }
+
+    /// Whether some peer sends to us through a ring (waiters then spin on the rings).
+    pub fn has_rings(&self) -> bool {
+        self.rings_in.get().is_some()
+    }
+
+    /// Reads the frames `peer` put in our ring. The caller holds the peer's `rx` lock (one
+    /// reader per ring; a canceller of a receive waits for that lock, as for socket data).
+    fn drain_ring_locked(&self, peer: &Peer, events: &mut Vec<Event>) {
+        let Some(rings) = self.rings_in.get() else { return };
+        let Some(i) = rings.index.get(peer.rank as usize).copied().flatten() else { return };
+        rings.seg.drain(i, |rec| self.on_ring_frame(peer, rec, events));
+        if rings.seg.take_waiting(i) {
+            events.push(Event::Bell);
+        }
+    }
+
+    fn on_ring_frame(&self, peer: &Peer, rec: &[u8], events: &mut Vec<Event>) {
+        let hdr = rec.get(..HEADER_LEN).and_then(|h| Header::decode(h.try_into().ok()?).ok());
+        let body = &rec[HEADER_LEN.min(rec.len())..];
+        match hdr {
+            Some(h) if h.kind == FrameKind::Data && h.len as usize <= body.len() => {
+                let data = &body[..h.len as usize];
+                let mut m = lock(&self.matcher);
+                match m.take_posted(h.ctx, peer.rank, h.tag) {
+                    // Under the matcher's lock: a canceller cannot withdraw it meanwhile.
+                    Some(op) => deliver_copy(&op, peer.rank, h.tag, h.check, data),
+                    None => m.push_unexpected(h.ctx, Unexpected::bytes(peer.rank, h.tag, h.check, data.to_vec())),
+                }
+            }
+            Some(h) if h.kind == FrameKind::Rts && body.len() >= RTS_LEN => {
+                self.on_rts(peer, h, body[..RTS_LEN].try_into().expect("length checked"), events);
+            }
+            Some(h) if h.kind == FrameKind::Fin => events.push(Event::Fin { cookie: h.tag, ok: h.check == 0 }),
+            _ => events.push(Event::Gone("malformed frame in the shared-memory ring".into())),
+        }
+    }
+
+    /// For a spinning waiter: reads every ring that has frames (skipping peers whose
+    /// connection another thread is reading) and sends what waits for room.
+    pub fn poll_rings(&self) {
+        let Some(rings) = self.rings_in.get() else { return };
+        let mut events = Vec::new();
+        for (r, i) in rings.index.iter().enumerate() {
+            let Some(i) = *i else { continue };
+            if !rings.seg.has_records(i) {
+                continue;
+            }
+            let peer = self.peer(r as u32);
+            if let Ok(_rx) = peer.rx.try_lock() {
+                self.drain_ring_locked(peer, &mut events);
+            }
+            if !events.is_empty() {
+                self.handle_events(peer, &mut events);
+            }
+        }
+        self.flush_all_rings();
+    }
+
+    /// Registers the calling thread as waiting on our rings until the guard is dropped (None
+    /// when we have none): it spins on them, and while it sleeps (`RingSpin::pause`) writers
+    /// ring the doorbell. Reads what is there already.
+    pub fn spin_on_rings(&self) -> Option<RingSpin<'_>> {
+        let rings = self.rings_in.get()?;
+        rings.seg.spin_start();
+        self.poll_rings();
+        Some(RingSpin { t: self, rings })
     }
 
     fn on_header(&self, peer: &Peer, hdr: Header, events: &mut Vec<Event>) -> Target {
@@ -954,7 +1189,14 @@ impl SocketTransport {
                 Target::header()
             }
             FrameKind::Close => {
+                // What the peer put in our ring before its goodbye comes first.
+                self.drain_ring_locked(peer, events);
                 events.push(Event::Closed);
+                Target::header()
+            }
+            FrameKind::Bell => {
+                self.drain_ring_locked(peer, events);
+                events.push(Event::Flush);
                 Target::header()
             }
             FrameKind::Rts => Target::Rts { hdr, buf: [0; RTS_LEN], got: 0 },
@@ -982,6 +1224,10 @@ impl SocketTransport {
             match ev {
                 Event::RemoteAbort(ctx, code) => self.on_remote_abort(ctx, peer.rank, code),
                 Event::SendFin { cookie, ok } => self.release_sender(peer, cookie, ok),
+                Event::Bell => {
+                    let _ = self.send_control(peer, Header::control(FrameKind::Bell, 0));
+                }
+                Event::Flush => self.flush_ring(peer),
                 Event::Fin { cookie, ok } => {
                     if let Some(op) = lock(&peer.awaiting_fin).remove(&cookie) {
                         let r = if ok {
@@ -1067,10 +1313,22 @@ impl SocketTransport {
                 }
             }
             self.copy_claimed(Some(Instant::now() - PARK_LIMIT));
-            let timeout_ms = match self.fetch_overdue() {
+            self.flush_all_rings();
+            let mut timeout_ms = match self.fetch_overdue() {
                 Some(due) => due.as_micros().div_ceil(1000).min(1000) as i32,
                 None => 1000,
             };
+            if self.rings_in.get().is_some() {
+                // Frames for a process that is not waiting ring no doorbell: look every
+                // millisecond (so non-blocking operations progress, and a single-copy sender
+                // is released, without a wait here).
+                self.poll_rings();
+                timeout_ms = timeout_ms.min(1);
+            }
+            if self.backlogged.load(Ordering::Relaxed) > 0 {
+                // The peer rings when it made room; this is only a safety net.
+                timeout_ms = timeout_ms.min(1);
+            }
             // SAFETY: pfds is a valid array of pollfd for the call.
             let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, timeout_ms) };
             if n <= 0 {
@@ -1102,6 +1360,12 @@ impl SocketTransport {
     pub fn shutdown(&self, deadline: Instant) {
         let handle = lock(&self.thread).take();
         let Some(handle) = handle else { return };
+        // Frames still waiting for room in a peer's ring go before our goodbye (which takes
+        // the socket and could overtake them).
+        while self.backlogged.load(Ordering::Relaxed) > 0 && Instant::now() < deadline {
+            self.flush_all_rings();
+            std::thread::sleep(Duration::from_micros(200));
+        }
         {
             let _order = lock(&self.abort_order);
             for p in self.peers.iter().flatten() {
