@@ -4,7 +4,7 @@
 //! buffer; small frames are batched through a per-connection staging buffer. Between ranks of
 //! one host a large message goes single-copy: the receiver reads it from the sender's memory
 //! (`cma`), into the posted receive, or, when that receive comes later, parked until it does
-//! (for at most [`PARK_LIMIT`]).
+//! (for at most [`park_limit`]).
 //!
 //! Lock order: a connection's `rx` may be held while taking `matcher`; `claimed` may be held
 //! while taking `matcher` or a connection's `tx`; nothing else nests.
@@ -40,8 +40,11 @@ pub const ABORT_MISMATCH: u32 = 1;
 const UNEXP_GROW_MIN: usize = 1 << 20;
 /// A single-copy message whose receive is not posted stays in the sender's memory this long
 /// (the receive copies it from there); then we copy it out, so the sender is released even if
-/// no receive comes (two ranks that both send before they receive do not deadlock).
-const PARK_LIMIT: Duration = Duration::from_millis(1);
+/// no receive comes (two ranks that both send before they receive do not deadlock). Ranks that
+/// outnumber the cores wait their turn for a core for milliseconds: they get longer.
+fn park_limit() -> Duration {
+    if crate::completion::oversubscribed() { Duration::from_millis(10) } else { Duration::from_millis(1) }
+}
 /// How long an unauthenticated connection may take to present its hello.
 const HELLO_WAIT: Duration = Duration::from_secs(5);
 
@@ -991,7 +994,7 @@ impl SocketTransport {
 
     /// A single-copy message: copy it out of the sender's memory into its posted receive and
     /// tell the sender it may reuse its buffer; with no receive posted, park it (see
-    /// [`PARK_LIMIT`]).
+    /// [`park_limit`]).
     fn on_rts(&self, peer: &Peer, hdr: Header, body: &[u8; RTS_LEN], events: &mut Vec<Event>) {
         let word = |i: usize| u64::from_le_bytes(body[i * 8..i * 8 + 8].try_into().unwrap());
         let parked = Parked { cookie: word(0), addr: word(1), len: word(2) as usize, since: Instant::now() };
@@ -1044,13 +1047,13 @@ impl SocketTransport {
         self.release_sender(peer, parked.cookie, ok);
     }
 
-    /// Copies out every message parked longer than [`PARK_LIMIT`]; returns how long until the
+    /// Copies out every message parked longer than [`park_limit`]; returns how long until the
     /// next parked or claimed one is due.
     fn fetch_overdue(&self) -> Option<Duration> {
         let now = Instant::now();
         let mut released = Vec::new();
         let mut m = lock(&self.matcher);
-        m.fetch_parked(now - PARK_LIMIT, |src, p| {
+        m.fetch_parked(now - park_limit(), |src, p| {
             let peer = self.peer(src);
             let mut data = Vec::with_capacity(p.len);
             // SAFETY: reading p.len bytes into reserved capacity, then setting the length.
@@ -1073,7 +1076,7 @@ impl SocketTransport {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        let next = oldest.map(|t| (t + PARK_LIMIT).saturating_duration_since(now));
+        let next = oldest.map(|t| (t + park_limit()).saturating_duration_since(now));
         for (src, cookie, ok) in released {
             self.release_sender(self.peer(src), cookie, ok);
         }
@@ -1312,7 +1315,7 @@ impl SocketTransport {
                     who.push(p.clone());
                 }
             }
-            self.copy_claimed(Some(Instant::now() - PARK_LIMIT));
+            self.copy_claimed(Some(Instant::now() - park_limit()));
             self.flush_all_rings();
             let mut timeout_ms = match self.fetch_overdue() {
                 Some(due) => due.as_micros().div_ceil(1000).min(1000) as i32,
