@@ -29,9 +29,9 @@ usage: bench/compare.sh [options]
       --redop OP         reduction op (default sum; avg is sum + a division for MPI)
   --rounds R             alternations per size (default 5; odd numbers keep the two ratios
                          exact reciprocals)
-  -n, --iters N          timed iterations per run (default by size: 1000 up to 64K, 100 below
-                         1M, 10 below 16M, else 4)
-  -w, --warmup N         warm-up iterations per run (default by size: 50, 5, 2, 1)
+  -n, --iters N          timed iterations per run (default by size: 1000 up to 64K, 200 below
+                         1M, 50 below 16M, else 5)
+  -w, --warmup N         warm-up iterations per run (default by size: 50, 10, 5, 1)
   -c, --check N          checked runs per run (default 1; 0 turns checking off)
   --form oop|ip|both     which rows the ratio table shows (default oop: out-of-place; broadcast,
                          alltoall, sendrecv and barrier only have that form)
@@ -223,8 +223,8 @@ for np in $RANKS; do
     [ "$op" = barrier ] && sizes=0
     for s in $sizes; do
       # Small sizes take microseconds: many iterations, so one scheduler hiccup does not decide.
-      if [ -n "$ITERS" ]; then it=$ITERS; elif [ "$s" -le 65536 ]; then it=1000; elif [ "$s" -lt 1048576 ]; then it=100; elif [ "$s" -lt 16777216 ]; then it=10; else it=4; fi
-      if [ -n "$WARMUP" ]; then wu=$WARMUP; elif [ "$s" -le 65536 ]; then wu=50; elif [ "$s" -lt 1048576 ]; then wu=5; elif [ "$s" -lt 16777216 ]; then wu=2; else wu=1; fi
+      if [ -n "$ITERS" ]; then it=$ITERS; elif [ "$s" -le 65536 ]; then it=1000; elif [ "$s" -lt 1048576 ]; then it=200; elif [ "$s" -lt 16777216 ]; then it=50; else it=5; fi
+      if [ -n "$WARMUP" ]; then wu=$WARMUP; elif [ "$s" -le 65536 ]; then wu=50; elif [ "$s" -lt 1048576 ]; then wu=10; elif [ "$s" -lt 16777216 ]; then wu=5; else wu=1; fi
       for ((r = 1; r <= ROUNDS; r++)); do
         if ((r % 2)); then
           run_one distcomm "$np" "$op" "$s" "$it" "$wu" "$r"
@@ -334,7 +334,7 @@ MPI_HDR=$(cat "$WORK/header.$MPI" 2>/dev/null || true)
   echo "- distcomm: \`${DC_HDR#\# }\` (DC_TRANSPORT=${TRANSPORT:-auto})"
   echo "- $MPI: \`${MPI_HDR#\# }\`; mpirun arguments: \`${MPIRUN_CMD[*]:1} $MPI_ARGS\`"
   echo "- ranks: $RANKS; type $DTYPE, redop $REDOP; $ROUNDS rounds per size, distcomm and $MPI alternating (order flipped each round)"
-  echo "- iterations per run: ${ITERS:-1000 / 100 / 10 / 4 (up to 64K / below 1M / below 16M / above)}, warm-up ${WARMUP:-50 / 5 / 2 / 1}; checked runs per run: $CHECK"
+  echo "- iterations per run: ${ITERS:-1000 / 200 / 50 / 5 (up to 64K / below 1M / below 16M / above)}, warm-up ${WARMUP:-50 / 10 / 5 / 1}; checked runs per run: $CHECK"
   echo "- time: the slowest rank's average per iteration, median over rounds; time ratio: median over rounds of"
   echo "  distcomm time / $MPI time (below 1: distcomm faster); busbw ratio: median of $MPI time / distcomm time"
   echo "  (above 1: distcomm has more bus bandwidth); wrong: most wrong elements any round saw (must be 0)"
