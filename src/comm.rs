@@ -66,7 +66,19 @@ struct ShmState {
     turn_waiters: AtomicU64,
     turn_lock: Mutex<()>,
     turn_cv: Condvar,
+    /// Every member sends to every other through shared-memory rings (agreed at setup): small
+    /// broadcasts then go as eager messages down a tree, so the root does not wait for the
+    /// others (see `EAGER_BROADCAST_MAX`).
+    eager_broadcast: bool,
 }
+
+/// Broadcasts up to this size use the point-to-point rings when every member has them and the
+/// host's ranks outnumber its cores: the step protocol makes every rank wait for every other at
+/// each broadcast, which then costs a context switch per rank. (With a core per rank the steps
+/// are faster; larger broadcasts run ahead until the rings fill, and then slower.) (A rank that calls another collective
+/// meanwhile is then noticed by its timeout, not by the shared-memory agreement check;
+/// DC_DEBUG=DETAIL still compares every call's arguments first.)
+const EAGER_BROADCAST_MAX: usize = 2 << 10;
 
 impl ShmState {
     /// Waits until collective `seq` may run (usually at once: one atomic load).
@@ -548,7 +560,11 @@ impl Comm {
     fn execute_shm(&self, shm: &ShmState, args: &CollArgs, seq: u64, deadline: Instant) -> Result<()> {
         shm.wait_turn(seq, deadline, &|| self.check_usable())?;
         let interrupt = || self.ctx.abort_error().or_else(|| self.transport().gone_error_any(&self.members));
-        let r = {
+        let eager = matches!(args, CollArgs::Broadcast { buf, .. } if shm.eager_broadcast && buf.len() <= EAGER_BROADCAST_MAX)
+            && crate::completion::oversubscribed();
+        let r = if eager {
+            self.execute_link(args, seq, deadline)
+        } else {
             let mut scratch = lock(&shm.scratch);
             let mut run = ShmRun::new(&shm.arena, &shm.steps, deadline, &interrupt, &mut scratch, shm.pids.as_deref());
             // SAFETY: buffers were validated by the C surface and stay valid until we return.
@@ -600,9 +616,11 @@ impl Comm {
             }
             None => None,
         };
-        // Everyone says whether it mapped the segment; then it can be unlinked.
-        let ok = [u8::from(arena.is_some())];
-        let mut all_ok = [0u8];
+        // Everyone says whether it mapped the segment (and whether it has rings to everyone);
+        // then it can be unlinked.
+        let rings = self.members.iter().all(|&w| w == self.members[self.rank] || self.transport().ring_to(w));
+        let ok = [u8::from(arena.is_some()), u8::from(rings)];
+        let mut all_ok = [0u8; 2];
         self.collective(CollArgs::Allreduce {
             send: Some(ConstBuf::from_slice(&ok)),
             recv: MutBuf::from_slice(&mut all_ok),
@@ -625,6 +643,7 @@ impl Comm {
                     turn_waiters: AtomicU64::new(0),
                     turn_lock: Mutex::new(()),
                     turn_cv: Condvar::new(),
+                    eager_broadcast: all_ok[1] == 1,
                 };
                 let _ = self.shm.set(state);
                 Ok(())

@@ -13,6 +13,10 @@ use std::time::{Duration, Instant};
 
 
 fn spawn_job(role: &str, n: usize, timeout_ms: &str) -> Vec<Child> {
+    spawn_job_with(role, n, timeout_ms, &[])
+}
+
+fn spawn_job_with(role: &str, n: usize, timeout_ms: &str, env: &[(&str, &str)]) -> Vec<Child> {
     let port = free_port().to_string();
     (0..n)
         .map(|r| {
@@ -24,6 +28,7 @@ fn spawn_job(role: &str, n: usize, timeout_ms: &str) -> Vec<Child> {
                 .env("MASTER_ADDR", "127.0.0.1")
                 .env("MASTER_PORT", &port)
                 .env("DC_TIMEOUT_MS", timeout_ms)
+                .envs(env.iter().copied())
                 .spawn()
                 .unwrap()
         })
@@ -76,9 +81,35 @@ fn child_entry() {
             assert!(t1.elapsed() < Duration::from_secs(10), "destroy took {:?}", t1.elapsed());
             std::process::exit(code);
         }
+        "broadcasts" => {
+            // Small broadcasts from every root (eager, down a tree over the rings, when ranks
+            // outnumber cores), between other collectives and larger broadcasts, back to back.
+            for round in 0..300usize {
+                for (len, root) in [(1usize, round % size), (700, (round + 1) % size), (2048, 0), (5000, size - 1)] {
+                    let mut b: Vec<u8> = if rank == root { (0..len).map(|i| (i + round + root) as u8).collect() } else { vec![0xEE; len] };
+                    comm.collective(CollArgs::Broadcast { buf: MutBuf::from_slice(&mut b), dt: DType::Uint8, root }).unwrap();
+                    assert!(b.iter().enumerate().all(|(i, &x)| x == (i + round + root) as u8), "round {round}: broadcast of {len} from {root}");
+                }
+                if round % 50 == 0 {
+                    let v = vec![rank as u8; 1000];
+                    let mut out = vec![0u8; 1000];
+                    allreduce(&v, &mut out).unwrap();
+                    assert!(out.iter().all(|&b| b as usize == size - 1));
+                }
+            }
+        }
         _ => panic!("unknown role {role}"),
     }
     comm.destroy();
+}
+
+#[test]
+fn broadcasts_back_to_back_with_ranks_outnumbering_cores() {
+    // LOCAL_WORLD_SIZE above the core count is what a launcher sets on a crowded host.
+    for n in [3, 4] {
+        let codes = wait_all(spawn_job_with("broadcasts", n, "30000", &[("LOCAL_WORLD_SIZE", "64")]), Duration::from_secs(120));
+        assert!(codes.iter().all(|&c| c == 0), "n={n}: exit codes {codes:?}");
+    }
 }
 
 #[test]
