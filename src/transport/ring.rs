@@ -12,9 +12,8 @@
 //! time (the owner serialises its threads).
 
 use crate::error::{Error, Result, Status};
+use super::shm::{create_segment_file, open_segment_file};
 use memmap2::MmapMut;
-use std::fs::OpenOptions;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
@@ -85,14 +84,7 @@ fn round_up(n: usize) -> usize {
 impl RingSegment {
     /// Creates and maps a segment of `rings` empty rings.
     pub fn create(path: &Path, rings: usize, nonce: u64) -> Result<RingSegment> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(path)
-            .map_err(|e| Error::system(format!("create {}", path.display()), e))?;
-        file.set_len((SEG_HEADER + rings * STRIDE) as u64).map_err(|e| Error::system("size ring segment", e))?;
+        let file = create_segment_file(path, SEG_HEADER + rings * STRIDE)?;
         // SAFETY: a new file of ours; other processes change it only through atomics.
         let map = unsafe { MmapMut::map_mut(&file) }.map_err(|e| Error::system("mmap ring segment", e))?;
         let seg = RingSegment { map, rings };
@@ -105,11 +97,7 @@ impl RingSegment {
 
     /// Maps a peer's segment, checking that it is the one the peer announced.
     pub fn open(path: &Path, rings: usize, nonce: u64) -> Result<RingSegment> {
-        let file = OpenOptions::new().read(true).write(true).open(path).map_err(|e| Error::system(format!("open {}", path.display()), e))?;
-        let len = file.metadata().map_err(|e| Error::system("stat ring segment", e))?.len();
-        if len != (SEG_HEADER + rings * STRIDE) as u64 {
-            return Err(Error::new(Status::Unavailable, "ring segment has an unexpected size"));
-        }
+        let file = open_segment_file(path, SEG_HEADER + rings * STRIDE)?;
         // SAFETY: as in `create`; the size was checked.
         let map = unsafe { MmapMut::map_mut(&file) }.map_err(|e| Error::system("mmap ring segment", e))?;
         let seg = RingSegment { map, rings };

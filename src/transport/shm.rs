@@ -123,18 +123,34 @@ pub fn reclaim_stale_segments() {
     }
 }
 
+/// Creates a new segment file of `len` bytes that only we may open (0600, never an existing one).
+pub(crate) fn create_segment_file(path: &std::path::Path, len: usize) -> Result<File> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| Error::system(format!("create {}", path.display()), e))?;
+    file.set_len(len as u64).map_err(|e| Error::system("size shared-memory segment", e))?;
+    Ok(file)
+}
+
+/// Opens a segment file another process created, which must be `len` bytes long.
+pub(crate) fn open_segment_file(path: &std::path::Path, len: usize) -> Result<File> {
+    let file = OpenOptions::new().read(true).write(true).open(path).map_err(|e| Error::system(format!("open {}", path.display()), e))?;
+    let actual = file.metadata().map_err(|e| Error::system("stat segment", e))?.len();
+    if actual != len as u64 {
+        return Err(Error::new(Status::Unavailable, "shared-memory segment has an unexpected size"));
+    }
+    Ok(file)
+}
+
 impl Arena {
     /// Creates and maps the segment (the comm's rank 0).
     pub fn create(path: &PathBuf, ranks: usize, chunk: usize, nonce: u64) -> Result<Arena> {
         let layout = Layout::new(ranks, chunk);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(path)
-            .map_err(|e| Error::system(format!("create {}", path.display()), e))?;
-        file.set_len(layout.total as u64).map_err(|e| Error::system("size shared-memory segment", e))?;
+        let file = create_segment_file(path, layout.total)?;
         let arena = Arena::map(&file, layout, 0)?;
         let h = arena.header();
         h.nonce.store(nonce, Ordering::Relaxed);
@@ -147,11 +163,7 @@ impl Arena {
     /// Maps a segment another member created, checking that it is the one we were told about.
     pub fn open(path: &PathBuf, ranks: usize, chunk: usize, nonce: u64, rank: usize) -> Result<Arena> {
         let layout = Layout::new(ranks, chunk);
-        let file = OpenOptions::new().read(true).write(true).open(path).map_err(|e| Error::system(format!("open {}", path.display()), e))?;
-        let len = file.metadata().map_err(|e| Error::system("stat segment", e))?.len();
-        if len != layout.total as u64 {
-            return Err(Error::new(Status::Unavailable, "shared-memory segment has an unexpected size"));
-        }
+        let file = open_segment_file(path, layout.total)?;
         let arena = Arena::map(&file, layout, rank)?;
         let h = arena.header();
         if h.magic.load(Ordering::Acquire) != MAGIC || h.nonce.load(Ordering::Relaxed) != nonce {
