@@ -72,10 +72,43 @@ fn spin_slice() -> Duration {
     *SLICE
 }
 
+/// The cores this host gives the job: what the launcher saw (`DC_LOCAL_CORES`, which `dcrun`
+/// sets before it binds each rank to its share), else the cores online as far as our cgroup's
+/// cpuset allows. Not our own affinity mask: a launcher that binds each rank to a core of its
+/// own would make every rank look like it shares one core with all the others.
+pub fn host_cores() -> usize {
+    if let Some(n) = std::env::var("DC_LOCAL_CORES").ok().and_then(|v| v.trim().parse::<usize>().ok()).filter(|&n| n > 0) {
+        return n;
+    }
+    // SAFETY: sysconf has no preconditions.
+    let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
+    cgroup_cpuset_size().map_or(online, |n| n.min(online))
+}
+
+/// The number of CPUs in our cgroup (v2) cpuset, if it says.
+fn cgroup_cpuset_size() -> Option<usize> {
+    let cgroup = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let path = cgroup.lines().find_map(|l| l.strip_prefix("0::"))?;
+    let list = std::fs::read_to_string(format!("/sys/fs/cgroup{path}/cpuset.cpus.effective")).ok()?;
+    cpu_list_len(&list)
+}
+
+/// How many CPUs a list like "0-3,8,10-11" names.
+fn cpu_list_len(list: &str) -> Option<usize> {
+    let mut n = 0;
+    for part in list.trim().split(',').filter(|p| !p.is_empty()) {
+        n += match part.split_once('-') {
+            Some((a, b)) => b.trim().parse::<usize>().ok()?.checked_sub(a.trim().parse::<usize>().ok()?)? + 1,
+            None => part.trim().parse::<usize>().map(|_| 1).ok()?,
+        };
+    }
+    (n > 0).then_some(n)
+}
+
 /// Whether this host runs more ranks than it has cores (`LOCAL_WORLD_SIZE` from the launcher).
 pub fn oversubscribed() -> bool {
     static OVER: once_cell::sync::Lazy<bool> = once_cell::sync::Lazy::new(|| {
-        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        let cores = host_cores();
         let local = ["LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE"]
             .iter()
             .find_map(|k| std::env::var(k).ok().and_then(|v| v.trim().parse::<usize>().ok()))
@@ -256,6 +289,16 @@ pub fn timeout_error(what: &str, timeout_ms: i64) -> Error {
 mod tests {
     use super::*;
     use std::sync::Arc;
+
+    #[test]
+    fn cpu_lists_are_counted() {
+        assert_eq!(cpu_list_len("0-3,8,10-11\n"), Some(7));
+        assert_eq!(cpu_list_len("5"), Some(1));
+        assert_eq!(cpu_list_len(""), None);
+        assert_eq!(cpu_list_len("3-1"), None);
+        assert_eq!(cpu_list_len("x"), None);
+        assert!(host_cores() >= 1);
+    }
 
     #[test]
     fn completes_across_threads() {

@@ -403,6 +403,7 @@ fn run(args: Args) -> i32 {
     let mut spawn_error: Option<(i32, String)> = None;
 
     let shares = if args.bind { core_shares(args.nproc) } else { None };
+    let host_cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     for local in 0..args.nproc {
         let rank = args.node_rank * args.nproc + local;
         let mut cmd = Command::new(&args.prog[0]);
@@ -423,6 +424,9 @@ fn run(args: Args) -> i32 {
             .env("WORLD_SIZE", world.to_string())
             .env("LOCAL_RANK", local.to_string())
             .env("LOCAL_WORLD_SIZE", args.nproc.to_string())
+            // The cores we may use, as we see them before binding the ranks to their shares:
+            // a bound rank sees only its share and would think it is crowded.
+            .env("DC_LOCAL_CORES", host_cores.to_string())
             .env("NODE_RANK", args.node_rank.to_string())
             .env("DC_LAUNCHER_STORE", "1")
             .env("DC_TOKEN", &token)
