@@ -434,6 +434,11 @@ impl Comm {
         let lost = || self.lost_member();
         // Sleep in poll on the sockets ourselves: a receive (or a single-copy send's Fin) is
         // finished by arriving data, and anything else that finishes the op wakes us too.
+        if Comm::p2p_done(op) {
+            if let Some(r) = self.p2p_result(op) {
+                return r;
+            }
+        }
         let tr = self.transport();
         // Copies that our receives claimed are ours to make while we wait.
         tr.copy_claimed(None);

@@ -38,10 +38,8 @@ struct SegHeader {
     nonce: AtomicU64,
     rings: AtomicU32,
     _pad: [u8; LINE - 20],
-    /// Threads of the owner that are spinning on its rings right now.
-    spinners: AtomicU32,
-    _pad2: [u8; LINE - 4],
-    /// Threads of the owner asleep in a wait: writers ring the doorbell only for them.
+    /// Threads of the owner asleep in a wait: writers ring the doorbell only for them. (On a
+    /// line of its own, written only around sleeps: writers read it after every frame.)
     sleepers: AtomicU32,
 }
 
@@ -127,18 +125,23 @@ impl RingSegment {
     // ---- writer side (a peer's segment) ---------------------------------------------------
 
     /// Appends one record (`parts` back to back) to ring `i` if it has room; false if not.
-    pub fn try_write(&self, i: usize, parts: &[&[u8]]) -> bool {
+    /// `head` is the writer's last look at the reader's position: the shared one (a cache line
+    /// the reader writes) is read again only when that look shows too little room.
+    pub fn try_write(&self, i: usize, parts: &[&[u8]], head: &mut u64) -> bool {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         let need = round_up(LEN_WORD + len);
         assert!(need <= RING_BYTES / 2, "record of {len} bytes is too large for the ring");
         let h = self.ring_header(i);
         let tail = h.tail.load(Ordering::Relaxed);
-        let head = h.head.load(Ordering::Acquire);
         let off = (tail % RING_BYTES as u64) as usize;
         let to_end = RING_BYTES - off;
         let pad = if need > to_end { to_end } else { 0 };
-        if (tail - head) as usize + pad + need > RING_BYTES {
-            return false;
+        let fits = |head: u64| (tail - head) as usize + pad + need <= RING_BYTES;
+        if !fits(*head) {
+            *head = h.head.load(Ordering::Acquire);
+            if !fits(*head) {
+                return false;
+            }
         }
         let data = self.data(i);
         let mut at = off;
@@ -162,11 +165,10 @@ impl RingSegment {
     }
 
     /// After a write: whether the owner needs a doorbell to notice it soon (a thread of it
-    /// sleeps in a wait, none spins, no doorbell is pending); marks one pending if so.
+    /// sleeps in a wait and no doorbell is pending); marks one pending if so.
     pub fn needs_bell(&self, i: usize) -> bool {
         fence(Ordering::SeqCst);
-        let h = self.header();
-        if h.spinners.load(Ordering::SeqCst) > 0 || h.sleepers.load(Ordering::SeqCst) == 0 {
+        if self.header().sleepers.load(Ordering::SeqCst) == 0 {
             return false;
         }
         self.ring_header(i).bell.swap(1, Ordering::SeqCst) == 0
@@ -225,16 +227,6 @@ impl RingSegment {
         }
     }
 
-    /// Registers a thread of ours that spins on our rings (writers then skip the doorbell).
-    pub fn spin_start(&self) {
-        self.header().spinners.fetch_add(1, Ordering::SeqCst);
-    }
-
-    /// Ends `spin_start`.
-    pub fn spin_stop(&self) {
-        self.header().spinners.fetch_sub(1, Ordering::SeqCst);
-    }
-
     /// A thread of ours is about to sleep in a wait: writers ring from now on. The caller
     /// drains once more afterwards (a writer that did not see it yet rang no doorbell).
     pub fn sleep_start(&self) {
@@ -266,10 +258,11 @@ mod tests {
         let (owner, writer, _) = seg(2);
         let mut next_in = 0u32;
         let mut next_out = 0u32;
+        let mut head = 0;
         // Sizes that do not divide the ring, so records wrap with padding many times.
         for round in 0..200 {
             let blen = (round * 977) % 20_000;
-            while writer.try_write(1, &[&next_in.to_le_bytes(), &(blen as u32).to_le_bytes(), &vec![next_in as u8; blen]]) {
+            while writer.try_write(1, &[&next_in.to_le_bytes(), &(blen as u32).to_le_bytes(), &vec![next_in as u8; blen]], &mut head) {
                 next_in += 1;
             }
             owner.drain(1, |rec| {
@@ -291,7 +284,8 @@ mod tests {
         let (owner, writer, _) = seg(1);
         let big = vec![7u8; INLINE_MAX];
         let mut n = 0;
-        while writer.try_write(0, &[&big]) {
+        let mut head = 0;
+        while writer.try_write(0, &[&big], &mut head) {
             n += 1;
         }
         assert_eq!(n, 3, "three 64 KiB records (plus length words) fit in 256 KiB");
@@ -299,13 +293,12 @@ mod tests {
         owner.sleep_start();
         assert!(writer.needs_bell(0));
         assert!(!writer.needs_bell(0), "one doorbell while it is pending");
-        owner.spin_start();
         assert_eq!(owner.drain(0, |r| assert_eq!(r.len(), round_up(LEN_WORD + INLINE_MAX) - LEN_WORD)), 3);
-        assert!(writer.try_write(0, &[&big]));
-        assert!(!writer.needs_bell(0), "no doorbell while a thread of the owner spins");
-        owner.spin_stop();
-        assert!(writer.needs_bell(0));
+        assert!(writer.try_write(0, &[&big], &mut head), "room again, seen through a fresh look at the reader's position");
+        assert!(writer.needs_bell(0), "the drain cleared the pending doorbell");
         owner.sleep_stop();
+        assert!(writer.try_write(0, &[&big], &mut head));
+        assert!(!writer.needs_bell(0), "nobody sleeps");
     }
 
     #[test]

@@ -141,7 +141,16 @@ struct Peer {
 struct RingOut {
     seg: RingSegment,
     index: usize,
-    backlog: Mutex<VecDeque<Vec<u8>>>,
+    tx: Mutex<RingTx>,
+}
+
+/// The writer's side of a ring (one writer at a time: this lock).
+#[derive(Default)]
+struct RingTx {
+    /// Frames waiting for room, in order.
+    backlog: VecDeque<Vec<u8>>,
+    /// Our last look at the reader's position (see `RingSegment::try_write`).
+    head: u64,
 }
 
 /// Our own ring segment: one incoming ring per same-host peer.
@@ -210,17 +219,16 @@ pub struct SocketTransport {
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
-/// A thread spinning on our rings (see `SocketTransport::spin_on_rings`).
+/// A thread waiting on our rings (see `SocketTransport::spin_on_rings`).
 pub struct RingSpin<'a> {
     t: &'a SocketTransport,
     rings: &'a RingsIn,
 }
 
 impl RingSpin<'_> {
-    /// Stops spinning to sleep (writers ring the doorbell meanwhile) until the returned guard
-    /// is dropped.
+    /// Registers as asleep (writers ring the doorbell meanwhile) until the returned guard is
+    /// dropped.
     pub fn pause(&self) -> RingSpinPause<'_> {
-        self.rings.seg.spin_stop();
         self.rings.seg.sleep_start();
         // A writer that did not see us asleep yet rang no doorbell: look once more.
         self.t.poll_rings();
@@ -228,18 +236,11 @@ impl RingSpin<'_> {
     }
 }
 
-impl Drop for RingSpin<'_> {
-    fn drop(&mut self) {
-        self.rings.seg.spin_stop();
-    }
-}
-
-/// A paused `RingSpin`; spinning resumes when this is dropped.
+/// A paused `RingSpin`: asleep until this is dropped.
 pub struct RingSpinPause<'a>(&'a RingSpin<'a>);
 
 impl Drop for RingSpinPause<'_> {
     fn drop(&mut self) {
-        self.0.rings.seg.spin_start();
         self.0.rings.seg.sleep_stop();
     }
 }
@@ -520,25 +521,27 @@ impl SocketTransport {
     /// peer's doorbell unless it is watching.
     fn ring_write(&self, peer: &Arc<Peer>, parts: &[&[u8]]) {
         let Some(out) = peer.ring_out.get() else { return };
-        let mut backlog = lock(&out.backlog);
-        self.flush_backlog(out, &mut backlog);
-        if !backlog.is_empty() || !out.seg.try_write(out.index, parts) {
+        let mut tx = lock(&out.tx);
+        self.flush_backlog(out, &mut tx);
+        let RingTx { backlog, head } = &mut *tx;
+        if !backlog.is_empty() || !out.seg.try_write(out.index, parts, head) {
             backlog.push_back(parts.concat());
             self.backlogged.fetch_add(1, Ordering::Relaxed);
             out.seg.mark_waiting(out.index);
             // The peer may have drained between our try and the mark: try once more.
-            self.flush_backlog(out, &mut backlog);
+            self.flush_backlog(out, &mut tx);
         }
-        drop(backlog);
+        drop(tx);
         if out.seg.needs_bell(out.index) {
             let _ = self.send_control(peer, Header::control(FrameKind::Bell, 0));
         }
     }
 
     /// Moves waiting frames into the ring while they fit.
-    fn flush_backlog(&self, out: &RingOut, backlog: &mut VecDeque<Vec<u8>>) {
+    fn flush_backlog(&self, out: &RingOut, tx: &mut RingTx) {
+        let RingTx { backlog, head } = tx;
         while let Some(f) = backlog.front() {
-            if !out.seg.try_write(out.index, &[f]) {
+            if !out.seg.try_write(out.index, &[f], head) {
                 return;
             }
             backlog.pop_front();
@@ -549,12 +552,12 @@ impl SocketTransport {
     /// Sends what waits for room in the ring to `peer`.
     fn flush_ring(&self, peer: &Arc<Peer>) {
         let Some(out) = peer.ring_out.get() else { return };
-        let mut backlog = lock(&out.backlog);
-        if backlog.is_empty() {
+        let mut tx = lock(&out.tx);
+        if tx.backlog.is_empty() {
             return;
         }
-        self.flush_backlog(out, &mut backlog);
-        drop(backlog);
+        self.flush_backlog(out, &mut tx);
+        drop(tx);
         if out.seg.needs_bell(out.index) {
             let _ = self.send_control(peer, Header::control(FrameKind::Bell, 0));
         }
@@ -1088,8 +1091,8 @@ impl SocketTransport {
         let fin = Header { check: u32::from(!ok), tag: cookie, ..Header::control(FrameKind::Fin, 0) };
         // A Fin needs no order: through the ring when it has room at once, else the socket.
         if let Some(out) = peer.ring_out.get() {
-            let _writer = lock(&out.backlog);
-            if out.seg.try_write(out.index, &[&fin.encode()]) {
+            let mut tx = lock(&out.tx);
+            if out.seg.try_write(out.index, &[&fin.encode()], &mut tx.head) {
                 if out.seg.needs_bell(out.index) {
                     let _ = self.send_control(peer, Header::control(FrameKind::Bell, 0));
                 }
@@ -1114,7 +1117,7 @@ impl SocketTransport {
     /// From now on, frames to `peer` go through ring `index` of its segment. Init calls this
     /// before any message is sent.
     pub fn attach_outgoing_ring(&self, peer: u32, seg: RingSegment, index: usize) {
-        let _ = self.peer(peer).ring_out.set(RingOut { seg, index, backlog: Mutex::new(VecDeque::new()) });
+        let _ = self.peer(peer).ring_out.set(RingOut { seg, index, tx: Mutex::new(RingTx::default()) });
     }
 
     /// Whether messages to world rank `r` go through a shared-memory ring.
@@ -1180,12 +1183,11 @@ impl SocketTransport {
         self.flush_all_rings();
     }
 
-    /// Registers the calling thread as waiting on our rings until the guard is dropped (None
-    /// when we have none): it spins on them, and while it sleeps (`RingSpin::pause`) writers
+    /// For a thread about to wait (None when we have no rings): it polls the rings while it
+    /// spins, and registers as asleep while it sleeps (`RingSpin::pause`), so that writers then
     /// ring the doorbell. Reads what is there already.
     pub fn spin_on_rings(&self) -> Option<RingSpin<'_>> {
         let rings = self.rings_in.get()?;
-        rings.seg.spin_start();
         self.poll_rings();
         Some(RingSpin { t: self, rings })
     }
