@@ -127,6 +127,10 @@ impl RingSegment {
     /// Appends one record (`parts` back to back) to ring `i` if it has room; false if not.
     /// `head` is the writer's last look at the reader's position: the shared one (a cache line
     /// the reader writes) is read again only when that look shows too little room.
+    ///
+    /// The record's length word is written last: it is what the reader polls, so a small
+    /// frame and its "ready" mark travel in one cache line. The word after the record is
+    /// zeroed first (the reader stops there), so nothing a lap ago looks like a record.
     pub fn try_write(&self, i: usize, parts: &[&[u8]], head: &mut u64) -> bool {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         let need = round_up(LEN_WORD + len);
@@ -136,7 +140,8 @@ impl RingSegment {
         let off = (tail % RING_BYTES as u64) as usize;
         let to_end = RING_BYTES - off;
         let pad = if need > to_end { to_end } else { 0 };
-        let fits = |head: u64| (tail - head) as usize + pad + need <= RING_BYTES;
+        // Room for the record and the zeroed word after it.
+        let fits = |head: u64| (tail - head) as usize + pad + need + ALIGN <= RING_BYTES;
         if !fits(*head) {
             *head = h.head.load(Ordering::Acquire);
             if !fits(*head) {
@@ -144,24 +149,33 @@ impl RingSegment {
             }
         }
         let data = self.data(i);
-        let mut at = off;
-        if pad > 0 {
-            // SAFETY: off + 8 <= RING_BYTES (records are 64-aligned); the reader does not look
-            // past `tail`, so these bytes are ours.
-            unsafe { (data.add(off) as *mut u64).write(pad as u64 | PAD) };
-            at = 0;
-        }
-        // SAFETY: at + need <= RING_BYTES and the range is free (checked against head).
+        let at = if pad > 0 { 0 } else { off };
+        let next = (at + need) % RING_BYTES;
+        // SAFETY: [at, at + need) and the word at `next` are free (checked against head, with
+        // one ALIGN to spare); `at`, `next` and `off` are 64-aligned and below RING_BYTES.
         unsafe {
-            (data.add(at) as *mut u64).write(need as u64);
+            self.len_word(data, next).store(0, Ordering::Relaxed);
             let mut p = data.add(at + LEN_WORD);
             for part in parts {
                 std::ptr::copy_nonoverlapping(part.as_ptr(), p, part.len());
                 p = p.add(part.len());
             }
+            self.len_word(data, at).store(need as u64, Ordering::Release);
+            if pad > 0 {
+                // Only now may the reader jump from `off` to the record at 0.
+                self.len_word(data, off).store(pad as u64 | PAD, Ordering::Release);
+            }
         }
-        h.tail.store(tail + (pad + need) as u64, Ordering::Release);
+        h.tail.store(tail + (pad + need) as u64, Ordering::Relaxed);
         true
+    }
+
+    /// The length word at byte `off` of a ring's data.
+    ///
+    /// # Safety
+    /// `off` must be 8-aligned and below RING_BYTES - 8, `data` a ring's data pointer.
+    unsafe fn len_word<'a>(&'a self, data: *mut u8, off: usize) -> &'a AtomicU64 {
+        &*(data.add(off) as *const AtomicU64)
     }
 
     /// After a write: whether the owner needs a doorbell to notice it soon (a thread of it
@@ -189,31 +203,34 @@ impl RingSegment {
     /// Whether ring `i` has records to read.
     pub fn has_records(&self, i: usize) -> bool {
         let h = self.ring_header(i);
-        h.tail.load(Ordering::Acquire) != h.head.load(Ordering::Relaxed)
+        let off = (h.head.load(Ordering::Relaxed) % RING_BYTES as u64) as usize;
+        // SAFETY: head is 64-aligned; the word is only accessed atomically.
+        unsafe { self.len_word(self.data(i), off) }.load(Ordering::Acquire) != 0
     }
 
     /// Consumes every record of ring `i` in order, handing each (without its length word) to
     /// `f`; a record's space is released once `f` returns. The caller is the only reader.
     pub fn drain(&self, i: usize, mut f: impl FnMut(&[u8])) -> usize {
         let h = self.ring_header(i);
-        h.bell.store(0, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
+        if h.bell.load(Ordering::Relaxed) != 0 {
+            // A doorbell is pending: clear it before looking, so a writer that comes after the
+            // look rings again.
+            h.bell.store(0, Ordering::SeqCst);
+            fence(Ordering::SeqCst);
+        }
         let data = self.data(i);
         let mut head = h.head.load(Ordering::Relaxed);
         let mut n = 0;
         loop {
-            let tail = h.tail.load(Ordering::Acquire);
-            if head == tail {
+            let off = (head % RING_BYTES as u64) as usize;
+            // SAFETY: off is 64-aligned and below RING_BYTES.
+            let word = unsafe { self.len_word(data, off) }.load(Ordering::Acquire);
+            if word == 0 {
                 return n;
             }
-            let off = (head % RING_BYTES as u64) as usize;
-            // SAFETY: off is 64-aligned and below RING_BYTES; the writer published the record
-            // (tail > head, acquire).
-            let word = unsafe { (data.add(off) as *const u64).read() };
             let size = (word & !PAD) as usize;
-            if size == 0 || size > RING_BYTES - off || (head + size as u64) > tail {
-                // Only a broken writer produces this; skip everything rather than misread.
-                h.head.store(tail, Ordering::Release);
+            if size > RING_BYTES - off || size % ALIGN != 0 || (word & PAD == 0 && size < LEN_WORD + 1) {
+                // Only a broken writer produces this: stop reading this ring rather than misread.
                 return n;
             }
             if word & PAD == 0 {
