@@ -127,6 +127,8 @@ struct Peer {
     /// Nothing more will be read (EOF or error).
     rx_done: AtomicBool,
     state: Mutex<PeerState>,
+    /// `state` is no longer `Up` (read without its lock on every send and receive).
+    gone: AtomicBool,
     /// The peer's pid when it lets us read its memory (same host), for single-copy messages.
     cma_pid: Option<i32>,
     /// Our single-copy sends to this peer, waiting for its `Fin`, by cookie.
@@ -166,6 +168,9 @@ impl Peer {
     }
 
     fn gone_error(&self) -> Option<Error> {
+        if !self.gone.load(Ordering::Acquire) {
+            return None;
+        }
         match &*lock(&self.state) {
             PeerState::Up => None,
             PeerState::Closed => Some(Error::new(
@@ -201,6 +206,8 @@ pub struct SocketTransport {
     /// Receives that matched a parked message, for the progress thread to copy (held during
     /// each copy, so a canceller waits for it).
     claimed: Mutex<VecDeque<Claimed>>,
+    /// Entries in `claimed` (so that waits need not lock it to see that it is empty).
+    claimed_n: AtomicUsize,
     /// Same host: our incoming rings (set during init).
     rings_in: OnceLock<RingsIn>,
     /// Frames waiting in some `RingOut::backlog`.
@@ -346,6 +353,7 @@ impl SocketTransport {
                         tx_busy: AtomicBool::new(false),
                         rx_done: AtomicBool::new(false),
                         state: Mutex::new(PeerState::Up),
+                        gone: AtomicBool::new(false),
                         cma_pid: cfg.cma_pids.get(r).copied().flatten(),
                         awaiting_fin: Mutex::new(HashMap::new()),
                         ring_out: OnceLock::new(),
@@ -364,6 +372,7 @@ impl SocketTransport {
             peers,
             matcher: Mutex::new(Matcher::default()),
             claimed: Mutex::new(VecDeque::new()),
+            claimed_n: AtomicUsize::new(0),
             rings_in: OnceLock::new(),
             backlogged: AtomicUsize::new(0),
             ctxs: Mutex::new(HashMap::new()),
@@ -630,6 +639,7 @@ impl SocketTransport {
                     // The copy takes a while: this call (an irecv perhaps, followed by a send)
                     // goes on, and the next wait makes the copy (see `copy_claimed`).
                     lock(&self.claimed).push_back(Claimed { op: op.clone(), msg, since: Instant::now() });
+                    self.claimed_n.fetch_add(1, Ordering::Release);
                 }
             }
             return Ok(op);
@@ -657,6 +667,7 @@ impl SocketTransport {
             let mut q = lock(&self.claimed);
             if let Some(i) = q.iter().position(|c| Arc::ptr_eq(&c.op, op)) {
                 let c = q.remove(i).expect("position is in range");
+                self.claimed_n.fetch_sub(1, Ordering::Release);
                 lock(&self.matcher).return_unexpected(op.ctx.id, c.msg);
                 op.comp.complete(Err(err));
                 return;
@@ -1026,6 +1037,9 @@ impl SocketTransport {
     /// first because the progress thread shares the caller's core when ranks fill the cores: it
     /// would hold up whatever the caller does next (such as its own send) for the whole copy.
     pub fn copy_claimed(&self, cutoff: Option<Instant>) {
+        if self.claimed_n.load(Ordering::Acquire) == 0 {
+            return;
+        }
         loop {
             let mut q = lock(&self.claimed);
             match q.front() {
@@ -1033,6 +1047,7 @@ impl SocketTransport {
                 _ => return,
             }
             let Some(c) = q.pop_front() else { return };
+            self.claimed_n.fetch_sub(1, Ordering::Release);
             if let Content::InSender(p) = &c.msg.content {
                 self.copy_parked(&c.op, &c.msg, p);
             }
@@ -1250,6 +1265,7 @@ impl SocketTransport {
                 }
                 Event::Closed => {
                     *lock(&peer.state) = PeerState::Closed;
+                    peer.gone.store(true, Ordering::Release);
                     dc_log!(Level::Info, Some(self.rank as usize), "rank {} closed its connection", peer.rank);
                     self.fail_peer_ops(peer);
                 }
@@ -1260,6 +1276,7 @@ impl SocketTransport {
                         if *st == PeerState::Up {
                             dc_log!(Level::Warn, Some(self.rank as usize), "lost rank {}: {why}", peer.rank);
                             *st = PeerState::Lost(why);
+                            peer.gone.store(true, Ordering::Release);
                             self.lost.fetch_add(1, Ordering::Release);
                         }
                     }
