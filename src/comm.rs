@@ -67,18 +67,19 @@ struct ShmState {
     turn_lock: Mutex<()>,
     turn_cv: Condvar,
     /// Every member sends to every other through shared-memory rings (agreed at setup): small
-    /// broadcasts then go as eager messages down a tree, so the root does not wait for the
-    /// others (see `EAGER_BROADCAST_MAX`).
-    eager_broadcast: bool,
+    /// broadcasts and reduces then go as eager messages along a tree, so a rank does not wait
+    /// for all the others at every call (see `EAGER_MAX`).
+    eager_rooted: bool,
 }
 
-/// Broadcasts up to this size use the point-to-point rings when every member has them and the
-/// host's ranks outnumber its cores: the step protocol makes every rank wait for every other at
-/// each broadcast, which then costs a context switch per rank. (With a core per rank the steps
-/// are faster; larger broadcasts run ahead until the rings fill, and then slower.) (A rank that calls another collective
+/// Broadcasts and reduces up to this size use the point-to-point rings when every member has
+/// them and the host's ranks outnumber its cores: the step protocol makes every rank wait for
+/// every other at each call, which then costs a context switch per rank, while down (or up) a
+/// tree of eager messages only a rank's parent (or children) matter. (With a core per rank the
+/// steps are faster; larger messages run ahead until the rings fill, and then slower.) (A rank that calls another collective
 /// meanwhile is then noticed by its timeout, not by the shared-memory agreement check;
 /// DC_DEBUG=DETAIL still compares every call's arguments first.)
-const EAGER_BROADCAST_MAX: usize = 2 << 10;
+const EAGER_MAX: usize = 2 << 10;
 
 impl ShmState {
     /// Waits until collective `seq` may run (usually at once: one atomic load).
@@ -565,8 +566,12 @@ impl Comm {
     fn execute_shm(&self, shm: &ShmState, args: &CollArgs, seq: u64, deadline: Instant) -> Result<()> {
         shm.wait_turn(seq, deadline, &|| self.check_usable())?;
         let interrupt = || self.ctx.abort_error().or_else(|| self.transport().gone_error_any(&self.members));
-        let eager = matches!(args, CollArgs::Broadcast { buf, .. } if shm.eager_broadcast && buf.len() <= EAGER_BROADCAST_MAX)
-            && crate::completion::oversubscribed();
+        let small = match args {
+            CollArgs::Broadcast { buf, .. } => buf.len() <= EAGER_MAX,
+            CollArgs::Reduce { bytes, .. } => *bytes <= EAGER_MAX,
+            _ => false,
+        };
+        let eager = small && shm.eager_rooted && crate::completion::oversubscribed();
         let r = if eager {
             self.execute_link(args, seq, deadline)
         } else {
@@ -648,7 +653,7 @@ impl Comm {
                     turn_waiters: AtomicU64::new(0),
                     turn_lock: Mutex::new(()),
                     turn_cv: Condvar::new(),
-                    eager_broadcast: all_ok[1] == 1,
+                    eager_rooted: all_ok[1] == 1,
                 };
                 let _ = self.shm.set(state);
                 Ok(())

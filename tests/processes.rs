@@ -82,13 +82,25 @@ fn child_entry() {
             std::process::exit(code);
         }
         "broadcasts" => {
-            // Small broadcasts from every root (eager, down a tree over the rings, when ranks
-            // outnumber cores), between other collectives and larger broadcasts, back to back.
+            // Small broadcasts and reduces with every root (eager, along a tree over the rings,
+            // when ranks outnumber cores), between other collectives and larger broadcasts, back
+            // to back.
             for round in 0..300usize {
                 for (len, root) in [(1usize, round % size), (700, (round + 1) % size), (2048, 0), (5000, size - 1)] {
                     let mut b: Vec<u8> = if rank == root { (0..len).map(|i| (i + round + root) as u8).collect() } else { vec![0xEE; len] };
                     comm.collective(CollArgs::Broadcast { buf: MutBuf::from_slice(&mut b), dt: DType::Uint8, root }).unwrap();
                     assert!(b.iter().enumerate().all(|(i, &x)| x == (i + round + root) as u8), "round {round}: broadcast of {len} from {root}");
+                }
+                // Small reduces to every root, likewise.
+                for (len, root) in [(3usize, round % size), (2048, (round + 2) % size)] {
+                    let v: Vec<u8> = (0..len).map(|i| (i + rank + round) as u8).collect();
+                    let mut out = vec![0u8; len];
+                    let recv = if rank == root { Some(MutBuf::from_slice(&mut out)) } else { None };
+                    comm.collective(CollArgs::Reduce { send: Some(ConstBuf::from_slice(&v)), recv, bytes: len, dt: DType::Uint8, op: ReduceOp::Sum, root }).unwrap();
+                    if rank == root {
+                        let want = |i: usize| (0..size).map(|r| (i + r + round) as u8).fold(0u8, |a, b| a.wrapping_add(b));
+                        assert!(out.iter().enumerate().all(|(i, &x)| x == want(i)), "round {round}: reduce of {len} to {root}");
+                    }
                 }
                 if round % 50 == 0 {
                     let v = vec![rank as u8; 1000];
@@ -104,7 +116,7 @@ fn child_entry() {
 }
 
 #[test]
-fn broadcasts_back_to_back_with_ranks_outnumbering_cores() {
+fn broadcasts_and_reduces_back_to_back_with_ranks_outnumbering_cores() {
     // LOCAL_WORLD_SIZE above the core count is what a launcher sets on a crowded host.
     for n in [3, 4] {
         let codes = wait_all(spawn_job_with("broadcasts", n, "30000", &[("LOCAL_WORLD_SIZE", "64")]), Duration::from_secs(120));
