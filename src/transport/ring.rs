@@ -7,8 +7,8 @@
 //! by its progress thread's periodic look.
 //! The segment is unlinked as soon as every peer has mapped it, so a crash leaves nothing.
 //!
-//! Memory: `RING_BYTES` per same-host peer and rank (256 KiB; 8 ranks on a host use 1.75 MiB
-//! each). One writer at a time per ring (the sender serialises its threads), one reader at a
+//! Memory: `RING_BYTES` per same-host peer and rank (256 KiB; 8 ranks on a host own 1.75 MiB
+//! each, 14 MiB in all, and each maps all of it). One writer at a time per ring (the sender serialises its threads), one reader at a
 //! time (the owner serialises its threads).
 
 use crate::error::{Error, Result, Status};
