@@ -83,7 +83,7 @@ const EAGER_MAX: usize = 2 << 10;
 
 impl ShmState {
     /// Waits until collective `seq` may run (usually at once: one atomic load).
-    fn wait_turn(&self, seq: u64, deadline: Instant, check: &dyn Fn() -> Result<()>) -> Result<()> {
+    fn wait_turn(&self, seq: u64, deadline: &dyn Fn() -> Instant, check: &dyn Fn() -> Result<()>) -> Result<()> {
         if self.turn.load(Ordering::Acquire) == seq {
             return Ok(());
         }
@@ -96,10 +96,10 @@ impl ShmState {
             }
             check()?;
             let now = Instant::now();
-            if now >= deadline {
+            if now >= deadline() {
                 return Err(Error::new(Status::Timeout, format!("collective #{t} before this one did not finish in time")));
             }
-            let _ = self.turn_cv.wait_timeout(g, (deadline - now).min(Duration::from_millis(50)));
+            let _ = self.turn_cv.wait_timeout(g, (deadline() - now).min(Duration::from_millis(50)));
         })();
         self.turn_waiters.fetch_sub(1, Ordering::SeqCst);
         r
@@ -523,7 +523,9 @@ impl Comm {
         (self.coll_seq.fetch_add(1, Ordering::Relaxed), self.deadline())
     }
 
-    fn execute(&self, args: &CollArgs, seq: u64, deadline: Instant) -> Result<()> {
+    /// `deadline` is asked for only when something waits long enough to need it (reading the
+    /// clock is a tenth of a small allreduce here).
+    fn execute(&self, args: &CollArgs, seq: u64, deadline: &dyn Fn() -> Instant) -> Result<()> {
         self.check_usable()?;
         dc_log!(Level::Trace, Some(self.rank), "{} #{seq} starts", args.name());
         let fail = |e: Error| {
@@ -537,7 +539,7 @@ impl Comm {
         }
         let r = match self.shm.get() {
             Some(shm) => self.execute_shm(shm, args, seq, deadline),
-            None => self.execute_link(args, seq, deadline),
+            None => self.execute_link(args, seq, deadline()),
         };
         r.or_else(fail)
     }
@@ -563,7 +565,7 @@ impl Comm {
     }
 
     /// Shared-memory collectives run strictly in call order: wait for our turn, run, pass it on.
-    fn execute_shm(&self, shm: &ShmState, args: &CollArgs, seq: u64, deadline: Instant) -> Result<()> {
+    fn execute_shm(&self, shm: &ShmState, args: &CollArgs, seq: u64, deadline: &dyn Fn() -> Instant) -> Result<()> {
         shm.wait_turn(seq, deadline, &|| self.check_usable())?;
         let interrupt = || self.ctx.abort_error().or_else(|| self.transport().gone_error_any(&self.members));
         let small = match args {
@@ -573,14 +575,14 @@ impl Comm {
         };
         let eager = small && shm.eager_rooted && crate::completion::oversubscribed();
         let r = if eager {
-            self.execute_link(args, seq, deadline)
+            self.execute_link(args, seq, deadline())
         } else {
             let mut scratch = lock(&shm.scratch);
             let mut run = ShmRun::new(&shm.arena, &shm.steps, deadline, &interrupt, &mut scratch, shm.pids.as_deref());
             // SAFETY: buffers were validated by the C surface and stay valid until we return.
             match unsafe { run.run(args) } {
                 Some(r) => r,
-                None => self.execute_link(args, seq, deadline),
+                None => self.execute_link(args, seq, deadline()),
             }
         };
         shm.pass_turn(seq + 1);
@@ -676,8 +678,9 @@ impl Comm {
             let deadline = self.deadline();
             return dev.wait(&op, deadline, self.timeout_ms(), &|| self.ctx.abort_error()).map_err(|e| e.context("on CUDA device memory (NCCL)"));
         }
-        let (seq, deadline) = self.next_collective();
-        self.execute(&args, seq, deadline)
+        let seq = self.coll_seq.fetch_add(1, Ordering::Relaxed);
+        let deadline = crate::completion::LazyDeadline::new(self.timeout_ms());
+        self.execute(&args, seq, &|| deadline.get())
     }
 
     /// Queues a collective on the comm's worker thread; it progresses while the caller computes.
@@ -693,7 +696,7 @@ impl Comm {
         let comp = Arc::new(Completion::new());
         let (me, done) = (self.clone(), comp.clone());
         let job: Job = Box::new(move || {
-            let r = me.execute(&args, seq, deadline);
+            let r = me.execute(&args, seq, &|| deadline);
             done.complete(r.map(|_| Done::default()));
         });
         self.submit(job)?;

@@ -272,6 +272,30 @@ pub enum WaitOutcome {
     Interrupted(Error),
 }
 
+/// A deadline `ms` milliseconds from the first time it is asked for (the clock is read then,
+/// not at creation: a call that never waits long never reads it).
+pub struct LazyDeadline {
+    ms: i64,
+    at: std::cell::Cell<Option<Instant>>,
+}
+
+impl LazyDeadline {
+    pub fn new(ms: i64) -> LazyDeadline {
+        LazyDeadline { ms, at: std::cell::Cell::new(None) }
+    }
+
+    pub fn get(&self) -> Instant {
+        match self.at.get() {
+            Some(t) => t,
+            None => {
+                let t = deadline_after(self.ms);
+                self.at.set(Some(t));
+                t
+            }
+        }
+    }
+}
+
 /// A deadline `ms` milliseconds from now (saturating far in the future).
 pub fn deadline_after(ms: i64) -> Instant {
     let ms = ms.max(0) as u64;

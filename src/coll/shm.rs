@@ -37,7 +37,8 @@ unsafe impl Send for Scratch {}
 pub struct ShmRun<'a> {
     pub arena: &'a Arena,
     pub steps: &'a Steps,
-    pub deadline: Instant,
+    /// The collective's deadline, asked for only when a wait outlasts its spinning.
+    pub deadline: &'a dyn Fn() -> Instant,
     pub interrupt: &'a dyn Fn() -> Option<Error>,
     scratch: &'a mut Scratch,
     /// Members' pids when every member's memory is readable (single-copy collectives).
@@ -139,7 +140,7 @@ impl<'a> ShmRun<'a> {
     pub fn new(
         arena: &'a Arena,
         steps: &'a Steps,
-        deadline: Instant,
+        deadline: &'a dyn Fn() -> Instant,
         interrupt: &'a dyn Fn() -> Option<Error>,
         scratch: &'a mut Scratch,
         pids: Option<&'a [i32]>,

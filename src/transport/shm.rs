@@ -267,7 +267,9 @@ impl Arena {
     }
 
     /// Waits until every rank has published at least `s` on `f`.
-    pub fn wait_all(&self, f: Flag, s: u32, deadline: Instant, interrupt: &dyn Fn() -> Option<Error>) -> Result<()> {
+    /// `deadline` is asked for only once the wait is past its spinning (a short wait reads no
+    /// clock).
+    pub fn wait_all(&self, f: Flag, s: u32, deadline: &dyn Fn() -> Instant, interrupt: &dyn Fn() -> Option<Error>) -> Result<()> {
         for r in 0..self.layout.ranks {
             if r != self.rank {
                 self.wait_one(r, f, s, deadline, interrupt)?;
@@ -276,7 +278,7 @@ impl Arena {
         Ok(())
     }
 
-    fn wait_one(&self, r: usize, f: Flag, s: u32, deadline: Instant, interrupt: &dyn Fn() -> Option<Error>) -> Result<()> {
+    fn wait_one(&self, r: usize, f: Flag, s: u32, deadline: &dyn Fn() -> Instant, interrupt: &dyn Fn() -> Option<Error>) -> Result<()> {
         let w = self.flag(r, f);
         let mut backoff = Backoff::for_shared_memory();
         loop {
@@ -293,6 +295,7 @@ impl Arena {
                 return if reached(w.load(Ordering::Acquire), s) { Ok(()) } else { Err(e) };
             }
             let now = Instant::now();
+            let deadline = deadline();
             if now >= deadline {
                 return Err(Error::new(Status::Timeout, format!("rank {r} did not reach step {s} on shared memory")));
             }
@@ -337,14 +340,14 @@ mod tests {
             for s in 1..=1000u32 {
                 a1.my_stage(s)[0] = s as u8;
                 a1.publish(Flag::Stage, s);
-                a1.wait_all(Flag::Stage, s, far, &|| None).unwrap();
+                a1.wait_all(Flag::Stage, s, &|| far, &|| None).unwrap();
                 assert_eq!(a1.stage(0, s)[0], (s as u8).wrapping_mul(3));
             }
         });
         for s in 1..=1000u32 {
             a0.my_stage(s)[0] = (s as u8).wrapping_mul(3);
             a0.publish(Flag::Stage, s);
-            a0.wait_all(Flag::Stage, s, far, &|| None).unwrap();
+            a0.wait_all(Flag::Stage, s, &|| far, &|| None).unwrap();
             assert_eq!(a0.stage(1, s)[0], s as u8);
         }
         t.join().unwrap();
@@ -358,7 +361,8 @@ mod tests {
         let a = Arena::create(&path, 2, 64, 1).unwrap();
         std::fs::remove_file(&path).unwrap();
         let t0 = Instant::now();
-        let e = a.wait_all(Flag::Stage, 1, Instant::now() + Duration::from_millis(100), &|| None).unwrap_err();
+        let until = Instant::now() + Duration::from_millis(100);
+        let e = a.wait_all(Flag::Stage, 1, &|| until, &|| None).unwrap_err();
         assert_eq!(e.status, Status::Timeout);
         assert!(t0.elapsed() >= Duration::from_millis(100));
     }
