@@ -423,6 +423,17 @@ impl Comm {
         self.world_to_comm.get(&world_rank).map_or(-1, |&r| r as i32)
     }
 
+    /// Waits for an op that was just started, up to the comm's timeout (the clock is read only
+    /// if the op is not finished already, as small sends between ranks of a host are).
+    pub fn wait_p2p_started(&self, op: &P2pOp, what: &dyn Fn() -> String) -> Result<Done> {
+        if Comm::p2p_done(op) {
+            if let Some(r) = self.p2p_result(op) {
+                return r;
+            }
+        }
+        self.wait_p2p(op, self.op_deadline(), what)
+    }
+
     pub fn wait_p2p(&self, op: &P2pOp, deadline: Instant, what: &dyn Fn() -> String) -> Result<Done> {
         self.wait_any(op, deadline, what, false)
     }

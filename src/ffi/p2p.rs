@@ -56,7 +56,7 @@ pub unsafe extern "C" fn dc_send(buf: *const libc::c_void, count: usize, dt: dc_
         let c = checks::comm(comm)?;
         on_rank(c, || {
             let (op, _) = start_send(buf, count, dt, dst, tag, c)?;
-            c.wait_p2p(&op, c.op_deadline(), &|| format!("sending to rank {dst}")).map(|_| ())
+            c.wait_p2p_started(&op, &|| format!("sending to rank {dst}")).map(|_| ())
         })
     })
 }
@@ -86,7 +86,7 @@ pub unsafe extern "C" fn dc_recv(
         on_rank(c, || {
             let (op, esize) = start_recv(buf, count, dt, src, tag, c)?;
             let what = || if src < 0 { "receiving from any rank".to_string() } else { format!("receiving from rank {src}") };
-            let d = c.wait_p2p(&op, c.op_deadline(), &what)?;
+            let d = c.wait_p2p_started(&op, &what)?;
             if let Some(i) = info.as_mut() {
                 *i = dc_recv_info { source: c.comm_rank_of(d.source), tag: d.tag as i32, count: d.bytes / esize };
             }
