@@ -76,9 +76,9 @@ struct ShmState {
 /// them and the host's ranks outnumber its cores: the step protocol makes every rank wait for
 /// every other at each call, which then costs a context switch per rank, while down (or up) a
 /// tree of eager messages only a rank's parent (or children) matter. (With a core per rank the
-/// steps are faster; larger messages run ahead until the rings fill, and then slower.) (A rank that calls another collective
-/// meanwhile is then noticed by its timeout, not by the shared-memory agreement check;
-/// DC_DEBUG=DETAIL still compares every call's arguments first.)
+/// steps are faster; larger messages run ahead until the rings fill, and then slower.) A rank
+/// that meanwhile calls a different collective is then noticed by its timeout, not by the
+/// agreement check of the steps; DC_DEBUG=DETAIL compares every call's arguments first.
 const EAGER_MAX: usize = 2 << 10;
 
 impl ShmState {
@@ -550,17 +550,23 @@ impl Comm {
         }
         let r = match self.shm.get() {
             Some(shm) => self.execute_shm(shm, args, seq, deadline),
-            None => self.execute_link(args, seq, deadline()),
+            None => self.detail_check(args, seq, deadline()).and_then(|_| self.execute_link(args, seq, deadline())),
         };
         r.or_else(fail)
     }
 
+    /// DC_DEBUG=DETAIL: every member compares every argument (the v-forms' counts too) before
+    /// anything moves, on shared memory as on sockets.
+    fn detail_check(&self, args: &CollArgs, seq: u64, deadline: Instant) -> Result<()> {
+        if !crate::debug_check::enabled() {
+            return Ok(());
+        }
+        let check = CollLink { comm: self, tag: COLL_TAG_BIT | CHECK_TAG_BIT | seq, sig: crate::debug_check::CHECK_SIG, seq, deadline };
+        crate::debug_check::verify(&check, args)
+    }
+
     fn execute_link(&self, args: &CollArgs, seq: u64, deadline: Instant) -> Result<()> {
         let link = CollLink { comm: self, tag: COLL_TAG_BIT | seq, sig: args.signature(), seq, deadline };
-        if crate::debug_check::enabled() {
-            let check = CollLink { tag: COLL_TAG_BIT | CHECK_TAG_BIT | seq, sig: crate::debug_check::CHECK_SIG, ..link };
-            crate::debug_check::verify(&check, args)?;
-        }
         // SAFETY: buffers were validated by the C surface and stay valid until we return.
         let r = unsafe { args.run(&link) };
         if let Err(e) = &r {
@@ -585,7 +591,9 @@ impl Comm {
             _ => false,
         };
         let eager = small && shm.eager_rooted && crate::completion::oversubscribed();
-        let r = if eager {
+        let r = if let Err(e) = self.detail_check(args, seq, deadline()) {
+            Err(e)
+        } else if eager {
             self.execute_link(args, seq, deadline())
         } else {
             let mut scratch = lock(&shm.scratch);

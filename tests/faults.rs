@@ -1035,6 +1035,26 @@ fn detail_mode_names_mismatched_ranks_on_every_member() {
     eprintln!("{}", o.of(0, "mismatch").iter().map(|l| l.msg().to_string()).collect::<Vec<_>>().join("\n"));
 }
 
+/// The same mismatches on shared memory with ranks outnumbering cores, where small broadcasts
+/// and reduces would go eagerly over the rings: with DETAIL they stay on the steps, so every
+/// member still gets DC_ERR_MISMATCH and the comm stays usable (the child checks that).
+#[test]
+fn detail_mode_catches_mismatches_on_crowded_shared_memory() {
+    let o = Job::new("mismatch_detail", 3, 10_000)
+        .env("DC_DEBUG", "DETAIL")
+        .env("DC_TRANSPORT", "shm")
+        .env("LOCAL_WORLD_SIZE", "64")
+        .start_all()
+        .wait(Duration::from_secs(30));
+    for r in 0..3 {
+        assert_eq!(o.codes[&r], Some(0), "rank {r}\n{}", o.logs);
+        for case in ["count", "dtype", "op", "kind", "root", "allgatherv", "alltoallv"] {
+            let l = o.of(r, "mismatch").into_iter().find(|l| l.get("case") == case).unwrap_or_else(|| panic!("no {case}\n{}", o.logs));
+            assert_eq!(l.status(), MISMATCH, "{case}, rank {r}: {}", l.msg());
+        }
+    }
+}
+
 /// Without DETAIL: rank 1 passes a smaller count to a large (ring) allreduce and a gather. No
 /// rank writes outside its buffer, and all fail fast (the detecting rank aborts the comm).
 fn child_count_mismatch() -> i32 {
