@@ -426,12 +426,15 @@ impl Comm {
     /// Waits for an op that was just started, up to the comm's timeout (the clock is read only
     /// if the op is not finished already, as small sends between ranks of a host are).
     pub fn wait_p2p_started(&self, op: &P2pOp, what: &dyn Fn() -> String) -> Result<Done> {
-        if Comm::p2p_done(op) {
-            if let Some(r) = self.p2p_result(op) {
-                return r;
-            }
+        match self.finished(op) {
+            Some(r) => r,
+            None => self.wait_p2p(op, self.op_deadline(), what),
         }
-        self.wait_p2p(op, self.op_deadline(), what)
+    }
+
+    /// The result of a host op that has finished already (None: not yet, or a device op).
+    fn finished(&self, op: &P2pOp) -> Option<Result<Done>> {
+        if Comm::p2p_done(op) { self.p2p_result(op) } else { None }
     }
 
     pub fn wait_p2p(&self, op: &P2pOp, deadline: Instant, what: &dyn Fn() -> String) -> Result<Done> {
@@ -444,19 +447,18 @@ impl Comm {
         let t = self.timeout_ms();
         let interrupt = || self.ctx.abort_error().or_else(|| if coll { self.lost_member() } else { None });
         let lost = || self.lost_member();
-        // Sleep in poll on the sockets ourselves: a receive (or a single-copy send's Fin) is
-        // finished by arriving data, and anything else that finishes the op wakes us too.
-        if Comm::p2p_done(op) {
-            if let Some(r) = self.p2p_result(op) {
-                return r;
-            }
+        if let Some(r) = self.finished(op) {
+            return r;
         }
         let tr = self.transport();
         // Copies that our receives claimed are ours to make while we wait.
         tr.copy_claimed(None);
-        // Peers on our host write to our shared-memory rings: we spin on them (registered, so
-        // they skip the doorbell) and stop spinning only to sleep.
+        // Peers on our host write to our shared-memory rings: we poll them while we spin, and
+        // register as asleep while we sleep, so that writers then ring our doorbell.
         let spin = tr.spin_on_rings();
+        // Sleep in poll on the sockets ourselves: a receive (or a single-copy send's Fin) is
+        // finished by arriving data (or a doorbell), and anything else that finishes the op
+        // wakes us too.
         let idle = |d: Duration, fd: i32| {
             let _paused = spin.as_ref().map(|s| s.pause());
             tr.wait_readable(d, fd);

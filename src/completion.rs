@@ -276,23 +276,16 @@ pub enum WaitOutcome {
 /// not at creation: a call that never waits long never reads it).
 pub struct LazyDeadline {
     ms: i64,
-    at: std::cell::Cell<Option<Instant>>,
+    at: std::cell::OnceCell<Instant>,
 }
 
 impl LazyDeadline {
     pub fn new(ms: i64) -> LazyDeadline {
-        LazyDeadline { ms, at: std::cell::Cell::new(None) }
+        LazyDeadline { ms, at: std::cell::OnceCell::new() }
     }
 
     pub fn get(&self) -> Instant {
-        match self.at.get() {
-            Some(t) => t,
-            None => {
-                let t = deadline_after(self.ms);
-                self.at.set(Some(t));
-                t
-            }
-        }
+        *self.at.get_or_init(|| deadline_after(self.ms))
     }
 }
 

@@ -5,7 +5,7 @@ use crate::dc_log;
 use crate::error::{Error, Result, Status};
 use crate::log::Level;
 use crate::rendezvous::config::{resolve, InitOptions};
-use crate::rendezvous::{exchange, rendezvous, Store};
+use crate::rendezvous::{exchange, exchange_among, rendezvous, Store};
 use crate::transport::cma;
 use crate::transport::handshake::token_digest;
 use crate::transport::ring::{self, RingSegment};
@@ -87,7 +87,7 @@ pub fn init(opts: &InitOptions) -> Result<Arc<Comm>> {
     }
     let mesh = MeshConfig { rank: rank as u32, size: size as u32, token_digest: token_digest(&rdv.token), job_id, deadline, cma_pids };
     let transport = SocketTransport::connect_mesh(listener, &addrs, &mesh)?;
-    let local: Vec<u32> = (0..size).filter(|&r| mesh.cma_pids[r].is_some()).map(|r| r as u32).collect();
+    let local: Vec<usize> = (0..size).filter(|&r| mesh.cma_pids[r].is_some()).collect();
     if !local.is_empty() {
         setup_rings(&transport, &*rdv.store, rank, &local, deadline)?;
     }
@@ -122,14 +122,14 @@ pub fn init(opts: &InitOptions) -> Result<Arc<Comm>> {
 /// it, map each peer's and send to it through our ring there from now on, and unlink ours once
 /// every peer has had its chance to map it. A peer whose segment we cannot map (another mount
 /// namespace, no /dev/shm) keeps the socket; so does one that cannot map ours, towards us.
-fn setup_rings(transport: &SocketTransport, store: &dyn Store, rank: usize, local: &[u32], deadline: Instant) -> Result<()> {
+fn setup_rings(transport: &SocketTransport, store: &dyn Store, rank: usize, local: &[usize], deadline: Instant) -> Result<()> {
     let nonce = random_u64();
     let path = ring::segment_path(std::process::id(), nonce);
     let mine = match RingSegment::create(&path, local.len(), nonce) {
         Ok(seg) => {
             let mut index = vec![None; transport.size() as usize];
             for (i, &r) in local.iter().enumerate() {
-                index[r as usize] = Some(i);
+                index[r] = Some(i);
             }
             transport.attach_incoming_rings(seg, index);
             let ranks: Vec<String> = local.iter().map(|r| r.to_string()).collect();
@@ -140,18 +140,15 @@ fn setup_rings(transport: &SocketTransport, store: &dyn Store, rank: usize, loca
             "none".to_string()
         }
     };
-    store.set(&format!("p2p_rings/{rank}"), mine.as_bytes())?;
-    for &r in local {
-        let v = store.get(&format!("p2p_rings/{r}"), deadline).map_err(|e| e.context(format!("waiting for rank {r}'s ring segment")))?;
-        match map_peer_ring(&String::from_utf8_lossy(&v), rank) {
-            Ok((seg, index)) => transport.attach_outgoing_ring(r, seg, index),
+    let announced = exchange_among(store, "p2p_rings", rank, local, mine.as_bytes(), deadline)?;
+    for (&r, v) in local.iter().zip(&announced) {
+        match map_peer_ring(&String::from_utf8_lossy(v), rank) {
+            Ok((seg, index)) => transport.attach_outgoing_ring(r as u32, seg, index),
             Err(why) => dc_log!(Level::Info, Some(rank), "messages to rank {r} go over the socket: {why}"),
         }
     }
-    store.set(&format!("p2p_mapped/{rank}"), b"1")?;
-    for &r in local {
-        store.get(&format!("p2p_mapped/{r}"), deadline).map_err(|e| e.context(format!("waiting for rank {r} to map the rings")))?;
-    }
+    // Everyone has mapped what it could: ours may go.
+    exchange_among(store, "p2p_mapped", rank, local, b"1", deadline)?;
     let _ = std::fs::remove_file(&path);
     Ok(())
 }

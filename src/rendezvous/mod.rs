@@ -120,10 +120,17 @@ pub fn exchange(
     if rank >= world_size {
         bail!(Status::InvalidArgument, "exchange: rank {rank} is not below world size {world_size}");
     }
+    let all: Vec<usize> = (0..world_size).collect();
+    exchange_among(store, key, rank, &all, value, deadline)
+}
+
+/// `exchange` among `ranks` only (in that order; `rank` may be among them or not): each of
+/// them publishes under `key/rank`.
+pub fn exchange_among(store: &dyn Store, key: &str, rank: usize, ranks: &[usize], value: &[u8], deadline: Instant) -> Result<Vec<Vec<u8>>> {
     let start = Instant::now();
     store.set(&format!("{key}/{rank}"), value)?;
-    let mut out = Vec::with_capacity(world_size);
-    for r in 0..world_size {
+    let mut out = Vec::with_capacity(ranks.len());
+    for (i, &r) in ranks.iter().enumerate() {
         if r == rank {
             out.push(value.to_vec());
             continue;
@@ -132,17 +139,18 @@ pub fn exchange(
             Ok(v) => out.push(v),
             Err(e) if e.status == Status::Timeout => {
                 let mut missing = vec![r];
-                for q in r + 1..world_size {
+                for &q in &ranks[i + 1..] {
                     if q != rank && store.try_get(&format!("{key}/{q}"))?.is_none() {
                         missing.push(q);
                     }
                 }
                 bail!(
                     Status::Timeout,
-                    "rendezvous timed out after {:.1} s: {} never joined (waiting for {key:?}, {} of {world_size} present)",
+                    "rendezvous timed out after {:.1} s: {} never joined (waiting for {key:?}, {} of {} present)",
                     start.elapsed().as_secs_f64(),
                     fmt_ranks(&missing),
-                    world_size - missing.len()
+                    ranks.len() - missing.len(),
+                    ranks.len()
                 );
             }
             Err(e) => return Err(e),

@@ -43,6 +43,14 @@ impl Unexpected {
     pub fn bytes(src: u32, tag: u64, check: u32, data: Vec<u8>) -> Unexpected {
         Unexpected { src, tag, check, content: Content::Bytes(data) }
     }
+
+    /// Where it lies in the sender's memory, if it is still there.
+    pub fn parked(&self) -> Option<&Parked> {
+        match &self.content {
+            Content::InSender(p) => Some(p),
+            Content::Bytes(_) => None,
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -129,9 +137,7 @@ impl Matcher {
         let q = self.ctxs.get_mut(&op.ctx.id)?;
         let i = q.unexpected.iter().position(|m| op.matches(op.ctx.id, m.src, m.tag))?;
         let msg = q.unexpected.remove(i)?;
-        if matches!(msg.content, Content::InSender(_)) {
-            self.parked -= 1;
-        }
+        self.parked -= usize::from(msg.parked().is_some());
         Some(msg)
     }
 
@@ -140,9 +146,7 @@ impl Matcher {
     }
 
     pub fn push_unexpected(&mut self, ctx: u64, msg: Unexpected) {
-        if matches!(msg.content, Content::InSender(_)) {
-            self.parked += 1;
-        }
+        self.parked += usize::from(msg.parked().is_some());
         self.ctxs.entry(ctx).or_default().unexpected.push_back(msg);
     }
 
@@ -150,9 +154,7 @@ impl Matcher {
     /// context's queue: every message before it came from another pair or tag, so per pair and
     /// tag the order is kept.
     pub fn return_unexpected(&mut self, ctx: u64, msg: Unexpected) {
-        if matches!(msg.content, Content::InSender(_)) {
-            self.parked += 1;
-        }
+        self.parked += usize::from(msg.parked().is_some());
         self.ctxs.entry(ctx).or_default().unexpected.push_front(msg);
     }
 
@@ -161,12 +163,7 @@ impl Matcher {
         if self.parked == 0 {
             return None;
         }
-        let all = self.ctxs.values().flat_map(|q| q.unexpected.iter());
-        all.filter_map(|m| match &m.content {
-            Content::InSender(p) => Some(p.since),
-            Content::Bytes(_) => None,
-        })
-        .min()
+        self.ctxs.values().flat_map(|q| q.unexpected.iter()).filter_map(|m| Some(m.parked()?.since)).min()
     }
 
     /// Fetches every message parked at or before `cutoff`: `fetch(src, parked)` returns its
@@ -225,14 +222,7 @@ impl Matcher {
     /// parked, as (source, parked), so their senders can be released.
     pub fn remove_ctx(&mut self, ctx: u64) -> Vec<(u32, Parked)> {
         let Some(q) = self.ctxs.remove(&ctx) else { return Vec::new() };
-        let parked: Vec<(u32, Parked)> = q
-            .unexpected
-            .into_iter()
-            .filter_map(|m| match m.content {
-                Content::InSender(p) => Some((m.src, p)),
-                Content::Bytes(_) => None,
-            })
-            .collect();
+        let parked: Vec<(u32, Parked)> = q.unexpected.iter().filter_map(|m| Some((m.src, *m.parked()?))).collect();
         self.parked -= parked.len();
         parked
     }

@@ -8,8 +8,8 @@
 //! The segment is unlinked as soon as every peer has mapped it, so a crash leaves nothing.
 //!
 //! Memory: `RING_BYTES` per same-host peer and rank (256 KiB; 8 ranks on a host own 1.75 MiB
-//! each, 14 MiB in all, and each maps all of it). One writer at a time per ring (the sender serialises its threads), one reader at a
-//! time (the owner serialises its threads).
+//! each, 14 MiB in all, and each maps all of it). One writer at a time per ring (the sender
+//! serialises its threads), one reader at a time (the owner serialises its threads).
 
 use crate::error::{Error, Result, Status};
 use super::shm::{create_segment_file, open_segment_file};
@@ -24,7 +24,8 @@ pub const INLINE_MAX: usize = RING_BYTES / 4;
 const MAGIC: u64 = 0x4443_5249_4e47_0001; // "DCRING"
 const LINE: usize = 128;
 const SEG_HEADER: usize = 4096;
-/// Per ring: the writer's position, the reader's position and the doorbell flag, a line each.
+/// Per ring: the writer's position, the reader's position, the doorbell flag and the writer's
+/// "waiting for room" flag, a line each.
 const RING_HEADER: usize = 4 * LINE;
 const STRIDE: usize = RING_HEADER + RING_BYTES;
 /// Every record starts with its total length; this bit marks padding up to the ring's end.
@@ -45,7 +46,8 @@ struct SegHeader {
 
 #[repr(C)]
 struct RingHeader {
-    /// Bytes ever written (the writer's position).
+    /// Bytes ever written (the writer's position; only the writer reads it: the reader polls
+    /// the length word of the next record instead).
     tail: AtomicU64,
     _a: [u8; LINE - 8],
     /// Bytes ever consumed (the reader's position).
@@ -65,7 +67,8 @@ pub struct RingSegment {
 }
 
 // SAFETY: shared state is accessed through atomics; ring bytes are handed between the one
-// writer and the one reader by release/acquire updates of tail and head.
+// writer and the one reader by release/acquire updates of each record's length word (to the
+// reader) and of head (back to the writer).
 unsafe impl Send for RingSegment {}
 unsafe impl Sync for RingSegment {}
 
@@ -229,7 +232,8 @@ impl RingSegment {
                 return n;
             }
             let size = (word & !PAD) as usize;
-            if size > RING_BYTES - off || size % ALIGN != 0 || (word & PAD == 0 && size < LEN_WORD + 1) {
+            // Every record, padding included, is a positive multiple of ALIGN.
+            if size > RING_BYTES - off || size % ALIGN != 0 || size == 0 {
                 // Only a broken writer produces this: stop reading this ring rather than misread.
                 return n;
             }

@@ -20,6 +20,7 @@ use crate::completion::Done;
 use crate::dc_log;
 use crate::error::{Error, Result, Status};
 use crate::log::Level;
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
@@ -541,6 +542,11 @@ impl SocketTransport {
             self.flush_backlog(out, &mut tx);
         }
         drop(tx);
+        self.bell_if_needed(peer, out);
+    }
+
+    /// After a write to `peer`'s ring: its doorbell, if a thread of it sleeps in a wait.
+    fn bell_if_needed(&self, peer: &Arc<Peer>, out: &RingOut) {
         if out.seg.needs_bell(out.index) {
             let _ = self.send_control(peer, Header::control(FrameKind::Bell, 0));
         }
@@ -567,9 +573,7 @@ impl SocketTransport {
         }
         self.flush_backlog(out, &mut tx);
         drop(tx);
-        if out.seg.needs_bell(out.index) {
-            let _ = self.send_control(peer, Header::control(FrameKind::Bell, 0));
-        }
+        self.bell_if_needed(peer, out);
     }
 
     fn flush_all_rings(&self) {
@@ -612,15 +616,17 @@ impl SocketTransport {
     fn send_to_self(&self, ctx: u64, tag: u64, check: u32, buf: ConstBuf) {
         // SAFETY: the caller's send buffer is valid for the duration of this call.
         let data = unsafe { buf.as_slice() };
-        self.deliver_or_file(ctx, self.rank, tag, check, data.to_vec());
+        self.deliver_or_file(ctx, self.rank, tag, check, Cow::Borrowed(data));
     }
 
-    /// A message received in full: into its posted receive if there is one, else unexpected.
-    fn deliver_or_file(&self, ctx: u64, src: u32, tag: u64, check: u32, data: Vec<u8>) {
+    /// A message received in full: into its posted receive if there is one (copied under the
+    /// matcher's lock, so a canceller cannot withdraw the receive meanwhile), else kept as
+    /// unexpected (a borrowed `data` is copied only then).
+    fn deliver_or_file(&self, ctx: u64, src: u32, tag: u64, check: u32, data: Cow<'_, [u8]>) {
         let mut m = lock(&self.matcher);
         match m.take_posted(ctx, src, tag) {
             Some(op) => deliver_copy(&op, src, tag, check, &data),
-            None => m.push_unexpected(ctx, Unexpected::bytes(src, tag, check, data)),
+            None => m.push_unexpected(ctx, Unexpected::bytes(src, tag, check, data.into_owned())),
         }
     }
 
@@ -996,7 +1002,7 @@ impl SocketTransport {
                 if rest > 0 { Target::Discard { remaining: rest } } else { Target::header() }
             }
             Target::Unexp { hdr, src, data } if data.len() == hdr.len as usize => {
-                self.deliver_or_file(hdr.ctx, *src, hdr.tag, hdr.check, std::mem::take(data));
+                self.deliver_or_file(hdr.ctx, *src, hdr.tag, hdr.check, Cow::Owned(std::mem::take(data)));
                 Target::header()
             }
             Target::Discard { remaining: 0 } => Target::header(),
@@ -1021,15 +1027,23 @@ impl SocketTransport {
             return;
         };
         drop(m);
-        let (keep, result) = verdict(&op, peer.rank, hdr.tag, hdr.check, parked.len);
         op.filling_from.store(peer.rank, Ordering::Release);
-        // SAFETY: keep <= op.buf.len(); the op is ours (taken from the posted queue, and a
-        // canceller waits for this connection's lock, which we hold).
-        let r = unsafe { cma::read(self.cma_pid(peer), parked.addr, op.buf.as_ptr(), keep) };
+        // The op is ours: taken from the posted queue, and a canceller waits for this
+        // connection's lock, which we hold.
+        let ok = self.read_into(&op, peer, hdr.tag, hdr.check, &parked);
         op.filling_from.store(u32::MAX, Ordering::Release);
+        events.push(Event::SendFin { cookie: parked.cookie, ok });
+    }
+
+    /// Completes `op` (which nobody else may touch meanwhile) with a single-copy message of
+    /// `peer` read from its memory; whether the read worked (the sender's `Fin` says so).
+    fn read_into(&self, op: &RecvOp, peer: &Peer, tag: u64, check: u32, parked: &Parked) -> bool {
+        let (keep, result) = verdict(op, peer.rank, tag, check, parked.len);
+        // SAFETY: keep <= op.buf.len(), and the caller owns the op.
+        let r = unsafe { cma::read(peer.cma_pid.unwrap_or(-1), parked.addr, op.buf.as_ptr(), keep) };
         let ok = r.is_ok();
         op.comp.complete(r.map_err(|e| cma_failed(peer.rank, e)).and(result));
-        events.push(Event::SendFin { cookie: parked.cookie, ok });
+        ok
     }
 
     /// Copies the parked messages that receives claimed into those receives: all of them when a
@@ -1048,21 +1062,13 @@ impl SocketTransport {
             }
             let Some(c) = q.pop_front() else { return };
             self.claimed_n.fetch_sub(1, Ordering::Release);
-            if let Content::InSender(p) = &c.msg.content {
-                self.copy_parked(&c.op, &c.msg, p);
+            if let Some(p) = c.msg.parked() {
+                // Nobody else knows the op yet; a canceller waits for `claimed`, which we hold.
+                let peer = self.peer(c.msg.src);
+                let ok = self.read_into(&c.op, peer, c.msg.tag, c.msg.check, p);
+                self.release_sender(peer, p.cookie, ok);
             }
         }
-    }
-
-    /// Completes `op` with a parked message: copies it from the sender and releases the sender.
-    fn copy_parked(&self, op: &RecvOp, msg: &Unexpected, parked: &Parked) {
-        let peer = self.peer(msg.src);
-        let (keep, result) = verdict(op, msg.src, msg.tag, msg.check, parked.len);
-        // SAFETY: keep <= op.buf.len(); nobody else knows the op yet.
-        let r = unsafe { cma::read(self.cma_pid(peer), parked.addr, op.buf.as_ptr(), keep) };
-        let ok = r.is_ok();
-        op.comp.complete(r.map_err(|e| cma_failed(msg.src, e)).and(result));
-        self.release_sender(peer, parked.cookie, ok);
     }
 
     /// Copies out every message parked longer than [`park_limit`]; returns how long until the
@@ -1075,7 +1081,7 @@ impl SocketTransport {
             let peer = self.peer(src);
             let mut data = Vec::with_capacity(p.len);
             // SAFETY: reading p.len bytes into reserved capacity, then setting the length.
-            let r = unsafe { cma::read(self.cma_pid(peer), p.addr, data.as_mut_ptr(), p.len) };
+            let r = unsafe { cma::read(peer.cma_pid.unwrap_or(-1), p.addr, data.as_mut_ptr(), p.len) };
             released.push((src, p.cookie, r.is_ok()));
             match r {
                 Ok(()) => {
@@ -1108,17 +1114,12 @@ impl SocketTransport {
         if let Some(out) = peer.ring_out.get() {
             let mut tx = lock(&out.tx);
             if out.seg.try_write(out.index, &[&fin.encode()], &mut tx.head) {
-                if out.seg.needs_bell(out.index) {
-                    let _ = self.send_control(peer, Header::control(FrameKind::Bell, 0));
-                }
+                drop(tx);
+                self.bell_if_needed(peer, out);
                 return;
             }
         }
         let _ = self.send_control(peer, fin);
-    }
-
-    fn cma_pid(&self, peer: &Peer) -> i32 {
-        peer.cma_pid.unwrap_or(-1)
     }
 
     // ---- shared-memory rings ---------------------------------------------------------------
@@ -1161,13 +1162,7 @@ impl SocketTransport {
         let body = &rec[HEADER_LEN.min(rec.len())..];
         match hdr {
             Some(h) if h.kind == FrameKind::Data && h.len as usize <= body.len() => {
-                let data = &body[..h.len as usize];
-                let mut m = lock(&self.matcher);
-                match m.take_posted(h.ctx, peer.rank, h.tag) {
-                    // Under the matcher's lock: a canceller cannot withdraw it meanwhile.
-                    Some(op) => deliver_copy(&op, peer.rank, h.tag, h.check, data),
-                    None => m.push_unexpected(h.ctx, Unexpected::bytes(peer.rank, h.tag, h.check, data.to_vec())),
-                }
+                self.deliver_or_file(h.ctx, peer.rank, h.tag, h.check, Cow::Borrowed(&body[..h.len as usize]));
             }
             Some(h) if h.kind == FrameKind::Rts && body.len() >= RTS_LEN => {
                 self.on_rts(peer, h, body[..RTS_LEN].try_into().expect("length checked"), events);
