@@ -3,7 +3,8 @@
 //! check for abort or peer loss, so no wait can hang and no waiting rank eats a core.
 
 use crate::error::{Error, Result, Status};
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicI32, AtomicU8, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -19,10 +20,15 @@ pub struct Done {
 }
 
 /// Set once by whoever finishes the operation; waited on by anyone.
-#[derive(Debug)]
+///
+/// Lock-free on the paths every message takes: the finisher claims the slot (one compare and
+/// swap), writes the result and publishes it; readers look only after it is published. The
+/// mutex exists only for waiters that sleep on the condvar.
 pub struct Completion {
-    done: AtomicBool,
-    result: Mutex<Option<Result<Done>>>,
+    /// PENDING, WRITING (a finisher won and writes `result`), or DONE (`result` is set for good).
+    state: AtomicU8,
+    result: UnsafeCell<Option<Result<Done>>>,
+    sleep_lock: Mutex<()>,
     cv: Condvar,
     /// Waiters asleep on `cv` (notifying is a system call: skipped when nobody sleeps).
     cv_sleepers: AtomicI32,
@@ -30,9 +36,30 @@ pub struct Completion {
     waker: AtomicI32,
 }
 
+const PENDING: u8 = 0;
+const WRITING: u8 = 1;
+const DONE: u8 = 2;
+
+// SAFETY: `result` is written only by the one finisher that moved `state` from PENDING to
+// WRITING, and read only after `state` is DONE (release/acquire), after which nobody writes it.
+unsafe impl Sync for Completion {}
+
+impl std::fmt::Debug for Completion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Completion").field("result", &self.result()).finish()
+    }
+}
+
 impl Default for Completion {
     fn default() -> Completion {
-        Completion { done: AtomicBool::new(false), result: Mutex::new(None), cv: Condvar::new(), cv_sleepers: AtomicI32::new(0), waker: AtomicI32::new(-1) }
+        Completion {
+            state: AtomicU8::new(PENDING),
+            result: UnsafeCell::new(None),
+            sleep_lock: Mutex::new(()),
+            cv: Condvar::new(),
+            cv_sleepers: AtomicI32::new(0),
+            waker: AtomicI32::new(-1),
+        }
     }
 }
 
@@ -178,21 +205,22 @@ impl Completion {
     }
 
     pub fn is_done(&self) -> bool {
-        self.done.load(Ordering::Acquire)
+        self.state.load(Ordering::Acquire) == DONE
     }
 
     /// Finishes the operation. The first call wins; later calls are ignored (returns false).
     pub fn complete(&self, r: Result<Done>) -> bool {
-        let mut g = self.result.lock().unwrap_or_else(|p| p.into_inner());
-        if g.is_some() {
+        if self.state.compare_exchange(PENDING, WRITING, Ordering::Acquire, Ordering::Relaxed).is_err() {
             return false;
         }
-        *g = Some(r);
-        self.done.store(true, Ordering::SeqCst);
-        // A sleeper registers under the lock we hold, so it is counted or sees the result.
-        let sleepers = self.cv_sleepers.load(Ordering::SeqCst);
-        drop(g);
-        if sleepers > 0 {
+        // SAFETY: we won the slot; nobody reads it before DONE.
+        unsafe { *self.result.get() = Some(r) };
+        self.state.store(DONE, Ordering::SeqCst);
+        // A condvar sleeper counts itself before its last look at `state` (both SeqCst): either
+        // it sees DONE or we see it counted. Taking the lock before notifying makes sure it is
+        // inside the wait by then.
+        if self.cv_sleepers.load(Ordering::SeqCst) > 0 {
+            drop(self.sleep_lock.lock().unwrap_or_else(|p| p.into_inner()));
             self.cv.notify_all();
         }
         crate::waker::wake(self.waker.load(Ordering::SeqCst));
@@ -204,7 +232,8 @@ impl Completion {
         if !self.is_done() {
             return None;
         }
-        self.result.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        // SAFETY: DONE (acquired above): written once, never again.
+        unsafe { (*self.result.get()).clone() }
     }
 
     /// Waits until finished, `deadline` passes (`Timeout`), or `interrupt` reports an error
@@ -246,20 +275,21 @@ impl Completion {
             if let Some(idle) = idle {
                 let fd = crate::waker::thread_fd();
                 self.waker.store(fd, Ordering::SeqCst);
-                if !self.done.load(Ordering::SeqCst) {
+                if self.state.load(Ordering::SeqCst) != DONE {
                     idle(nap, fd);
                 }
                 self.waker.store(-1, Ordering::SeqCst);
                 crate::waker::drain(fd);
                 continue;
             }
-            let g = self.result.lock().unwrap_or_else(|p| p.into_inner());
-            if g.is_none() {
-                self.cv_sleepers.fetch_add(1, Ordering::SeqCst);
-                let g = self.cv.wait_timeout(g, nap);
-                self.cv_sleepers.fetch_sub(1, Ordering::SeqCst);
+            let g = self.sleep_lock.lock().unwrap_or_else(|p| p.into_inner());
+            self.cv_sleepers.fetch_add(1, Ordering::SeqCst);
+            if self.state.load(Ordering::SeqCst) != DONE {
+                drop(self.cv.wait_timeout(g, nap));
+            } else {
                 drop(g);
             }
+            self.cv_sleepers.fetch_sub(1, Ordering::SeqCst);
         }
     }
 }
