@@ -161,7 +161,7 @@ fn wait_op(
     cancel: &dyn Fn(Error),
     what: &dyn Fn() -> String,
     idle: Option<&dyn Fn(Duration, i32)>,
-    poll: Option<&dyn Fn()>,
+    poll: Option<&dyn Fn() -> bool>,
 ) -> Result<Done> {
     match comp.wait_with(deadline, interrupt, idle, poll) {
         WaitOutcome::Finished(r) => r,
@@ -464,7 +464,7 @@ impl Comm {
             tr.wait_readable(d, fd);
         };
         let poll = || tr.poll_rings();
-        let poll: Option<&dyn Fn()> = if spin.is_some() { Some(&poll) } else { None };
+        let poll: Option<&dyn Fn() -> bool> = if spin.is_some() { Some(&poll) } else { None };
         match op {
             P2pOp::Send(s) => wait_op(&s.comp, deadline, t, &interrupt, &lost, &|e| tr.cancel_send(s, e), what, Some(&idle), poll),
             P2pOp::Recv(r) => wait_op(&r.comp, deadline, t, &interrupt, &lost, &|e| tr.cancel_recv(r, e), what, Some(&idle), poll),
@@ -506,7 +506,7 @@ impl Comm {
     pub fn p2p_is_done(&self, op: &P2pOp) -> bool {
         // A caller that tests in a loop is waiting too: read what our host's peers wrote.
         if !Comm::p2p_done(op) {
-            self.transport().poll_rings();
+            let _ = self.transport().poll_rings();
         }
         match op {
             #[cfg(feature = "nccl")]

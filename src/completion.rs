@@ -169,6 +169,12 @@ impl Backoff {
         Backoff { spin, yields, started: None, last_yield: None, polls: 0, yielded: 0 }
     }
 
+    /// Progress was made: spin again from the start (without reading the clock now).
+    pub fn restart(&mut self) {
+        self.started = None;
+        self.yielded = 0;
+    }
+
     /// Call after each unsuccessful check; says how to wait before the next one.
     pub fn next(&mut self) -> Pace {
         self.polls = self.polls.wrapping_add(1);
@@ -247,8 +253,10 @@ impl Completion {
     /// waiter wakes straight from the kernel instead of through the progress thread. `fd` (an
     /// eventfd) becomes readable when the op is completed by anyone; `idle` must poll it too.
     /// `poll`, if given, looks for the op's data in shared memory without sleeping: it is
-    /// called while spinning and yielding, and spinning then lasts as long as for shared memory.
-    pub fn wait_with(&self, deadline: Instant, interrupt: &dyn Fn() -> Option<Error>, idle: Option<&dyn Fn(Duration, i32)>, poll: Option<&dyn Fn()>) -> WaitOutcome {
+    /// called while spinning and yielding, and spinning then lasts as long as for shared memory;
+    /// when it reports progress (data moved, as while a large message streams through shared
+    /// memory), the wait starts spinning anew instead of going to sleep mid-transfer.
+    pub fn wait_with(&self, deadline: Instant, interrupt: &dyn Fn() -> Option<Error>, idle: Option<&dyn Fn(Duration, i32)>, poll: Option<&dyn Fn() -> bool>) -> WaitOutcome {
         let mut backoff = if poll.is_some() { Backoff::for_shared_memory() } else { Backoff::for_progress_thread() };
         loop {
             if let Some(r) = self.result() {
@@ -256,7 +264,9 @@ impl Completion {
             }
             let pace = backoff.next();
             if let (Some(poll), Pace::Spin | Pace::Yield) = (poll, pace) {
-                poll();
+                if poll() {
+                    backoff.restart();
+                }
             }
             if pace == Pace::Spin {
                 continue;

@@ -9,7 +9,7 @@
 use distcomm::debug_check::Fingerprint;
 use distcomm::rendezvous::config::{parse_host_port, parse_method, resolve, InitOptions};
 use distcomm::rendezvous::tcp_store::{fuzz_server_input, raw};
-use distcomm::transport::frame::{FrameKind, Header, HEADER_LEN};
+use distcomm::transport::frame::{FrameKind, Header, HEADER_LEN, RTS_LEN};
 use distcomm::transport::handshake::{token_digest, verify, Hello, HELLO_LEN};
 use distcomm::Status;
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -142,8 +142,10 @@ fn frame_headers_decode_safely_and_round_trip() {
         if rng.below(2) == 0 {
             b.copy_from_slice(&rng.bytes(HEADER_LEN));
         } else {
-            let kind = [FrameKind::Data, FrameKind::Abort, FrameKind::Close, FrameKind::Fin, FrameKind::Bell][rng.below(5)];
-            let h = Header { kind, check: rng.next() as u32, ctx: rng.next(), tag: rng.edge_u64(), len: if kind == FrameKind::Data { rng.edge_u64() } else { 0 } };
+            let kinds = [FrameKind::Data, FrameKind::Abort, FrameKind::Close, FrameKind::Fin, FrameKind::Bell, FrameKind::Cts, FrameKind::Chunk];
+            let kind = kinds[rng.below(kinds.len())];
+            let with_body = matches!(kind, FrameKind::Data | FrameKind::Chunk);
+            let h = Header { kind, check: rng.next() as u32, ctx: rng.next(), tag: rng.edge_u64(), len: if with_body { rng.edge_u64() } else { 0 } };
             let mut v = h.encode().to_vec();
             if rng.below(3) > 0 {
                 rng.mutate(&mut v);
@@ -159,7 +161,8 @@ fn frame_headers_decode_safely_and_round_trip() {
             want[3] = 0;
             assert_eq!(h.encode(), want, "seed {SEED:#x} case {case}");
             assert!(h.len <= isize::MAX as u64, "seed {SEED:#x} case {case}: impossible length accepted");
-            assert!(h.kind == FrameKind::Data || h.len == 0, "case {case}");
+            let body_ok = matches!(h.kind, FrameKind::Data | FrameKind::Chunk) || (h.kind == FrameKind::Rts && h.len == RTS_LEN as u64);
+            assert!(body_ok || h.len == 0, "case {case}: a control frame with a body");
         } else {
             assert!(big < 4096, "case {case}: a refusal allocated {big} bytes");
         }

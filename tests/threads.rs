@@ -333,7 +333,8 @@ fn late_receives_of_single_copy_messages() {
             // The three are parked now (unless this thread lost its core for over a
             // millisecond). A receive claims the first and is withdrawn before any wait makes
             // the copy: the message goes back, first in line. (If the progress thread copied
-            // it first, the receive completed and has it: then the others follow.)
+            // it first, or, between ranks with shared-memory rings, the claim asked the sender
+            // to stream it, the receive completed and has it: then the others follow.)
             let mut first = vec![0u8; LEN];
             let op = c.post_recv(MutBuf::from_slice(&mut first), Some(1), Some(2)).unwrap();
             c.cancel_p2p(&op, distcomm::error::Error::new(Status::Aborted, "withdrawn"));

@@ -26,6 +26,10 @@ pub enum FrameKind {
     /// Same host, sent over the socket: "look at our shared-memory rings" (frames wait in
     /// yours from us, or yours to us has room again; see `ring`).
     Bell = 6,
+    /// Same host: "stream me the message `tag` (a cookie) through the ring" (see `stream`).
+    Cts = 7,
+    /// Same host, in the ring only: `len` bytes of the streamed message `tag` (a cookie).
+    Chunk = 8,
 }
 
 /// Body length of an `Rts` frame.
@@ -73,6 +77,8 @@ impl Header {
             4 => FrameKind::Rts,
             5 => FrameKind::Fin,
             6 => FrameKind::Bell,
+            7 => FrameKind::Cts,
+            8 => FrameKind::Chunk,
             _ => return Err(bad("unknown kind")),
         };
         let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
@@ -84,7 +90,7 @@ impl Header {
             len: u64_at(24),
         };
         match h.kind {
-            FrameKind::Data => {}
+            FrameKind::Data | FrameKind::Chunk => {}
             FrameKind::Rts if h.len == RTS_LEN as u64 => {}
             FrameKind::Rts => return Err(bad("rts frame of the wrong length")),
             _ if h.len != 0 => return Err(bad("control frame with a body")),
@@ -109,7 +115,7 @@ mod tests {
         g[0] = 0;
         assert!(Header::decode(&g).is_err());
         let mut g = h.encode();
-        g[1] = 9;
+        g[1] = 99;
         assert!(Header::decode(&g).is_err());
         let mut c = Header::control(FrameKind::Abort, 5).encode();
         c[24] = 1;

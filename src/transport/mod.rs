@@ -9,6 +9,7 @@ pub mod handshake;
 pub mod shm;
 pub mod cma;
 pub mod ring;
+pub mod stream;
 pub mod accept;
 
 pub use ops::{CtxState, RecvOp, SendOp, TagMatch};

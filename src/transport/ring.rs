@@ -42,6 +42,10 @@ struct SegHeader {
     /// Threads of the owner asleep in a wait: writers ring the doorbell only for them. (On a
     /// line of its own, written only around sleeps: writers read it after every frame.)
     sleepers: AtomicU32,
+    _pad2: [u8; LINE - 4],
+    /// Threads of the owner spinning in a wait: they also send what waits for room in their
+    /// outgoing rings, so a reader that made room need not ring them back.
+    spinners: AtomicU32,
 }
 
 #[repr(C)]
@@ -257,6 +261,27 @@ impl RingSegment {
 
     pub fn sleep_stop(&self) {
         self.header().sleepers.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// A thread of ours spins in a wait (and flushes our outgoing rings as it does).
+    pub fn spin_start(&self) {
+        self.header().spinners.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// The spinning thread stops (to sleep or because its wait ended). The caller flushes its
+    /// outgoing rings once more afterwards: a reader that saw it spinning did not ring back.
+    pub fn spin_stop(&self) {
+        self.header().spinners.fetch_sub(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+    }
+
+    // ---- reader side, about the writer (its segment) ---------------------------------------
+
+    /// Whether a thread of this segment's owner spins in a wait (it then sends what waits
+    /// for room in its rings by itself).
+    pub fn owner_spins(&self) -> bool {
+        fence(Ordering::SeqCst);
+        self.header().spinners.load(Ordering::SeqCst) > 0
     }
 }
 

@@ -14,6 +14,7 @@ use super::frame::{FrameKind, Header, HEADER_LEN, RTS_LEN};
 use super::handshake::{self, Hello};
 use super::matching::{deliver_copy, verdict, Content, Matcher, Parked, Unexpected};
 use super::ring::{self, RingSegment};
+use super::stream::{StreamIn, StreamOut};
 use super::ops::{CtxState, RecvOp, SendOp, TagMatch};
 use crate::buffer::{ConstBuf, MutBuf};
 use crate::completion::Done;
@@ -46,6 +47,9 @@ const UNEXP_GROW_MIN: usize = 1 << 20;
 fn park_limit() -> Duration {
     if crate::completion::oversubscribed() { Duration::from_millis(10) } else { Duration::from_millis(1) }
 }
+/// How long a withdrawn receive waits for the rest of a message already being streamed to it
+/// (see `SocketTransport::finish_stream_for`).
+const STREAM_CANCEL_GRACE: Duration = Duration::from_secs(2);
 /// How long an unauthenticated connection may take to present its hello.
 const HELLO_WAIT: Duration = Duration::from_secs(5);
 
@@ -137,6 +141,9 @@ struct Peer {
     /// Same host: our ring in the peer's segment. Once set (during init, before any message),
     /// every data and single-copy frame to this peer goes through it, keeping them in order.
     ring_out: OnceLock<RingOut>,
+    /// Messages the peer streams to us through our ring (see `stream`), in the order of their
+    /// `Cts`. A chunk is copied under this lock, so a canceller waits for it.
+    streams_in: Mutex<Vec<StreamIn>>,
 }
 
 /// Our ring in a peer's segment, and the frames that did not fit yet (sent in order as the
@@ -154,6 +161,10 @@ struct RingTx {
     backlog: VecDeque<Vec<u8>>,
     /// Our last look at the reader's position (see `RingSegment::try_write`).
     head: u64,
+    /// Messages the peer asked us to stream (`Cts`), appended after the backlog, in order.
+    streams: VecDeque<StreamOut>,
+    /// Frames moved from the backlog and streams into the ring so far.
+    flushed: u64,
 }
 
 /// Our own ring segment: one incoming ring per same-host peer.
@@ -197,6 +208,10 @@ enum Event {
     Bell,
     /// Send what waits for room in our ring to the peer.
     Flush,
+    /// Ask the peer to stream its message `cookie` to us (its receive is posted here).
+    SendCts { cookie: u64 },
+    /// The peer asks us to stream our message `cookie`.
+    Cts { cookie: u64 },
 }
 
 pub struct SocketTransport {
@@ -238,9 +253,18 @@ impl RingSpin<'_> {
     /// dropped.
     pub fn pause(&self) -> RingSpinPause<'_> {
         self.rings.seg.sleep_start();
-        // A writer that did not see us asleep yet rang no doorbell: look once more.
-        self.t.poll_rings();
+        self.rings.seg.spin_stop();
+        // A writer that did not see us asleep yet rang no doorbell, and a reader that saw us
+        // spinning did not ring back: look once more.
+        let _ = self.t.poll_rings();
         RingSpinPause(self)
+    }
+}
+
+impl Drop for RingSpin<'_> {
+    fn drop(&mut self) {
+        self.rings.seg.spin_stop();
+        self.t.flush_all_rings();
     }
 }
 
@@ -249,6 +273,7 @@ pub struct RingSpinPause<'a>(&'a RingSpin<'a>);
 
 impl Drop for RingSpinPause<'_> {
     fn drop(&mut self) {
+        self.0.rings.seg.spin_start();
         self.0.rings.seg.sleep_stop();
     }
 }
@@ -358,6 +383,7 @@ impl SocketTransport {
                         cma_pid: cfg.cma_pids.get(r).copied().flatten(),
                         awaiting_fin: Mutex::new(HashMap::new()),
                         ring_out: OnceLock::new(),
+                        streams_in: Mutex::new(Vec::new()),
                     }))
                 }
             });
@@ -533,16 +559,24 @@ impl SocketTransport {
         let Some(out) = peer.ring_out.get() else { return };
         let mut tx = lock(&out.tx);
         self.flush_backlog(out, &mut tx);
-        let RingTx { backlog, head } = &mut *tx;
+        let RingTx { backlog, head, .. } = &mut *tx;
         if !backlog.is_empty() || !out.seg.try_write(out.index, parts, head) {
             backlog.push_back(parts.concat());
             self.backlogged.fetch_add(1, Ordering::Relaxed);
-            out.seg.mark_waiting(out.index);
-            // The peer may have drained between our try and the mark: try once more.
-            self.flush_backlog(out, &mut tx);
+            self.pump(out, &mut tx);
         }
         drop(tx);
         self.bell_if_needed(peer, out);
+    }
+
+    /// Appends what waits (frames, then streamed messages) while it fits; if something is
+    /// left, asks the peer to ring back once it made room.
+    fn pump(&self, out: &RingOut, tx: &mut RingTx) {
+        if !self.flush_backlog(out, tx) {
+            out.seg.mark_waiting(out.index);
+            // The peer may have drained between our try and the mark: try once more.
+            self.flush_backlog(out, tx);
+        }
     }
 
     /// After a write to `peer`'s ring: its doorbell, if a thread of it sleeps in a wait.
@@ -552,34 +586,76 @@ impl SocketTransport {
         }
     }
 
-    /// Moves waiting frames into the ring while they fit.
-    fn flush_backlog(&self, out: &RingOut, tx: &mut RingTx) {
-        let RingTx { backlog, head } = tx;
+    /// Moves waiting frames, then the chunks of streamed messages, into the ring while they
+    /// fit; true when nothing is left. A streamed send completes with its last chunk.
+    fn flush_backlog(&self, out: &RingOut, tx: &mut RingTx) -> bool {
+        let RingTx { backlog, head, streams, flushed } = tx;
         while let Some(f) = backlog.front() {
             if !out.seg.try_write(out.index, &[f], head) {
-                return;
+                return false;
             }
+            *flushed += 1;
             backlog.pop_front();
             self.backlogged.fetch_sub(1, Ordering::Relaxed);
         }
+        while let Some(s) = streams.front_mut() {
+            let chunk = s.next_chunk();
+            let hdr = Header { kind: FrameKind::Chunk, check: 0, ctx: 0, tag: s.cookie, len: chunk.len() as u64 };
+            if !out.seg.try_write(out.index, &[&hdr.encode(), chunk], head) {
+                return false;
+            }
+            *flushed += 1;
+            s.off += chunk.len();
+            if s.done() {
+                let s = streams.pop_front().expect("front exists");
+                self.backlogged.fetch_sub(1, Ordering::Relaxed);
+                if let Some(op) = &s.op {
+                    op.comp.complete(s.finished());
+                }
+            }
+        }
+        true
     }
 
-    /// Sends what waits for room in the ring to `peer`.
-    fn flush_ring(&self, peer: &Arc<Peer>) {
-        let Some(out) = peer.ring_out.get() else { return };
-        let mut tx = lock(&out.tx);
-        if tx.backlog.is_empty() {
+    /// The peer asked for our single-copy message `cookie` through the ring: stream it.
+    fn start_stream(&self, peer: &Arc<Peer>, cookie: u64) {
+        // Gone if the send was withdrawn meanwhile (the peer's receive then times out).
+        let Some(op) = lock(&peer.awaiting_fin).remove(&cookie) else { return };
+        let Some(out) = peer.ring_out.get() else {
+            op.comp.complete(Err(Error::new(Status::Internal, format!("rank {} asked for a stream without a ring", peer.rank))));
             return;
-        }
-        self.flush_backlog(out, &mut tx);
+        };
+        let mut tx = lock(&out.tx);
+        tx.streams.push_back(StreamOut::new(cookie, op));
+        self.backlogged.fetch_add(1, Ordering::Relaxed);
+        self.pump(out, &mut tx);
         drop(tx);
         self.bell_if_needed(peer, out);
     }
 
-    fn flush_all_rings(&self) {
-        if self.backlogged.load(Ordering::Relaxed) > 0 {
-            self.peers.iter().flatten().for_each(|p| self.flush_ring(p));
+    /// Sends what waits for room in the ring to `peer`; whether anything went.
+    fn flush_ring(&self, peer: &Arc<Peer>) -> bool {
+        let Some(out) = peer.ring_out.get() else { return false };
+        let mut tx = lock(&out.tx);
+        if tx.backlog.is_empty() && tx.streams.is_empty() {
+            return false;
         }
+        let before = tx.flushed;
+        self.pump(out, &mut tx);
+        let moved = tx.flushed != before;
+        drop(tx);
+        if moved {
+            self.bell_if_needed(peer, out);
+        }
+        moved
+    }
+
+    /// Sends what waits for room in every ring; whether anything went.
+    fn flush_all_rings(&self) -> bool {
+        if self.backlogged.load(Ordering::Relaxed) == 0 {
+            return false;
+        }
+        self.peers.iter().flatten().fold(false, |moved, p| self.flush_ring(p) | moved)
     }
 
     /// Queues a body-less control frame (abort, goodbye, fin) for `peer`.
@@ -641,6 +717,13 @@ impl SocketTransport {
             drop(m);
             match &msg.content {
                 Content::Bytes(data) => deliver_copy(&op, msg.src, msg.tag, msg.check, data),
+                Content::InSender(p) if self.peer(msg.src).ring_out.get().is_some() => {
+                    // Announced through the ring: have it streamed (see `stream`).
+                    let peer = self.peer(msg.src);
+                    op.filling_from.store(msg.src, Ordering::Release);
+                    lock(&peer.streams_in).push(StreamIn::new(p.cookie, op.clone(), msg.src, msg.tag, msg.check, p.len));
+                    self.reply(peer, Header { tag: p.cookie, ..Header::control(FrameKind::Cts, 0) });
+                }
                 Content::InSender(_) => {
                     // The copy takes a while: this call (an irecv perhaps, followed by a send)
                     // goes on, and the next wait makes the copy (see `copy_claimed`).
@@ -681,6 +764,9 @@ impl SocketTransport {
         }
         let from = op.filling_from.load(Ordering::Acquire);
         if from != u32::MAX && from != self.rank {
+            if self.finish_stream_for(op, from) {
+                return;
+            }
             let mut rx = lock(&self.peer(from).rx);
             if let Target::User { op: o, len, off, .. } = &rx.target {
                 if Arc::ptr_eq(o, op) {
@@ -693,6 +779,36 @@ impl SocketTransport {
         }
     }
 
+    /// A receive being withdrawn that a peer streams to: the message was taken from the
+    /// queue and asked for, so it cannot go back; the receive gets it, as if it had completed
+    /// just before (we read our ring until it has). Only if the sender stops sending for
+    /// [`STREAM_CANCEL_GRACE`] is the receive failed and the rest of the message dropped.
+    /// False if `op` is not being streamed to.
+    fn finish_stream_for(&self, op: &Arc<RecvOp>, from: u32) -> bool {
+        let peer = self.peer(from);
+        let give_up = Instant::now() + STREAM_CANCEL_GRACE;
+        let mut first = true;
+        loop {
+            {
+                let mut streams = lock(&peer.streams_in);
+                match streams.iter_mut().find(|s| s.op.as_ref().is_some_and(|o| Arc::ptr_eq(o, op))) {
+                    None => return !first,
+                    Some(s) if Instant::now() >= give_up => {
+                        let e = Error::new(Status::Timeout, format!("rank {from} stopped streaming a message to a withdrawn receive"));
+                        dc_log!(Level::Warn, Some(self.rank as usize), "{}; its rest is dropped", e.msg);
+                        s.finish(Some(e));
+                        return true;
+                    }
+                    Some(_) => {}
+                }
+            }
+            first = false;
+            if !self.poll_rings() {
+                std::thread::yield_now();
+            }
+        }
+    }
+
     /// Withdraws a send: not yet started, it is dropped; half written, the rest is copied so
     /// the stream stays well-formed. The op is completed with `err` unless already finished.
     pub fn cancel_send(&self, op: &Arc<SendOp>, err: Error) {
@@ -700,6 +816,13 @@ impl SocketTransport {
             // A single-copy send the peer has not finished reading: stop waiting for it. (The
             // peer reads as soon as the request arrives, so only a frozen peer can still read.)
             lock(&self.peer(op.dst).awaiting_fin).retain(|_, o| !Arc::ptr_eq(o, op));
+            if let Some(out) = self.peer(op.dst).ring_out.get() {
+                // Being streamed: the rest is copied, so the receiver still gets it whole.
+                let mut tx = lock(&out.tx);
+                if let Some(s) = tx.streams.iter_mut().find(|s| s.op.as_ref().is_some_and(|o| Arc::ptr_eq(o, op))) {
+                    s.detach();
+                }
+            }
             let mut q = lock(&self.peer(op.dst).tx);
             if let Some(i) = q.iter().position(|it| it.op.as_ref().is_some_and(|o| Arc::ptr_eq(o, op))) {
                 if q[i].hdr_off == 0 {
@@ -743,6 +866,19 @@ impl SocketTransport {
                         let (op, remaining) = (op.clone(), len - off);
                         rx.target = Target::Discard { remaining };
                         op.filling_from.store(u32::MAX, Ordering::Release);
+                        op.comp.complete(fail(&op.ctx));
+                    }
+                }
+            }
+            for s in lock(&p.streams_in).iter_mut() {
+                if let Some(ctx) = s.op.as_ref().map(|o| o.ctx.clone()).filter(|c| c.is_aborted()) {
+                    s.finish(fail(&ctx).err());
+                }
+            }
+            if let Some(out) = p.ring_out.get() {
+                for s in lock(&out.tx).streams.iter_mut() {
+                    if let Some(op) = s.op.as_ref().filter(|o| o.ctx.is_aborted()).cloned() {
+                        s.detach();
                         op.comp.complete(fail(&op.ctx));
                     }
                 }
@@ -983,7 +1119,7 @@ impl SocketTransport {
                 if *got == RTS_LEN {
                     let (hdr, buf) = (*hdr, *buf);
                     *target = Target::header();
-                    self.on_rts(peer, hdr, &buf, events);
+                    self.on_rts(peer, hdr, &buf, false, events);
                 }
             }
         }
@@ -1013,9 +1149,10 @@ impl SocketTransport {
     }
 
     /// A single-copy message: copy it out of the sender's memory into its posted receive and
-    /// tell the sender it may reuse its buffer; with no receive posted, park it (see
+    /// tell the sender it may reuse its buffer (or, when it came through our ring, ask the
+    /// sender to stream it, see `stream`); with no receive posted, park it (see
     /// [`park_limit`]).
-    fn on_rts(&self, peer: &Peer, hdr: Header, body: &[u8; RTS_LEN], events: &mut Vec<Event>) {
+    fn on_rts(&self, peer: &Peer, hdr: Header, body: &[u8; RTS_LEN], via_ring: bool, events: &mut Vec<Event>) {
         let word = |i: usize| u64::from_le_bytes(body[i * 8..i * 8 + 8].try_into().unwrap());
         let parked = Parked { cookie: word(0), addr: word(1), len: word(2) as usize, since: Instant::now() };
         let mut m = lock(&self.matcher);
@@ -1028,11 +1165,26 @@ impl SocketTransport {
         };
         drop(m);
         op.filling_from.store(peer.rank, Ordering::Release);
+        if via_ring {
+            lock(&peer.streams_in).push(StreamIn::new(parked.cookie, op, peer.rank, hdr.tag, hdr.check, parked.len));
+            events.push(Event::SendCts { cookie: parked.cookie });
+            return;
+        }
         // The op is ours: taken from the posted queue, and a canceller waits for this
         // connection's lock, which we hold.
         let ok = self.read_into(&op, peer, hdr.tag, hdr.check, &parked);
         op.filling_from.store(u32::MAX, Ordering::Release);
         events.push(Event::SendFin { cookie: parked.cookie, ok });
+    }
+
+    /// A chunk of a message `peer` streams to us: into its receive; the last one completes it.
+    fn on_chunk(&self, peer: &Peer, cookie: u64, data: &[u8]) {
+        let mut streams = lock(&peer.streams_in);
+        // Chunks come in the order of our `Cts`s: the stream is nearly always the first.
+        let Some(i) = streams.iter().position(|s| s.cookie == cookie) else { return };
+        if streams[i].take(data) {
+            streams.remove(i).finish(None);
+        }
     }
 
     /// Completes `op` (which nobody else may touch meanwhile) with a single-copy message of
@@ -1109,17 +1261,21 @@ impl SocketTransport {
 
     /// Tells the sender of a single-copy message that we are done with its buffer.
     fn release_sender(&self, peer: &Arc<Peer>, cookie: u64, ok: bool) {
-        let fin = Header { check: u32::from(!ok), tag: cookie, ..Header::control(FrameKind::Fin, 0) };
-        // A Fin needs no order: through the ring when it has room at once, else the socket.
+        self.reply(peer, Header { check: u32::from(!ok), tag: cookie, ..Header::control(FrameKind::Fin, 0) });
+    }
+
+    /// Sends a control frame that needs no order (`Fin`, `Cts`): through the ring when it has
+    /// room at once, else the socket.
+    fn reply(&self, peer: &Arc<Peer>, hdr: Header) {
         if let Some(out) = peer.ring_out.get() {
             let mut tx = lock(&out.tx);
-            if out.seg.try_write(out.index, &[&fin.encode()], &mut tx.head) {
+            if out.seg.try_write(out.index, &[&hdr.encode()], &mut tx.head) {
                 drop(tx);
                 self.bell_if_needed(peer, out);
                 return;
             }
         }
-        let _ = self.send_control(peer, fin);
+        let _ = self.send_control(peer, hdr);
     }
 
     // ---- shared-memory rings ---------------------------------------------------------------
@@ -1148,13 +1304,16 @@ impl SocketTransport {
 
     /// Reads the frames `peer` put in our ring. The caller holds the peer's `rx` lock (one
     /// reader per ring; a canceller of a receive waits for that lock, as for socket data).
-    fn drain_ring_locked(&self, peer: &Peer, events: &mut Vec<Event>) {
-        let Some(rings) = self.rings_in.get() else { return };
-        let Some(i) = rings.index.get(peer.rank as usize).copied().flatten() else { return };
-        rings.seg.drain(i, |rec| self.on_ring_frame(peer, rec, events));
-        if rings.seg.take_waiting(i) {
+    fn drain_ring_locked(&self, peer: &Peer, events: &mut Vec<Event>) -> bool {
+        let Some(rings) = self.rings_in.get() else { return false };
+        let Some(i) = rings.index.get(peer.rank as usize).copied().flatten() else { return false };
+        let n = rings.seg.drain(i, |rec| self.on_ring_frame(peer, rec, events));
+        // The writer waits for room: ring it back unless one of its threads spins (and so
+        // sends on by itself; the ring costs a system call here and a wake-up there).
+        if rings.seg.take_waiting(i) && !peer.ring_out.get().is_some_and(|o| o.seg.owner_spins()) {
             events.push(Event::Bell);
         }
+        n > 0
     }
 
     fn on_ring_frame(&self, peer: &Peer, rec: &[u8], events: &mut Vec<Event>) {
@@ -1165,18 +1324,24 @@ impl SocketTransport {
                 self.deliver_or_file(h.ctx, peer.rank, h.tag, h.check, Cow::Borrowed(&body[..h.len as usize]));
             }
             Some(h) if h.kind == FrameKind::Rts && body.len() >= RTS_LEN => {
-                self.on_rts(peer, h, body[..RTS_LEN].try_into().expect("length checked"), events);
+                self.on_rts(peer, h, body[..RTS_LEN].try_into().expect("length checked"), true, events);
             }
+            Some(h) if h.kind == FrameKind::Chunk && h.len as usize <= body.len() => {
+                self.on_chunk(peer, h.tag, &body[..h.len as usize]);
+            }
+            Some(h) if h.kind == FrameKind::Cts => events.push(Event::Cts { cookie: h.tag }),
             Some(h) if h.kind == FrameKind::Fin => events.push(Event::Fin { cookie: h.tag, ok: h.check == 0 }),
             _ => events.push(Event::Gone("malformed frame in the shared-memory ring".into())),
         }
     }
 
     /// For a spinning waiter: reads every ring that has frames (skipping peers whose
-    /// connection another thread is reading) and sends what waits for room.
-    pub fn poll_rings(&self) {
-        let Some(rings) = self.rings_in.get() else { return };
+    /// connection another thread is reading) and sends what waits for room; whether it read
+    /// or sent anything.
+    pub fn poll_rings(&self) -> bool {
+        let Some(rings) = self.rings_in.get() else { return false };
         let mut events = Vec::new();
+        let mut moved = false;
         for (r, i) in rings.index.iter().enumerate() {
             let Some(i) = *i else { continue };
             if !rings.seg.has_records(i) {
@@ -1184,13 +1349,13 @@ impl SocketTransport {
             }
             let peer = self.peer(r as u32);
             if let Ok(_rx) = peer.rx.try_lock() {
-                self.drain_ring_locked(peer, &mut events);
+                moved |= self.drain_ring_locked(peer, &mut events);
             }
             if !events.is_empty() {
                 self.handle_events(peer, &mut events);
             }
         }
-        self.flush_all_rings();
+        self.flush_all_rings() | moved
     }
 
     /// For a thread about to wait (None when we have no rings): it polls the rings while it
@@ -1198,6 +1363,7 @@ impl SocketTransport {
     /// ring the doorbell. Reads what is there already.
     pub fn spin_on_rings(&self) -> Option<RingSpin<'_>> {
         let rings = self.rings_in.get()?;
+        rings.seg.spin_start();
         self.poll_rings();
         Some(RingSpin { t: self, rings })
     }
@@ -1224,6 +1390,14 @@ impl SocketTransport {
                 events.push(Event::Fin { cookie: hdr.tag, ok: hdr.check == 0 });
                 Target::header()
             }
+            FrameKind::Cts => {
+                events.push(Event::Cts { cookie: hdr.tag });
+                Target::header()
+            }
+            FrameKind::Chunk => {
+                events.push(Event::Gone("a stream chunk came over the socket".into()));
+                Target::Discard { remaining: hdr.len as usize }
+            }
             FrameKind::Data => {
                 let len = hdr.len as usize;
                 let posted = lock(&self.matcher).take_posted(hdr.ctx, peer.rank, hdr.tag);
@@ -1247,7 +1421,11 @@ impl SocketTransport {
                 Event::Bell => {
                     let _ = self.send_control(peer, Header::control(FrameKind::Bell, 0));
                 }
-                Event::Flush => self.flush_ring(peer),
+                Event::Flush => {
+                    self.flush_ring(peer);
+                }
+                Event::SendCts { cookie } => self.reply(peer, Header { tag: cookie, ..Header::control(FrameKind::Cts, 0) }),
+                Event::Cts { cookie } => self.start_stream(peer, cookie),
                 Event::Fin { cookie, ok } => {
                     if let Some(op) = lock(&peer.awaiting_fin).remove(&cookie) {
                         let r = if ok {
@@ -1297,6 +1475,20 @@ impl SocketTransport {
             op.comp.complete(err());
         }
         if peer.rx_done.load(Ordering::Acquire) {
+            for mut s in lock(&peer.streams_in).drain(..) {
+                s.finish(err().err());
+            }
+            if let Some(out) = peer.ring_out.get() {
+                let mut tx = lock(&out.tx);
+                for s in tx.streams.drain(..) {
+                    self.backlogged.fetch_sub(1, Ordering::Relaxed);
+                    if let Some(op) = s.op {
+                        op.comp.complete(err());
+                    }
+                }
+            }
+        }
+        if peer.rx_done.load(Ordering::Acquire) {
             let mut q = lock(&peer.tx);
             for mut it in q.drain(..) {
                 if let Some(op) = it.op.take() {
@@ -1344,7 +1536,7 @@ impl SocketTransport {
                 // Frames for a process that is not waiting ring no doorbell: look every
                 // millisecond (so non-blocking operations progress, and a single-copy sender
                 // is released, without a wait here).
-                self.poll_rings();
+                let _ = self.poll_rings();
                 timeout_ms = timeout_ms.min(1);
             }
             if self.backlogged.load(Ordering::Relaxed) > 0 {
