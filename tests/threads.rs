@@ -362,6 +362,48 @@ fn late_receives_of_single_copy_messages() {
     });
 }
 
+/// Large messages to a receive that is already posted are streamed through the shared-memory
+/// ring in chunks (see `transport::stream`): several at once in both directions arrive whole;
+/// one longer than its receive fails that receive with InvalidArgument without writing past
+/// it, and the messages after it are intact.
+#[test]
+fn streamed_messages_arrive_whole_and_truncate_safely() {
+    const LEN: usize = 3 * 1024 * 1024 + 12_345;
+    let pattern = |who: usize, k: usize, len: usize| -> Vec<u8> { (0..len).map(|i| (i * 13 + who * 7 + k * 31) as u8).collect() };
+    job_on("shm", 2, 20_000, move |c| {
+        let (me, other) = (c.rank(), 1 - c.rank());
+        let wait = |op: &distcomm::comm::P2pOp| c.wait_p2p(op, c.op_deadline(), &|| "p2p".into());
+        // Receives first, then a barrier: every message finds its receive posted.
+        let mut bufs: Vec<Vec<u8>> = (0..3).map(|_| vec![0u8; LEN]).collect();
+        let recvs: Vec<_> = bufs.iter_mut().map(|b| c.post_recv(MutBuf::from_slice(b), Some(other), Some(7)).unwrap()).collect();
+        let mut short = vec![0u8; LEN + 64];
+        let short_recv = c.post_recv(MutBuf::from_slice(&mut short[..LEN / 2]), Some(other), Some(8)).unwrap();
+        let mut after = vec![0u8; 100_000];
+        let after_recv = c.post_recv(MutBuf::from_slice(&mut after), Some(other), Some(9)).unwrap();
+        c.collective(CollArgs::Barrier).unwrap();
+        let out: Vec<Vec<u8>> = (0..3).map(|k| pattern(me, k, LEN)).collect();
+        let long = pattern(me, 5, LEN);
+        let tail = pattern(me, 6, 100_000);
+        let sends: Vec<_> = out.iter().map(|m| c.post_send(ConstBuf::from_slice(m), other, 7).unwrap()).collect();
+        let long_send = c.post_send(ConstBuf::from_slice(&long), other, 8).unwrap();
+        let tail_send = c.post_send(ConstBuf::from_slice(&tail), other, 9).unwrap();
+        for (k, op) in recvs.iter().enumerate() {
+            assert_eq!(wait(op).unwrap().bytes, LEN);
+            assert!(bufs[k] == pattern(other, k, LEN), "rank {me}: streamed message {k} is wrong");
+        }
+        let e = wait(&short_recv).unwrap_err();
+        assert_eq!(e.status, Status::InvalidArgument, "{e}");
+        assert!(short[..LEN / 2] == pattern(other, 5, LEN)[..LEN / 2], "the kept part of a truncated message is wrong");
+        assert!(short[LEN / 2..].iter().all(|&b| b == 0), "a truncated message was written past its receive");
+        assert_eq!(wait(&after_recv).unwrap().bytes, 100_000);
+        assert!(after == pattern(other, 6, 100_000), "the message after a truncated one is wrong");
+        for op in sends.iter().chain([&long_send, &tail_send]) {
+            wait(op).unwrap();
+        }
+        c.collective(CollArgs::Barrier).unwrap();
+    });
+}
+
 /// Point-to-point between ranks of one host goes through shared-memory rings: a stream of
 /// messages larger than a ring holds (so frames wait in the sender for room), of every size
 /// class (inline, and single-copy above 64 KiB), in both directions at once, arrives whole and
