@@ -66,20 +66,7 @@ struct ShmState {
     turn_waiters: AtomicU64,
     turn_lock: Mutex<()>,
     turn_cv: Condvar,
-    /// Every member sends to every other through shared-memory rings (agreed at setup): small
-    /// broadcasts and reduces then go as eager messages along a tree, so a rank does not wait
-    /// for all the others at every call (see `EAGER_MAX`).
-    eager_rooted: bool,
 }
-
-/// Broadcasts and reduces up to this size use the point-to-point rings when every member has
-/// them and the host's ranks outnumber its cores: the step protocol makes every rank wait for
-/// every other at each call, which then costs a context switch per rank, while down (or up) a
-/// tree of eager messages only a rank's parent (or children) matter. (With a core per rank the
-/// steps are faster; larger messages run ahead until the rings fill, and then slower.) A rank
-/// that meanwhile calls a different collective is then noticed by its timeout, not by the
-/// agreement check of the steps; DC_DEBUG=DETAIL compares every call's arguments first.
-const EAGER_MAX: usize = 2 << 10;
 
 impl ShmState {
     /// Waits until collective `seq` may run (usually at once: one atomic load).
@@ -587,25 +574,19 @@ impl Comm {
     fn execute_shm(&self, shm: &ShmState, args: &CollArgs, seq: u64, deadline: &dyn Fn() -> Instant) -> Result<()> {
         shm.wait_turn(seq, deadline, &|| self.check_usable())?;
         let interrupt = || self.ctx.abort_error().or_else(|| self.transport().gone_error_any(&self.members));
-        let small = match args {
-            CollArgs::Broadcast { buf, .. } => buf.len() <= EAGER_MAX,
-            CollArgs::Reduce { bytes, .. } => *bytes <= EAGER_MAX,
-            _ => false,
-        };
-        let eager = small && shm.eager_rooted && crate::completion::oversubscribed();
+        // The collective's number on the arena: the same on every member (0 is never used).
+        let coll = (seq + 1) as u32;
         let r = if let Err(e) = self.detail_check(args, seq, deadline()) {
             Err(e)
-        } else if eager {
-            self.execute_link(args, seq, deadline())
         } else {
             let mut scratch = lock(&shm.scratch);
-            let mut run = ShmRun::new(&shm.arena, &shm.steps, deadline, &interrupt, &mut scratch, shm.pids.as_deref());
+            let mut run = ShmRun::new(&shm.arena, &shm.steps, coll, deadline, &interrupt, &mut scratch, shm.pids.as_deref());
             // SAFETY: buffers were validated by the C surface and stay valid until we return.
-            match unsafe { run.run(args) } {
-                Some(r) => r,
-                None => self.execute_link(args, seq, deadline()),
-            }
+            let done = unsafe { run.run_eager(args) }.or_else(|| unsafe { run.run(args) });
+            drop(scratch);
+            done.unwrap_or_else(|| self.execute_link(args, seq, deadline()))
         };
+        shm.arena.finished(coll);
         shm.pass_turn(seq + 1);
         r
     }
@@ -649,11 +630,9 @@ impl Comm {
             }
             None => None,
         };
-        // Everyone says whether it mapped the segment (and whether it has rings to everyone);
-        // then it can be unlinked.
-        let rings = self.members.iter().all(|&w| w == self.members[self.rank] || self.transport().ring_to(w));
-        let ok = [u8::from(arena.is_some()), u8::from(rings)];
-        let mut all_ok = [0u8; 2];
+        // Everyone says whether it mapped the segment; then it can be unlinked.
+        let ok = [u8::from(arena.is_some())];
+        let mut all_ok = [0u8; 1];
         self.collective(CollArgs::Allreduce {
             send: Some(ConstBuf::from_slice(&ok)),
             recv: MutBuf::from_slice(&mut all_ok),
@@ -676,7 +655,6 @@ impl Comm {
                     turn_waiters: AtomicU64::new(0),
                     turn_lock: Mutex::new(()),
                     turn_cv: Condvar::new(),
-                    eager_rooted: all_ok[1] == 1,
                 };
                 let _ = self.shm.set(state);
                 Ok(())

@@ -71,9 +71,17 @@ const MAX_SLEEP: Duration = Duration::from_millis(50);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pace {
     Spin,
+    /// Yielded; nothing else to do yet (abort and deadline are looked at every few yields:
+    /// a yield that switches to another process costs microseconds already, and ranks that
+    /// outnumber the cores yield at every wait).
     Yield,
+    /// Yielded; now look at abort and the deadline.
+    YieldAndCheck,
     Sleep,
 }
+
+/// Every this many yields, a waiter looks at abort and the deadline (and the first time).
+const CHECK_EVERY_YIELDS: u32 = 8;
 
 /// The waiting policy: spin for a short time (a peer on another core is seen within a
 /// microsecond; for shared memory the spin outlasts a peer's wake-up from sleep, 15-50 us here,
@@ -199,7 +207,7 @@ impl Backoff {
         if self.yielded < self.yields {
             self.yielded += 1;
             std::thread::yield_now();
-            return Pace::Yield;
+            return if self.yielded % CHECK_EVERY_YIELDS == 1 { Pace::YieldAndCheck } else { Pace::Yield };
         }
         Pace::Sleep
     }
@@ -263,12 +271,12 @@ impl Completion {
                 return WaitOutcome::Finished(r);
             }
             let pace = backoff.next();
-            if let (Some(poll), Pace::Spin | Pace::Yield) = (poll, pace) {
+            if let (Some(poll), Pace::Spin | Pace::Yield | Pace::YieldAndCheck) = (poll, pace) {
                 if poll() {
                     backoff.restart();
                 }
             }
-            if pace == Pace::Spin {
+            if matches!(pace, Pace::Spin | Pace::Yield) {
                 continue;
             }
             if let Some(e) = interrupt() {
@@ -278,7 +286,7 @@ impl Completion {
             if now >= deadline {
                 return WaitOutcome::TimedOut;
             }
-            if pace == Pace::Yield {
+            if pace == Pace::YieldAndCheck {
                 continue;
             }
             let nap = (deadline - now).min(MAX_SLEEP);

@@ -209,6 +209,51 @@ fn shared_memory_mismatches_fail_on_every_rank_and_the_comm_keeps_working() {
     }
 }
 
+/// Small broadcasts and reduces go through per-rank mailboxes on shared memory: roots (and
+/// reduce contributors) run ahead of the readers by up to the mailbox count, and every result is
+/// right. A reader whose size disagrees with the root's gets DC_ERR_MISMATCH; a rank that skips
+/// a small collective is one behind the others, which the next stepped collective notices on
+/// every rank (it compares collective numbers).
+#[test]
+fn small_broadcasts_and_reduces_run_ahead_and_disagreements_are_caught() {
+    job_on("shm", 3, 20_000, |c| {
+        let (me, n) = (c.rank(), c.size());
+        for k in 0..300u32 {
+            let root = (k as usize / 50) % n;
+            let mut b = if me == root { (k * 3).to_le_bytes() } else { [0u8; 4] };
+            c.collective(CollArgs::Broadcast { buf: MutBuf::from_slice(&mut b), dt: DType::Uint8, root }).unwrap();
+            assert_eq!(u32::from_le_bytes(b), k * 3, "rank {me}: broadcast {k}");
+            let mine = ((me as u32 + 1) * k).to_le_bytes();
+            let mut sum = [0u8; 4];
+            let recv = (me == root).then(|| MutBuf::from_slice(&mut sum));
+            c.collective(CollArgs::Reduce { send: Some(ConstBuf::from_slice(&mine)), recv, bytes: 4, dt: DType::Uint32, op: ReduceOp::Sum, root }).unwrap();
+            if me == root {
+                assert_eq!(u32::from_le_bytes(sum), 6 * k, "reduce {k}");
+            }
+        }
+        // rank 2 expects 12 bytes where the root sends 10
+        let mut b = vec![7u8; if me == 2 { 12 } else { 10 }];
+        let r = c.collective(CollArgs::Broadcast { buf: MutBuf::from_slice(&mut b), dt: DType::Uint8, root: 0 });
+        if me == 2 {
+            let e = r.unwrap_err();
+            assert_eq!(e.status, Status::Mismatch, "{e}");
+            assert!(e.msg.contains("rank 0"), "{}", e.msg);
+        } else {
+            r.unwrap();
+        }
+        // still in step: this works everywhere
+        assert_eq!(allreduce_f32(&c, &[1.0; 5]).unwrap(), vec![3.0; 5]);
+        // rank 1 skips a broadcast: its allreduce meets the others' allreduce one collective later
+        if me != 1 {
+            let mut b = [0u8; 8];
+            c.collective(CollArgs::Broadcast { buf: MutBuf::from_slice(&mut b), dt: DType::Uint8, root: 0 }).unwrap();
+        }
+        let e = allreduce_f32(&c, &[1.0; 5]).unwrap_err();
+        assert_eq!(e.status, Status::Mismatch, "rank {me}: {e}");
+        assert!(e.msg.contains("collective #"), "{}", e.msg);
+    });
+}
+
 #[test]
 fn shared_memory_large_and_inexact_results_are_identical_everywhere() {
     let out = job_on("shm", 3, 20_000, |c| {
@@ -251,8 +296,8 @@ fn abort_reaches_a_rank_waiting_on_shared_memory() {
 }
 
 #[test]
-fn shared_memory_single_copy_alltoall_and_allgather() {
-    // Blocks above the single-copy threshold take the process_vm_readv path.
+fn shared_memory_large_alltoall_and_allgather() {
+    // Blocks larger than a staging slot's share go through the arena in several pieces.
     let block = 300 * 1024 + 8;
     job_on("shm", 3, 20_000, move |c| {
         let (n, me) = (c.size(), c.rank());

@@ -12,7 +12,7 @@ use crate::collective::{describe, CollArgs};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result, Status};
 use crate::reduce;
-use crate::transport::shm::{Arena, Flag, Steps};
+use crate::transport::shm::{Arena, Flag, Steps, EAGER_BYTES};
 use std::time::Instant;
 
 /// Reductions up to this many bytes take the one-step path.
@@ -40,6 +40,8 @@ pub struct ShmRun<'a> {
     scratch: &'a mut Scratch,
     /// Members' pids when every member's memory is readable (single-copy collectives).
     pids: Option<&'a [i32]>,
+    /// This collective's number on the comm (the same on every member).
+    coll: u32,
     first: bool,
     sig: u32,
     bytes: u64,
@@ -134,15 +136,17 @@ fn piece_for(chunk: usize, k: usize, es: usize) -> usize {
 }
 
 impl<'a> ShmRun<'a> {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         arena: &'a Arena,
         steps: &'a Steps,
+        coll: u32,
         deadline: &'a dyn Fn() -> Instant,
         interrupt: &'a dyn Fn() -> Option<Error>,
         scratch: &'a mut Scratch,
         pids: Option<&'a [i32]>,
     ) -> ShmRun<'a> {
-        ShmRun { arena, steps, deadline, interrupt, scratch, pids, first: true, sig: 0, bytes: 0 }
+        ShmRun { arena, steps, deadline, interrupt, scratch, pids, coll, first: true, sig: 0, bytes: 0 }
     }
 
     fn n(&self) -> usize {
@@ -170,7 +174,7 @@ impl<'a> ShmRun<'a> {
     fn begin(&mut self) -> u32 {
         let s = self.steps.next();
         if self.first {
-            self.arena.set_desc(s, self.sig, self.bytes);
+            self.arena.set_desc(s, self.sig, self.coll, self.bytes);
         }
         s
     }
@@ -192,11 +196,11 @@ impl<'a> ShmRun<'a> {
     }
 
     fn check_agreement(&self, s: u32) -> Result<()> {
-        let mine = (self.sig, self.bytes);
+        let mine = (self.sig, self.coll, self.bytes);
         let odd: Vec<String> = (0..self.n())
             .filter_map(|r| {
                 let d = self.arena.desc(r, s);
-                (d != mine).then(|| format!("rank {r} called {} on {} bytes", describe(d.0), d.1))
+                (d != mine).then(|| format!("rank {r} called {} on {} bytes as collective #{}", describe(d.0), d.2, d.1))
             })
             .collect();
         if odd.is_empty() {
@@ -204,8 +208,78 @@ impl<'a> ShmRun<'a> {
         }
         Err(Error::new(
             Status::Mismatch,
-            format!("{} where rank {} called {} on {} bytes", odd.join(", "), self.me(), describe(mine.0), mine.1),
+            format!("{} where rank {} called {} on {} bytes as collective #{}", odd.join(", "), self.me(), describe(mine.0), mine.2, mine.1),
         ))
+    }
+
+    /// Runs a broadcast or reduce of at most `EAGER_BYTES` through the mailboxes (see
+    /// `transport::shm`): the root of a broadcast (the contributors of a reduce) post and go
+    /// on, the others wait only for what they read. `None` for anything else.
+    ///
+    /// # Safety
+    /// As for `run`.
+    pub unsafe fn run_eager(&mut self, args: &CollArgs) -> Option<Result<()>> {
+        let sig = args.signature();
+        Some(match args {
+            CollArgs::Broadcast { buf, root, .. } if buf.len() <= EAGER_BYTES => self.eager_broadcast(*buf, *root, sig),
+            CollArgs::Reduce { send, recv, bytes, dt, op, root } if *bytes <= EAGER_BYTES => {
+                let input = match (send, recv) {
+                    (Some(s), _) => s.as_slice(),
+                    (None, Some(r)) => std::slice::from_raw_parts(r.as_ptr(), r.len()),
+                    (None, None) => return Some(Err(Error::new(Status::Internal, "reduce without input"))),
+                };
+                let out = if self.me() == *root { *recv } else { None };
+                self.eager_reduce(&input[..*bytes], out, *dt, *op, *root, sig)
+            }
+            _ => return None,
+        })
+    }
+
+    unsafe fn eager_broadcast(&mut self, buf: MutBuf, root: usize, sig: u32) -> Result<()> {
+        if self.me() == root {
+            return self.arena.post(self.coll, sig, std::slice::from_raw_parts(buf.as_ptr(), buf.len()), self.deadline, self.interrupt);
+        }
+        let data = self.fetch_agreeing(root, sig, buf.len())?;
+        copy(data.as_ptr(), buf.as_ptr(), data.len());
+        Ok(())
+    }
+
+    unsafe fn eager_reduce(&mut self, input: &[u8], out: Option<MutBuf>, dt: DType, op: ReduceOp, root: usize, sig: u32) -> Result<()> {
+        let (n, me) = (self.n(), self.me());
+        if me != root {
+            return self.arena.post(self.coll, sig, input, self.deadline, self.interrupt);
+        }
+        let mut inputs = std::mem::take(&mut self.scratch.inputs);
+        inputs.clear();
+        for r in 0..n {
+            match r == me {
+                true => inputs.push(input.as_ptr()),
+                false => match self.fetch_agreeing(r, sig, input.len()) {
+                    Ok(d) => inputs.push(d.as_ptr()),
+                    Err(e) => {
+                        self.scratch.inputs = inputs;
+                        return Err(e);
+                    }
+                },
+            }
+        }
+        if let Some(out) = out {
+            reduce_ordered(dt, op, n, &inputs, out.as_ptr(), input.len(), &mut self.scratch.bytes);
+        }
+        self.scratch.inputs = inputs;
+        Ok(())
+    }
+
+    /// Rank `r`'s mailbox data for this collective, if it is calling what we are.
+    fn fetch_agreeing(&self, r: usize, sig: u32, len: usize) -> Result<&'a [u8]> {
+        let (their_sig, data) = self.arena.fetch(r, self.coll, self.deadline, self.interrupt)?;
+        if their_sig != sig || data.len() != len {
+            return Err(Error::new(
+                Status::Mismatch,
+                format!("rank {r} called {} on {} bytes where rank {} called {} on {len} bytes", describe(their_sig), data.len(), self.me(), describe(sig)),
+            ));
+        }
+        Ok(data)
     }
 
     /// Runs `args` on shared memory; `None` if this collective has no shared-memory algorithm.

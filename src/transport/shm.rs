@@ -9,6 +9,13 @@
 //! data that a peer may still read. The algorithms live in `coll::shm`; this file knows only
 //! memory, flags and waiting.
 //!
+//! Eager mailboxes: small broadcasts and reduces do not step. Each rank has `EAGER_SLOTS`
+//! mailbox slots, used round-robin by collective number; a writer (the root of a broadcast, the
+//! contributors of a reduce) fills its slot for collective `c` and stamps it `c`, and the
+//! readers wait for that stamp. A slot is reused for collective `c + EAGER_SLOTS` only once
+//! every rank has finished collective `c` (each rank publishes the last collective it
+//! finished), so writers run up to `EAGER_SLOTS` collectives ahead of the slowest reader.
+//!
 //! Waiting spins briefly, yields, then sleeps on a futex in the segment (with a sleeper count so
 //! writers only pay for a wake-up when someone sleeps), always with a deadline and an interrupt
 //! check (abort, peer loss).
@@ -33,6 +40,13 @@ pub const DEFAULT_CHUNK: usize = 256 * 1024;
 
 const MAX_SLEEP: Duration = Duration::from_millis(20);
 
+/// Mailbox slots per rank (how far a writer of small collectives may run ahead).
+pub const EAGER_SLOTS: usize = 64;
+/// Bytes of data a mailbox slot holds: broadcasts and reduces up to this size go eagerly.
+pub const EAGER_BYTES: usize = 2048;
+/// A slot: a line for its stamp, signature and length, then the data.
+const EAGER_STRIDE: usize = 64 + EAGER_BYTES;
+
 #[repr(C)]
 struct Header {
     magic: AtomicU64,
@@ -49,6 +63,9 @@ struct Layout {
     ranks: usize,
     chunk: usize,
     flags_off: usize,
+    /// Per rank a line: the last collective it finished (for mailbox reuse).
+    done_off: usize,
+    mailbox_off: usize,
     staging_off: usize,
     result_off: usize,
     total: usize,
@@ -57,11 +74,22 @@ struct Layout {
 impl Layout {
     fn new(ranks: usize, chunk: usize) -> Layout {
         let flags_off = HEADER_BYTES;
-        let staging_off = flags_off + ranks * 2 * LINE;
+        let done_off = flags_off + ranks * 2 * LINE;
+        let mailbox_off = done_off + ranks * LINE;
+        let staging_off = mailbox_off + ranks * EAGER_SLOTS * EAGER_STRIDE;
         let result_off = staging_off + ranks * SLOTS * chunk;
         let total = result_off + SLOTS * chunk;
-        Layout { ranks, chunk, flags_off, staging_off, result_off, total }
+        Layout { ranks, chunk, flags_off, done_off, mailbox_off, staging_off, result_off, total }
     }
+}
+
+/// A mailbox slot's header line.
+#[repr(C)]
+struct SlotHeader {
+    /// The collective (number, wrapping) whose data the slot holds.
+    stamp: AtomicU32,
+    sig: AtomicU32,
+    len: AtomicU64,
 }
 
 /// Which flag of a rank.
@@ -209,24 +237,28 @@ impl Arena {
     }
 
     /// Where rank `r` keeps the descriptor of the collective it started at step `s`.
-    fn desc_slot(&self, r: usize, s: u32) -> (&AtomicU32, &AtomicU64) {
+    fn desc_slot(&self, r: usize, s: u32) -> (&AtomicU32, &AtomicU32, &AtomicU64) {
         let off = self.layout.flags_off + (r * 2 + 1) * LINE + 16 + (s as usize % SLOTS) * 16;
+        let at = |o: usize| self.base().wrapping_add(off + o);
         // SAFETY: inside rank r's second flag line (LINE = 128 bytes), aligned, atomics only.
-        unsafe { (&*(self.base().add(off) as *const AtomicU32), &*(self.base().add(off + 8) as *const AtomicU64)) }
+        unsafe { (&*(at(0) as *const AtomicU32), &*(at(4) as *const AtomicU32), &*(at(8) as *const AtomicU64)) }
     }
 
-    /// Records what this rank is calling (signature, size) for the step that starts it; read by
-    /// the others after the step's `Stage` flags, to catch ranks that disagree.
-    pub fn set_desc(&self, s: u32, sig: u32, bytes: u64) {
-        let (a, b) = self.desc_slot(self.rank, s);
+    /// Records what this rank is calling (signature, collective number, size) for the step that
+    /// starts it; read by the others after the step's `Stage` flags, to catch ranks that
+    /// disagree (the number catches a rank that is a collective ahead: small broadcasts and
+    /// reduces take no steps).
+    pub fn set_desc(&self, s: u32, sig: u32, coll: u32, bytes: u64) {
+        let (a, c, b) = self.desc_slot(self.rank, s);
         a.store(sig, Ordering::Relaxed);
+        c.store(coll, Ordering::Relaxed);
         b.store(bytes, Ordering::Relaxed);
     }
 
     /// Rank `r`'s descriptor for step `s` (valid after waiting for its `Stage` flag).
-    pub fn desc(&self, r: usize, s: u32) -> (u32, u64) {
-        let (a, b) = self.desc_slot(r, s);
-        (a.load(Ordering::Relaxed), b.load(Ordering::Relaxed))
+    pub fn desc(&self, r: usize, s: u32) -> (u32, u32, u64) {
+        let (a, c, b) = self.desc_slot(r, s);
+        (a.load(Ordering::Relaxed), c.load(Ordering::Relaxed), b.load(Ordering::Relaxed))
     }
 
     fn base(&self) -> *mut u8 {
@@ -279,7 +311,11 @@ impl Arena {
     }
 
     fn wait_one(&self, r: usize, f: Flag, s: u32, deadline: &dyn Fn() -> Instant, interrupt: &dyn Fn() -> Option<Error>) -> Result<()> {
-        let w = self.flag(r, f);
+        self.wait_word(self.flag(r, f), s, deadline, interrupt).map_err(|e| e.unwrap_or_else(|| Error::new(Status::Timeout, format!("rank {r} did not reach step {s} on shared memory"))))
+    }
+
+    /// Waits until `w` reaches `s` (wrapping order). Err(None): the deadline passed.
+    fn wait_word(&self, w: &AtomicU32, s: u32, deadline: &dyn Fn() -> Instant, interrupt: &dyn Fn() -> Option<Error>) -> std::result::Result<(), Option<Error>> {
         let mut backoff = Backoff::for_shared_memory();
         loop {
             let v = w.load(Ordering::Acquire);
@@ -287,19 +323,19 @@ impl Arena {
                 return Ok(());
             }
             let pace = backoff.next();
-            if pace == Pace::Spin {
+            if matches!(pace, Pace::Spin | Pace::Yield) {
                 continue;
             }
             if let Some(e) = interrupt() {
                 // A peer that finished this step and then left is not a failure.
-                return if reached(w.load(Ordering::Acquire), s) { Ok(()) } else { Err(e) };
+                return if reached(w.load(Ordering::Acquire), s) { Ok(()) } else { Err(Some(e)) };
             }
             let now = Instant::now();
             let deadline = deadline();
             if now >= deadline {
-                return Err(Error::new(Status::Timeout, format!("rank {r} did not reach step {s} on shared memory")));
+                return Err(None);
             }
-            if pace == Pace::Yield {
+            if pace == Pace::YieldAndCheck {
                 continue;
             }
             let h = self.header();
@@ -309,6 +345,61 @@ impl Arena {
             }
             h.sleepers.fetch_sub(1, Ordering::SeqCst);
         }
+    }
+}
+
+impl Arena {
+    fn done_word(&self, r: usize) -> &AtomicU32 {
+        // SAFETY: in bounds, line aligned; only accessed atomically.
+        unsafe { &*(self.base().add(self.layout.done_off + r * LINE) as *const AtomicU32) }
+    }
+
+    fn slot(&self, r: usize, c: u32) -> (&SlotHeader, *mut u8) {
+        let off = self.layout.mailbox_off + (r * EAGER_SLOTS + c as usize % EAGER_SLOTS) * EAGER_STRIDE;
+        // SAFETY: in bounds; the header line is atomics only, the data follows it.
+        unsafe { (&*(self.base().add(off) as *const SlotHeader), self.base().add(off + 64)) }
+    }
+
+    /// This rank has finished collective `c` (every collective on the arena says so, so that
+    /// mailbox slots can be reused).
+    pub fn finished(&self, c: u32) {
+        let w = self.done_word(self.rank);
+        w.store(c, Ordering::Release);
+        if self.header().sleepers.load(Ordering::SeqCst) > 0 {
+            futex_wake_all(w);
+        }
+    }
+
+    /// Fills this rank's mailbox slot for collective `c` with `data` (at most `EAGER_BYTES`),
+    /// first waiting until every rank finished the collective that used the slot before.
+    pub fn post(&self, c: u32, sig: u32, data: &[u8], deadline: &dyn Fn() -> Instant, interrupt: &dyn Fn() -> Option<Error>) -> Result<()> {
+        assert!(data.len() <= EAGER_BYTES);
+        let before = c.wrapping_sub(EAGER_SLOTS as u32);
+        for r in (0..self.layout.ranks).filter(|&r| r != self.rank) {
+            self.wait_word(self.done_word(r), before, deadline, interrupt)
+                .map_err(|e| e.unwrap_or_else(|| Error::new(Status::Timeout, format!("rank {r} did not finish collective #{before} on shared memory"))))?;
+        }
+        let (h, at) = self.slot(self.rank, c);
+        // SAFETY: the slot is ours until stamped: every reader of its previous use is done.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), at, data.len()) };
+        h.sig.store(sig, Ordering::Relaxed);
+        h.len.store(data.len() as u64, Ordering::Relaxed);
+        h.stamp.store(c, Ordering::Release);
+        if self.header().sleepers.load(Ordering::SeqCst) > 0 {
+            futex_wake_all(&h.stamp);
+        }
+        Ok(())
+    }
+
+    /// Waits for rank `r`'s mailbox slot for collective `c`; its signature and data, valid
+    /// until this rank says it `finished` collective `c`.
+    pub fn fetch(&self, r: usize, c: u32, deadline: &dyn Fn() -> Instant, interrupt: &dyn Fn() -> Option<Error>) -> Result<(u32, &[u8])> {
+        let (h, at) = self.slot(r, c);
+        self.wait_word(&h.stamp, c, deadline, interrupt)
+            .map_err(|e| e.unwrap_or_else(|| Error::new(Status::Timeout, format!("rank {r} did not reach collective #{c} on shared memory"))))?;
+        let len = (h.len.load(Ordering::Relaxed) as usize).min(EAGER_BYTES);
+        // SAFETY: stamped (acquired above) and not reused before we finish `c`.
+        Ok((h.sig.load(Ordering::Relaxed), unsafe { std::slice::from_raw_parts(at, len) }))
     }
 }
 

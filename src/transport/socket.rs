@@ -1292,11 +1292,6 @@ impl SocketTransport {
         let _ = self.peer(peer).ring_out.set(RingOut { seg, index, tx: Mutex::new(RingTx::default()) });
     }
 
-    /// Whether messages to world rank `r` go through a shared-memory ring.
-    pub fn ring_to(&self, r: u32) -> bool {
-        r != self.rank && self.peer(r).ring_out.get().is_some()
-    }
-
     /// Whether some peer sends to us through a ring (waiters then spin on the rings).
     pub fn has_rings(&self) -> bool {
         self.rings_in.get().is_some()
