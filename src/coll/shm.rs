@@ -389,13 +389,31 @@ impl<'a> ShmRun<'a> {
             copy(src.add(off), stage, mine_at);
             copy(src.add(off + mine_at + mine_len), stage.add(mine_at + mine_len), p - mine_at - mine_len);
             self.staged(s)?;
-            self.set_inputs(|r| if r == me { src.add(off + mine_at) } else { self.arena.stage(r, s).as_ptr().add(mine_at) });
             let result = self.arena.result_ptr(s);
-            self.reduce(dt, op, avg_n, result.add(mine_at), mine_len);
-            self.results(s)?;
-            if let Some(o) = out {
-                if root.is_none_or(|r| r == me) {
-                    copy(result, o.as_ptr().add(off), p);
+            let arena = self.arena;
+            let inputs_at = |b: usize| move |r: usize| if r == me { src.add(off + mine_at + b) } else { arena.stage(r, s).as_ptr().add(mine_at + b) };
+            match out.filter(|_| root.is_none_or(|r| r == me)) {
+                Some(o) => {
+                    // Our share goes straight into the output, block by block, and from there
+                    // (still in L1) into the result slot for the others: no second pass over it.
+                    let dst = o.as_ptr().add(off + mine_at);
+                    for (b, m) in pieces(mine_len, REDUCE_BLOCK * es) {
+                        let f = inputs_at(b);
+                        self.set_inputs(f);
+                        self.reduce(dt, op, avg_n, dst.add(b), m);
+                        copy(dst.add(b), result.add(mine_at + b), m);
+                    }
+                    self.results(s)?;
+                    for r in (0..n).filter(|&r| r != me) {
+                        let (at, l) = share(p, es, n, r);
+                        copy(result.add(at), o.as_ptr().add(off + at), l);
+                    }
+                }
+                None => {
+                    let f = inputs_at(0);
+                    self.set_inputs(f);
+                    self.reduce(dt, op, avg_n, result.add(mine_at), mine_len);
+                    self.results(s)?;
                 }
             }
         }
