@@ -573,7 +573,12 @@ impl Comm {
     /// Shared-memory collectives run strictly in call order: wait for our turn, run, pass it on.
     fn execute_shm(&self, shm: &ShmState, args: &CollArgs, seq: u64, deadline: &dyn Fn() -> Instant) -> Result<()> {
         shm.wait_turn(seq, deadline, &|| self.check_usable())?;
-        let interrupt = || self.ctx.abort_error().or_else(|| self.transport().gone_error_any(&self.members));
+        // A lost member (its process died, its connection broke) stops every wait; one that said
+        // goodbye stops only a wait for itself: with small collectives running ahead, a member
+        // may have finished its last call and left while another's data still comes.
+        let interrupt = |r: usize| {
+            self.ctx.abort_error().or_else(|| self.lost_member()).or_else(|| self.transport().gone_error_any(&self.members[r..=r]))
+        };
         // The collective's number on the arena: the same on every member (0 is never used).
         let coll = (seq + 1) as u32;
         let r = if let Err(e) = self.detail_check(args, seq, deadline()) {

@@ -36,7 +36,8 @@ pub struct ShmRun<'a> {
     pub steps: &'a Steps,
     /// The collective's deadline, asked for only when a wait outlasts its spinning.
     pub deadline: &'a dyn Fn() -> Instant,
-    pub interrupt: &'a dyn Fn() -> Option<Error>,
+    /// Why waiting for a member (comm rank) is pointless (abort, that member gone), if it is.
+    pub interrupt: &'a dyn Fn(usize) -> Option<Error>,
     scratch: &'a mut Scratch,
     /// Members' pids when every member's memory is readable (single-copy collectives).
     pids: Option<&'a [i32]>,
@@ -142,7 +143,7 @@ impl<'a> ShmRun<'a> {
         steps: &'a Steps,
         coll: u32,
         deadline: &'a dyn Fn() -> Instant,
-        interrupt: &'a dyn Fn() -> Option<Error>,
+        interrupt: &'a dyn Fn(usize) -> Option<Error>,
         scratch: &'a mut Scratch,
         pids: Option<&'a [i32]>,
     ) -> ShmRun<'a> {

@@ -301,7 +301,7 @@ impl Arena {
     /// Waits until every rank has published at least `s` on `f`.
     /// `deadline` is asked for only once the wait is past its spinning (a short wait reads no
     /// clock).
-    pub fn wait_all(&self, f: Flag, s: u32, deadline: &dyn Fn() -> Instant, interrupt: &dyn Fn() -> Option<Error>) -> Result<()> {
+    pub fn wait_all(&self, f: Flag, s: u32, deadline: &dyn Fn() -> Instant, interrupt: &dyn Fn(usize) -> Option<Error>) -> Result<()> {
         for r in 0..self.layout.ranks {
             if r != self.rank {
                 self.wait_one(r, f, s, deadline, interrupt)?;
@@ -310,11 +310,13 @@ impl Arena {
         Ok(())
     }
 
-    fn wait_one(&self, r: usize, f: Flag, s: u32, deadline: &dyn Fn() -> Instant, interrupt: &dyn Fn() -> Option<Error>) -> Result<()> {
-        self.wait_word(self.flag(r, f), s, deadline, interrupt).map_err(|e| e.unwrap_or_else(|| Error::new(Status::Timeout, format!("rank {r} did not reach step {s} on shared memory"))))
+    fn wait_one(&self, r: usize, f: Flag, s: u32, deadline: &dyn Fn() -> Instant, interrupt: &dyn Fn(usize) -> Option<Error>) -> Result<()> {
+        self.wait_word(self.flag(r, f), s, deadline, &|| interrupt(r)).map_err(|e| e.unwrap_or_else(|| Error::new(Status::Timeout, format!("rank {r} did not reach step {s} on shared memory"))))
     }
 
     /// Waits until `w` reaches `s` (wrapping order). Err(None): the deadline passed.
+    /// `interrupt` is about the rank that writes `w` (or the whole comm): a member that finished
+    /// and left is no reason to stop waiting for another.
     fn wait_word(&self, w: &AtomicU32, s: u32, deadline: &dyn Fn() -> Instant, interrupt: &dyn Fn() -> Option<Error>) -> std::result::Result<(), Option<Error>> {
         let mut backoff = Backoff::for_shared_memory();
         loop {
@@ -372,11 +374,11 @@ impl Arena {
 
     /// Fills this rank's mailbox slot for collective `c` with `data` (at most `EAGER_BYTES`),
     /// first waiting until every rank finished the collective that used the slot before.
-    pub fn post(&self, c: u32, sig: u32, data: &[u8], deadline: &dyn Fn() -> Instant, interrupt: &dyn Fn() -> Option<Error>) -> Result<()> {
+    pub fn post(&self, c: u32, sig: u32, data: &[u8], deadline: &dyn Fn() -> Instant, interrupt: &dyn Fn(usize) -> Option<Error>) -> Result<()> {
         assert!(data.len() <= EAGER_BYTES);
         let before = c.wrapping_sub(EAGER_SLOTS as u32);
         for r in (0..self.layout.ranks).filter(|&r| r != self.rank) {
-            self.wait_word(self.done_word(r), before, deadline, interrupt)
+            self.wait_word(self.done_word(r), before, deadline, &|| interrupt(r))
                 .map_err(|e| e.unwrap_or_else(|| Error::new(Status::Timeout, format!("rank {r} did not finish collective #{before} on shared memory"))))?;
         }
         let (h, at) = self.slot(self.rank, c);
@@ -393,9 +395,9 @@ impl Arena {
 
     /// Waits for rank `r`'s mailbox slot for collective `c`; its signature and data, valid
     /// until this rank says it `finished` collective `c`.
-    pub fn fetch(&self, r: usize, c: u32, deadline: &dyn Fn() -> Instant, interrupt: &dyn Fn() -> Option<Error>) -> Result<(u32, &[u8])> {
+    pub fn fetch(&self, r: usize, c: u32, deadline: &dyn Fn() -> Instant, interrupt: &dyn Fn(usize) -> Option<Error>) -> Result<(u32, &[u8])> {
         let (h, at) = self.slot(r, c);
-        self.wait_word(&h.stamp, c, deadline, interrupt)
+        self.wait_word(&h.stamp, c, deadline, &|| interrupt(r))
             .map_err(|e| e.unwrap_or_else(|| Error::new(Status::Timeout, format!("rank {r} did not reach collective #{c} on shared memory"))))?;
         let len = (h.len.load(Ordering::Relaxed) as usize).min(EAGER_BYTES);
         // SAFETY: stamped (acquired above) and not reused before we finish `c`.
@@ -431,14 +433,14 @@ mod tests {
             for s in 1..=1000u32 {
                 a1.my_stage(s)[0] = s as u8;
                 a1.publish(Flag::Stage, s);
-                a1.wait_all(Flag::Stage, s, &|| far, &|| None).unwrap();
+                a1.wait_all(Flag::Stage, s, &|| far, &|_| None).unwrap();
                 assert_eq!(a1.stage(0, s)[0], (s as u8).wrapping_mul(3));
             }
         });
         for s in 1..=1000u32 {
             a0.my_stage(s)[0] = (s as u8).wrapping_mul(3);
             a0.publish(Flag::Stage, s);
-            a0.wait_all(Flag::Stage, s, &|| far, &|| None).unwrap();
+            a0.wait_all(Flag::Stage, s, &|| far, &|_| None).unwrap();
             assert_eq!(a0.stage(1, s)[0], s as u8);
         }
         t.join().unwrap();
@@ -453,7 +455,7 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
         let t0 = Instant::now();
         let until = Instant::now() + Duration::from_millis(100);
-        let e = a.wait_all(Flag::Stage, 1, &|| until, &|| None).unwrap_err();
+        let e = a.wait_all(Flag::Stage, 1, &|| until, &|_| None).unwrap_err();
         assert_eq!(e.status, Status::Timeout);
         assert!(t0.elapsed() >= Duration::from_millis(100));
     }
