@@ -187,7 +187,9 @@ impl Backoff {
     /// Call after each unsuccessful check; says how to wait before the next one.
     pub fn next(&mut self) -> Pace {
         self.polls = self.polls.wrapping_add(1);
-        if self.yielded == 0 {
+        // No spinning at all when it is cut to nothing (ranks outnumber cores): the peer we
+        // wait for may need our core, so yield at once.
+        if self.yielded == 0 && !self.spin.is_zero() {
             // Read the clock only every 64 polls, and not at all in a wait that ends within
             // them (most waits between two spinning cores do): spinning stays cheap.
             if self.polls % 64 != 0 {
