@@ -59,7 +59,10 @@ struct ShmState {
     steps: Steps,
     /// Members' pids when every member lets us read its memory (single-copy collectives).
     pids: Option<Vec<i32>>,
-    scratch: Mutex<crate::coll::shm::Scratch>,
+    /// Reusable memory of the collectives: only the thread whose turn it is touches it (a
+    /// mutex here would put a locked instruction right after each call's writes to shared
+    /// memory, which then waits for them to reach the other cores).
+    scratch: std::cell::UnsafeCell<crate::coll::shm::Scratch>,
     /// Sequence number of the collective whose turn it is.
     turn: AtomicU64,
     /// Threads waiting for their turn (rare: a blocking call behind queued non-blocking ones).
@@ -68,7 +71,25 @@ struct ShmState {
     turn_cv: Condvar,
 }
 
+// SAFETY: `scratch` is used only by the thread whose turn it is (see `scratch`); the rest is
+// atomics, locks and the arena (Sync).
+unsafe impl Sync for ShmState {}
+
+/// A thread waiting for its turn looks again at least this often: passing the turn does not
+/// fence (see `pass_turn`), so a waiter that registered just then may miss its notification.
+const TURN_RECHECK: Duration = Duration::from_millis(1);
+
 impl ShmState {
+    /// The collectives' scratch memory.
+    ///
+    /// # Safety
+    /// The caller holds the turn (between `wait_turn` and `pass_turn`) and drops the reference
+    /// before passing it.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn scratch(&self) -> &mut crate::coll::shm::Scratch {
+        &mut *self.scratch.get()
+    }
+
     /// Waits until collective `seq` may run (usually at once: one atomic load).
     fn wait_turn(&self, seq: u64, deadline: &dyn Fn() -> Instant, check: &dyn Fn() -> Result<()>) -> Result<()> {
         if self.turn.load(Ordering::Acquire) == seq {
@@ -86,15 +107,17 @@ impl ShmState {
             if now >= deadline() {
                 return Err(Error::new(Status::Timeout, format!("collective #{t} before this one did not finish in time")));
             }
-            let _ = self.turn_cv.wait_timeout(g, (deadline() - now).min(Duration::from_millis(50)));
+            let _ = self.turn_cv.wait_timeout(g, (deadline() - now).min(TURN_RECHECK));
         })();
         self.turn_waiters.fetch_sub(1, Ordering::SeqCst);
         r
     }
 
     fn pass_turn(&self, next: u64) {
-        self.turn.store(next, Ordering::SeqCst);
-        if self.turn_waiters.load(Ordering::SeqCst) > 0 {
+        // Release, not SeqCst: a full fence here would stall until this call's stores to
+        // shared memory reach the readers; waiters recheck every TURN_RECHECK instead.
+        self.turn.store(next, Ordering::Release);
+        if self.turn_waiters.load(Ordering::Relaxed) > 0 {
             let _g = lock(&self.turn_lock);
             self.turn_cv.notify_all();
         }
@@ -584,11 +607,12 @@ impl Comm {
         let r = if let Err(e) = self.detail_check(args, seq, deadline()) {
             Err(e)
         } else {
-            let mut scratch = lock(&shm.scratch);
-            let mut run = ShmRun::new(&shm.arena, &shm.steps, coll, deadline, &interrupt, &mut scratch, shm.pids.as_deref());
+            // SAFETY: we hold the turn until `pass_turn` below; `run` is gone by then.
+            let scratch = unsafe { shm.scratch() };
+            let mut run = ShmRun::new(&shm.arena, &shm.steps, coll, deadline, &interrupt, scratch, shm.pids.as_deref());
             // SAFETY: buffers were validated by the C surface and stay valid until we return.
             let done = unsafe { run.run_eager(args) }.or_else(|| unsafe { run.run(args) });
-            drop(scratch);
+            drop(run);
             done.unwrap_or_else(|| self.execute_link(args, seq, deadline()))
         };
         shm.arena.finished(coll);
@@ -655,7 +679,7 @@ impl Comm {
                     arena,
                     steps: Steps::default(),
                     pids,
-                    scratch: Mutex::new(Default::default()),
+                    scratch: std::cell::UnsafeCell::new(Default::default()),
                     turn: AtomicU64::new(self.coll_seq.load(Ordering::Relaxed)),
                     turn_waiters: AtomicU64::new(0),
                     turn_lock: Mutex::new(()),

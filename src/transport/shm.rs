@@ -44,8 +44,10 @@ const MAX_SLEEP: Duration = Duration::from_millis(20);
 pub const EAGER_SLOTS: usize = 64;
 /// Bytes of data a mailbox slot holds: broadcasts and reduces up to this size go eagerly.
 pub const EAGER_BYTES: usize = 2048;
-/// A slot: a line for its stamp, signature and length, then the data.
-const EAGER_STRIDE: usize = 64 + EAGER_BYTES;
+/// A slot: its stamp, signature and length, then the data, the first 48 bytes of which share
+/// the stamp's cache line (a reader of a small broadcast fetches one line).
+const SLOT_HEADER: usize = 16;
+const EAGER_STRIDE: usize = (SLOT_HEADER + EAGER_BYTES).div_ceil(64) * 64;
 
 #[repr(C)]
 struct Header {
@@ -103,6 +105,9 @@ pub struct Arena {
     map: MmapMut,
     layout: Layout,
     rank: usize,
+    /// The oldest collective every other rank had finished when we last looked (their done
+    /// words are read only when this is not recent enough for the slot we want to reuse).
+    all_done: AtomicU32,
 }
 
 // SAFETY: all cross-thread/process access goes through atomics or through slots whose ownership
@@ -204,7 +209,7 @@ impl Arena {
         // SAFETY: the file is ours (0600, unique name); concurrent modification by the other
         // members is the point and is mediated by atomics.
         let map = unsafe { MmapMut::map_mut(file) }.map_err(|e| Error::system("mmap shared-memory segment", e))?;
-        Ok(Arena { map, layout, rank })
+        Ok(Arena { map, layout, rank, all_done: AtomicU32::new(0) })
     }
 
     pub fn ranks(&self) -> usize {
@@ -358,8 +363,8 @@ impl Arena {
 
     fn slot(&self, r: usize, c: u32) -> (&SlotHeader, *mut u8) {
         let off = self.layout.mailbox_off + (r * EAGER_SLOTS + c as usize % EAGER_SLOTS) * EAGER_STRIDE;
-        // SAFETY: in bounds; the header line is atomics only, the data follows it.
-        unsafe { (&*(self.base().add(off) as *const SlotHeader), self.base().add(off + 64)) }
+        // SAFETY: in bounds; the header is atomics only, the data follows it.
+        unsafe { (&*(self.base().add(off) as *const SlotHeader), self.base().add(off + SLOT_HEADER)) }
     }
 
     /// This rank has finished collective `c` (every collective on the arena says so, so that
@@ -377,9 +382,18 @@ impl Arena {
     pub fn post(&self, c: u32, sig: u32, data: &[u8], deadline: &dyn Fn() -> Instant, interrupt: &dyn Fn(usize) -> Option<Error>) -> Result<()> {
         assert!(data.len() <= EAGER_BYTES);
         let before = c.wrapping_sub(EAGER_SLOTS as u32);
-        for r in (0..self.layout.ranks).filter(|&r| r != self.rank) {
-            self.wait_word(self.done_word(r), before, deadline, &|| interrupt(r))
-                .map_err(|e| e.unwrap_or_else(|| Error::new(Status::Timeout, format!("rank {r} did not finish collective #{before} on shared memory"))))?;
+        if !reached(self.all_done.load(Ordering::Relaxed), before) {
+            let mut oldest = c;
+            for r in (0..self.layout.ranks).filter(|&r| r != self.rank) {
+                self.wait_word(self.done_word(r), before, deadline, &|| interrupt(r))
+                    .map_err(|e| e.unwrap_or_else(|| Error::new(Status::Timeout, format!("rank {r} did not finish collective #{before} on shared memory"))))?;
+                let d = self.done_word(r).load(Ordering::Acquire);
+                if !reached(d, oldest) {
+                    oldest = d;
+                }
+            }
+            // Collectives are in order on a comm (the turn), so this only moves forward.
+            self.all_done.store(oldest, Ordering::Relaxed);
         }
         let (h, at) = self.slot(self.rank, c);
         // SAFETY: the slot is ours until stamped: every reader of its previous use is done.
