@@ -252,23 +252,15 @@ impl<'a> ShmRun<'a> {
         }
         let mut inputs = std::mem::take(&mut self.scratch.inputs);
         inputs.clear();
-        for r in 0..n {
-            match r == me {
-                true => inputs.push(input.as_ptr()),
-                false => match self.fetch_agreeing(r, sig, input.len()) {
-                    Ok(d) => inputs.push(d.as_ptr()),
-                    Err(e) => {
-                        self.scratch.inputs = inputs;
-                        return Err(e);
-                    }
-                },
-            }
-        }
-        if let Some(out) = out {
+        let got = (0..n).try_for_each(|r| {
+            inputs.push(if r == me { input.as_ptr() } else { self.fetch_agreeing(r, sig, input.len())?.as_ptr() });
+            Ok(())
+        });
+        if let (Ok(()), Some(out)) = (&got, out) {
             reduce_ordered(dt, op, n, &inputs, out.as_ptr(), input.len(), &mut self.scratch.bytes);
         }
         self.scratch.inputs = inputs;
-        Ok(())
+        got
     }
 
     /// Rank `r`'s mailbox data for this collective, if it is calling what we are.
