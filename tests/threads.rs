@@ -211,9 +211,10 @@ fn shared_memory_mismatches_fail_on_every_rank_and_the_comm_keeps_working() {
 
 /// Small broadcasts and reduces go through per-rank mailboxes on shared memory: roots (and
 /// reduce contributors) run ahead of the readers by up to the mailbox count, and every result is
-/// right. A reader whose size disagrees with the root's gets DC_ERR_MISMATCH; a rank that skips
-/// a small collective is one behind the others, which the next stepped collective notices on
-/// every rank (it compares collective numbers).
+/// right. A reader whose size disagrees with the root's gets DC_ERR_MISMATCH; so does a rank
+/// that skipped a collective, at its next one (it meets the others' previous call), while the
+/// others wait for it: they fail when it leaves (DC_ERR_PEER_LOST naming it), or at their
+/// timeout. (DC_DEBUG=DETAIL catches that on every rank.)
 #[test]
 fn small_broadcasts_and_reduces_run_ahead_and_disagreements_are_caught() {
     job_on("shm", 3, 20_000, |c| {
@@ -243,14 +244,22 @@ fn small_broadcasts_and_reduces_run_ahead_and_disagreements_are_caught() {
         }
         // still in step: this works everywhere
         assert_eq!(allreduce_f32(&c, &[1.0; 5]).unwrap(), vec![3.0; 5]);
-        // rank 1 skips a broadcast: its allreduce meets the others' allreduce one collective later
+        // a large allreduce with one rank disagreeing on the size: every rank notices
+        let e = allreduce_f32(&c, &vec![1.0; if me == 1 { 5000 } else { 6000 }]).unwrap_err();
+        assert_eq!(e.status, Status::Mismatch, "rank {me}: {e}");
+        // and a small one against a large one (mailbox against steps): likewise
+        let e = allreduce_f32(&c, &vec![1.0; if me == 2 { 5 } else { 6000 }]).unwrap_err();
+        assert_eq!(e.status, Status::Mismatch, "rank {me}: {e}");
+        // rank 1 skips a broadcast: its allreduce meets the others' broadcast
         if me != 1 {
             let mut b = [0u8; 8];
             c.collective(CollArgs::Broadcast { buf: MutBuf::from_slice(&mut b), dt: DType::Uint8, root: 0 }).unwrap();
         }
-        let e = allreduce_f32(&c, &[1.0; 5]).unwrap_err();
-        assert_eq!(e.status, Status::Mismatch, "rank {me}: {e}");
-        assert!(e.msg.contains("collective #"), "{}", e.msg);
+        match allreduce_f32(&c, &[1.0; 5]) {
+            Err(e) if me == 1 => assert_eq!(e.status, Status::Mismatch, "{e}"),
+            Err(e) => assert!(e.status == Status::PeerLost && e.msg.contains("rank 1"), "rank {me}: {e}"),
+            Ok(v) => panic!("rank {me}: a skipped collective went unnoticed: {v:?}"),
+        }
     });
 }
 

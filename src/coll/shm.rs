@@ -171,46 +171,57 @@ impl<'a> ShmRun<'a> {
         self.arena.rank()
     }
 
-    /// Starts a step: returns its number (the caller then fills its staging slot).
-    fn begin(&mut self) -> u32 {
-        let s = self.steps.next();
+    /// Starts a step: returns its number (the caller then fills its staging slot). The first
+    /// step of a collective stamps our mailbox slot with what we call, for `staged` to compare.
+    fn begin(&mut self) -> Result<u32> {
         if self.first {
-            self.arena.set_desc(s, self.sig, self.coll, self.bytes);
+            self.post(&[])?;
         }
-        s
+        Ok(self.steps.next())
+    }
+
+    /// Posts this collective's stamp (what we call) and `data` in our mailbox slot.
+    fn post(&self, data: &[u8]) -> Result<()> {
+        self.arena.post(self.coll, self.sig, self.bytes, data, self.deadline, self.interrupt)
     }
 
     /// Publishes our staging for step `s` and waits for everyone's; on the collective's first
     /// step also checks that everyone is calling the same thing.
     fn staged(&mut self, s: u32) -> Result<()> {
         self.arena.publish(Flag::Stage, s);
-        self.arena.wait_all(Flag::Stage, s, self.deadline, self.interrupt)?;
-        if std::mem::take(&mut self.first) {
-            self.check_agreement(s)?;
+        if !std::mem::take(&mut self.first) {
+            return self.arena.wait_all(Flag::Stage, s, self.deadline, self.interrupt);
+        }
+        // First step: a rank that calls something else may never publish this step (it went
+        // the mailbox way): its stamp says so meanwhile. Once every rank has published the
+        // step, its stamp (posted before) must match ours.
+        let disagree = |r: usize| self.arena.peek(r, self.coll).and_then(|(sig, len)| self.disagreement(r, sig, len));
+        let interrupt = |r: usize| (self.interrupt)(r).or_else(|| disagree(r));
+        self.arena.wait_all(Flag::Stage, s, self.deadline, &interrupt)?;
+        for r in (0..self.n()).filter(|&r| r != self.me()) {
+            match self.arena.peek(r, self.coll) {
+                Some((sig, len)) => self.disagreement(r, sig, len).map_or(Ok(()), Err)?,
+                None => {
+                    return Err(Error::new(
+                        Status::Mismatch,
+                        format!("rank {r} is at another collective than rank {}'s collective #{} ({} on {} bytes): a rank skipped or added a call", self.me(), self.coll, describe(self.sig), self.bytes),
+                    ))
+                }
+            }
         }
         Ok(())
+    }
+
+    /// The error if rank `r` calls `sig` on `len` bytes where we call something else.
+    fn disagreement(&self, r: usize, sig: u32, len: u64) -> Option<Error> {
+        (sig != self.sig || len != self.bytes).then(|| {
+            Error::new(Status::Mismatch, format!("rank {r} called {} on {len} bytes where rank {} called {} on {} bytes", describe(sig), self.me(), describe(self.sig), self.bytes))
+        })
     }
 
     fn results(&self, s: u32) -> Result<()> {
         self.arena.publish(Flag::Result, s);
         self.arena.wait_all(Flag::Result, s, self.deadline, self.interrupt)
-    }
-
-    fn check_agreement(&self, s: u32) -> Result<()> {
-        let mine = (self.sig, self.coll, self.bytes);
-        let odd: Vec<String> = (0..self.n())
-            .filter_map(|r| {
-                let d = self.arena.desc(r, s);
-                (d != mine).then(|| format!("rank {r} called {} on {} bytes as collective #{}", describe(d.0), d.2, d.1))
-            })
-            .collect();
-        if odd.is_empty() {
-            return Ok(());
-        }
-        Err(Error::new(
-            Status::Mismatch,
-            format!("{} where rank {} called {} on {} bytes as collective #{}", odd.join(", "), self.me(), describe(mine.0), mine.2, mine.1),
-        ))
     }
 
     /// Runs a broadcast or reduce of at most `EAGER_BYTES` through the mailboxes (see
@@ -220,40 +231,62 @@ impl<'a> ShmRun<'a> {
     /// # Safety
     /// As for `run`.
     pub unsafe fn run_eager(&mut self, args: &CollArgs) -> Option<Result<()>> {
-        let sig = args.signature();
+        self.sig = args.signature();
+        let whole = |b: MutBuf| std::slice::from_raw_parts(b.as_ptr() as *const u8, b.len());
         Some(match args {
-            CollArgs::Broadcast { buf, root, .. } if buf.len() <= EAGER_BYTES => self.eager_broadcast(*buf, *root, sig),
+            // Everyone stamps its slot and waits for every other stamp.
+            CollArgs::Barrier => {
+                self.bytes = 0;
+                self.post(&[]).and_then(|_| (0..self.n()).filter(|&r| r != self.me()).try_for_each(|r| self.fetch_agreeing(r).map(|_| ())))
+            }
+            CollArgs::Broadcast { buf, root, .. } if buf.len() <= EAGER_BYTES => {
+                self.bytes = buf.len() as u64;
+                self.eager_broadcast(*buf, *root)
+            }
+            CollArgs::Allreduce { send, recv, dt, op } if recv.len() <= EAGER_BYTES => {
+                self.bytes = recv.len() as u64;
+                let input = send.map_or_else(|| whole(*recv), |s| s.as_slice());
+                self.eager_reduce(input, Some(*recv), *dt, *op, None)
+            }
             CollArgs::Reduce { send, recv, bytes, dt, op, root } if *bytes <= EAGER_BYTES => {
+                self.bytes = *bytes as u64;
                 let input = match (send, recv) {
                     (Some(s), _) => s.as_slice(),
-                    (None, Some(r)) => std::slice::from_raw_parts(r.as_ptr(), r.len()),
+                    (None, Some(r)) => whole(*r),
                     (None, None) => return Some(Err(Error::new(Status::Internal, "reduce without input"))),
                 };
                 let out = if self.me() == *root { *recv } else { None };
-                self.eager_reduce(&input[..*bytes], out, *dt, *op, *root, sig)
+                self.eager_reduce(&input[..*bytes], out, *dt, *op, Some(*root))
             }
             _ => return None,
         })
     }
 
-    unsafe fn eager_broadcast(&mut self, buf: MutBuf, root: usize, sig: u32) -> Result<()> {
+    /// The root posts the data and goes on; the others post their stamp and copy the root's.
+    unsafe fn eager_broadcast(&mut self, buf: MutBuf, root: usize) -> Result<()> {
+        let whole = std::slice::from_raw_parts(buf.as_ptr() as *const u8, buf.len());
         if self.me() == root {
-            return self.arena.post(self.coll, sig, std::slice::from_raw_parts(buf.as_ptr(), buf.len()), self.deadline, self.interrupt);
+            return self.post(whole);
         }
-        let data = self.fetch_agreeing(root, sig, buf.len())?;
+        self.post(&[])?;
+        let data = self.fetch_agreeing(root)?;
         copy(data.as_ptr(), buf.as_ptr(), data.len());
         Ok(())
     }
 
-    unsafe fn eager_reduce(&mut self, input: &[u8], out: Option<MutBuf>, dt: DType, op: ReduceOp, root: usize, sig: u32) -> Result<()> {
+    /// Everyone posts its input (`root` Some: a reduce, whose root posts only its stamp and
+    /// alone waits); the readers reduce all inputs in rank order, the same bytes everywhere.
+    unsafe fn eager_reduce(&mut self, input: &[u8], out: Option<MutBuf>, dt: DType, op: ReduceOp, root: Option<usize>) -> Result<()> {
         let (n, me) = (self.n(), self.me());
-        if me != root {
-            return self.arena.post(self.coll, sig, input, self.deadline, self.interrupt);
+        let reads = root.is_none_or(|r| r == me);
+        self.post(if root == Some(me) { &[] } else { input })?;
+        if !reads {
+            return Ok(());
         }
         let mut inputs = std::mem::take(&mut self.scratch.inputs);
         inputs.clear();
         let got = (0..n).try_for_each(|r| {
-            inputs.push(if r == me { input.as_ptr() } else { self.fetch_agreeing(r, sig, input.len())?.as_ptr() });
+            inputs.push(if r == me { input.as_ptr() } else { self.fetch_agreeing(r)?.as_ptr() });
             Ok(())
         });
         if let (Ok(()), Some(out)) = (&got, out) {
@@ -263,16 +296,10 @@ impl<'a> ShmRun<'a> {
         got
     }
 
-    /// Rank `r`'s mailbox data for this collective, if it is calling what we are.
-    fn fetch_agreeing(&self, r: usize, sig: u32, len: usize) -> Result<&'a [u8]> {
-        let (their_sig, data) = self.arena.fetch(r, self.coll, self.deadline, self.interrupt)?;
-        if their_sig != sig || data.len() != len {
-            return Err(Error::new(
-                Status::Mismatch,
-                format!("rank {r} called {} on {} bytes where rank {} called {} on {len} bytes", describe(their_sig), data.len(), self.me(), describe(sig)),
-            ));
-        }
-        Ok(data)
+    /// Rank `r`'s mailbox data for this collective, if it calls what we call.
+    fn fetch_agreeing(&self, r: usize) -> Result<&'a [u8]> {
+        let (sig, len, data) = self.arena.fetch(r, self.coll, self.deadline, self.interrupt)?;
+        self.disagreement(r, sig, len).map_or(Ok(data), Err)
     }
 
     /// Runs `args` on shared memory; `None` if this collective has no shared-memory algorithm.
@@ -283,11 +310,8 @@ impl<'a> ShmRun<'a> {
         use CollArgs::*;
         self.sig = args.signature();
         Some(match args {
-            Barrier => {
-                self.bytes = 0;
-                let s = self.begin();
-                self.staged(s)
-            }
+            // Through the mailboxes (see `run_eager`).
+            Barrier => return None,
             Allreduce { send, recv, dt, op } => {
                 self.bytes = recv.len() as u64;
                 self.allreduce(send.unwrap_or(ConstBuf::new(recv.as_ptr(), recv.len())), Some(*recv), *dt, *op, None)
@@ -364,7 +388,7 @@ impl<'a> ShmRun<'a> {
         let avg_n = n;
         if len <= SMALL_REDUCE_BYTES.min(self.arena.chunk()) {
             // One step: stage everything, everyone (or the root) reduces all inputs in rank order.
-            let s = self.begin();
+            let s = self.begin()?;
             copy(src, self.arena.my_stage(s).as_mut_ptr(), len);
             self.staged(s)?;
             if let Some(o) = out {
@@ -375,7 +399,7 @@ impl<'a> ShmRun<'a> {
         }
         // Chunked: each rank owns one share of every chunk, reduces it once, publishes it.
         for (off, p) in pieces(len, piece_for(self.arena.chunk(), 1, es * n)) {
-            let s = self.begin();
+            let s = self.begin()?;
             let stage = self.arena.my_stage(s).as_mut_ptr();
             let (mine_at, mine_len) = share(p, es, n, me);
             // Stage what the other owners need (our own share is read from the input directly).
@@ -415,7 +439,7 @@ impl<'a> ShmRun<'a> {
 
     /// Publishes `words` in our staging slot for a new step and waits for everyone's.
     fn exchange_words(&mut self, words: &[u64]) -> Result<u32> {
-        let s = self.begin();
+        let s = self.begin()?;
         let stage = self.arena.my_stage(s);
         for (i, w) in words.iter().enumerate() {
             stage[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
@@ -440,7 +464,7 @@ impl<'a> ShmRun<'a> {
     /// Ends a single-copy collective: nobody leaves (and reuses its buffers) before everyone
     /// has finished reading them.
     fn finish_reads(&mut self) -> Result<()> {
-        let s = self.begin();
+        let s = self.begin()?;
         self.staged(s)
     }
 
@@ -494,7 +518,7 @@ impl<'a> ShmRun<'a> {
     unsafe fn broadcast(&mut self, buf: MutBuf, root: usize) -> Result<()> {
         let me = self.me();
         for (off, p) in pieces(buf.len(), self.arena.chunk()) {
-            let s = self.begin();
+            let s = self.begin()?;
             if me == root {
                 copy(buf.as_ptr().add(off), self.arena.my_stage(s).as_mut_ptr(), p);
             }
@@ -512,7 +536,7 @@ impl<'a> ShmRun<'a> {
         let (n, me) = (self.n(), self.me());
         let out = recv.filter(|_| root.is_none_or(|r| r == me));
         for (off, p) in pieces(block, self.arena.chunk()) {
-            let s = self.begin();
+            let s = self.begin()?;
             copy(mine.add(off), self.arena.my_stage(s).as_mut_ptr(), p);
             self.staged(s)?;
             if let Some(out) = out {
@@ -547,7 +571,7 @@ impl<'a> ShmRun<'a> {
         let sends = root.is_none_or(|r| r == me);
         let place = |r: usize| if root.is_some() { 0 } else { r * block };
         for (off, p) in pieces(block, piece_for(self.arena.chunk(), n, 1)) {
-            let s = self.begin();
+            let s = self.begin()?;
             if let (true, Some(src)) = (sends, send) {
                 let stage = self.arena.my_stage(s).as_mut_ptr();
                 for j in (0..n).filter(|&j| j != me) {
@@ -578,7 +602,7 @@ impl<'a> ShmRun<'a> {
         let block = out.len();
         let src = input.as_slice().as_ptr();
         for (off, p) in pieces(block, piece_for(self.arena.chunk(), n, es)) {
-            let s = self.begin();
+            let s = self.begin()?;
             let stage = self.arena.my_stage(s).as_mut_ptr();
             for j in (0..n).filter(|&j| j != me) {
                 copy(src.add(j * block + off), stage.add(j * p), p);

@@ -241,31 +241,6 @@ impl Arena {
         unsafe { &*(self.map.as_ptr().add(off) as *const AtomicU32) }
     }
 
-    /// Where rank `r` keeps the descriptor of the collective it started at step `s`.
-    fn desc_slot(&self, r: usize, s: u32) -> (&AtomicU32, &AtomicU32, &AtomicU64) {
-        let off = self.layout.flags_off + (r * 2 + 1) * LINE + 16 + (s as usize % SLOTS) * 16;
-        let at = |o: usize| self.base().wrapping_add(off + o);
-        // SAFETY: inside rank r's second flag line (LINE = 128 bytes), aligned, atomics only.
-        unsafe { (&*(at(0) as *const AtomicU32), &*(at(4) as *const AtomicU32), &*(at(8) as *const AtomicU64)) }
-    }
-
-    /// Records what this rank is calling (signature, collective number, size) for the step that
-    /// starts it; read by the others after the step's `Stage` flags, to catch ranks that
-    /// disagree (the number catches a rank that is a collective ahead: small broadcasts and
-    /// reduces take no steps).
-    pub fn set_desc(&self, s: u32, sig: u32, coll: u32, bytes: u64) {
-        let (a, c, b) = self.desc_slot(self.rank, s);
-        a.store(sig, Ordering::Relaxed);
-        c.store(coll, Ordering::Relaxed);
-        b.store(bytes, Ordering::Relaxed);
-    }
-
-    /// Rank `r`'s descriptor for step `s` (valid after waiting for its `Stage` flag).
-    pub fn desc(&self, r: usize, s: u32) -> (u32, u32, u64) {
-        let (a, c, b) = self.desc_slot(r, s);
-        (a.load(Ordering::Relaxed), c.load(Ordering::Relaxed), b.load(Ordering::Relaxed))
-    }
-
     fn base(&self) -> *mut u8 {
         self.map.as_ptr() as *mut u8
     }
@@ -377,9 +352,11 @@ impl Arena {
         }
     }
 
-    /// Fills this rank's mailbox slot for collective `c` with `data` (at most `EAGER_BYTES`),
-    /// first waiting until every rank finished the collective that used the slot before.
-    pub fn post(&self, c: u32, sig: u32, data: &[u8], deadline: &dyn Fn() -> Instant, interrupt: &dyn Fn(usize) -> Option<Error>) -> Result<()> {
+    /// Fills this rank's mailbox slot for collective `c`: what it calls (`sig`, a size of
+    /// `len` bytes) and `data` (at most `EAGER_BYTES`; empty when the collective is not run
+    /// through the mailboxes, and the stamp only lets the others check that they agree), first
+    /// waiting until every rank finished the collective that used the slot before.
+    pub fn post(&self, c: u32, sig: u32, len: u64, data: &[u8], deadline: &dyn Fn() -> Instant, interrupt: &dyn Fn(usize) -> Option<Error>) -> Result<()> {
         assert!(data.len() <= EAGER_BYTES);
         let before = c.wrapping_sub(EAGER_SLOTS as u32);
         if !reached(self.all_done.load(Ordering::Relaxed), before) {
@@ -399,7 +376,7 @@ impl Arena {
         // SAFETY: the slot is ours until stamped: every reader of its previous use is done.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), at, data.len()) };
         h.sig.store(sig, Ordering::Relaxed);
-        h.len.store(data.len() as u64, Ordering::Relaxed);
+        h.len.store(len, Ordering::Relaxed);
         h.stamp.store(c, Ordering::Release);
         if self.header().sleepers.load(Ordering::SeqCst) > 0 {
             futex_wake_all(&h.stamp);
@@ -407,15 +384,22 @@ impl Arena {
         Ok(())
     }
 
-    /// Waits for rank `r`'s mailbox slot for collective `c`; its signature and data, valid
-    /// until this rank says it `finished` collective `c`.
-    pub fn fetch(&self, r: usize, c: u32, deadline: &dyn Fn() -> Instant, interrupt: &dyn Fn(usize) -> Option<Error>) -> Result<(u32, &[u8])> {
+    /// Rank `r`'s stamp for collective `c` (signature, size), if it has posted it.
+    pub fn peek(&self, r: usize, c: u32) -> Option<(u32, u64)> {
+        let (h, _) = self.slot(r, c);
+        (h.stamp.load(Ordering::Acquire) == c).then(|| (h.sig.load(Ordering::Relaxed), h.len.load(Ordering::Relaxed)))
+    }
+
+    /// Waits for rank `r`'s mailbox slot for collective `c`; its signature, size and data (the
+    /// size's first `EAGER_BYTES` at most; meaningful only where `r` posted data), valid until
+    /// this rank says it `finished` collective `c`.
+    pub fn fetch(&self, r: usize, c: u32, deadline: &dyn Fn() -> Instant, interrupt: &dyn Fn(usize) -> Option<Error>) -> Result<(u32, u64, &[u8])> {
         let (h, at) = self.slot(r, c);
         self.wait_word(&h.stamp, c, deadline, &|| interrupt(r))
             .map_err(|e| e.unwrap_or_else(|| Error::new(Status::Timeout, format!("rank {r} did not reach collective #{c} on shared memory"))))?;
-        let len = (h.len.load(Ordering::Relaxed) as usize).min(EAGER_BYTES);
+        let len = h.len.load(Ordering::Relaxed);
         // SAFETY: stamped (acquired above) and not reused before we finish `c`.
-        Ok((h.sig.load(Ordering::Relaxed), unsafe { std::slice::from_raw_parts(at, len) }))
+        Ok((h.sig.load(Ordering::Relaxed), len, unsafe { std::slice::from_raw_parts(at, (len as usize).min(EAGER_BYTES)) }))
     }
 }
 
