@@ -243,6 +243,61 @@ impl<'a> ShmRun<'a> {
                 self.bytes = buf.len() as u64;
                 self.eager_broadcast(*buf, *root)
             }
+            // Everyone posts its block and copies every other's.
+            CollArgs::Allgather { send, recv, .. } if recv.len() / self.n() <= EAGER_BYTES => {
+                let (n, me) = (self.n(), self.me());
+                let block = recv.len() / n;
+                self.bytes = block as u64;
+                let own = recv.as_ptr().add(me * block);
+                let mine = send.map_or_else(|| std::slice::from_raw_parts(own as *const u8, block), |s| s.as_slice());
+                self.post(mine).and_then(|_| {
+                    for r in (0..n).filter(|&r| r != me) {
+                        copy(self.fetch_agreeing(r)?.as_ptr(), recv.as_ptr().add(r * block), block);
+                    }
+                    if mine.as_ptr() != own as *const u8 {
+                        copy(mine.as_ptr(), own, block);
+                    }
+                    Ok(())
+                })
+            }
+            // Everyone posts its whole send buffer and copies its block out of every other's.
+            CollArgs::Alltoall { send, recv, .. } if recv.len() <= EAGER_BYTES => {
+                let (n, me) = (self.n(), self.me());
+                let block = recv.len() / n;
+                self.bytes = recv.len() as u64;
+                let all = send.as_slice();
+                self.post(all).and_then(|_| {
+                    for r in (0..n).filter(|&r| r != me) {
+                        copy(self.fetch_agreeing(r)?.as_ptr().add(me * block), recv.as_ptr().add(r * block), block);
+                    }
+                    copy(all.as_ptr().add(me * block), recv.as_ptr().add(me * block), block);
+                    Ok(())
+                })
+            }
+            // Everyone posts its whole input and reduces its own block of every rank's.
+            CollArgs::ReduceScatter { send, recv, dt, op } if send.map_or(recv.len(), |s| s.len()) <= EAGER_BYTES => {
+                let (n, me) = (self.n(), self.me());
+                let (input, out) = match send {
+                    Some(s) => (s.as_slice(), recv.as_ptr()),
+                    None => (whole(*recv), recv.as_ptr().add(me * (recv.len() / n))),
+                };
+                let block = input.len() / n;
+                self.bytes = input.len() as u64;
+                let mut inputs = std::mem::take(&mut self.scratch.inputs);
+                inputs.clear();
+                let got = self.post(input).and_then(|_| {
+                    (0..n).try_for_each(|r| {
+                        let from = if r == me { input.as_ptr() } else { self.fetch_agreeing(r)?.as_ptr() };
+                        inputs.push(from.add(me * block));
+                        Ok(())
+                    })
+                });
+                if got.is_ok() {
+                    reduce_ordered(*dt, *op, n, &inputs, out, block, &mut self.scratch.bytes);
+                }
+                self.scratch.inputs = inputs;
+                got
+            }
             CollArgs::Allreduce { send, recv, dt, op } if recv.len() <= EAGER_BYTES => {
                 self.bytes = recv.len() as u64;
                 let input = send.map_or_else(|| whole(*recv), |s| s.as_slice());
@@ -360,12 +415,12 @@ impl<'a> ShmRun<'a> {
                         (whole, MutBuf::new(recv.as_ptr().add(self.me() * block), block))
                     }
                 };
-                self.bytes = out.len() as u64;
+                self.bytes = input.len() as u64;
                 self.reduce_scatter(input, out, *dt, *op)
             }
             Alltoall { send, recv, .. } => {
                 let block = recv.len() / self.n();
-                self.bytes = block as u64;
+                self.bytes = recv.len() as u64;
                 // Staged, like allgather (see there).
                 self.alltoall(*send, *recv, block)
             }
