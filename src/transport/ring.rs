@@ -12,7 +12,7 @@
 //! serialises its threads), one reader at a time (the owner serialises its threads).
 
 use crate::error::{Error, Result, Status};
-use super::shm::{create_segment_file, open_segment_file};
+use super::shm::{create_segment_file, map_segment, open_segment_file};
 use memmap2::MmapMut;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
@@ -90,8 +90,7 @@ impl RingSegment {
     /// Creates and maps a segment of `rings` empty rings.
     pub fn create(path: &Path, rings: usize, nonce: u64) -> Result<RingSegment> {
         let file = create_segment_file(path, SEG_HEADER + rings * STRIDE)?;
-        // SAFETY: a new file of ours; other processes change it only through atomics.
-        let map = unsafe { MmapMut::map_mut(&file) }.map_err(|e| Error::system("mmap ring segment", e))?;
+        let map = map_segment(&file, "ring segment")?;
         let seg = RingSegment { map, rings };
         let h = seg.header();
         h.nonce.store(nonce, Ordering::Relaxed);
@@ -103,8 +102,7 @@ impl RingSegment {
     /// Maps a peer's segment, checking that it is the one the peer announced.
     pub fn open(path: &Path, rings: usize, nonce: u64) -> Result<RingSegment> {
         let file = open_segment_file(path, SEG_HEADER + rings * STRIDE)?;
-        // SAFETY: as in `create`; the size was checked.
-        let map = unsafe { MmapMut::map_mut(&file) }.map_err(|e| Error::system("mmap ring segment", e))?;
+        let map = map_segment(&file, "ring segment")?;
         let seg = RingSegment { map, rings };
         let h = seg.header();
         if h.magic.load(Ordering::Acquire) != MAGIC || h.nonce.load(Ordering::Relaxed) != nonce || h.rings.load(Ordering::Relaxed) as usize != rings {

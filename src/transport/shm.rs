@@ -136,6 +136,15 @@ fn futex_wake_all(word: &AtomicU32) {
     }
 }
 
+/// Maps a segment file shared, with every page faulted in now (MAP_POPULATE): otherwise the
+/// first touch of each page costs a fault inside a collective or a message (64 mailbox slots
+/// take dozens of pages, met during a job's first calls).
+pub fn map_segment(file: &File, what: &str) -> Result<MmapMut> {
+    // SAFETY: the file is ours (0600, unique name); concurrent modification by the other
+    // members is the point and is mediated by atomics.
+    unsafe { memmap2::MmapOptions::new().populate().map_mut(file) }.map_err(|e| Error::system(format!("mmap {what}"), e))
+}
+
 /// A segment name no other job uses: our pid (for reclaiming after a crash) and the comm id.
 pub fn segment_path(ctx: u64) -> PathBuf {
     PathBuf::from(format!("/dev/shm/distcomm-{}-{:016x}", std::process::id(), ctx))
@@ -206,9 +215,7 @@ impl Arena {
     }
 
     fn map(file: &File, layout: Layout, rank: usize) -> Result<Arena> {
-        // SAFETY: the file is ours (0600, unique name); concurrent modification by the other
-        // members is the point and is mediated by atomics.
-        let map = unsafe { MmapMut::map_mut(file) }.map_err(|e| Error::system("mmap shared-memory segment", e))?;
+        let map = map_segment(file, "shared-memory segment")?;
         Ok(Arena { map, layout, rank, all_done: AtomicU32::new(0) })
     }
 
