@@ -195,6 +195,8 @@ pub enum P2pOp {
     /// A send or receive of device memory through NCCL.
     #[cfg(feature = "nccl")]
     Device(Box<crate::nccl::DeviceP2p>),
+    /// Finished when it was started (a small send through a shared-memory ring).
+    Done(Done),
 }
 
 /// Tag of the envelopes of device sends on the CPU transport: above every collective's tag
@@ -391,6 +393,9 @@ impl Comm {
         }
         #[cfg(feature = "nccl")]
         self.flush_device();
+        if let Some(done) = self.transport().send_inline(&self.ctx, self.members[dst], tag as u64, 0, buf) {
+            return done.map(P2pOp::Done);
+        }
         Ok(P2pOp::Send(self.transport().post_send(&self.ctx, self.members[dst], tag as u64, 0, buf)?))
     }
 
@@ -480,6 +485,7 @@ impl Comm {
             P2pOp::Recv(r) => wait_op(&r.comp, deadline, t, &interrupt, &lost, &|e| tr.cancel_recv(r, e), what, Some(&idle), poll),
             #[cfg(feature = "nccl")]
             P2pOp::Device(d) => d.wait(self, deadline, what),
+            P2pOp::Done(d) => Ok(*d),
         }
     }
 
@@ -509,6 +515,7 @@ impl Comm {
             P2pOp::Recv(r) => r.comp.is_done(),
             #[cfg(feature = "nccl")]
             P2pOp::Device(_) => false,
+            P2pOp::Done(_) => true,
         }
     }
 
@@ -532,6 +539,7 @@ impl Comm {
             P2pOp::Recv(r) => r.comp.result(),
             #[cfg(feature = "nccl")]
             P2pOp::Device(d) => d.result(self),
+            P2pOp::Done(d) => Some(Ok(*d)),
         }
     }
 

@@ -324,6 +324,28 @@ pub enum WaitOutcome {
     Interrupted(Error),
 }
 
+/// When an operation started, read from the coarse monotonic clock (a few ns, where the fine
+/// one costs tens in a VM; a kernel tick of resolution, plenty for millisecond timeouts).
+#[derive(Debug, Clone, Copy)]
+pub struct Stamp(Duration);
+
+impl Stamp {
+    pub fn now() -> Stamp {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: a valid timespec to fill; CLOCK_MONOTONIC_COARSE exists on every Linux.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+        Stamp(Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
+    }
+
+    /// The deadline `ms` milliseconds after this stamp (saturating far in the future).
+    pub fn deadline_after(self, ms: i64) -> Instant {
+        let spent = Stamp::now().0.saturating_sub(self.0);
+        let left = Duration::from_millis(ms.max(0) as u64).saturating_sub(spent);
+        let now = Instant::now();
+        now.checked_add(left).unwrap_or_else(|| now + Duration::from_secs(86400 * 365))
+    }
+}
+
 /// A deadline `ms` milliseconds from the first time it is asked for (the clock is read then,
 /// not at creation: a call that never waits long never reads it).
 pub struct LazyDeadline {

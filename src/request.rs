@@ -1,7 +1,7 @@
 //! Requests: a pending non-blocking operation, waited on from any thread.
 
 use crate::comm::{Comm, P2pOp};
-use crate::completion::{Completion, Done, WaitOutcome};
+use crate::completion::{Completion, Done, Stamp, WaitOutcome};
 use crate::error::{Error, Result, Status};
 use crate::rpc::PendingCall;
 use std::sync::Arc;
@@ -12,20 +12,20 @@ use std::time::{Duration, Instant};
 const WORKER_GRACE: Duration = Duration::from_secs(2);
 
 enum Kind {
-    P2p { op: P2pOp, peer: i32, recv: bool },
-    Coll { comp: Arc<Completion> },
+    /// The deadline is the comm's timeout after `started` (computed only if a wait needs it).
+    P2p { op: P2pOp, peer: i32, recv: bool, started: Stamp },
+    Coll { comp: Arc<Completion>, deadline: Instant },
     /// An RPC started by `dc_rpc_call_async`; its reply is taken with `take_reply`.
     Rpc(PendingCall),
     /// A collective queued on the comm's NCCL stream: complete when its CUDA event is;
     /// `is_completed` queries the event and never blocks.
     #[cfg(feature = "nccl")]
-    Device { op: crate::nccl::DevOp },
+    Device { op: crate::nccl::DevOp, deadline: Instant },
 }
 
 pub struct Request {
     comm: Arc<Comm>,
     kind: Kind,
-    deadline: Instant,
     elem_size: usize,
 }
 
@@ -38,28 +38,29 @@ pub struct RecvInfo {
 }
 
 impl Request {
-    pub fn p2p(comm: Arc<Comm>, op: P2pOp, peer: i32, deadline: Instant) -> Request {
+    pub fn p2p(comm: Arc<Comm>, op: P2pOp, peer: i32, started: Stamp) -> Request {
         let recv = match &op {
             P2pOp::Recv(_) => true,
             #[cfg(feature = "nccl")]
             P2pOp::Device(d) => d.is_recv(),
             _ => false,
         };
-        Request { comm, kind: Kind::P2p { op, peer, recv }, deadline, elem_size: 1 }
+        Request { comm, kind: Kind::P2p { op, peer, recv, started }, elem_size: 1 }
     }
 
     pub fn collective(comm: Arc<Comm>, comp: Arc<Completion>, deadline: Instant) -> Request {
-        Request { comm, kind: Kind::Coll { comp }, deadline, elem_size: 1 }
+        Request { comm, kind: Kind::Coll { comp, deadline }, elem_size: 1 }
     }
 
-    pub fn rpc(comm: Arc<Comm>, call: PendingCall, deadline: Instant) -> Request {
-        Request { comm, kind: Kind::Rpc(call), deadline, elem_size: 1 }
+    /// An RPC started by `dc_rpc_call_async` (its call carries its own deadline).
+    pub fn rpc(comm: Arc<Comm>, call: PendingCall) -> Request {
+        Request { comm, kind: Kind::Rpc(call), elem_size: 1 }
     }
 
     /// A device collective (NCCL backend).
     #[cfg(feature = "nccl")]
     pub fn device(comm: Arc<Comm>, op: crate::nccl::DevOp, deadline: Instant) -> Request {
-        Request { comm, kind: Kind::Device { op }, deadline, elem_size: 1 }
+        Request { comm, kind: Kind::Device { op, deadline }, elem_size: 1 }
     }
 
     /// Element size of a receive, so `recv_info` can count elements.
@@ -75,10 +76,10 @@ impl Request {
     fn finished(&self) -> Option<Result<Done>> {
         match &self.kind {
             Kind::P2p { op, .. } => self.comm.p2p_result(op),
-            Kind::Coll { comp } => comp.result(),
+            Kind::Coll { comp, .. } => comp.result(),
             Kind::Rpc(call) => call.result(),
             #[cfg(feature = "nccl")]
-            Kind::Device { op } => self.comm.device_result(op).map(|r| r.map(|_| Done::default())),
+            Kind::Device { op, .. } => self.comm.device_result(op).map(|r| r.map(|_| Done::default())),
         }
     }
 
@@ -86,31 +87,35 @@ impl Request {
     /// again if called more than once.
     pub fn wait(&self) -> Result<Done> {
         match &self.kind {
-            Kind::P2p { op, peer, recv } => {
+            Kind::P2p { op, peer, recv, started } => {
                 let (peer, recv) = (*peer, *recv);
                 let what = || {
                     let dir = if recv { "receive from" } else { "send to" };
                     if peer < 0 { format!("waiting for a {dir} any rank") } else { format!("waiting for a {dir} rank {peer}") }
                 };
-                self.comm.wait_p2p(op, self.deadline, &what)
+                // Done already (a small send through the rings is, at once): no clock read.
+                if let Some(r) = Comm::p2p_done(op).then(|| self.comm.p2p_result(op)).flatten() {
+                    return r;
+                }
+                self.comm.wait_p2p(op, started.deadline_after(self.comm.timeout_ms()), &what)
             }
-            Kind::Coll { comp } => match comp.wait(self.deadline + WORKER_GRACE, &|| None) {
+            Kind::Coll { comp, deadline } => match comp.wait(*deadline + WORKER_GRACE, &|| None) {
                 WaitOutcome::Finished(r) => r,
                 _ => Err(Error::new(Status::Timeout, "non-blocking collective did not finish within the timeout")),
             },
             Kind::Rpc(call) => call.wait(),
             #[cfg(feature = "nccl")]
-            Kind::Device { op } => self.comm.wait_device(op, self.deadline).map(|_| Done::default()),
+            Kind::Device { op, deadline } => self.comm.wait_device(op, *deadline).map(|_| Done::default()),
         }
     }
 
     pub fn is_completed(&self) -> bool {
         match &self.kind {
             Kind::P2p { op, .. } => self.comm.p2p_is_done(op),
-            Kind::Coll { comp } => comp.is_done(),
+            Kind::Coll { comp, .. } => comp.is_done(),
             Kind::Rpc(call) => call.is_done(),
             #[cfg(feature = "nccl")]
-            Kind::Device { op } => self.comm.device_result(op).is_some(),
+            Kind::Device { op, .. } => self.comm.device_result(op).is_some(),
         }
     }
 

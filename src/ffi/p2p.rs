@@ -4,6 +4,7 @@ use super::boundary::guard;
 use super::checks::{self, on_rank};
 use super::types::{dc_dtype, dc_status, DC_ANY_SOURCE, DC_ANY_TAG};
 use crate::comm::{Comm, P2pOp};
+use crate::completion::Stamp;
 use crate::error::{Error, Result, Status};
 use crate::request::Request;
 use std::sync::Arc;
@@ -111,9 +112,9 @@ pub unsafe extern "C" fn dc_isend(
         let c = checks::comm_arc(comm)?;
         on_rank(&c, || {
             let out = checks::out(req, "req")?;
+            let started = Stamp::now();
             let (op, peer) = start_send(buf, count, dt, dst, tag, &c)?;
-            let deadline = c.op_deadline();
-            *out = Box::into_raw(Box::new(Request::p2p(Arc::clone(&c), op, peer, deadline)));
+            *out = Box::into_raw(Box::new(Request::p2p(Arc::clone(&c), op, peer, started)));
             Ok(())
         })
     })
@@ -135,9 +136,9 @@ pub unsafe extern "C" fn dc_irecv(
         let c = checks::comm_arc(comm)?;
         on_rank(&c, || {
             let out = checks::out(req, "req")?;
+            let started = Stamp::now();
             let (op, esize) = start_recv(buf, count, dt, src, tag, &c)?;
-            let deadline = c.op_deadline();
-            *out = Box::into_raw(Box::new(Request::p2p(Arc::clone(&c), op, src, deadline).with_elem_size(esize)));
+            *out = Box::into_raw(Box::new(Request::p2p(Arc::clone(&c), op, src, started).with_elem_size(esize)));
             Ok(())
         })
     })

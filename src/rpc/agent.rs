@@ -333,8 +333,7 @@ impl Agent {
     /// `rpc_async`: starts the call and returns a request to wait on (`take_reply` afterwards).
     pub fn call_async(&self, to: &str, function: &str, payload: &[u8], timeout_ms: i64) -> Result<Request> {
         let call = self.inner.start_call(to, function, payload, timeout_ms)?;
-        let deadline = call.deadline;
-        Ok(Request::rpc(self.inner.rpc.clone(), PendingCall { inner: self.inner.clone(), call }, deadline))
+        Ok(Request::rpc(self.inner.rpc.clone(), PendingCall { inner: self.inner.clone(), call }))
     }
 
     /// The worker called `name`, or this one for `None`.

@@ -513,6 +513,25 @@ impl SocketTransport {
         Ok(op)
     }
 
+    /// Sends a message of at most `ring::INLINE_MAX` bytes to a peer on our host: appended to
+    /// its ring at once (or queued, in order, for room), so the send is complete on return and
+    /// needs no op to wait on. None where that does not apply (no ring, larger, to ourselves):
+    /// the caller posts the send.
+    pub fn send_inline(&self, ctx: &CtxState, dst: u32, tag: u64, check: u32, buf: ConstBuf) -> Option<Result<Done>> {
+        if dst == self.rank || buf.len() > ring::INLINE_MAX {
+            return None;
+        }
+        let peer = self.peer(dst);
+        peer.ring_out.get()?;
+        if let Some(e) = ctx.abort_error().or_else(|| peer.gone_error()) {
+            return Some(Err(e));
+        }
+        // SAFETY: the caller's buffer is valid during this call; the ring keeps a copy.
+        let body = unsafe { buf.as_slice() };
+        self.ring_write(peer, &[&Header::data(ctx.id, tag, check, buf.len()).encode(), body]);
+        Some(Ok(Done { bytes: buf.len(), source: dst, tag }))
+    }
+
     /// Single-copy send: tell the peer where the message is; it completes on the peer's `Fin`.
     fn post_rts(&self, peer: &Arc<Peer>, ctx: &Arc<CtxState>, tag: u64, check: u32, op: Arc<SendOp>) -> Result<Arc<SendOp>> {
         let (cookie, hdr, body) = self.rts_frame(peer, ctx, tag, check, &op);
