@@ -164,7 +164,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[allow(clippy::too_many_arguments)]
 fn wait_op(
     comp: &Completion,
-    deadline: Instant,
+    deadline: &dyn Fn() -> Instant,
     timeout_ms: i64,
     interrupt: &dyn Fn() -> Option<Error>,
     lost: &dyn Fn() -> Option<Error>,
@@ -225,7 +225,7 @@ impl PendingOp for LinkOp<'_> {
     fn wait(&mut self) -> Result<usize> {
         let (peer, seq) = (self.peer, self.seq);
         let what = || format!("waiting for rank {peer} in collective #{seq}");
-        self.comm.wait_any(&self.op, self.deadline, &what, true).map(|d| d.bytes).map_err(|e| {
+        self.comm.wait_any(&self.op, &|| self.deadline, &what, true).map(|d| d.bytes).map_err(|e| {
             // A collective whose peer sent more than expected disagrees on the count.
             if e.status == Status::InvalidArgument {
                 Error::new(Status::Mismatch, format!("{} (the ranks disagree on the count)", e.msg))
@@ -441,10 +441,8 @@ impl Comm {
     /// Waits for an op that was just started, up to the comm's timeout (the clock is read only
     /// if the op is not finished already, as small sends between ranks of a host are).
     pub fn wait_p2p_started(&self, op: &P2pOp, what: &dyn Fn() -> String) -> Result<Done> {
-        match self.finished(op) {
-            Some(r) => r,
-            None => self.wait_p2p(op, self.op_deadline(), what),
-        }
+        let deadline = crate::completion::LazyDeadline::new(self.timeout_ms());
+        self.wait_p2p_by(op, &|| deadline.get(), what)
     }
 
     /// The result of a host op that has finished already (None: not yet, or a device op).
@@ -453,12 +451,17 @@ impl Comm {
     }
 
     pub fn wait_p2p(&self, op: &P2pOp, deadline: Instant, what: &dyn Fn() -> String) -> Result<Done> {
+        self.wait_any(op, &|| deadline, what, false)
+    }
+
+    /// `wait_p2p` with a deadline computed only if the wait needs it.
+    pub fn wait_p2p_by(&self, op: &P2pOp, deadline: &dyn Fn() -> Instant, what: &dyn Fn() -> String) -> Result<Done> {
         self.wait_any(op, deadline, what, false)
     }
 
     /// Waits for `op`. Within a collective (`coll`), a lost member of the comm also ends the
     /// wait: the call cannot complete without it, even when this rank waits for another peer.
-    fn wait_any(&self, op: &P2pOp, deadline: Instant, what: &dyn Fn() -> String, coll: bool) -> Result<Done> {
+    fn wait_any(&self, op: &P2pOp, deadline: &dyn Fn() -> Instant, what: &dyn Fn() -> String, coll: bool) -> Result<Done> {
         let t = self.timeout_ms();
         let interrupt = || self.ctx.abort_error().or_else(|| if coll { self.lost_member() } else { None });
         let lost = || self.lost_member();
@@ -484,7 +487,7 @@ impl Comm {
             P2pOp::Send(s) => wait_op(&s.comp, deadline, t, &interrupt, &lost, &|e| tr.cancel_send(s, e), what, Some(&idle), poll),
             P2pOp::Recv(r) => wait_op(&r.comp, deadline, t, &interrupt, &lost, &|e| tr.cancel_recv(r, e), what, Some(&idle), poll),
             #[cfg(feature = "nccl")]
-            P2pOp::Device(d) => d.wait(self, deadline, what),
+            P2pOp::Device(d) => d.wait(self, deadline(), what),
             P2pOp::Done(d) => Ok(*d),
         }
     }

@@ -257,7 +257,7 @@ impl Completion {
     /// Waits until finished, `deadline` passes (`Timeout`), or `interrupt` reports an error
     /// (abort, peer loss). Returns the operation's result; the op is NOT cancelled on timeout.
     pub fn wait(&self, deadline: Instant, interrupt: &dyn Fn() -> Option<Error>) -> WaitOutcome {
-        self.wait_with(deadline, interrupt, None, None)
+        self.wait_with(&|| deadline, interrupt, None, None)
     }
 
     /// Like `wait`, but when it is time to sleep, `idle(max, fd)` is called instead of sleeping on
@@ -268,7 +268,8 @@ impl Completion {
     /// called while spinning and yielding, and spinning then lasts as long as for shared memory;
     /// when it reports progress (data moved, as while a large message streams through shared
     /// memory), the wait starts spinning anew instead of going to sleep mid-transfer.
-    pub fn wait_with(&self, deadline: Instant, interrupt: &dyn Fn() -> Option<Error>, idle: Option<&dyn Fn(Duration, i32)>, poll: Option<&dyn Fn() -> bool>) -> WaitOutcome {
+    /// `deadline` is asked for only when the wait is past spinning (most are over before).
+    pub fn wait_with(&self, deadline: &dyn Fn() -> Instant, interrupt: &dyn Fn() -> Option<Error>, idle: Option<&dyn Fn(Duration, i32)>, poll: Option<&dyn Fn() -> bool>) -> WaitOutcome {
         let mut backoff = if poll.is_some() { Backoff::for_shared_memory() } else { Backoff::for_progress_thread() };
         loop {
             if let Some(r) = self.result() {
@@ -287,6 +288,7 @@ impl Completion {
                 return WaitOutcome::Interrupted(e);
             }
             let now = Instant::now();
+            let deadline = deadline();
             if now >= deadline {
                 return WaitOutcome::TimedOut;
             }

@@ -93,11 +93,8 @@ impl Request {
                     let dir = if recv { "receive from" } else { "send to" };
                     if peer < 0 { format!("waiting for a {dir} any rank") } else { format!("waiting for a {dir} rank {peer}") }
                 };
-                // Done already (a small send through the rings is, at once): no clock read.
-                if let Some(r) = Comm::p2p_done(op).then(|| self.comm.p2p_result(op)).flatten() {
-                    return r;
-                }
-                self.comm.wait_p2p(op, started.deadline_after(self.comm.timeout_ms()), &what)
+                let deadline = std::cell::OnceCell::new();
+                self.comm.wait_p2p_by(op, &|| *deadline.get_or_init(|| started.deadline_after(self.comm.timeout_ms())), &what)
             }
             Kind::Coll { comp, deadline } => match comp.wait(*deadline + WORKER_GRACE, &|| None) {
                 WaitOutcome::Finished(r) => r,
