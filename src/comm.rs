@@ -57,7 +57,8 @@ pub enum TransportPolicy {
 struct ShmState {
     arena: Arena,
     steps: Steps,
-    /// Members' pids when every member lets us read its memory (single-copy collectives).
+    /// Members' pids when every member lets us read its memory (allgatherv and alltoallv read
+    /// single-copy).
     pids: Option<Vec<i32>>,
     /// Reusable memory of the collectives: only the thread whose turn it is touches it (a
     /// mutex here would put a locked instruction right after each call's writes to shared

@@ -1,11 +1,14 @@
 //! Collectives over a shared-memory arena (all members on one host). The calling thread does
-//! the work: data is staged in per-rank slots, reduced in parallel with each rank owning a share
-//! of every chunk, and copied out, chunk by chunk so it stays in cache. Small reductions take one
-//! step: everyone reads every input and reduces in rank order. Every rank ends with the same
-//! bytes because each value is computed once (large) or in the same order (small).
+//! the work. Small ones (up to `EAGER_BYTES`) go through the per-rank mailboxes (`run_eager`):
+//! writers post and go on, readers take what they need. Larger ones take steps: data is staged
+//! in per-rank slots, reduced in parallel with each rank owning a share of every chunk, and
+//! copied out, chunk by chunk so it stays in cache; reductions up to 16 KiB take one step in
+//! which everyone reduces every input in rank order. Every rank ends with the same bytes
+//! because each value is computed once (large) or in the same order (small).
 //!
-//! The first step of every collective also compares what each rank is calling (signature and
-//! size), so ranks that disagree all get `DC_ERR_MISMATCH` instead of garbage.
+//! Every collective stamps its mailbox slot with what it calls (signature and size); readers
+//! compare the stamps they read, stepped collectives all stamps after their first step, so ranks
+//! that disagree get `DC_ERR_MISMATCH` instead of garbage.
 
 use crate::buffer::{ConstBuf, MutBuf};
 use crate::collective::{describe, CollArgs};
@@ -39,7 +42,7 @@ pub struct ShmRun<'a> {
     /// Why waiting for a member (comm rank) is pointless (abort, that member gone), if it is.
     pub interrupt: &'a dyn Fn(usize) -> Option<Error>,
     scratch: &'a mut Scratch,
-    /// Members' pids when every member's memory is readable (single-copy collectives).
+    /// Members' pids when every member's memory is readable (single-copy v-forms).
     pids: Option<&'a [i32]>,
     /// This collective's number on the comm (the same on every member).
     coll: u32,

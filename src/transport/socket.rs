@@ -2,12 +2,15 @@
 //! every connection and writes what callers could not write at once, matching by context,
 //! source and tag. A body whose receive is already posted is read straight into the caller's
 //! buffer; small frames are batched through a per-connection staging buffer. Between ranks of
-//! one host a large message goes single-copy: the receiver reads it from the sender's memory
-//! (`cma`), into the posted receive, or, when that receive comes later, parked until it does
-//! (for at most [`park_limit`]).
+//! one host, frames go through shared-memory rings (`ring`); a large message is announced
+//! (`Rts`) and then streamed through the ring once its receive is posted (`stream`), or, with
+//! no rings, read single-copy from the sender's memory (`cma`); one whose receive does not come
+//! stays in the sender's memory until it does, for at most [`park_limit`], and is then copied
+//! out single-copy.
 //!
-//! Lock order: a connection's `rx` may be held while taking `matcher`; `claimed` may be held
-//! while taking `matcher` or a connection's `tx`; nothing else nests.
+//! Lock order: a connection's `rx` may be held while taking `matcher` or the peer's
+//! `streams_in`; `claimed` may be held while taking `matcher` or a connection's `tx`; nothing
+//! else nests.
 
 use super::cma;
 use super::frame::{FrameKind, Header, HEADER_LEN, RTS_LEN};
