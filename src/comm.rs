@@ -619,12 +619,11 @@ impl Comm {
         let r = if let Err(e) = self.detail_check(args, seq, deadline()) {
             Err(e)
         } else {
-            // SAFETY: we hold the turn until `pass_turn` below; `run` is gone by then.
+            // SAFETY: we hold the turn until `pass_turn` below; `run` ends with this block.
             let scratch = unsafe { shm.scratch() };
             let mut run = ShmRun::new(&shm.arena, &shm.steps, coll, deadline, &interrupt, scratch, shm.pids.as_deref());
             // SAFETY: buffers were validated by the C surface and stay valid until we return.
             let done = unsafe { run.run_eager(args) }.or_else(|| unsafe { run.run(args) });
-            drop(run);
             done.unwrap_or_else(|| self.execute_link(args, seq, deadline()))
         };
         shm.arena.finished(coll);

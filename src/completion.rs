@@ -342,35 +342,46 @@ impl Stamp {
     /// The deadline `ms` milliseconds after this stamp (saturating far in the future).
     pub fn deadline_after(self, ms: i64) -> Instant {
         let spent = Stamp::now().0.saturating_sub(self.0);
-        let left = Duration::from_millis(ms.max(0) as u64).saturating_sub(spent);
-        let now = Instant::now();
-        now.checked_add(left).unwrap_or_else(|| now + Duration::from_secs(86400 * 365))
+        instant_in(Duration::from_millis(ms.max(0) as u64).saturating_sub(spent))
     }
 }
 
 /// A deadline `ms` milliseconds from the first time it is asked for (the clock is read then,
-/// not at creation: a call that never waits long never reads it).
+/// not at creation: a call that never waits long never reads it), or from a `Stamp` taken when
+/// the operation started.
 pub struct LazyDeadline {
     ms: i64,
+    since: Option<Stamp>,
     at: std::cell::OnceCell<Instant>,
 }
 
 impl LazyDeadline {
     pub fn new(ms: i64) -> LazyDeadline {
-        LazyDeadline { ms, at: std::cell::OnceCell::new() }
+        LazyDeadline { ms, since: None, at: std::cell::OnceCell::new() }
+    }
+
+    /// `ms` milliseconds after `started`.
+    pub fn since(started: Stamp, ms: i64) -> LazyDeadline {
+        LazyDeadline { ms, since: Some(started), at: std::cell::OnceCell::new() }
     }
 
     pub fn get(&self) -> Instant {
-        *self.at.get_or_init(|| deadline_after(self.ms))
+        *self.at.get_or_init(|| match self.since {
+            Some(started) => started.deadline_after(self.ms),
+            None => deadline_after(self.ms),
+        })
     }
 }
 
 /// A deadline `ms` milliseconds from now (saturating far in the future).
 pub fn deadline_after(ms: i64) -> Instant {
-    let ms = ms.max(0) as u64;
+    instant_in(Duration::from_millis(ms.max(0) as u64))
+}
+
+/// Now plus `d`, saturating a year ahead where the clock cannot represent it.
+fn instant_in(d: Duration) -> Instant {
     let now = Instant::now();
-    now.checked_add(Duration::from_millis(ms))
-        .unwrap_or_else(|| now + Duration::from_secs(86400 * 365))
+    now.checked_add(d).unwrap_or_else(|| now + Duration::from_secs(86400 * 365))
 }
 
 /// Timeout error text shared by every wait.

@@ -1,7 +1,7 @@
 //! Requests: a pending non-blocking operation, waited on from any thread.
 
 use crate::comm::{Comm, P2pOp};
-use crate::completion::{Completion, Done, Stamp, WaitOutcome};
+use crate::completion::{Completion, Done, LazyDeadline, Stamp, WaitOutcome};
 use crate::error::{Error, Result, Status};
 use crate::rpc::PendingCall;
 use std::sync::Arc;
@@ -93,8 +93,8 @@ impl Request {
                     let dir = if recv { "receive from" } else { "send to" };
                     if peer < 0 { format!("waiting for a {dir} any rank") } else { format!("waiting for a {dir} rank {peer}") }
                 };
-                let deadline = std::cell::OnceCell::new();
-                self.comm.wait_p2p_by(op, &|| *deadline.get_or_init(|| started.deadline_after(self.comm.timeout_ms())), &what)
+                let deadline = LazyDeadline::since(*started, self.comm.timeout_ms());
+                self.comm.wait_p2p_by(op, &|| deadline.get(), &what)
             }
             Kind::Coll { comp, deadline } => match comp.wait(*deadline + WORKER_GRACE, &|| None) {
                 WaitOutcome::Finished(r) => r,

@@ -253,15 +253,7 @@ impl<'a> ShmRun<'a> {
                 self.bytes = block as u64;
                 let own = recv.as_ptr().add(me * block);
                 let mine = send.map_or_else(|| std::slice::from_raw_parts(own as *const u8, block), |s| s.as_slice());
-                self.post(mine).and_then(|_| {
-                    for r in (0..n).filter(|&r| r != me) {
-                        copy(self.fetch_agreeing(r)?.as_ptr(), recv.as_ptr().add(r * block), block);
-                    }
-                    if mine.as_ptr() != own as *const u8 {
-                        copy(mine.as_ptr(), own, block);
-                    }
-                    Ok(())
-                })
+                self.post(mine).and_then(|_| self.gather_posted(0, block, *recv, mine.as_ptr()))
             }
             // Everyone posts its whole send buffer and copies its block out of every other's.
             CollArgs::Alltoall { send, recv, .. } if recv.len() <= EAGER_BYTES => {
@@ -269,13 +261,7 @@ impl<'a> ShmRun<'a> {
                 let block = recv.len() / n;
                 self.bytes = recv.len() as u64;
                 let all = send.as_slice();
-                self.post(all).and_then(|_| {
-                    for r in (0..n).filter(|&r| r != me) {
-                        copy(self.fetch_agreeing(r)?.as_ptr().add(me * block), recv.as_ptr().add(r * block), block);
-                    }
-                    copy(all.as_ptr().add(me * block), recv.as_ptr().add(me * block), block);
-                    Ok(())
-                })
+                self.post(all).and_then(|_| self.gather_posted(me * block, block, *recv, all.as_ptr().add(me * block)))
             }
             // Everyone posts its whole input and reduces its own block of every rank's.
             CollArgs::ReduceScatter { send, recv, dt, op } if send.map_or(recv.len(), |s| s.len()) <= EAGER_BYTES => {
@@ -286,20 +272,7 @@ impl<'a> ShmRun<'a> {
                 };
                 let block = input.len() / n;
                 self.bytes = input.len() as u64;
-                let mut inputs = std::mem::take(&mut self.scratch.inputs);
-                inputs.clear();
-                let got = self.post(input).and_then(|_| {
-                    (0..n).try_for_each(|r| {
-                        let from = if r == me { input.as_ptr() } else { self.fetch_agreeing(r)?.as_ptr() };
-                        inputs.push(from.add(me * block));
-                        Ok(())
-                    })
-                });
-                if got.is_ok() {
-                    reduce_ordered(*dt, *op, n, &inputs, out, block, &mut self.scratch.bytes);
-                }
-                self.scratch.inputs = inputs;
-                got
+                self.post(input).and_then(|_| self.reduce_posted(input, me * block, block, out, *dt, *op))
             }
             CollArgs::Allreduce { send, recv, dt, op } if recv.len() <= EAGER_BYTES => {
                 self.bytes = recv.len() as u64;
@@ -335,23 +308,43 @@ impl<'a> ShmRun<'a> {
     /// Everyone posts its input (`root` Some: a reduce, whose root posts only its stamp and
     /// alone waits); the readers reduce all inputs in rank order, the same bytes everywhere.
     unsafe fn eager_reduce(&mut self, input: &[u8], out: Option<MutBuf>, dt: DType, op: ReduceOp, root: Option<usize>) -> Result<()> {
-        let (n, me) = (self.n(), self.me());
-        let reads = root.is_none_or(|r| r == me);
+        let me = self.me();
         self.post(if root == Some(me) { &[] } else { input })?;
-        if !reads {
-            return Ok(());
+        match out.filter(|_| root.is_none_or(|r| r == me)) {
+            Some(out) => self.reduce_posted(input, 0, input.len(), out.as_ptr(), dt, op),
+            None => Ok(()),
         }
+    }
+
+    /// Reduces `len` bytes at offset `at` of every rank's posted data (ours: `own`) into `out`,
+    /// in rank order.
+    unsafe fn reduce_posted(&mut self, own: &[u8], at: usize, len: usize, out: *mut u8, dt: DType, op: ReduceOp) -> Result<()> {
+        let me = self.me();
+        // The inputs' list is taken out of the scratch while `fetch_agreeing` borrows us.
         let mut inputs = std::mem::take(&mut self.scratch.inputs);
         inputs.clear();
-        let got = (0..n).try_for_each(|r| {
-            inputs.push(if r == me { input.as_ptr() } else { self.fetch_agreeing(r)?.as_ptr() });
+        let got = (0..self.n()).try_for_each(|r| {
+            inputs.push(if r == me { own.as_ptr() } else { self.fetch_agreeing(r)?.as_ptr() }.add(at));
             Ok(())
         });
-        if let (Ok(()), Some(out)) = (&got, out) {
-            reduce_ordered(dt, op, n, &inputs, out.as_ptr(), input.len(), &mut self.scratch.bytes);
-        }
         self.scratch.inputs = inputs;
-        got
+        got?;
+        self.reduce(dt, op, self.n(), out, len);
+        Ok(())
+    }
+
+    /// Copies `block` bytes at offset `at` of every other rank's posted data into `recv` (rank
+    /// `r`'s at `r * block`), and our own block from `own` into our place.
+    unsafe fn gather_posted(&self, at: usize, block: usize, recv: MutBuf, own: *const u8) -> Result<()> {
+        let me = self.me();
+        for r in (0..self.n()).filter(|&r| r != me) {
+            copy(self.fetch_agreeing(r)?.as_ptr().add(at), recv.as_ptr().add(r * block), block);
+        }
+        let mine = recv.as_ptr().add(me * block);
+        if !std::ptr::eq(own, mine) {
+            copy(own, mine, block);
+        }
+        Ok(())
     }
 
     /// Rank `r`'s mailbox data for this collective, if it calls what we call.

@@ -9,10 +9,11 @@
 //! data that a peer may still read. The algorithms live in `coll::shm`; this file knows only
 //! memory, flags and waiting.
 //!
-//! Eager mailboxes: small broadcasts and reduces do not step. Each rank has `EAGER_SLOTS`
-//! mailbox slots, used round-robin by collective number; a writer (the root of a broadcast, the
-//! contributors of a reduce) fills its slot for collective `c` and stamps it `c`, and the
-//! readers wait for that stamp. A slot is reused for collective `c + EAGER_SLOTS` only once
+//! Eager mailboxes: small collectives do not step. Each rank has `EAGER_SLOTS` mailbox slots,
+//! used round-robin by collective number; a writer (the root of a broadcast, the contributors
+//! of a reduce, everyone in an allreduce...) fills its slot for collective `c` and stamps it
+//! `c` with what it calls, and the readers wait for that stamp. Stepped collectives stamp their
+//! slot too, so that the members can check that they agree. A slot is reused for collective `c + EAGER_SLOTS` only once
 //! every rank has finished collective `c` (each rank publishes the last collective it
 //! finished), so writers run up to `EAGER_SLOTS` collectives ahead of the slowest reader.
 //!
@@ -42,7 +43,8 @@ const MAX_SLEEP: Duration = Duration::from_millis(20);
 
 /// Mailbox slots per rank (how far a writer of small collectives may run ahead).
 pub const EAGER_SLOTS: usize = 64;
-/// Bytes of data a mailbox slot holds: broadcasts and reduces up to this size go eagerly.
+/// Bytes of data a mailbox slot holds: collectives whose posted data fits go through the
+/// mailboxes (see `coll::shm::ShmRun::run_eager`).
 pub const EAGER_BYTES: usize = 2048;
 /// A slot: its stamp, signature and length, then the data, the first 48 bytes of which share
 /// the stamp's cache line (a reader of a small broadcast fetches one line).
@@ -298,13 +300,21 @@ impl Arena {
     }
 
     fn wait_one(&self, r: usize, f: Flag, s: u32, deadline: &dyn Fn() -> Instant, interrupt: &dyn Fn(usize) -> Option<Error>) -> Result<()> {
-        self.wait_word(self.flag(r, f), s, deadline, &|| interrupt(r)).map_err(|e| e.unwrap_or_else(|| Error::new(Status::Timeout, format!("rank {r} did not reach step {s} on shared memory"))))
+        self.wait_word(self.flag(r, f), s, r, deadline, interrupt, &|| format!("rank {r} did not reach step {s} on shared memory"))
     }
 
-    /// Waits until `w` reaches `s` (wrapping order). Err(None): the deadline passed.
-    /// `interrupt` is about the rank that writes `w` (or the whole comm): a member that finished
-    /// and left is no reason to stop waiting for another.
-    fn wait_word(&self, w: &AtomicU32, s: u32, deadline: &dyn Fn() -> Instant, interrupt: &dyn Fn() -> Option<Error>) -> std::result::Result<(), Option<Error>> {
+    /// Waits until `w`, which rank `r` writes, reaches `s` (wrapping order); on timeout the
+    /// error says `late()`. `interrupt(r)` is asked about that rank (or the whole comm): a
+    /// member that finished and left is no reason to stop waiting for another.
+    fn wait_word(
+        &self,
+        w: &AtomicU32,
+        s: u32,
+        r: usize,
+        deadline: &dyn Fn() -> Instant,
+        interrupt: &dyn Fn(usize) -> Option<Error>,
+        late: &dyn Fn() -> String,
+    ) -> Result<()> {
         let mut backoff = Backoff::for_shared_memory();
         loop {
             let v = w.load(Ordering::Acquire);
@@ -315,14 +325,14 @@ impl Arena {
             if matches!(pace, Pace::Spin | Pace::Yield) {
                 continue;
             }
-            if let Some(e) = interrupt() {
+            if let Some(e) = interrupt(r) {
                 // A peer that finished this step and then left is not a failure.
-                return if reached(w.load(Ordering::Acquire), s) { Ok(()) } else { Err(Some(e)) };
+                return if reached(w.load(Ordering::Acquire), s) { Ok(()) } else { Err(e) };
             }
             let now = Instant::now();
             let deadline = deadline();
             if now >= deadline {
-                return Err(None);
+                return Err(Error::new(Status::Timeout, late()));
             }
             if pace == Pace::YieldAndCheck {
                 continue;
@@ -369,8 +379,7 @@ impl Arena {
         if !reached(self.all_done.load(Ordering::Relaxed), before) {
             let mut oldest = c;
             for r in (0..self.layout.ranks).filter(|&r| r != self.rank) {
-                self.wait_word(self.done_word(r), before, deadline, &|| interrupt(r))
-                    .map_err(|e| e.unwrap_or_else(|| Error::new(Status::Timeout, format!("rank {r} did not finish collective #{before} on shared memory"))))?;
+                self.wait_word(self.done_word(r), before, r, deadline, interrupt, &|| format!("rank {r} did not finish collective #{before} on shared memory"))?;
                 let d = self.done_word(r).load(Ordering::Acquire);
                 if !reached(d, oldest) {
                     oldest = d;
@@ -402,8 +411,7 @@ impl Arena {
     /// this rank says it `finished` collective `c`.
     pub fn fetch(&self, r: usize, c: u32, deadline: &dyn Fn() -> Instant, interrupt: &dyn Fn(usize) -> Option<Error>) -> Result<(u32, u64, &[u8])> {
         let (h, at) = self.slot(r, c);
-        self.wait_word(&h.stamp, c, deadline, &|| interrupt(r))
-            .map_err(|e| e.unwrap_or_else(|| Error::new(Status::Timeout, format!("rank {r} did not reach collective #{c} on shared memory"))))?;
+        self.wait_word(&h.stamp, c, r, deadline, interrupt, &|| format!("rank {r} did not reach collective #{c} on shared memory"))?;
         let len = h.len.load(Ordering::Relaxed);
         // SAFETY: stamped (acquired above) and not reused before we finish `c`.
         Ok((h.sig.load(Ordering::Relaxed), len, unsafe { std::slice::from_raw_parts(at, (len as usize).min(EAGER_BYTES)) }))

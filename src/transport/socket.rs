@@ -529,10 +529,16 @@ impl SocketTransport {
         if let Some(e) = ctx.abort_error().or_else(|| peer.gone_error()) {
             return Some(Err(e));
         }
+        Some(Ok(self.write_inline(peer, ctx.id, tag, check, buf)))
+    }
+
+    /// Appends a message of at most `ring::INLINE_MAX` bytes to `peer`'s ring (or queues a
+    /// copy, in order, for room): the send is complete.
+    fn write_inline(&self, peer: &Arc<Peer>, ctx: u64, tag: u64, check: u32, buf: ConstBuf) -> Done {
         // SAFETY: the caller's buffer is valid during this call; the ring keeps a copy.
         let body = unsafe { buf.as_slice() };
-        self.ring_write(peer, &[&Header::data(ctx.id, tag, check, buf.len()).encode(), body]);
-        Some(Ok(Done { bytes: buf.len(), source: dst, tag }))
+        self.ring_write(peer, &[&Header::data(ctx, tag, check, buf.len()).encode(), body]);
+        Done { bytes: buf.len(), source: peer.rank, tag }
     }
 
     /// Single-copy send: tell the peer where the message is; it completes on the peer's `Fin`.
@@ -562,12 +568,8 @@ impl SocketTransport {
         if let Some(e) = peer.gone_error() {
             return Err(e);
         }
-        let len = op.buf.len();
-        if len <= ring::INLINE_MAX {
-            // SAFETY: the caller's buffer is valid during this call; the ring keeps a copy.
-            let body = unsafe { op.buf.as_slice() };
-            self.ring_write(peer, &[&Header::data(ctx.id, tag, check, len).encode(), body]);
-            op.comp.complete(Ok(Done { bytes: len, source: op.dst, tag }));
+        if op.buf.len() <= ring::INLINE_MAX {
+            op.comp.complete(Ok(self.write_inline(peer, ctx.id, tag, check, op.buf)));
         } else {
             let (_, hdr, body) = self.rts_frame(peer, ctx, tag, check, &op);
             self.ring_write(peer, &[&hdr.encode(), &body]);
@@ -742,7 +744,6 @@ impl SocketTransport {
                 Content::InSender(p) if self.peer(msg.src).ring_out.get().is_some() => {
                     // Announced through the ring: have it streamed (see `stream`).
                     let peer = self.peer(msg.src);
-                    op.filling_from.store(msg.src, Ordering::Release);
                     lock(&peer.streams_in).push(StreamIn::new(p.cookie, op.clone(), msg.src, msg.tag, msg.check, p.len));
                     self.reply(peer, Header { tag: p.cookie, ..Header::control(FrameKind::Cts, 0) });
                 }
@@ -1186,7 +1187,6 @@ impl SocketTransport {
             return;
         };
         drop(m);
-        op.filling_from.store(peer.rank, Ordering::Release);
         if via_ring {
             lock(&peer.streams_in).push(StreamIn::new(parked.cookie, op, peer.rank, hdr.tag, hdr.check, parked.len));
             events.push(Event::SendCts { cookie: parked.cookie });
@@ -1194,6 +1194,7 @@ impl SocketTransport {
         }
         // The op is ours: taken from the posted queue, and a canceller waits for this
         // connection's lock, which we hold.
+        op.filling_from.store(peer.rank, Ordering::Release);
         let ok = self.read_into(&op, peer, hdr.tag, hdr.check, &parked);
         op.filling_from.store(u32::MAX, Ordering::Release);
         events.push(Event::SendFin { cookie: parked.cookie, ok });
@@ -1504,8 +1505,6 @@ impl SocketTransport {
                     }
                 }
             }
-        }
-        if peer.rx_done.load(Ordering::Acquire) {
             let mut q = lock(&peer.tx);
             for mut it in q.drain(..) {
                 if let Some(op) = it.op.take() {

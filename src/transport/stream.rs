@@ -14,6 +14,7 @@ use super::ops::{RecvOp, SendOp};
 use super::ring;
 use crate::completion::Done;
 use crate::error::{Error, Result};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// Bytes of message per `Chunk` frame.
@@ -88,8 +89,10 @@ pub struct StreamIn {
 }
 
 impl StreamIn {
-    /// For `op`, matched to the `Rts` of a `len`-byte message from world rank `src`.
+    /// For `op`, matched to the `Rts` of a `len`-byte message from world rank `src`: the op is
+    /// being filled from `src` until `finish` (so a canceller knows where to look).
     pub fn new(cookie: u64, op: Arc<RecvOp>, src: u32, tag: u64, check: u32, len: usize) -> StreamIn {
+        op.filling_from.store(src, Ordering::Release);
         let (keep, result) = verdict(&op, src, tag, check, len);
         StreamIn { cookie, op: Some(op), len, keep, off: 0, result }
     }
@@ -110,7 +113,7 @@ impl StreamIn {
     /// Completes the receive with the message's verdict (truncation, mismatch) or `err`.
     pub fn finish(&mut self, err: Option<Error>) {
         if let Some(op) = self.op.take() {
-            op.filling_from.store(u32::MAX, std::sync::atomic::Ordering::Release);
+            op.filling_from.store(u32::MAX, Ordering::Release);
             let r = match err {
                 Some(e) => Err(e),
                 None => std::mem::replace(&mut self.result, Ok(Done::default())),
