@@ -239,7 +239,9 @@ impl PendingOp for LinkOp<'_> {
 
 impl Drop for LinkOp<'_> {
     fn drop(&mut self) {
-        self.comm.cancel_p2p(&self.op, Error::new(Status::Aborted, "cancelled"));
+        if !Comm::p2p_done(&self.op) {
+            self.comm.cancel_p2p(&self.op, Error::new(Status::Aborted, "cancelled"));
+        }
     }
 }
 
@@ -472,6 +474,13 @@ impl Comm {
         let tr = self.transport();
         // Copies that our receives claimed are ours to make while we wait.
         tr.copy_claimed(None);
+        // What a peer on our host sent may be in its ring already (ranks that share a core
+        // find it there after every switch): one look before registering as a spinner.
+        if tr.has_rings() && tr.poll_rings() {
+            if let Some(r) = self.finished(op) {
+                return r;
+            }
+        }
         // Peers on our host write to our shared-memory rings: we poll them while we spin, and
         // register as asleep while we sleep, so that writers then ring our doorbell.
         let spin = tr.spin_on_rings();
