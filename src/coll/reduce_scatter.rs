@@ -5,6 +5,7 @@ use std::ops::Range;
 use super::tuning::{REDUCE_SCATTER_SMALL_BYTES, RING_SEGMENT_BYTES};
 use super::util::{
     blocks, check_elems, check_op, peers, reduce_in_order, segments, wait_all, Carve, Recv,
+    Scratch,
 };
 use super::{Link, Pending};
 use crate::bail;
@@ -64,7 +65,7 @@ pub(crate) fn ring_reduce_scatter(
     let esz = dt.size();
     let seg = (seg / esz).max(1) * esz;
     let maxc = ranges.iter().map(|c| c.len()).max().unwrap_or(0);
-    let mut tmp = vec![0u8; maxc];
+    let mut tmp = Scratch::take(maxc);
 
     match bufs {
         RsBufs::InPlace(buf) => {

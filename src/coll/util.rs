@@ -9,6 +9,57 @@ use crate::dtype::{DType, ReduceOp};
 use crate::error::{Result, Status};
 use crate::{bail, err};
 
+/// Scratch a thread keeps between collectives: receiving a large partial into a fresh
+/// `vec![0; n]` zeroes (and, for a new mapping, faults in) megabytes on every call, about as
+/// much work as receiving them. Up to this many bytes stay allocated per thread that runs
+/// link collectives; larger scratch is freed after the call.
+const SCRATCH_KEEP: usize = 64 << 20;
+
+thread_local! {
+    static SCRATCH: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// `len` bytes of scratch (contents unspecified: whatever earlier calls left), returned to the
+/// thread's store on drop. A nested user gets a buffer of its own.
+pub(crate) struct Scratch(Vec<u8>);
+
+impl Scratch {
+    pub fn take(len: usize) -> Scratch {
+        let mut v = SCRATCH.with(|c| c.take());
+        if v.len() < len {
+            v = Vec::new();
+            v.resize(len, 0);
+        }
+        Scratch(v)
+    }
+}
+
+impl std::ops::Deref for Scratch {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Scratch {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if self.0.len() <= SCRATCH_KEEP {
+            let v = std::mem::take(&mut self.0);
+            SCRATCH.with(|c| {
+                // Keep the larger of ours and whatever a nested user put back.
+                let other = c.take();
+                c.set(if other.len() > v.len() { other } else { v });
+            });
+        }
+    }
+}
+
 /// Waits for a receive and checks that exactly `expected` bytes came from `peer`.
 pub(crate) fn wait_recv(p: Pending<'_>, expected: usize, peer: usize) -> Result<()> {
     let got = p.wait()?;
