@@ -222,9 +222,11 @@ for np in $RANKS; do
     sizes=$SIZE_LIST
     [ "$op" = barrier ] && sizes=0
     for s in $sizes; do
-      # Small sizes take microseconds: many iterations, so one scheduler hiccup does not decide.
-      if [ -n "$ITERS" ]; then it=$ITERS; elif [ "$s" -le 65536 ]; then it=1000; elif [ "$s" -lt 1048576 ]; then it=200; elif [ "$s" -lt 16777216 ]; then it=50; else it=5; fi
-      if [ -n "$WARMUP" ]; then wu=$WARMUP; elif [ "$s" -le 65536 ]; then wu=50; elif [ "$s" -lt 1048576 ]; then wu=10; elif [ "$s" -lt 16777216 ]; then wu=5; else wu=1; fi
+      # Small sizes take microseconds: many iterations (as OSU's benchmarks do), so neither a
+      # scheduler hiccup nor where the ranks happened to start decides; large ones run long
+      # enough that the first call's page faults do not either.
+      if [ -n "$ITERS" ]; then it=$ITERS; elif [ "$s" -le 65536 ]; then it=10000; elif [ "$s" -lt 1048576 ]; then it=500; elif [ "$s" -lt 16777216 ]; then it=50; else it=10; fi
+      if [ -n "$WARMUP" ]; then wu=$WARMUP; elif [ "$s" -le 65536 ]; then wu=200; elif [ "$s" -lt 1048576 ]; then wu=20; elif [ "$s" -lt 16777216 ]; then wu=5; else wu=2; fi
       for ((r = 1; r <= ROUNDS; r++)); do
         if ((r % 2)); then
           run_one distcomm "$np" "$op" "$s" "$it" "$wu" "$r"
@@ -334,7 +336,7 @@ MPI_HDR=$(cat "$WORK/header.$MPI" 2>/dev/null || true)
   echo "- distcomm: \`${DC_HDR#\# }\` (DC_TRANSPORT=${TRANSPORT:-auto})"
   echo "- $MPI: \`${MPI_HDR#\# }\`; mpirun arguments: \`${MPIRUN_CMD[*]:1} $MPI_ARGS\`"
   echo "- ranks: $RANKS; type $DTYPE, redop $REDOP; $ROUNDS rounds per size, distcomm and $MPI alternating (order flipped each round)"
-  echo "- iterations per run: ${ITERS:-1000 / 200 / 50 / 5 (up to 64K / below 1M / below 16M / above)}, warm-up ${WARMUP:-50 / 10 / 5 / 1}; checked runs per run: $CHECK"
+  echo "- iterations per run: ${ITERS:-10000 / 500 / 50 / 10 (up to 64K / below 1M / below 16M / above)}, warm-up ${WARMUP:-200 / 20 / 5 / 2}; checked runs per run: $CHECK"
   echo "- time: the slowest rank's average per iteration, median over rounds; time ratio: median over rounds of"
   echo "  distcomm time / $MPI time (below 1: distcomm faster); busbw ratio: median of $MPI time / distcomm time"
   echo "  (above 1: distcomm has more bus bandwidth); wrong: most wrong elements any round saw (must be 0)"

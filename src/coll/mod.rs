@@ -88,8 +88,11 @@ pub mod tuning {
     /// to every other rank at once). Above: ring.
     pub const ALLGATHER_SMALL_BYTES: usize = 256 << 10;
     /// Ring reduce-scatter steps are cut into segments of this size (rounded down to whole
-    /// elements) so reducing one segment overlaps receiving the next.
-    pub const RING_SEGMENT_BYTES: usize = 256 << 10;
+    /// elements) so reducing one segment overlaps receiving the next. Large: every message
+    /// costs its waiter a wake-up, and on loopback TCP, where both cores are busy copying,
+    /// fewer and larger messages win over overlap (2 ranks, interleaved against 256 KiB
+    /// segments: 1 MiB allreduce 0.82x the time, 16 MiB 0.93x, 64 MiB 0.78x).
+    pub const RING_SEGMENT_BYTES: usize = 4 << 20;
 }
 
 #[cfg(test)]
