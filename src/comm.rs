@@ -487,12 +487,24 @@ impl Comm {
         // Sleep in poll on the sockets ourselves: a receive (or a single-copy send's Fin) is
         // finished by arriving data (or a doorbell), and anything else that finishes the op
         // wakes us too.
+        // Without rings, the data comes over the sockets: read them ourselves while we spin.
+        // Not when ranks outnumber the cores: a waiter then yields at once, and data it would
+        // move waits for its next turn on a core; the progress thread is woken for it instead.
+        let reader = if spin.is_none() && !crate::completion::oversubscribed() { Some(tr.read_while_waiting()) } else { None };
         let idle = |d: Duration, fd: i32| {
             let _paused = spin.as_ref().map(|s| s.pause());
+            let _paused_reader = reader.as_ref().map(|r| r.pause());
             tr.wait_readable(d, fd);
         };
         let poll = || tr.poll_rings();
-        let poll: Option<&dyn Fn() -> bool> = if spin.is_some() { Some(&poll) } else { None };
+        let poll_sockets = || tr.poll_sockets();
+        let poll: Option<&dyn Fn() -> bool> = if spin.is_some() {
+            Some(&poll)
+        } else if reader.is_some() {
+            Some(&poll_sockets)
+        } else {
+            None
+        };
         match op {
             P2pOp::Send(s) => wait_op(&s.comp, deadline, t, &interrupt, &lost, &|e| tr.cancel_send(s, e), what, Some(&idle), poll),
             P2pOp::Recv(r) => wait_op(&r.comp, deadline, t, &interrupt, &lost, &|e| tr.cancel_recv(r, e), what, Some(&idle), poll),

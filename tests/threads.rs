@@ -523,3 +523,43 @@ fn ring_streams_keep_order_in_both_directions() {
         c.collective(CollArgs::Barrier).unwrap();
     });
 }
+
+/// Over sockets a waiting thread reads and writes the connections itself while it spins, and
+/// the progress thread stands aside: data that another thread of the rank queued (a send
+/// larger than the socket buffer) must still go out while this one waits, and after it stops.
+#[test]
+fn a_spinning_waiter_moves_another_threads_queued_send() {
+    const BIG: usize = 48 << 20;
+    let out = job(2, 20_000, |c| {
+        if c.rank() == 0 {
+            let waiter = {
+                let c = c.clone();
+                std::thread::spawn(move || {
+                    // Answered only after rank 1 has the whole big message.
+                    let mut got = [0u8; 4];
+                    let op = c.post_recv(MutBuf::from_slice(&mut got), Some(1), Some(1)).unwrap();
+                    c.wait_p2p(&op, c.op_deadline(), &|| "reply".into()).unwrap();
+                    got
+                })
+            };
+            std::thread::sleep(Duration::from_millis(50));
+            let big: Vec<u8> = (0..BIG).map(|i| (i % 251) as u8).collect();
+            // Started, not waited for: while the waiter spins, only it (or the progress thread,
+            // once the waiter sleeps) moves the rest of the message.
+            let op = c.post_send(ConstBuf::from_slice(&big), 1, 2).unwrap();
+            let got = waiter.join().unwrap().to_vec();
+            c.wait_p2p(&op, c.op_deadline(), &|| "big send".into()).unwrap();
+            got
+        } else {
+            let mut big = vec![0u8; BIG];
+            let op = c.post_recv(MutBuf::from_slice(&mut big), Some(0), Some(2)).unwrap();
+            c.wait_p2p(&op, c.op_deadline(), &|| "big recv".into()).unwrap();
+            assert!(big.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8));
+            let reply = [9u8; 4];
+            let op = c.post_send(ConstBuf::from_slice(&reply), 0, 1).unwrap();
+            c.wait_p2p(&op, c.op_deadline(), &|| "reply".into()).unwrap();
+            Vec::new()
+        }
+    });
+    assert_eq!(out[0], vec![9u8; 4]);
+}

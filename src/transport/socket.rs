@@ -231,6 +231,9 @@ pub struct SocketTransport {
     rings_in: OnceLock<RingsIn>,
     /// Frames waiting in some `RingOut::backlog`.
     backlogged: AtomicUsize,
+    /// Threads of ours inside a wait that read the sockets themselves (see `read_while_waiting`):
+    /// meanwhile the progress thread leaves incoming data to them.
+    socket_readers: AtomicUsize,
     ctxs: Mutex<HashMap<u64, Weak<CtxState>>>,
     /// Contexts a peer aborted before this process created them.
     early_aborts: Mutex<HashSet<u64>>,
@@ -278,6 +281,34 @@ impl Drop for RingSpinPause<'_> {
     fn drop(&mut self) {
         self.0.rings.seg.spin_start();
         self.0.rings.seg.sleep_stop();
+    }
+}
+
+/// A thread reading and writing the sockets while it spins in a wait (see
+/// `SocketTransport::read_while_waiting`).
+pub struct SocketReader<'a>(&'a SocketTransport);
+
+impl SocketReader<'_> {
+    /// Stops reading until the returned guard is dropped (the thread goes to sleep: the
+    /// progress thread takes the sockets back meanwhile).
+    pub fn pause(&self) -> SocketReaderPause<'_> {
+        self.0.leave_sockets();
+        SocketReaderPause(self)
+    }
+}
+
+impl Drop for SocketReader<'_> {
+    fn drop(&mut self) {
+        self.0.leave_sockets();
+    }
+}
+
+/// A paused `SocketReader`.
+pub struct SocketReaderPause<'a>(&'a SocketReader<'a>);
+
+impl Drop for SocketReaderPause<'_> {
+    fn drop(&mut self) {
+        self.0 .0.socket_readers.fetch_add(1, Ordering::SeqCst);
     }
 }
 
@@ -405,6 +436,7 @@ impl SocketTransport {
             claimed_n: AtomicUsize::new(0),
             rings_in: OnceLock::new(),
             backlogged: AtomicUsize::new(0),
+            socket_readers: AtomicUsize::new(0),
             ctxs: Mutex::new(HashMap::new()),
             early_aborts: Mutex::new(HashSet::new()),
             abort_order: Mutex::new(()),
@@ -995,7 +1027,10 @@ impl SocketTransport {
     }
 
     fn pump_tx(&self, peer: &Peer) -> Option<Event> {
-        let mut q = lock(&peer.tx);
+        self.pump_tx_locked(peer, lock(&peer.tx))
+    }
+
+    fn pump_tx_locked(&self, peer: &Peer, mut q: MutexGuard<'_, VecDeque<TxItem>>) -> Option<Event> {
         match self.flush(peer, &mut q) {
             Ok(true) => {
                 peer.tx_busy.store(false, Ordering::Release);
@@ -1040,16 +1075,62 @@ impl SocketTransport {
         }
     }
 
-    fn pump_rx(&self, peer: &Peer, events: &mut Vec<Event>) {
-        self.pump_locked(peer, lock(&peer.rx), events)
+    /// For a thread about to wait on a transport without shared-memory rings: while it spins,
+    /// it reads and writes the sockets itself (`poll_sockets`), and the progress thread leaves
+    /// them alone (until the guard is dropped or paused to sleep). Data that completes the
+    /// wait is then read by the thread that waits for it, as it arrives, instead of waking the
+    /// progress thread, which preempts the waiter on its core and wakes it in turn (with a
+    /// large message, once per arriving burst).
+    pub fn read_while_waiting(&self) -> SocketReader<'_> {
+        self.socket_readers.fetch_add(1, Ordering::SeqCst);
+        // The progress thread may be asleep watching the sockets: nothing to change there (if
+        // it wakes, it sees us and leaves the sockets alone from then on).
+        SocketReader(self)
     }
 
-    fn pump_locked(&self, peer: &Peer, mut rx: MutexGuard<'_, Rx>, events: &mut Vec<Event>) {
+    /// A reader stops reading; the last one hands the sockets back to the progress thread.
+    fn leave_sockets(&self) {
+        if self.socket_readers.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.wake_progress();
+        }
+    }
+
+    /// Reads what every connection has and writes what waits for room, skipping connections
+    /// another thread is reading or writing; whether anything came or all queued data went.
+    pub fn poll_sockets(&self) -> bool {
+        let mut events = Vec::new();
+        let mut got = false;
+        for p in self.peers.iter().flatten() {
+            if p.tx_busy.load(Ordering::Acquire) {
+                if let Ok(q) = p.tx.try_lock() {
+                    events.extend(self.pump_tx_locked(p, q));
+                    got |= !p.tx_busy.load(Ordering::Acquire);
+                }
+            }
+            if !p.rx_done.load(Ordering::Acquire) {
+                if let Ok(rx) = p.rx.try_lock() {
+                    got |= self.pump_locked(p, rx, &mut events);
+                }
+            }
+            if !events.is_empty() {
+                self.handle_events(p, &mut events);
+            }
+        }
+        got
+    }
+
+    fn pump_rx(&self, peer: &Peer, events: &mut Vec<Event>) {
+        self.pump_locked(peer, lock(&peer.rx), events);
+    }
+
+    /// Reads what the connection has (without blocking) and consumes it; whether any bytes came.
+    fn pump_locked(&self, peer: &Peer, mut rx: MutexGuard<'_, Rx>, events: &mut Vec<Event>) -> bool {
+        let mut got = false;
         loop {
             while rx.start < rx.end {
                 if let Err(e) = self.consume(peer, &mut rx, events) {
                     events.push(Event::Gone(e.msg));
-                    return;
+                    return got;
                 }
             }
             rx.start = 0;
@@ -1074,20 +1155,21 @@ impl SocketTransport {
             if n == 0 {
                 self.drain_ring_locked(peer, events);
                 events.push(Event::Gone("connection closed by the peer (process exited or was killed?)".into()));
-                return;
+                return true;
             }
             if n < 0 {
                 let e = io::Error::last_os_error();
                 match e.kind() {
-                    io::ErrorKind::WouldBlock => return,
+                    io::ErrorKind::WouldBlock => return got,
                     io::ErrorKind::Interrupted => continue,
                     _ => {
                         events.push(Event::Gone(format!("read failed: {e}")));
-                        return;
+                        return true;
                     }
                 }
             }
             let n = n as usize;
+            got = true;
             if !direct {
                 rx.end = n;
                 continue;
@@ -1529,12 +1611,13 @@ impl SocketTransport {
             pfds.clear();
             who.clear();
             pfds.push(libc::pollfd { fd: self.wake.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+            let readers_wait = self.socket_readers.load(Ordering::SeqCst) > 0;
             for p in self.peers.iter().flatten() {
                 let mut ev = 0;
-                if !p.rx_done.load(Ordering::Acquire) {
+                if !p.rx_done.load(Ordering::Acquire) && !readers_wait {
                     ev |= libc::POLLIN;
                 }
-                if p.tx_busy.load(Ordering::Acquire) {
+                if p.tx_busy.load(Ordering::Acquire) && !readers_wait {
                     ev |= libc::POLLOUT;
                 }
                 if ev != 0 {
@@ -1559,6 +1642,10 @@ impl SocketTransport {
                 // The peer rings when it made room; this is only a safety net.
                 timeout_ms = timeout_ms.min(1);
             }
+            if readers_wait {
+                // The last reader to leave wakes us; this is only a safety net.
+                timeout_ms = timeout_ms.min(10);
+            }
             // SAFETY: pfds is a valid array of pollfd for the call.
             let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, timeout_ms) };
             if n <= 0 {
@@ -1568,6 +1655,10 @@ impl SocketTransport {
                 let mut v: u64 = 0;
                 // SAFETY: reading 8 bytes into a u64 from our eventfd.
                 unsafe { libc::read(self.wake.as_raw_fd(), &mut v as *mut u64 as *mut libc::c_void, 8) };
+            }
+            if self.socket_readers.load(Ordering::SeqCst) > 0 {
+                // A waiter spins on the sockets now: it reads and writes them.
+                continue;
             }
             for (pfd, peer) in pfds[1..].iter().zip(who.iter()) {
                 if pfd.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 && !peer.rx_done.load(Ordering::Acquire) {
