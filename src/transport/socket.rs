@@ -1119,14 +1119,24 @@ impl SocketTransport {
         got
     }
 
+    /// The progress thread's read: it stops as soon as a waiter reads the sockets itself (a
+    /// large message keeps a reader busy for milliseconds, while the waiter, on the same core,
+    /// would spin on the lock).
     fn pump_rx(&self, peer: &Peer, events: &mut Vec<Event>) {
-        self.pump_locked(peer, lock(&peer.rx), events);
+        self.pump_read(peer, lock(&peer.rx), events, true);
     }
 
     /// Reads what the connection has (without blocking) and consumes it; whether any bytes came.
-    fn pump_locked(&self, peer: &Peer, mut rx: MutexGuard<'_, Rx>, events: &mut Vec<Event>) -> bool {
+    fn pump_locked(&self, peer: &Peer, rx: MutexGuard<'_, Rx>, events: &mut Vec<Event>) -> bool {
+        self.pump_read(peer, rx, events, false)
+    }
+
+    fn pump_read(&self, peer: &Peer, mut rx: MutexGuard<'_, Rx>, events: &mut Vec<Event>, yield_to_readers: bool) -> bool {
         let mut got = false;
         loop {
+            if yield_to_readers && self.socket_readers.load(Ordering::Relaxed) > 0 {
+                return got;
+            }
             while rx.start < rx.end {
                 if let Err(e) = self.consume(peer, &mut rx, events) {
                     events.push(Event::Gone(e.msg));
