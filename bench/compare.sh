@@ -224,9 +224,10 @@ for np in $RANKS; do
     for s in $sizes; do
       # Small sizes take microseconds: many iterations (as OSU's benchmarks do), so neither a
       # scheduler hiccup nor where the ranks happened to start decides; large ones run long
-      # enough that the first call's page faults do not either.
-      if [ -n "$ITERS" ]; then it=$ITERS; elif [ "$s" -le 65536 ]; then it=10000; elif [ "$s" -lt 1048576 ]; then it=500; elif [ "$s" -lt 16777216 ]; then it=50; else it=10; fi
-      if [ -n "$WARMUP" ]; then wu=$WARMUP; elif [ "$s" -le 65536 ]; then wu=200; elif [ "$s" -lt 1048576 ]; then wu=20; elif [ "$s" -lt 16777216 ]; then wu=5; else wu=2; fi
+      # enough that the first calls' page faults and buffer growth do not either (20 iterations
+      # after 5 warm-ups from 16 MiB, as nccl-tests runs by default).
+      if [ -n "$ITERS" ]; then it=$ITERS; elif [ "$s" -le 65536 ]; then it=10000; elif [ "$s" -lt 1048576 ]; then it=500; elif [ "$s" -lt 16777216 ]; then it=50; else it=20; fi
+      if [ -n "$WARMUP" ]; then wu=$WARMUP; elif [ "$s" -le 65536 ]; then wu=200; elif [ "$s" -lt 1048576 ]; then wu=20; elif [ "$s" -lt 16777216 ]; then wu=5; else wu=5; fi
       for ((r = 1; r <= ROUNDS; r++)); do
         if ((r % 2)); then
           run_one distcomm "$np" "$op" "$s" "$it" "$wu" "$r"
@@ -336,7 +337,7 @@ MPI_HDR=$(cat "$WORK/header.$MPI" 2>/dev/null || true)
   echo "- distcomm: \`${DC_HDR#\# }\` (DC_TRANSPORT=${TRANSPORT:-auto})"
   echo "- $MPI: \`${MPI_HDR#\# }\`; mpirun arguments: \`${MPIRUN_CMD[*]:1} $MPI_ARGS\`"
   echo "- ranks: $RANKS; type $DTYPE, redop $REDOP; $ROUNDS rounds per size, distcomm and $MPI alternating (order flipped each round)"
-  echo "- iterations per run: ${ITERS:-10000 / 500 / 50 / 10 (up to 64K / below 1M / below 16M / above)}, warm-up ${WARMUP:-200 / 20 / 5 / 2}; checked runs per run: $CHECK"
+  echo "- iterations per run: ${ITERS:-10000 / 500 / 50 / 20 (up to 64K / below 1M / below 16M / above)}, warm-up ${WARMUP:-200 / 20 / 5 / 5}; checked runs per run: $CHECK"
   echo "- time: the slowest rank's average per iteration, median over rounds; time ratio: median over rounds of"
   echo "  distcomm time / $MPI time (below 1: distcomm faster); busbw ratio: median of $MPI time / distcomm time"
   echo "  (above 1: distcomm has more bus bandwidth); wrong: most wrong elements any round saw (must be 0)"
