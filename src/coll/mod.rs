@@ -93,6 +93,12 @@ pub mod tuning {
     /// fewer and larger messages win over overlap (2 ranks, interleaved against 256 KiB
     /// segments: 1 MiB allreduce 0.82x the time, 16 MiB 0.93x, 64 MiB 0.78x).
     pub const RING_SEGMENT_BYTES: usize = 4 << 20;
+    /// Ring allgather blocks above this size go in segments of it: a message that arrives
+    /// before its receive is posted is kept in a buffer of its size, and glibc maps (and the
+    /// kernel faults in) a fresh one for every buffer above 32 MiB (2 ranks, DC_TRANSPORT=socket,
+    /// allreduce 64 MiB: 0.8x the time). Smaller blocks stay whole: two 4 MiB messages instead
+    /// of one 8 MiB one made a 16 MiB allreduce 1.2x slower.
+    pub const ALLGATHER_SEGMENT_BYTES: usize = 16 << 20;
 }
 
 #[cfg(test)]
