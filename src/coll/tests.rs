@@ -575,6 +575,23 @@ fn allgather_all_sizes_algorithms() {
 }
 
 #[test]
+fn ring_allgather_cuts_large_blocks_into_segments() {
+    use super::tuning::ALLGATHER_SEGMENT_BYTES;
+    // Two and a bit segments per block, so the last segment is short.
+    let n = 2;
+    let block = 2 * ALLGATHER_SEGMENT_BYTES + 1000;
+    let blocks: Vec<Vec<u8>> = (0..n).map(|r| bytes(block, seed(&[r, block]))).collect();
+    let want = blocks.concat();
+    let outs = run_ok(n, |l| {
+        let r = l.rank();
+        let mut recv = vec![0xEE; n * block];
+        allgather::allgather_with(l, Some(&blocks[r][..]), &mut recv, block, allgather::Algo::Ring)?;
+        Ok(recv)
+    });
+    assert_all_eq(&outs, &want, "ring allgather of blocks above the segment size");
+}
+
+#[test]
 fn allgatherv_uneven_permuted_with_gaps() {
     use allgather::Algo;
     for n in SIZES {
