@@ -3,7 +3,7 @@
 
 use std::ops::Range;
 
-use super::tuning::{ALLGATHER_SEGMENT_BYTES, ALLGATHER_SMALL_BYTES};
+use super::tuning::{ALLGATHER_SMALL_BYTES, RING_SEGMENT_BYTES};
 use super::util::{blocks, check_len, peers, ranges_in, segments, wait_all, Carve, Recv};
 use super::Link;
 use crate::bail;
@@ -30,15 +30,15 @@ pub(crate) fn ring_allgather(
     for s in 0..n.saturating_sub(1) {
         let sb = ranges[(r + n - s) % n].clone();
         let rb = ranges[(r + 2 * n - s - 1) % n].clone();
-        // Large blocks go in segments (see ALLGATHER_SEGMENT_BYTES).
+        // Large blocks go in segments (see RING_SEGMENT_BYTES).
         let mut recvs = Vec::new();
-        for g in segments(rb.len(), ALLGATHER_SEGMENT_BYTES) {
+        for g in segments(rb.len(), RING_SEGMENT_BYTES) {
             // SAFETY: distinct blocks are disjoint (caller's contract; sb != rb since n >= 2),
             // and so are the segments of one block.
             recvs.push(Recv::post(link, left, unsafe { buf.part_mut(rb.start + g.start..rb.start + g.end) })?);
         }
         let mut sends = Vec::new();
-        for g in segments(sb.len(), ALLGATHER_SEGMENT_BYTES) {
+        for g in segments(sb.len(), RING_SEGMENT_BYTES) {
             // SAFETY: as above; the block being sent is only read.
             sends.push(link.send(right, unsafe { buf.part(sb.start + g.start..sb.start + g.end) })?);
         }

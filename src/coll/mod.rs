@@ -87,18 +87,15 @@ pub mod tuning {
     /// allgather(v) up to this many bytes of total output: direct (every rank sends its block
     /// to every other rank at once). Above: ring.
     pub const ALLGATHER_SMALL_BYTES: usize = 256 << 10;
-    /// Ring reduce-scatter steps are cut into segments of this size (rounded down to whole
-    /// elements) so reducing one segment overlaps receiving the next. Large: every message
-    /// costs its waiter a wake-up, and on loopback TCP, where both cores are busy copying,
-    /// fewer and larger messages win over overlap (2 ranks, interleaved against 256 KiB
-    /// segments: 1 MiB allreduce 0.82x the time, 16 MiB 0.93x, 64 MiB 0.78x).
-    pub const RING_SEGMENT_BYTES: usize = 4 << 20;
-    /// Ring allgather blocks above this size go in segments of it: a message that arrives
-    /// before its receive is posted is kept in a buffer of its size, and glibc maps (and the
-    /// kernel faults in) a fresh one for every buffer above 32 MiB (2 ranks, DC_TRANSPORT=socket,
-    /// allreduce 64 MiB: 0.8x the time). Smaller blocks stay whole: two 4 MiB messages instead
-    /// of one 8 MiB one made a 16 MiB allreduce 1.2x slower.
-    pub const ALLGATHER_SEGMENT_BYTES: usize = 16 << 20;
+    /// Ring steps (reduce-scatter and allgather) move blocks in messages of at most this size
+    /// (rounded down to whole elements); a reduce-scatter step reduces each as it arrives.
+    /// Large, because every message costs: its waiter is woken, and on loopback TCP, where both
+    /// cores are busy copying, fewer and larger messages beat overlapping the reduction (2 ranks,
+    /// DC_TRANSPORT=socket, allreduce, interleaved against 256 KiB segments: 1 MiB 0.95x the
+    /// time, 16 MiB 0.66x, 64 MiB 0.93x). Not larger: a message that arrives before its receive is posted is kept in a
+    /// buffer of its size, and glibc maps (and the kernel faults in) a fresh one for every
+    /// buffer above 32 MiB.
+    pub const RING_SEGMENT_BYTES: usize = 16 << 20;
 }
 
 #[cfg(test)]

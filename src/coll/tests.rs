@@ -576,10 +576,10 @@ fn allgather_all_sizes_algorithms() {
 
 #[test]
 fn ring_allgather_cuts_large_blocks_into_segments() {
-    use super::tuning::ALLGATHER_SEGMENT_BYTES;
+    use super::tuning::RING_SEGMENT_BYTES;
     // Two and a bit segments per block, so the last segment is short.
     let n = 2;
-    let block = 2 * ALLGATHER_SEGMENT_BYTES + 1000;
+    let block = 2 * RING_SEGMENT_BYTES + 1000;
     let blocks: Vec<Vec<u8>> = (0..n).map(|r| bytes(block, seed(&[r, block]))).collect();
     let want = blocks.concat();
     let outs = run_ok(n, |l| {
