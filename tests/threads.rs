@@ -563,3 +563,82 @@ fn a_spinning_waiter_moves_another_threads_queued_send() {
     });
     assert_eq!(out[0], vec![9u8; 4]);
 }
+
+/// Over sockets a receive posted while a large message for it is already arriving takes it
+/// over mid-way (the rest lands in place): contents and order must come out as sent.
+#[test]
+fn a_receive_posted_while_its_message_arrives_gets_it_whole_and_in_order() {
+    const BIG: usize = 40 << 20;
+    let pattern = |k: usize, i: usize| ((i * 7 + k * 13) % 251) as u8;
+    let out = job(2, 20_000, move |c| {
+        if c.rank() == 0 {
+            let msgs: Vec<Vec<u8>> = (0..3).map(|k| (0..BIG).map(|i| pattern(k, i)).collect()).collect();
+            let go = [1u8];
+            let op = c.post_send(ConstBuf::from_slice(&go), 1, 1).unwrap();
+            c.wait_p2p(&op, c.op_deadline(), &|| "go".into()).unwrap();
+            let ops: Vec<_> = msgs.iter().map(|m| c.post_send(ConstBuf::from_slice(m), 1, 7).unwrap()).collect();
+            for op in &ops {
+                c.wait_p2p(op, c.op_deadline(), &|| "send".into()).unwrap();
+            }
+            true
+        } else {
+            // Let the first message start arriving with no receive posted.
+            let mut go = [0u8];
+            let op = c.post_recv(MutBuf::from_slice(&mut go), Some(0), Some(1)).unwrap();
+            c.wait_p2p(&op, c.op_deadline(), &|| "go".into()).unwrap();
+            std::thread::sleep(Duration::from_millis(3));
+            let mut bufs = vec![vec![0u8; BIG]; 3];
+            let (a, rest) = bufs.split_at_mut(1);
+            let (b, c2) = rest.split_at_mut(1);
+            let ops = [
+                c.post_recv(MutBuf::from_slice(&mut a[0]), Some(0), Some(7)).unwrap(),
+                c.post_recv(MutBuf::from_slice(&mut b[0]), None, Some(7)).unwrap(),
+                c.post_recv(MutBuf::from_slice(&mut c2[0]), None, None).unwrap(),
+            ];
+            for op in &ops {
+                let d = c.wait_p2p(op, c.op_deadline(), &|| "recv".into()).unwrap();
+                assert_eq!(d.bytes, BIG);
+            }
+            bufs.iter().enumerate().all(|(k, b)| b.iter().enumerate().all(|(i, &x)| x == pattern(k, i)))
+        }
+    });
+    assert!(out.iter().all(|&ok| ok), "messages arrive whole and in the order sent");
+}
+
+/// A receive too small for a large message that is already arriving: the message is cut
+/// (truncation error, nothing written past the buffer) and the next message on the connection
+/// arrives intact.
+#[test]
+fn a_too_small_receive_posted_while_its_message_arrives_is_truncated_cleanly() {
+    const BIG: usize = 40 << 20;
+    let out = job(2, 20_000, move |c| {
+        if c.rank() == 0 {
+            let big = vec![3u8; BIG];
+            let after = [5u8; 100];
+            let go = [1u8];
+            let op = c.post_send(ConstBuf::from_slice(&go), 1, 1).unwrap();
+            c.wait_p2p(&op, c.op_deadline(), &|| "go".into()).unwrap();
+            let ops = [c.post_send(ConstBuf::from_slice(&big), 1, 7).unwrap(), c.post_send(ConstBuf::from_slice(&after), 1, 7).unwrap()];
+            for op in &ops {
+                c.wait_p2p(op, c.op_deadline(), &|| "send".into()).unwrap();
+            }
+            Ok(())
+        } else {
+            let mut go = [0u8];
+            let op = c.post_recv(MutBuf::from_slice(&mut go), Some(0), Some(1)).unwrap();
+            c.wait_p2p(&op, c.op_deadline(), &|| "go".into()).unwrap();
+            std::thread::sleep(Duration::from_millis(3));
+            let mut small = vec![0u8; (1 << 20) + 8];
+            let op = c.post_recv(MutBuf::from_slice(&mut small[..1 << 20]), Some(0), Some(7)).unwrap();
+            let e = c.wait_p2p(&op, c.op_deadline(), &|| "recv".into()).unwrap_err();
+            assert_eq!(e.status, Status::InvalidArgument, "{}", e.msg);
+            assert!(small[..1 << 20].iter().all(|&b| b == 3) && small[1 << 20..].iter().all(|&b| b == 0));
+            let mut next = [0u8; 100];
+            let op = c.post_recv(MutBuf::from_slice(&mut next), Some(0), Some(7)).unwrap();
+            c.wait_p2p(&op, c.op_deadline(), &|| "recv".into()).unwrap();
+            assert!(next.iter().all(|&b| b == 5));
+            Ok::<(), String>(())
+        }
+    });
+    assert!(out.iter().all(|r| r.is_ok()));
+}

@@ -41,6 +41,9 @@ const DIRECT_READ_MIN: usize = 16 * 1024;
 /// Reason code of an abort frame (its `check` word): the sender found a collective mismatch.
 pub const ABORT_MISMATCH: u32 = 1;
 
+/// Messages at least this large that arrive before their receive may be taken over by a
+/// receive posted while they arrive (see `SocketTransport::adopt_arriving`).
+const ADOPT_MIN: usize = 64 * 1024;
 /// An unexpected body read straight from the socket grows its buffer by at least this much.
 const UNEXP_GROW_MIN: usize = 1 << 20;
 /// A single-copy message whose receive is not posted stays in the sender's memory this long
@@ -231,6 +234,9 @@ pub struct SocketTransport {
     rings_in: OnceLock<RingsIn>,
     /// Frames waiting in some `RingOut::backlog`.
     backlogged: AtomicUsize,
+    /// Large messages being read from a socket before any receive matched them (see
+    /// `adopt_arriving`).
+    arriving_unexpected: AtomicUsize,
     /// Threads of ours inside a wait that read the sockets themselves (see `read_while_waiting`):
     /// meanwhile the progress thread leaves incoming data to them.
     socket_readers: AtomicUsize,
@@ -437,6 +443,7 @@ impl SocketTransport {
             rings_in: OnceLock::new(),
             backlogged: AtomicUsize::new(0),
             socket_readers: AtomicUsize::new(0),
+            arriving_unexpected: AtomicUsize::new(0),
             ctxs: Mutex::new(HashMap::new()),
             early_aborts: Mutex::new(HashSet::new()),
             abort_order: Mutex::new(()),
@@ -797,6 +804,35 @@ impl SocketTransport {
         Ok(op)
     }
 
+    /// A large message that is being read without a receive (none was posted when its header
+    /// came) is taken over by the first receive posted for it since: what arrived is copied
+    /// into its buffer and the rest is read straight there, instead of into a buffer that is
+    /// copied again once complete. (Two ranks exchanging large messages are rarely in step:
+    /// one side's next message often starts to arrive before the other posts its receive.)
+    /// The reader holds the connection, so no other message of this peer can slip in between.
+    fn adopt_in_flight(&self, rx: &mut Rx) {
+        let Target::Unexp { hdr, src, data } = &rx.target else { return };
+        let (len, got) = (hdr.len as usize, data.len());
+        if len < ADOPT_MIN || got >= len {
+            return;
+        }
+        let Some(op) = lock(&self.matcher).take_posted(hdr.ctx, *src, hdr.tag) else { return };
+        let (keep, result) = verdict(&op, *src, hdr.tag, hdr.check, len);
+        let n = got.min(keep);
+        // SAFETY: n <= keep <= op's buffer length; the op is ours (taken from the posted queue,
+        // and a canceller waits for this connection's lock, which our caller holds).
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), op.buf.as_ptr(), n) };
+        self.arriving_unexpected.fetch_sub(1, Ordering::Relaxed);
+        rx.target = if got <= keep {
+            op.filling_from.store(*src, Ordering::Release);
+            Target::User { op, len, keep, off: got, result }
+        } else {
+            // Longer than the receive (or a mismatch) and past its end already: done with it.
+            op.comp.complete(result);
+            Target::Discard { remaining: len - got }
+        };
+    }
+
     // ---- cancelling ----------------------------------------------------------------------
 
     /// Withdraws a receive (timeout, abort, drop). On return the transport no longer touches its
@@ -1145,6 +1181,9 @@ impl SocketTransport {
             }
             rx.start = 0;
             rx.end = 0;
+            if self.arriving_unexpected.load(Ordering::Relaxed) > 0 {
+                self.adopt_in_flight(&mut rx);
+            }
             let (ptr, len, direct) = match &mut rx.target {
                 Target::User { op, keep, off, .. } if *keep - (*off).min(*keep) >= DIRECT_READ_MIN => {
                     // SAFETY: off < keep <= buf.len(); the op is ours until completed.
@@ -1253,6 +1292,9 @@ impl SocketTransport {
                 if rest > 0 { Target::Discard { remaining: rest } } else { Target::header() }
             }
             Target::Unexp { hdr, src, data } if data.len() == hdr.len as usize => {
+                if hdr.len as usize >= ADOPT_MIN {
+                    self.arriving_unexpected.fetch_sub(1, Ordering::Relaxed);
+                }
                 self.deliver_or_file(hdr.ctx, *src, hdr.tag, hdr.check, Cow::Owned(std::mem::take(data)));
                 Target::header()
             }
@@ -1517,7 +1559,12 @@ impl SocketTransport {
                         op.filling_from.store(peer.rank, Ordering::Release);
                         Target::User { op, len, keep, off: 0, result }
                     }
-                    None => Target::Unexp { hdr, src: peer.rank, data: Vec::with_capacity(len.min(STAGE_LEN)) },
+                    None => {
+                        if len >= ADOPT_MIN {
+                            self.arriving_unexpected.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Target::Unexp { hdr, src: peer.rank, data: Vec::with_capacity(len.min(STAGE_LEN)) }
+                    }
                 }
             }
         }
