@@ -1170,9 +1170,6 @@ impl SocketTransport {
     fn pump_read(&self, peer: &Peer, mut rx: MutexGuard<'_, Rx>, events: &mut Vec<Event>, yield_to_readers: bool) -> bool {
         let mut got = false;
         loop {
-            if yield_to_readers && self.socket_readers.load(Ordering::Relaxed) > 0 {
-                return got;
-            }
             while rx.start < rx.end {
                 if let Err(e) = self.consume(peer, &mut rx, events) {
                     events.push(Event::Gone(e.msg));
@@ -1181,6 +1178,11 @@ impl SocketTransport {
             }
             rx.start = 0;
             rx.end = 0;
+            // (After the staged bytes: nothing read is left behind for a reader that may not
+            // come back to this connection before more data arrives.)
+            if yield_to_readers && self.socket_readers.load(Ordering::Relaxed) > 0 {
+                return got;
+            }
             if self.arriving_unexpected.load(Ordering::Relaxed) > 0 {
                 self.adopt_in_flight(&mut rx);
             }
