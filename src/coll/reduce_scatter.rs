@@ -11,7 +11,7 @@ use super::{Link, Pending};
 use crate::bail;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Result, Status};
-use crate::reduce::{combine, combine_into, divide, narrow, needs_widen, widen};
+use crate::reduce::{combine, divide, narrow, needs_widen, widen};
 
 /// Buffers of a reduce_scatter call.
 pub enum ReduceScatterBufs<'a> {
@@ -42,7 +42,8 @@ pub(crate) enum Algo {
 /// Reduces chunk `c` (`ranges[c]`, element-aligned, pairwise disjoint) of every rank's input into
 /// rank `c`. Ring: at step `s` rank `r` sends its partial of chunk `r-s-1` to `r+1` and folds the
 /// partial of chunk `r-s-2` from `r-1` into its own input. Chunk `c` is therefore reduced in the
-/// fixed order `c+1, c+2, ..., c` (each combine is `local op received`), and its final value is
+/// fixed order `c+1, c+2, ..., c` (each combine is `local op received` in place, `received op
+/// local` with separate buffers: the same bits, as every op is commutative), and its final value is
 /// computed once, by its owner. `Avg` combines as Sum; the caller divides.
 /// Each step is cut into segments so reducing a segment overlaps receiving the next.
 pub(crate) fn ring_reduce_scatter(
@@ -65,10 +66,10 @@ pub(crate) fn ring_reduce_scatter(
     let esz = dt.size();
     let seg = (seg / esz).max(1) * esz;
     let maxc = ranges.iter().map(|c| c.len()).max().unwrap_or(0);
-    let mut tmp = Scratch::take(maxc);
 
     match bufs {
         RsBufs::InPlace(buf) => {
+            let mut tmp = Scratch::take(maxc);
             let buf = Carve::new(buf);
             for s in 0..n - 1 {
                 let sc = ranges[(r + n - s - 1) % n].clone();
@@ -106,13 +107,6 @@ pub(crate) fn ring_reduce_scatter(
                 let sci = (r + n - s - 1) % n;
                 let rci = (r + 2 * n - s - 2) % n;
                 let (slen, rlen) = (ranges[sci].len(), ranges[rci].len());
-                let tmp = Carve::new(&mut tmp[..rlen]);
-                let segs: Vec<Range<usize>> = segments(rlen, seg).collect();
-                let mut recvs = Vec::with_capacity(segs.len());
-                for g in &segs {
-                    // SAFETY: the segments of `tmp` are disjoint.
-                    recvs.push(Recv::post(link, left, unsafe { tmp.part_mut(g.clone()) })?);
-                }
                 let send: &[u8] = if s == 0 {
                     &input[ranges[sci].clone()]
                 } else {
@@ -129,6 +123,16 @@ pub(crate) fn ring_reduce_scatter(
                     // previous use (sent in step s-1) has completed.
                     unsafe { stage.part_mut(base..base + rlen) }
                 };
+                // The partial from the left lands where its sum goes, which is then folded with
+                // our input: one buffer fewer than receiving aside (the ops are commutative,
+                // bit for bit, so `received op local` equals `local op received`).
+                let target = Carve::new(target);
+                let segs: Vec<Range<usize>> = segments(rlen, seg).collect();
+                let mut recvs = Vec::with_capacity(segs.len());
+                for g in &segs {
+                    // SAFETY: the segments of `target` are disjoint.
+                    recvs.push(Recv::post(link, left, unsafe { target.part_mut(g.clone()) })?);
+                }
                 let mut sends: Vec<Pending<'_>> = Vec::new();
                 for g in segments(send.len(), seg) {
                     sends.push(link.send(right, &send[g])?);
@@ -136,9 +140,8 @@ pub(crate) fn ring_reduce_scatter(
                 let local = &input[ranges[rci].clone()];
                 for (rv, g) in recvs.into_iter().zip(&segs) {
                     rv.wait()?;
-                    // SAFETY: this segment's receive has completed.
-                    let got = unsafe { tmp.part(g.clone()) };
-                    combine_into(dt, op, &mut target[g.clone()], &local[g.clone()], got);
+                    // SAFETY: this segment's receive has completed; nothing else borrows it.
+                    combine(dt, op, unsafe { target.part_mut(g.clone()) }, &local[g.clone()]);
                 }
                 wait_all(Vec::new(), sends)?;
             }
