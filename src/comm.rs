@@ -484,13 +484,13 @@ impl Comm {
         // Peers on our host write to our shared-memory rings: we poll them while we spin, and
         // register as asleep while we sleep, so that writers then ring our doorbell.
         let spin = tr.spin_on_rings();
-        // Sleep in poll on the sockets ourselves: a receive (or a single-copy send's Fin) is
-        // finished by arriving data (or a doorbell), and anything else that finishes the op
-        // wakes us too.
         // Without rings, the data comes over the sockets: read them ourselves while we spin.
         // Not when ranks outnumber the cores: a waiter then yields at once, and data it would
         // move waits for its next turn on a core; the progress thread is woken for it instead.
         let reader = if spin.is_none() && !crate::completion::oversubscribed() { Some(tr.read_while_waiting()) } else { None };
+        // Sleep in poll on the sockets ourselves: a receive (or a single-copy send's Fin) is
+        // finished by arriving data (or a doorbell), and anything else that finishes the op
+        // wakes us too.
         let idle = |d: Duration, fd: i32| {
             let _paused = spin.as_ref().map(|s| s.pause());
             let _paused_reader = reader.as_ref().map(|r| r.pause());

@@ -42,7 +42,7 @@ const DIRECT_READ_MIN: usize = 16 * 1024;
 pub const ABORT_MISMATCH: u32 = 1;
 
 /// Messages at least this large that arrive before their receive may be taken over by a
-/// receive posted while they arrive (see `SocketTransport::adopt_arriving`).
+/// receive posted while they arrive (see `SocketTransport::adopt_in_flight`).
 const ADOPT_MIN: usize = 64 * 1024;
 /// An unexpected body read straight from the socket grows its buffer by at least this much.
 const UNEXP_GROW_MIN: usize = 1 << 20;
@@ -235,7 +235,7 @@ pub struct SocketTransport {
     /// Frames waiting in some `RingOut::backlog`.
     backlogged: AtomicUsize,
     /// Large messages being read from a socket before any receive matched them (see
-    /// `adopt_arriving`).
+    /// `adopt_in_flight`).
     arriving_unexpected: AtomicUsize,
     /// Threads of ours inside a wait that read the sockets themselves (see `read_while_waiting`):
     /// meanwhile the progress thread leaves incoming data to them.
