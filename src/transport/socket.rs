@@ -1,7 +1,10 @@
 //! TCP transport: one connection per pair of ranks, a background progress thread that reads
 //! every connection and writes what callers could not write at once, matching by context,
-//! source and tag. A body whose receive is already posted is read straight into the caller's
-//! buffer; small frames are batched through a per-connection staging buffer. Between ranks of
+//! source and tag. A thread waiting on an op (no rings, ranks not outnumbering cores) reads and
+//! writes the connections itself while it spins, and the progress thread stands aside
+//! meanwhile. A body whose receive is already posted is read straight into the caller's
+//! buffer, and so is the rest of a large one whose receive is posted while it arrives; small
+//! frames are batched through a per-connection staging buffer. Between ranks of
 //! one host, frames go through shared-memory rings (`ring`); a large message is announced
 //! (`Rts`) and then streamed through the ring once its receive is posted (`stream`), or, with
 //! no rings, read single-copy from the sender's memory (`cma`); one whose receive does not come
