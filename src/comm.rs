@@ -239,9 +239,7 @@ impl PendingOp for LinkOp<'_> {
 
 impl Drop for LinkOp<'_> {
     fn drop(&mut self) {
-        if !Comm::p2p_done(&self.op) {
-            self.comm.cancel_p2p(&self.op, Error::new(Status::Aborted, "cancelled"));
-        }
+        self.comm.cancel_p2p(&self.op, || Error::new(Status::Aborted, "cancelled"));
     }
 }
 
@@ -523,13 +521,14 @@ impl Comm {
         Some(Error::new(Status::PeerLost, format!("rank {r}{world} is lost: {why}")))
     }
 
-    /// Withdraws an unfinished op (no-op when finished).
-    pub fn cancel_p2p(&self, op: &P2pOp, e: Error) {
+    /// Withdraws an unfinished op, failing it with `e()` (no-op when finished: the error is
+    /// only built for an op that is withdrawn, not for every finished op dropped).
+    pub fn cancel_p2p(&self, op: &P2pOp, e: impl FnOnce() -> Error) {
         match op {
-            P2pOp::Send(s) if !s.comp.is_done() => self.transport().cancel_send(s, e),
-            P2pOp::Recv(r) if !r.comp.is_done() => self.transport().cancel_recv(r, e),
+            P2pOp::Send(s) if !s.comp.is_done() => self.transport().cancel_send(s, e()),
+            P2pOp::Recv(r) if !r.comp.is_done() => self.transport().cancel_recv(r, e()),
             #[cfg(feature = "nccl")]
-            P2pOp::Device(d) => d.cancel(self, e),
+            P2pOp::Device(d) => d.cancel(self, e()),
             _ => {}
         }
     }

@@ -142,12 +142,8 @@ impl Drop for Request {
         if !self.is_completed() {
             let _ = self.wait();
         }
-        // (Checked first: a finished op needs no cancelling, and the error would be built for
-        // nothing on every freed request.)
         if let Kind::P2p { op, .. } = &self.kind {
-            if !Comm::p2p_done(op) {
-                self.comm.cancel_p2p(op, Error::new(Status::Aborted, "request freed"));
-            }
+            self.comm.cancel_p2p(op, || Error::new(Status::Aborted, "request freed"));
         }
     }
 }

@@ -391,7 +391,7 @@ fn late_receives_of_single_copy_messages() {
             // to stream it, the receive completed and has it: then the others follow.)
             let mut first = vec![0u8; LEN];
             let op = c.post_recv(MutBuf::from_slice(&mut first), Some(1), Some(2)).unwrap();
-            c.cancel_p2p(&op, distcomm::error::Error::new(Status::Aborted, "withdrawn"));
+            c.cancel_p2p(&op, || distcomm::error::Error::new(Status::Aborted, "withdrawn"));
             let took_it = matches!(c.p2p_result(&op), Some(Ok(_)));
             if took_it {
                 assert!(first == pattern(1, 1), "message 1 is wrong");

@@ -215,7 +215,7 @@ impl DeviceP2p {
     /// Withdraws the envelope operation if it is still pending.
     pub fn cancel(&self, comm: &Comm, e: Error) {
         if let Some(env) = &self.env {
-            comm.cancel_p2p(env, e);
+            comm.cancel_p2p(env, || e);
         }
     }
 }

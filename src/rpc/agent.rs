@@ -944,7 +944,7 @@ impl Inner {
             c.comp.complete(Err(Error::new(Status::Aborted, format!("{}: the RPC agent was shut down", c.what()))));
         }
         for w in self.watch.iter().flatten() {
-            self.rpc.cancel_p2p(&P2pOp::Recv(w.clone()), Error::new(Status::Aborted, "RPC agent stopped"));
+            self.rpc.cancel_p2p(&P2pOp::Recv(w.clone()), || Error::new(Status::Aborted, "RPC agent stopped"));
         }
         let sends = std::mem::take(&mut *lock(&self.outbox));
         for o in &sends {
@@ -952,7 +952,7 @@ impl Inner {
                 if let P2pOp::Send(s) = op {
                     let _ = s.comp.wait(deadline, &|| None);
                 }
-                self.rpc.cancel_p2p(op, Error::new(Status::Aborted, "RPC agent stopped"));
+                self.rpc.cancel_p2p(op, || Error::new(Status::Aborted, "RPC agent stopped"));
             }
         }
         drop(sends);
