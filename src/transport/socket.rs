@@ -62,6 +62,16 @@ const STREAM_CANCEL_GRACE: Duration = Duration::from_secs(2);
 /// How long an unauthenticated connection may take to present its hello.
 const HELLO_WAIT: Duration = Duration::from_secs(5);
 
+/// Takes the first posted receive that accepts a message from `src` with `tag` on `ctx`, marked
+/// as being filled from `src` before the caller releases the matcher: a canceller that no
+/// longer finds it posted then knows which connection to wait for (see `cancel_recv`). The
+/// caller holds that connection's `rx` and clears the mark when done.
+fn claim_posted(m: &mut Matcher, ctx: u64, src: u32, tag: u64) -> Option<Arc<RecvOp>> {
+    let op = m.take_posted(ctx, src, tag)?;
+    op.filling_from.store(src, Ordering::Release);
+    Some(op)
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -819,7 +829,7 @@ impl SocketTransport {
         if len < ADOPT_MIN || got >= len {
             return;
         }
-        let Some(op) = lock(&self.matcher).take_posted(hdr.ctx, *src, hdr.tag) else { return };
+        let Some(op) = claim_posted(&mut lock(&self.matcher), hdr.ctx, *src, hdr.tag) else { return };
         let (keep, result) = verdict(&op, *src, hdr.tag, hdr.check, len);
         let n = got.min(keep);
         // SAFETY: n <= keep <= op's buffer length; the op is ours (taken from the posted queue,
@@ -827,10 +837,10 @@ impl SocketTransport {
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), op.buf.as_ptr(), n) };
         self.arriving_unexpected.fetch_sub(1, Ordering::Relaxed);
         rx.target = if got <= keep {
-            op.filling_from.store(*src, Ordering::Release);
             Target::User { op, len, keep, off: got, result }
         } else {
             // Longer than the receive (or a mismatch) and past its end already: done with it.
+            op.filling_from.store(u32::MAX, Ordering::Release);
             op.comp.complete(result);
             Target::Discard { remaining: len - got }
         };
@@ -858,18 +868,22 @@ impl SocketTransport {
         }
         let from = op.filling_from.load(Ordering::Acquire);
         if from != u32::MAX && from != self.rank {
-            if self.finish_stream_for(op, from) {
-                return;
-            }
-            let mut rx = lock(&self.peer(from).rx);
-            if let Target::User { op: o, len, off, .. } = &rx.target {
-                if Arc::ptr_eq(o, op) {
-                    let remaining = len - off;
-                    rx.target = Target::Discard { remaining };
-                    op.filling_from.store(u32::MAX, Ordering::Release);
-                    op.comp.complete(Err(err));
+            {
+                // Whoever took the op from the queue holds this while it sets up the fill (a
+                // read into the buffer, or a stream) and while it reads: once we have it, the
+                // op is being read here, being streamed, or done.
+                let mut rx = lock(&self.peer(from).rx);
+                if let Target::User { op: o, len, off, .. } = &rx.target {
+                    if Arc::ptr_eq(o, op) {
+                        let remaining = len - off;
+                        rx.target = Target::Discard { remaining };
+                        op.filling_from.store(u32::MAX, Ordering::Release);
+                        op.comp.complete(Err(err));
+                        return;
+                    }
                 }
             }
+            self.finish_stream_for(op, from);
         }
     }
 
@@ -877,26 +891,24 @@ impl SocketTransport {
     /// queue and asked for, so it cannot go back; the receive gets it, as if it had completed
     /// just before (we read our ring until it has). Only if the sender stops sending for
     /// [`STREAM_CANCEL_GRACE`] is the receive failed and the rest of the message dropped.
-    /// False if `op` is not being streamed to.
-    fn finish_stream_for(&self, op: &Arc<RecvOp>, from: u32) -> bool {
+    /// Returns at once if `op` is not being streamed to.
+    fn finish_stream_for(&self, op: &Arc<RecvOp>, from: u32) {
         let peer = self.peer(from);
         let give_up = Instant::now() + STREAM_CANCEL_GRACE;
-        let mut first = true;
         loop {
             {
                 let mut streams = lock(&peer.streams_in);
                 match streams.iter_mut().find(|s| s.op.as_ref().is_some_and(|o| Arc::ptr_eq(o, op))) {
-                    None => return !first,
+                    None => return,
                     Some(s) if Instant::now() >= give_up => {
                         let e = Error::new(Status::Timeout, format!("rank {from} stopped streaming a message to a withdrawn receive"));
                         dc_log!(Level::Warn, Some(self.rank as usize), "{}; its rest is dropped", e.msg);
                         s.finish(Some(e));
-                        return true;
+                        return;
                     }
                     Some(_) => {}
                 }
             }
-            first = false;
             if !self.poll_rings() {
                 std::thread::yield_now();
             }
@@ -1318,7 +1330,7 @@ impl SocketTransport {
         let word = |i: usize| u64::from_le_bytes(body[i * 8..i * 8 + 8].try_into().unwrap());
         let parked = Parked { cookie: word(0), addr: word(1), len: word(2) as usize, since: Instant::now() };
         let mut m = lock(&self.matcher);
-        let Some(op) = m.take_posted(hdr.ctx, peer.rank, hdr.tag) else {
+        let Some(op) = claim_posted(&mut m, hdr.ctx, peer.rank, hdr.tag) else {
             m.push_unexpected(hdr.ctx, Unexpected { src: peer.rank, tag: hdr.tag, check: hdr.check, content: Content::InSender(parked) });
             drop(m);
             // The progress thread fetches it if no receive comes in time.
@@ -1333,7 +1345,6 @@ impl SocketTransport {
         }
         // The op is ours: taken from the posted queue, and a canceller waits for this
         // connection's lock, which we hold.
-        op.filling_from.store(peer.rank, Ordering::Release);
         let ok = self.read_into(&op, peer, hdr.tag, hdr.check, &parked);
         op.filling_from.store(u32::MAX, Ordering::Release);
         events.push(Event::SendFin { cookie: parked.cookie, ok });
@@ -1557,11 +1568,10 @@ impl SocketTransport {
             }
             FrameKind::Data => {
                 let len = hdr.len as usize;
-                let posted = lock(&self.matcher).take_posted(hdr.ctx, peer.rank, hdr.tag);
+                let posted = claim_posted(&mut lock(&self.matcher), hdr.ctx, peer.rank, hdr.tag);
                 match posted {
                     Some(op) => {
                         let (keep, result) = verdict(&op, peer.rank, hdr.tag, hdr.check, len);
-                        op.filling_from.store(peer.rank, Ordering::Release);
                         Target::User { op, len, keep, off: 0, result }
                     }
                     None => {
