@@ -4,7 +4,7 @@
 use std::ops::Range;
 
 use super::tuning::{ALLGATHER_SMALL_BYTES, RING_SEGMENT_BYTES};
-use super::util::{blocks, check_len, peers, ranges_in, segments, wait_all, Carve, Recv};
+use super::util::{blocks, check_len, peers, ranges_in, segments, send_segments, wait_all, Carve, Recv};
 use super::Link;
 use crate::bail;
 use crate::error::{Result, Status};
@@ -37,11 +37,8 @@ pub(crate) fn ring_allgather(
             // and so are the segments of one block.
             recvs.push(Recv::post(link, left, unsafe { buf.part_mut(rb.start + g.start..rb.start + g.end) })?);
         }
-        let mut sends = Vec::new();
-        for g in segments(sb.len(), RING_SEGMENT_BYTES) {
-            // SAFETY: as above; the block being sent is only read.
-            sends.push(link.send(right, unsafe { buf.part(sb.start + g.start..sb.start + g.end) })?);
-        }
+        // SAFETY: as above; the block being sent is only read.
+        let sends = send_segments(link, right, unsafe { buf.part(sb) }, RING_SEGMENT_BYTES)?;
         wait_all(recvs, sends)?;
     }
     Ok(())

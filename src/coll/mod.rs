@@ -92,9 +92,9 @@ pub mod tuning {
     /// Large, because every message costs: its waiter is woken, and on loopback TCP, where both
     /// cores are busy copying, fewer and larger messages beat overlapping the reduction (2 ranks,
     /// DC_TRANSPORT=socket, allreduce, interleaved against 256 KiB segments: 1 MiB 0.95x the
-    /// time, 16 MiB 0.66x, 64 MiB 0.93x). Not larger: a message that arrives before its receive is posted is kept in a
-    /// buffer of its size, and glibc maps (and the kernel faults in) a fresh one for every
-    /// buffer above 32 MiB.
+    /// time, 16 MiB 0.66x, 64 MiB 0.93x). Not larger: a message that arrives before its
+    /// receive is posted is kept in a buffer of its size, and glibc maps (and the kernel faults
+    /// in) a fresh one for every buffer above 32 MiB.
     pub const RING_SEGMENT_BYTES: usize = 16 << 20;
 }
 

@@ -4,10 +4,10 @@ use std::ops::Range;
 
 use super::tuning::{REDUCE_SCATTER_SMALL_BYTES, RING_SEGMENT_BYTES};
 use super::util::{
-    blocks, check_elems, check_op, peers, reduce_in_order, segments, wait_all, Carve, Recv,
-    Scratch,
+    blocks, check_elems, check_op, peers, reduce_in_order, segments, send_segments, wait_all, Carve,
+    Recv, Scratch,
 };
-use super::{Link, Pending};
+use super::Link;
 use crate::bail;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Result, Status};
@@ -85,10 +85,7 @@ pub(crate) fn ring_reduce_scatter(
                 // ranges do not overlap); the previous step's borrows of them have ended.
                 let send = unsafe { buf.part(sc.clone()) };
                 let acc = unsafe { buf.part_mut(rc.clone()) };
-                let mut sends: Vec<Pending<'_>> = Vec::new();
-                for g in segments(send.len(), seg) {
-                    sends.push(link.send(right, &send[g])?);
-                }
+                let sends = send_segments(link, right, send, seg)?;
                 for (rv, g) in recvs.into_iter().zip(&segs) {
                     rv.wait()?;
                     // SAFETY: this segment's receive has completed; no other part overlaps it.
@@ -133,10 +130,7 @@ pub(crate) fn ring_reduce_scatter(
                     // SAFETY: the segments of `target` are disjoint.
                     recvs.push(Recv::post(link, left, unsafe { target.part_mut(g.clone()) })?);
                 }
-                let mut sends: Vec<Pending<'_>> = Vec::new();
-                for g in segments(send.len(), seg) {
-                    sends.push(link.send(right, &send[g])?);
-                }
+                let sends = send_segments(link, right, send, seg)?;
                 let local = &input[ranges[rci].clone()];
                 for (rv, g) in recvs.into_iter().zip(&segs) {
                     rv.wait()?;

@@ -134,6 +134,12 @@ pub(crate) fn segments(len: usize, seg: usize) -> impl Iterator<Item = Range<usi
     (0..n).map(move |i| (i * seg).min(len)..((i + 1) * seg).min(len))
 }
 
+/// Starts sending `buf` to `peer` as messages of at most `seg` bytes, in order (one, empty,
+/// for an empty `buf`: a receiver posts one receive per `segments` range).
+pub(crate) fn send_segments<'a>(link: &'a dyn Link, peer: usize, buf: &'a [u8], seg: usize) -> Result<Vec<Pending<'a>>> {
+    segments(buf.len(), seg).map(|g| link.send(peer, &buf[g])).collect()
+}
+
 pub(crate) fn check_op(dt: DType, op: ReduceOp) -> Result<()> {
     if !op.valid_for(dt) {
         bail!(
