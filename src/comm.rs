@@ -474,7 +474,7 @@ impl Comm {
         tr.copy_claimed(None);
         // What a peer on our host sent may be in its ring already (ranks that share a core
         // find it there after every switch): one look before registering as a spinner.
-        if tr.has_rings() && tr.poll_rings() {
+        if tr.poll_rings() {
             if let Some(r) = self.finished(op) {
                 return r;
             }

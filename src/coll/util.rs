@@ -27,8 +27,7 @@ impl Scratch {
     pub fn take(len: usize) -> Scratch {
         let mut v = SCRATCH.with(|c| c.take());
         if v.len() < len {
-            v = Vec::new();
-            v.resize(len, 0);
+            v = vec![0u8; len];
         }
         Scratch(v)
     }
