@@ -200,6 +200,14 @@ pub enum P2pOp {
     Done(Done),
 }
 
+impl Drop for P2pOp {
+    fn drop(&mut self) {
+        if let P2pOp::Recv(r) = self {
+            RecvOp::recycle(r);
+        }
+    }
+}
+
 /// Tag of the envelopes of device sends on the CPU transport: above every collective's tag
 /// (`COLL_TAG_BIT | seq`), so neither user receives nor collectives ever match one.
 #[cfg(feature = "nccl")]
@@ -942,13 +950,20 @@ impl Comm {
 
     /// Launches device sends and receives posted on this comm (see `DeviceComm::flush`): every
     /// other call on the comm does this first, so posted device work never waits behind it.
+    #[inline]
     fn flush_device(&self) {
         if let Some(d) = self.device.get() {
             d.flush();
         }
     }
 
+    /// `route` for one point-to-point buffer; inline, since comms without NCCL (most, and
+    /// every message on them) only look at the empty cell.
+    #[inline]
     fn route_p2p(&self, buf: (usize, usize)) -> Result<bool> {
+        if self.device.get().is_none() {
+            return Ok(false);
+        }
         self.route(&[buf], false)
     }
 

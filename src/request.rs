@@ -4,6 +4,8 @@ use crate::comm::{Comm, P2pOp};
 use crate::completion::{Completion, Done, LazyDeadline, Stamp, WaitOutcome};
 use crate::error::{Error, Result, Status};
 use crate::rpc::PendingCall;
+use std::cell::RefCell;
+use std::mem::MaybeUninit;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -37,7 +39,43 @@ pub struct RecvInfo {
     pub bytes: usize,
 }
 
+thread_local! {
+    /// Allocations of requests freed on this thread, reused by the next ones made here (a
+    /// program that posts and frees a request per message would otherwise pay malloc and free
+    /// for each).
+    static SPARE: RefCell<Vec<Box<MaybeUninit<Request>>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Spare request allocations kept per thread.
+const SPARE_MAX: usize = 8;
+
 impl Request {
+    /// Moves the request to the heap for a C caller (see `free_raw`).
+    pub fn into_raw(self) -> *mut Request {
+        let slot = SPARE.try_with(|s| s.borrow_mut().pop()).ok().flatten().unwrap_or_else(Box::new_uninit);
+        Box::into_raw(Box::write(slot, self))
+    }
+
+    /// Drops a request made by `into_raw` (waiting for it first if it is pending, see Drop)
+    /// and keeps its allocation for the next one.
+    ///
+    /// # Safety
+    /// `p` came from `into_raw` and is not used again.
+    pub unsafe fn free_raw(p: *mut Request) {
+        // SAFETY: per the contract `p` is a live Box allocation holding a Request; after the
+        // value is dropped it is an allocation of the same layout holding nothing.
+        unsafe {
+            std::ptr::drop_in_place(p);
+            let slot = Box::from_raw(p as *mut MaybeUninit<Request>);
+            let _ = SPARE.try_with(move |s| {
+                let mut s = s.borrow_mut();
+                if s.len() < SPARE_MAX {
+                    s.push(slot);
+                }
+            });
+        }
+    }
+
     pub fn p2p(comm: Arc<Comm>, op: P2pOp, peer: i32, started: Stamp) -> Request {
         let recv = match &op {
             P2pOp::Recv(_) => true,

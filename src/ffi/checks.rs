@@ -140,6 +140,7 @@ pub unsafe fn opt_str(p: *const c_char, what: &str) -> Result<Option<String>> {
 }
 
 /// Adds "rank R of N" to errors raised while serving `comm`.
+#[inline]
 pub fn on_rank<T>(comm: &Comm, f: impl FnOnce() -> Result<T>) -> Result<T> {
     f().map_err(|e| e.context(format!("rank {} of {}", comm.rank(), comm.size())))
 }

@@ -20,7 +20,7 @@ unsafe fn nonblocking(comm: *mut Comm, req: *mut *mut Request, build: impl FnOnc
     on_rank(&c, || {
         let out = checks::out(req, "req")?;
         let r = c.start_collective(build(&c)?)?;
-        *out = Box::into_raw(Box::new(r));
+        *out = r.into_raw();
         Ok(())
     })
 }

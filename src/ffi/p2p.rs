@@ -114,7 +114,7 @@ pub unsafe extern "C" fn dc_isend(
             let out = checks::out(req, "req")?;
             let started = Stamp::now();
             let (op, peer) = start_send(buf, count, dt, dst, tag, &c)?;
-            *out = Box::into_raw(Box::new(Request::p2p(Arc::clone(&c), op, peer, started)));
+            *out = Request::p2p(Arc::clone(&c), op, peer, started).into_raw();
             Ok(())
         })
     })
@@ -138,7 +138,7 @@ pub unsafe extern "C" fn dc_irecv(
             let out = checks::out(req, "req")?;
             let started = Stamp::now();
             let (op, esize) = start_recv(buf, count, dt, src, tag, &c)?;
-            *out = Box::into_raw(Box::new(Request::p2p(Arc::clone(&c), op, src, started).with_elem_size(esize)));
+            *out = Request::p2p(Arc::clone(&c), op, src, started).with_elem_size(esize).into_raw();
             Ok(())
         })
     })

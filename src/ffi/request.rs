@@ -55,7 +55,7 @@ pub unsafe extern "C" fn dc_request_wait_all(n: usize, reqs: *const *mut Request
 pub unsafe extern "C" fn dc_request_free(req: *mut Request) -> dc_status {
     guard("dc_request_free", || {
         if !req.is_null() {
-            drop(Box::from_raw(req));
+            Request::free_raw(req);
         }
         Ok(())
     })

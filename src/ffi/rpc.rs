@@ -183,7 +183,7 @@ pub unsafe extern "C" fn dc_rpc_call_async(
         let to = required_str(to, "to")?;
         let function = required_str(function, "function")?;
         let r = a.call_async(&to, &function, payload(request, request_len)?, timeout_ms)?;
-        *out = Box::into_raw(Box::new(r));
+        *out = r.into_raw();
         Ok(())
     })
 }

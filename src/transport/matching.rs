@@ -124,19 +124,24 @@ pub fn deliver_copy(op: &RecvOp, src: u32, tag: u64, check: u32, data: &[u8]) {
     op.comp.complete(result);
 }
 
+/// Removes entry `i` (usually the first: a plain pop, where `remove` shifts by hand).
+fn take_at<T>(q: &mut VecDeque<T>, i: usize) -> Option<T> {
+    if i == 0 { q.pop_front() } else { q.remove(i) }
+}
+
 impl Matcher {
     /// Takes the first posted receive that accepts a message from `src` with `tag` on `ctx`.
     pub fn take_posted(&mut self, ctx: u64, src: u32, tag: u64) -> Option<Arc<RecvOp>> {
         let q = self.ctxs.get_mut(&ctx)?;
         let i = q.posted.iter().position(|op| op.matches(ctx, src, tag))?;
-        q.posted.remove(i)
+        take_at(&mut q.posted, i)
     }
 
     /// Takes the first complete unexpected message that `op` accepts.
     pub fn take_unexpected(&mut self, op: &RecvOp) -> Option<Unexpected> {
         let q = self.ctxs.get_mut(&op.ctx.id)?;
         let i = q.unexpected.iter().position(|m| op.matches(op.ctx.id, m.src, m.tag))?;
-        let msg = q.unexpected.remove(i)?;
+        let msg = take_at(&mut q.unexpected, i)?;
         self.parked -= usize::from(msg.parked().is_some());
         Some(msg)
     }

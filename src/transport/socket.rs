@@ -198,10 +198,16 @@ impl Peer {
         self.stream.as_raw_fd()
     }
 
+    #[inline]
     fn gone_error(&self) -> Option<Error> {
         if !self.gone.load(Ordering::Acquire) {
             return None;
         }
+        self.why_gone()
+    }
+
+    #[cold]
+    fn why_gone(&self) -> Option<Error> {
         match &*lock(&self.state) {
             PeerState::Up => None,
             PeerState::Closed => Some(Error::new(
