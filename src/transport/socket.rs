@@ -377,10 +377,33 @@ pub struct MeshConfig {
     pub cma_pids: Vec<Option<i32>>,
 }
 
+/// Send buffer of a connection whose two ends are on one host (loopback, or the same address
+/// at both ends), where the kernel's autotuning lets it grow to `net.ipv4.tcp_wmem`'s maximum
+/// (4 MiB here). Megabytes in flight are megabytes the receiver copies after they left the
+/// caches; a quarter megabyte (the kernel doubles it) keeps the receiver reading what was
+/// just written: 16 MiB allreduce 0.73x, 4 MiB point-to-point 0.59x the time with
+/// autotuning. Remote connections keep autotuning: their round trips need the window.
+const NEAR_SNDBUF: usize = 256 * 1024;
+
+/// The send buffer to ask for on a connection (`DC_SOCKET_SNDBUF` bytes for every connection
+/// if set, 0 meaning the kernel's autotuning), None to leave it to the kernel.
+fn send_buffer_size(stream: &TcpStream) -> Option<usize> {
+    static FORCED: once_cell::sync::Lazy<Option<usize>> =
+        once_cell::sync::Lazy::new(|| std::env::var("DC_SOCKET_SNDBUF").ok().and_then(|v| v.trim().parse().ok()));
+    if let Some(n) = *FORCED {
+        return (n > 0).then_some(n);
+    }
+    let (local, peer) = (stream.local_addr().ok()?.ip(), stream.peer_addr().ok()?.ip());
+    (peer.is_loopback() || peer == local).then_some(NEAR_SNDBUF)
+}
+
 fn tune(stream: &TcpStream) -> Result<()> {
     stream.set_nodelay(true).map_err(|e| Error::system("TCP_NODELAY", e))?;
     let s = socket2::SockRef::from(stream);
     let _ = s.set_keepalive(true);
+    if let Some(n) = send_buffer_size(stream) {
+        let _ = s.set_send_buffer_size(n);
+    }
     Ok(())
 }
 
@@ -1797,4 +1820,26 @@ impl SocketTransport {
 fn cma_failed(rank: u32, e: io::Error) -> Error {
     let status = if e.raw_os_error() == Some(libc::ESRCH) { Status::PeerLost } else { Status::System };
     Error::new(status, format!("copying a message from rank {rank} failed: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_connection_within_the_host_gets_the_small_send_buffer() {
+        if std::env::var_os("DC_SOCKET_SNDBUF").is_some() {
+            return; // forced for every connection: nothing to tell apart
+        }
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (a, _) = l.accept().unwrap();
+        assert_eq!(send_buffer_size(&c), Some(NEAR_SNDBUF));
+        assert_eq!(send_buffer_size(&a), Some(NEAR_SNDBUF));
+        tune(&c).unwrap();
+        let got = socket2::SockRef::from(&c).send_buffer_size().unwrap();
+        // Linux doubles what it is asked for (bookkeeping); autotuning would start at 16 KiB
+        // and end at tcp_wmem's maximum.
+        assert!((NEAR_SNDBUF..=2 * NEAR_SNDBUF).contains(&got), "SO_SNDBUF {got}");
+    }
 }
