@@ -200,10 +200,15 @@ pub enum P2pOp {
     Done(Done),
 }
 
-impl Drop for P2pOp {
-    fn drop(&mut self) {
-        if let P2pOp::Recv(r) = self {
-            RecvOp::recycle(r);
+impl P2pOp {
+    /// The owner is done with the op: a finished receive nobody else refers to goes back to
+    /// the pool of receive ops (see `RecvOp::recycle`), handing over this reference rather
+    /// than a clone of it.
+    pub fn release(&mut self) {
+        if let P2pOp::Recv(_) = self {
+            if let P2pOp::Recv(r) = std::mem::replace(self, P2pOp::Done(Done::default())) {
+                RecvOp::recycle(r);
+            }
         }
     }
 }
@@ -248,6 +253,7 @@ impl PendingOp for LinkOp<'_> {
 impl Drop for LinkOp<'_> {
     fn drop(&mut self) {
         self.comm.cancel_p2p(&self.op, || Error::new(Status::Aborted, "cancelled"));
+        self.op.release();
     }
 }
 

@@ -180,8 +180,9 @@ impl Drop for Request {
         if !self.is_completed() {
             let _ = self.wait();
         }
-        if let Kind::P2p { op, .. } = &self.kind {
+        if let Kind::P2p { op, .. } = &mut self.kind {
             self.comm.cancel_p2p(op, || Error::new(Status::Aborted, "request freed"));
+            op.release();
         }
     }
 }

@@ -85,9 +85,11 @@ pub unsafe extern "C" fn dc_recv(
     guard("dc_recv", || {
         let c = checks::comm(comm)?;
         on_rank(c, || {
-            let (op, esize) = start_recv(buf, count, dt, src, tag, c)?;
+            let (mut op, esize) = start_recv(buf, count, dt, src, tag, c)?;
             let what = || if src < 0 { "receiving from any rank".to_string() } else { format!("receiving from rank {src}") };
-            let d = c.wait_p2p_started(&op, &what)?;
+            let d = c.wait_p2p_started(&op, &what);
+            op.release();
+            let d = d?;
             if let Some(i) = info.as_mut() {
                 *i = dc_recv_info { source: c.comm_rank_of(d.source), tag: d.tag as i32, count: d.bytes / esize };
             }

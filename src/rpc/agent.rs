@@ -237,7 +237,7 @@ impl RpcAgent {
             } else {
                 // SAFETY: a zero-length buffer is never written.
                 match rpc.post_recv_tag64(unsafe { MutBuf::new(std::ptr::null_mut(), 0) }, Some(p), protocol::tag(TagClass::Watch, 0))? {
-                    P2pOp::Recv(ref r) => Some(r.clone()),
+                    P2pOp::Recv(r) => Some(r),
                     _ => None,
                 }
             });

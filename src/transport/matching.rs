@@ -240,7 +240,7 @@ mod tests {
     use crate::transport::ops::{CtxState, TagMatch};
 
     fn op(ctx: &Arc<CtxState>, src: Option<u32>, tag: TagMatch, buf: &mut [u8]) -> Arc<RecvOp> {
-        RecvOp::new(ctx.clone(), src, tag, 0, MutBuf::from_slice(buf))
+        RecvOp::new(ctx, src, tag, 0, MutBuf::from_slice(buf))
     }
 
     #[test]

@@ -103,27 +103,33 @@ thread_local! {
 const SPARE_RECVS_MAX: usize = 8;
 
 impl RecvOp {
-    pub fn new(ctx: Arc<CtxState>, src: Option<u32>, tag: TagMatch, check: u32, buf: MutBuf) -> Arc<RecvOp> {
-        let fresh = RecvOp { comp: Completion::new(), ctx, src, tag, check, buf, filling_from: AtomicU32::new(u32::MAX) };
+    pub fn new(ctx: &Arc<CtxState>, src: Option<u32>, tag: TagMatch, check: u32, buf: MutBuf) -> Arc<RecvOp> {
         if let Some(mut spare) = SPARE_RECVS.try_with(|s| s.borrow_mut().pop()).ok().flatten() {
             if let Some(op) = Arc::get_mut(&mut spare) {
-                *op = fresh;
+                // A spare of the same context keeps its reference (no count to touch).
+                if !Arc::ptr_eq(&op.ctx, ctx) {
+                    op.ctx = ctx.clone();
+                }
+                op.comp = Completion::new();
+                (op.src, op.tag, op.check, op.buf) = (src, tag, check, buf);
+                op.filling_from = AtomicU32::new(u32::MAX);
                 return spare;
             }
         }
-        Arc::new(fresh)
+        Arc::new(RecvOp { comp: Completion::new(), ctx: ctx.clone(), src, tag, check, buf, filling_from: AtomicU32::new(u32::MAX) })
     }
 
-    /// Called as the owner drops its `op`: keeps the allocation for a later `new` if nobody
-    /// else refers to it (the transport let go of it when it finished the op).
-    pub fn recycle(op: &Arc<RecvOp>) {
-        if Arc::strong_count(op) != 1 || Arc::weak_count(op) != 0 || !op.comp.is_done() {
+    /// Called with the owner's reference as it lets go of `op`: keeps the allocation for a
+    /// later `new` if nobody else refers to it (the transport let go of it when it finished
+    /// the op).
+    pub fn recycle(op: Arc<RecvOp>) {
+        if Arc::strong_count(&op) != 1 || Arc::weak_count(&op) != 0 || !op.comp.is_done() {
             return;
         }
-        let _ = SPARE_RECVS.try_with(|s| {
+        let _ = SPARE_RECVS.try_with(move |s| {
             let mut s = s.borrow_mut();
             if s.len() < SPARE_RECVS_MAX {
-                s.push(op.clone());
+                s.push(op);
             }
         });
     }
@@ -157,14 +163,13 @@ mod tests {
     fn a_recycled_receive_starts_afresh_and_a_shared_one_is_not_recycled() {
         let ctx = CtxState::new(1, None);
         let mut a = [0u8; 4];
-        let op = RecvOp::new(ctx.clone(), Some(1), TagMatch::Exact(5), 0, MutBuf::from_slice(&mut a));
+        let op = RecvOp::new(&ctx, Some(1), TagMatch::Exact(5), 0, MutBuf::from_slice(&mut a));
         let first = Arc::as_ptr(&op);
         op.comp.complete(Err(Error::new(Status::Aborted, "x")));
-        RecvOp::recycle(&op);
-        drop(op);
+        RecvOp::recycle(op);
         let other = CtxState::new(2, None);
         let mut b = [0u8; 8];
-        let op = RecvOp::new(other.clone(), None, TagMatch::AnyUser, 3, MutBuf::from_slice(&mut b));
+        let op = RecvOp::new(&other, None, TagMatch::AnyUser, 3, MutBuf::from_slice(&mut b));
         assert_eq!(Arc::as_ptr(&op), first, "the allocation is reused");
         assert!(!op.comp.is_done(), "pending again");
         assert_eq!((op.ctx.id, op.src, op.tag, op.check, op.buf.len()), (2, None, TagMatch::AnyUser, 3, 8));
@@ -173,12 +178,13 @@ mod tests {
         // Held by someone else (a transport queue), or not finished: never handed out again.
         op.comp.complete(Ok(Done::default()));
         let held = op.clone();
-        RecvOp::recycle(&op);
-        drop(op);
-        let pending = RecvOp::new(ctx.clone(), None, TagMatch::AnyUser, 0, MutBuf::from_slice(&mut a));
+        RecvOp::recycle(op);
+        let pending = RecvOp::new(&ctx, None, TagMatch::AnyUser, 0, MutBuf::from_slice(&mut a));
         assert_ne!(Arc::as_ptr(&pending), Arc::as_ptr(&held));
-        RecvOp::recycle(&pending);
-        let next = RecvOp::new(ctx, None, TagMatch::AnyUser, 0, MutBuf::from_slice(&mut a));
-        assert_ne!(Arc::as_ptr(&next), Arc::as_ptr(&pending), "a pending op is not recycled");
+        let pending_ptr = Arc::as_ptr(&pending);
+        RecvOp::recycle(pending.clone());
+        let next = RecvOp::new(&ctx, None, TagMatch::AnyUser, 0, MutBuf::from_slice(&mut a));
+        assert_ne!(Arc::as_ptr(&next), pending_ptr, "a pending op is not recycled");
+        drop(pending);
     }
 }

@@ -816,7 +816,7 @@ impl SocketTransport {
         if let Some(e) = ctx.abort_error() {
             return Err(e);
         }
-        let op = RecvOp::new(ctx.clone(), src, tag, check, buf);
+        let op = RecvOp::new(ctx, src, tag, check, buf);
         let mut m = lock(&self.matcher);
         if let Some(msg) = m.take_unexpected(&op) {
             drop(m);
