@@ -347,6 +347,20 @@ mod tests {
     }
 
     #[test]
+    fn four_stream_chunks_fill_the_ring() {
+        let (owner, writer, _) = seg(1);
+        let header = [0u8; crate::transport::frame::HEADER_LEN];
+        let chunk = vec![1u8; crate::transport::stream::CHUNK];
+        let mut head = 0;
+        let mut n = 0;
+        while writer.try_write(0, &[&header, &chunk], &mut head) {
+            n += 1;
+        }
+        assert_eq!(n, 4);
+        assert_eq!(owner.drain(0, |_| {}), 4);
+    }
+
+    #[test]
     fn a_segment_of_someone_else_is_refused() {
         let nonce = 99u64;
         let path = PathBuf::from(format!("/dev/shm/distcomm-{}-p2p-test-refuse", std::process::id()));
