@@ -172,7 +172,7 @@ fn wait_op(
     cancel: &dyn Fn(Error),
     what: &dyn Fn() -> String,
     idle: Option<&dyn Fn(Duration, i32)>,
-    poll: Option<&dyn Fn() -> bool>,
+    poll: Option<&dyn crate::completion::Poll>,
 ) -> Result<Done> {
     match comp.wait_with(deadline, interrupt, idle, poll) {
         WaitOutcome::Finished(r) => r,
@@ -498,7 +498,12 @@ impl Comm {
         }
         // Peers on our host write to our shared-memory rings: we poll them while we spin, and
         // register as asleep while we sleep, so that writers then ring our doorbell.
-        let spin = tr.spin_on_rings();
+        let awaited = match op {
+            P2pOp::Send(s) => Some(s.dst),
+            P2pOp::Recv(r) => r.src,
+            _ => None,
+        };
+        let spin = tr.spin_on_rings(awaited);
         // Without rings, the data comes over the sockets: read them ourselves while we spin.
         // Not when ranks outnumber the cores: a waiter then yields at once, and data it would
         // move waits for its next turn on a core; the progress thread is woken for it instead.
@@ -511,14 +516,10 @@ impl Comm {
             let _paused_reader = reader.as_ref().map(|r| r.pause());
             tr.wait_readable(d, fd);
         };
-        let poll = || tr.poll_rings();
-        let poll_sockets = || tr.poll_sockets();
-        let poll: Option<&dyn Fn() -> bool> = if spin.is_some() {
-            Some(&poll)
-        } else if reader.is_some() {
-            Some(&poll_sockets)
-        } else {
-            None
+        let poll: Option<&dyn crate::completion::Poll> = match (&spin, &reader) {
+            (Some(s), _) => Some(s),
+            (None, Some(r)) => Some(r),
+            (None, None) => None,
         };
         match op {
             P2pOp::Send(s) => wait_op(&s.comp, deadline, t, &interrupt, &lost, &|e| tr.cancel_send(s, e), what, Some(&idle), poll),

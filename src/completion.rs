@@ -67,6 +67,29 @@ impl Default for Completion {
 /// if nobody wakes it.
 const MAX_SLEEP: Duration = Duration::from_millis(50);
 
+/// How a waiter on shared memory looks for progress, and what it tells the ranks of its host
+/// while it waits (see `Completion::wait_with`).
+pub trait Poll {
+    /// Looks for the op's data; whether anything moved.
+    fn poll(&self) -> bool;
+
+    /// Whether the rank this wait depends on holds a core right now (it is not yielding or
+    /// asleep in a wait of its own): its answer may come within a few polls, so a waiter that
+    /// would yield keeps its core a little longer (adaptive spinning, as a mutex spins while
+    /// its owner runs). Ranks sharing a core otherwise hand it back and forth with nothing to
+    /// do, a switch (about a microsecond here) each time.
+    fn awaited_on_core(&self) -> bool {
+        false
+    }
+
+    /// Around each yield: this thread gives its core away (`true`), and has it back (`false`).
+    fn yielding(&self, _away: bool) {}
+}
+
+/// Polls a waiter makes, at most, between two yields while the rank it waits for holds a core
+/// (a few hundred nanoseconds: a switch costs more).
+const HOLD_POLLS: u32 = 8;
+
 /// What a waiter should do next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pace {
@@ -98,6 +121,8 @@ pub struct Backoff {
     last_yield: Option<Instant>,
     polls: u32,
     yielded: u32,
+    /// Polls held back from yielding since the last yield (see `Poll::awaited_on_core`).
+    held: u32,
 }
 
 /// While spinning, yield this often: if the awaited peer shares our core (the scheduler often
@@ -175,17 +200,24 @@ impl Backoff {
     }
 
     pub fn new(spin: Duration, yields: u32) -> Backoff {
-        Backoff { spin, yields, started: None, last_yield: None, polls: 0, yielded: 0 }
+        Backoff { spin, yields, started: None, last_yield: None, polls: 0, yielded: 0, held: 0 }
     }
 
     /// Progress was made: spin again from the start (without reading the clock now).
     pub fn restart(&mut self) {
         self.started = None;
         self.yielded = 0;
+        self.held = 0;
     }
 
     /// Call after each unsuccessful check; says how to wait before the next one.
     pub fn next(&mut self) -> Pace {
+        self.next_for(None)
+    }
+
+    /// `next` for a waiter that polls shared memory: it holds on to its core while the rank it
+    /// waits for has one, and says when it yields (see `Poll`).
+    pub fn next_for(&mut self, waiter: Option<&dyn Poll>) -> Pace {
         self.polls = self.polls.wrapping_add(1);
         // No spinning at all when it is cut to nothing (ranks outnumber cores): the peer we
         // wait for may need our core, so yield at once.
@@ -209,8 +241,20 @@ impl Backoff {
             }
         }
         if self.yielded < self.yields {
+            if let Some(w) = waiter {
+                if self.held < HOLD_POLLS && w.awaited_on_core() {
+                    self.held += 1;
+                    std::hint::spin_loop();
+                    return Pace::Spin;
+                }
+                self.held = 0;
+                w.yielding(true);
+                std::thread::yield_now();
+                w.yielding(false);
+            } else {
+                std::thread::yield_now();
+            }
             self.yielded += 1;
-            std::thread::yield_now();
             return if self.yielded % CHECK_EVERY_YIELDS == 0 { Pace::YieldAndCheck } else { Pace::Yield };
         }
         Pace::Sleep
@@ -269,15 +313,15 @@ impl Completion {
     /// when it reports progress (data moved, as while a large message streams through shared
     /// memory), the wait starts spinning anew instead of going to sleep mid-transfer.
     /// `deadline` is asked for only when the wait is past spinning (most are over before).
-    pub fn wait_with(&self, deadline: &dyn Fn() -> Instant, interrupt: &dyn Fn() -> Option<Error>, idle: Option<&dyn Fn(Duration, i32)>, poll: Option<&dyn Fn() -> bool>) -> WaitOutcome {
+    pub fn wait_with(&self, deadline: &dyn Fn() -> Instant, interrupt: &dyn Fn() -> Option<Error>, idle: Option<&dyn Fn(Duration, i32)>, poll: Option<&dyn Poll>) -> WaitOutcome {
         let mut backoff = if poll.is_some() { Backoff::for_shared_memory() } else { Backoff::for_progress_thread() };
         loop {
             if let Some(r) = self.result() {
                 return WaitOutcome::Finished(r);
             }
-            let pace = backoff.next();
+            let pace = backoff.next_for(poll);
             if let (Some(poll), Pace::Spin | Pace::Yield | Pace::YieldAndCheck) = (poll, pace) {
-                if poll() {
+                if poll.poll() {
                     backoff.restart();
                 }
             }
@@ -392,7 +436,46 @@ pub fn timeout_error(what: &str, timeout_ms: i64) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::cell::Cell;
     use std::sync::Arc;
+
+    /// A waiter whose awaited rank holds a core or not, counting its yields.
+    struct Fake {
+        on_core: Cell<bool>,
+        away: Cell<i32>,
+        yields: Cell<u32>,
+    }
+
+    impl Poll for Fake {
+        fn poll(&self) -> bool {
+            false
+        }
+        fn awaited_on_core(&self) -> bool {
+            self.on_core.get()
+        }
+        fn yielding(&self, away: bool) {
+            assert_eq!(self.away.get(), i32::from(!away), "yields are announced in pairs");
+            self.away.set(i32::from(away));
+            self.yields.set(self.yields.get() + u32::from(away));
+        }
+    }
+
+    #[test]
+    fn a_waiter_keeps_its_core_a_little_while_the_awaited_rank_has_one() {
+        let w = Fake { on_core: Cell::new(true), away: Cell::new(0), yields: Cell::new(0) };
+        let mut b = Backoff::new(Duration::ZERO, 100);
+        for _ in 0..HOLD_POLLS {
+            assert_eq!(b.next_for(Some(&w)), Pace::Spin);
+        }
+        assert_eq!(w.yields.get(), 0);
+        assert_eq!(b.next_for(Some(&w)), Pace::Yield, "held long enough: yield");
+        assert_eq!((w.yields.get(), w.away.get()), (1, 0));
+        assert_eq!(b.next_for(Some(&w)), Pace::Spin, "and hold again after the yield");
+        w.on_core.set(false);
+        assert_eq!(b.next_for(Some(&w)), Pace::Yield, "the awaited rank gave its core away: yield at once");
+        assert_eq!(w.yields.get(), 2);
+        assert_eq!(b.next(), Pace::Yield, "without a waiter, as before");
+    }
 
     #[test]
     fn cpu_lists_are_counted() {

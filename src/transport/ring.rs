@@ -47,6 +47,10 @@ struct SegHeader {
     /// Threads of the owner spinning in a wait: they also send what waits for room in their
     /// outgoing rings, so a reader that made room need not ring them back.
     spinners: AtomicU32,
+    _pad3: [u8; LINE - 4],
+    /// Threads of the owner that gave their core away inside a wait (yielding; sleepers count
+    /// apart): peers waiting for the owner spin only while none did (see `owner_on_core`).
+    off_core: AtomicU32,
 }
 
 #[repr(C)]
@@ -274,7 +278,24 @@ impl RingSegment {
         fence(Ordering::SeqCst);
     }
 
+    /// A thread of ours gives its core away inside a wait (`true`, it yields), or has it back.
+    pub fn off_core(&self, away: bool) {
+        let w = &self.header().off_core;
+        if away {
+            w.fetch_add(1, Ordering::Relaxed);
+        } else {
+            w.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
     // ---- reader side, about the writer (its segment) ---------------------------------------
+
+    /// Whether the owner holds its core: none of its threads yields or sleeps in a wait (a
+    /// hint: it may also be busy elsewhere, or preempted).
+    pub fn owner_on_core(&self) -> bool {
+        let h = self.header();
+        h.off_core.load(Ordering::Relaxed) == 0 && h.sleepers.load(Ordering::Relaxed) == 0
+    }
 
     /// Whether a thread of this segment's owner spins in a wait (it then sends what waits
     /// for room in its rings by itself).
@@ -344,6 +365,20 @@ mod tests {
         owner.sleep_stop();
         assert!(writer.try_write(0, &[&big], &mut head));
         assert!(!writer.needs_bell(0), "nobody sleeps");
+    }
+
+    #[test]
+    fn peers_see_whether_the_owner_holds_its_core() {
+        let (owner, peer_view, _) = seg(1);
+        assert!(peer_view.owner_on_core());
+        owner.off_core(true);
+        assert!(!peer_view.owner_on_core(), "yielding");
+        owner.off_core(false);
+        assert!(peer_view.owner_on_core());
+        owner.sleep_start();
+        assert!(!peer_view.owner_on_core(), "asleep");
+        owner.sleep_stop();
+        assert!(peer_view.owner_on_core());
     }
 
     #[test]

@@ -23,7 +23,7 @@ use super::ring::{self, RingSegment};
 use super::stream::{StreamIn, StreamOut};
 use super::ops::{CtxState, RecvOp, SendOp, TagMatch};
 use crate::buffer::{ConstBuf, MutBuf};
-use crate::completion::Done;
+use crate::completion::{Done, Poll};
 use crate::dc_log;
 use crate::error::{Error, Result, Status};
 use crate::log::Level;
@@ -277,6 +277,22 @@ pub struct SocketTransport {
 pub struct RingSpin<'a> {
     t: &'a SocketTransport,
     rings: &'a RingsIn,
+    /// World rank whose answer the wait needs, if one (a receive from it, a send to it).
+    awaited: Option<u32>,
+}
+
+impl Poll for RingSpin<'_> {
+    fn poll(&self) -> bool {
+        self.t.poll_rings()
+    }
+
+    fn awaited_on_core(&self) -> bool {
+        self.awaited.is_some_and(|r| self.t.peer_on_core(r))
+    }
+
+    fn yielding(&self, away: bool) {
+        self.rings.seg.off_core(away);
+    }
 }
 
 impl RingSpin<'_> {
@@ -312,6 +328,12 @@ impl Drop for RingSpinPause<'_> {
 /// A thread reading and writing the sockets while it spins in a wait (see
 /// `SocketTransport::read_while_waiting`).
 pub struct SocketReader<'a>(&'a SocketTransport);
+
+impl Poll for SocketReader<'_> {
+    fn poll(&self) -> bool {
+        self.0.poll_sockets()
+    }
+}
 
 impl SocketReader<'_> {
     /// Stops reading until the returned guard is dropped (the thread goes to sleep: the
@@ -1558,11 +1580,18 @@ impl SocketTransport {
     /// For a thread about to wait (None when we have no rings): it polls the rings while it
     /// spins, and registers as asleep while it sleeps (`RingSpin::pause`), so that writers then
     /// ring the doorbell. Reads what is there already.
-    pub fn spin_on_rings(&self) -> Option<RingSpin<'_>> {
+    /// Whether world rank `r`, on our host, holds its core (see `RingSegment::owner_on_core`);
+    /// false for a peer without rings.
+    fn peer_on_core(&self, r: u32) -> bool {
+        self.peers.get(r as usize).and_then(|p| p.as_ref()).and_then(|p| p.ring_out.get()).is_some_and(|o| o.seg.owner_on_core())
+    }
+
+    /// `awaited`: the world rank whose answer the wait needs, if one (see `Poll`).
+    pub fn spin_on_rings(&self, awaited: Option<u32>) -> Option<RingSpin<'_>> {
         let rings = self.rings_in.get()?;
         rings.seg.spin_start();
         self.poll_rings();
-        Some(RingSpin { t: self, rings })
+        Some(RingSpin { t: self, rings, awaited })
     }
 
     fn on_header(&self, peer: &Peer, hdr: Header, events: &mut Vec<Event>) -> Target {
