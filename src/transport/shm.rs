@@ -13,9 +13,10 @@
 //! used round-robin by collective number; a writer (the root of a broadcast, the contributors
 //! of a reduce, everyone in an allreduce...) fills its slot for collective `c` and stamps it
 //! `c` with what it calls, and the readers wait for that stamp. Stepped collectives stamp their
-//! slot too, so that the members can check that they agree. A slot is reused for collective `c + EAGER_SLOTS` only once
-//! every rank has finished collective `c` (each rank publishes the last collective it
-//! finished), so writers run up to `EAGER_SLOTS` collectives ahead of the slowest reader.
+//! slot too, so that the members can check that they agree. A slot is reused for collective
+//! `c + EAGER_SLOTS` only once every rank has finished collective `c` (each rank publishes the
+//! last collective it finished), so writers run up to `EAGER_SLOTS` collectives ahead of the
+//! slowest reader.
 //!
 //! Waiting spins briefly, yields, then sleeps on a futex in the segment (with a sleeper count so
 //! writers only pay for a wake-up when someone sleeps), always with a deadline and an interrupt

@@ -355,7 +355,7 @@ pub struct SocketReaderPause<'a>(&'a SocketReader<'a>);
 
 impl Drop for SocketReaderPause<'_> {
     fn drop(&mut self) {
-        self.0 .0.socket_readers.fetch_add(1, Ordering::SeqCst);
+        self.0 .0.enter_sockets();
     }
 }
 
@@ -1184,10 +1184,14 @@ impl SocketTransport {
     /// progress thread, which preempts the waiter on its core and wakes it in turn (with a
     /// large message, once per arriving burst).
     pub fn read_while_waiting(&self) -> SocketReader<'_> {
-        self.socket_readers.fetch_add(1, Ordering::SeqCst);
-        // The progress thread may be asleep watching the sockets: nothing to change there (if
-        // it wakes, it sees us and leaves the sockets alone from then on).
+        self.enter_sockets();
         SocketReader(self)
+    }
+
+    /// A reader starts (or resumes) reading. The progress thread may be asleep watching the
+    /// sockets: nothing to change there (if it wakes, it sees us and leaves them alone).
+    fn enter_sockets(&self) {
+        self.socket_readers.fetch_add(1, Ordering::SeqCst);
     }
 
     /// A reader stops reading; the last one hands the sockets back to the progress thread.
@@ -1577,16 +1581,16 @@ impl SocketTransport {
         self.flush_all_rings() | moved
     }
 
-    /// For a thread about to wait (None when we have no rings): it polls the rings while it
-    /// spins, and registers as asleep while it sleeps (`RingSpin::pause`), so that writers then
-    /// ring the doorbell. Reads what is there already.
     /// Whether world rank `r`, on our host, holds its core (see `RingSegment::owner_on_core`);
     /// false for a peer without rings.
     fn peer_on_core(&self, r: u32) -> bool {
         self.peers.get(r as usize).and_then(|p| p.as_ref()).and_then(|p| p.ring_out.get()).is_some_and(|o| o.seg.owner_on_core())
     }
 
-    /// `awaited`: the world rank whose answer the wait needs, if one (see `Poll`).
+    /// For a thread about to wait (None when we have no rings): it polls the rings while it
+    /// spins, and registers as asleep while it sleeps (`RingSpin::pause`), so that writers then
+    /// ring the doorbell. Reads what is there already. `awaited`: the world rank whose answer
+    /// the wait needs, if one (see `Poll`).
     pub fn spin_on_rings(&self, awaited: Option<u32>) -> Option<RingSpin<'_>> {
         let rings = self.rings_in.get()?;
         rings.seg.spin_start();
