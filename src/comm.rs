@@ -448,6 +448,17 @@ impl Comm {
         Ok(P2pOp::Recv(self.transport().post_recv(&self.ctx, src, TagMatch::Exact(tag), 0, buf)?))
     }
 
+    /// Connects to every other member now (connections are otherwise made on demand), for
+    /// protocols that must notice a member's loss even before they talk to it (RPC).
+    pub fn connect_members(&self) -> Result<()> {
+        for &w in &self.members {
+            if w != self.world.transport.rank() {
+                self.world.transport.connect(w)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Comm rank of a world rank (for `dc_recv_info.source`).
     pub fn comm_rank_of(&self, world_rank: u32) -> i32 {
         self.world_to_comm.get(&world_rank).map_or(-1, |&r| r as i32)
@@ -481,12 +492,20 @@ impl Comm {
     /// wait: the call cannot complete without it, even when this rank waits for another peer.
     fn wait_any(&self, op: &P2pOp, deadline: &dyn Fn() -> Instant, what: &dyn Fn() -> String, coll: bool) -> Result<Done> {
         let t = self.timeout_ms();
-        let interrupt = || self.ctx.abort_error().or_else(|| if coll { self.lost_member() } else { None });
-        let lost = || self.lost_member();
         if let Some(r) = self.finished(op) {
             return r;
         }
         let tr = self.transport();
+        let awaited = match op {
+            P2pOp::Send(s) => Some(s.dst),
+            P2pOp::Recv(r) => r.src,
+            _ => None,
+        };
+        // A peer we have no connection to yet (they are made on demand) is looked at directly.
+        let interrupt = || {
+            self.ctx.abort_error().or_else(|| if coll { self.lost_member() } else { None }).or_else(|| awaited.and_then(|r| tr.check_alive(r)))
+        };
+        let lost = || self.lost_member();
         // Copies that our receives claimed are ours to make while we wait.
         tr.copy_claimed(None);
         // What a peer on our host sent may be in its ring already (ranks that share a core
@@ -498,11 +517,6 @@ impl Comm {
         }
         // Peers on our host write to our shared-memory rings: we poll them while we spin, and
         // register as asleep while we sleep, so that writers then ring our doorbell.
-        let awaited = match op {
-            P2pOp::Send(s) => Some(s.dst),
-            P2pOp::Recv(r) => r.src,
-            _ => None,
-        };
         let spin = tr.spin_on_rings(awaited);
         // Without rings, the data comes over the sockets: read them ourselves while we spin.
         // Not when ranks outnumber the cores: a waiter then yields at once, and data it would
@@ -650,7 +664,7 @@ impl Comm {
         // goodbye stops only a wait for itself: with small collectives running ahead, a member
         // may have finished its last call and left while another's data still comes.
         let interrupt = |r: usize| {
-            self.ctx.abort_error().or_else(|| self.lost_member()).or_else(|| self.transport().gone_error_any(&self.members[r..=r]))
+            self.ctx.abort_error().or_else(|| self.lost_member()).or_else(|| self.member_gone(shm, r))
         };
         // The collective's number on the arena: the same on every member (0 is never used).
         let coll = (seq + 1) as u32;
@@ -667,6 +681,24 @@ impl Comm {
         shm.arena.finished(coll);
         shm.pass_turn(seq + 1);
         r
+    }
+
+    /// Why a wait on shared memory for comm rank `r` cannot end: it destroyed the comm, closed
+    /// its connection, or its process is gone (connections are made on demand, so a member we
+    /// never talked to is looked at directly).
+    fn member_gone(&self, shm: &ShmState, r: usize) -> Option<Error> {
+        // A member that saw an abort may leave at once: look at its leaving first, then at the
+        // abort (marked on the arena before it was announced), so the abort is what we report.
+        let left = shm.arena.has_left(r);
+        if let Some(by) = shm.arena.aborted_by() {
+            self.ctx.abort(&format!("rank {by} aborted the communicator"));
+            return self.ctx.abort_error();
+        }
+        if left {
+            let w = self.members[r];
+            return Some(Error::new(Status::PeerLost, format!("rank {r} (world rank {w}) has left: it destroyed its communicator")));
+        }
+        self.transport().check_alive(self.members[r])
     }
 
     /// Maps one shared segment for all members if the policy allows and every member can
@@ -881,6 +913,11 @@ impl Comm {
             d.abort(why);
         }
         self.transport().abort_ctx(&self.ctx, &self.members, code, || {
+            // Members waiting on shared memory see this first (frames to members we have no
+            // connection to take a connect).
+            if let Some(shm) = self.shm.get() {
+                shm.arena.mark_aborted(self.rank);
+            }
             if self.ctx.abort(why) {
                 dc_log!(Level::Warn, Some(self.rank), "communicator {:#x} aborted: {why}", self.ctx.id);
             }
@@ -893,6 +930,9 @@ impl Comm {
         if let Some(ex) = ex {
             drop(ex.jobs);
             let _ = ex.thread.join();
+        }
+        if let Some(shm) = self.shm.get() {
+            shm.arena.leave();
         }
         self.transport().unregister_ctx(self.ctx.id);
     }

@@ -65,6 +65,7 @@ pub fn init(opts: &InitOptions) -> Result<Arc<Comm>> {
         u64::from_le_bytes(v.as_slice().try_into().map_err(|_| Error::new(Status::Rendezvous, "malformed job id in the store"))?)
     };
 
+    crate::transport::socket::raise_fd_limit();
     let listener = Listener::bind(rdv.bind_ip, size)?;
     let my_addr = listener.local_addr()?;
     dc_log!(Level::Info, Some(rank), "data listener on {my_addr}");
@@ -75,6 +76,7 @@ pub fn init(opts: &InitOptions) -> Result<Arc<Comm>> {
     let all = exchange(&*rdv.store, "data_addr", rank, size, mine.as_bytes(), deadline)?;
     let mut addrs: Vec<SocketAddr> = Vec::with_capacity(size);
     let mut cma_pids = Vec::with_capacity(size);
+    let mut host_pids = Vec::with_capacity(size);
     for (r, v) in all.iter().enumerate() {
         let text = std::str::from_utf8(v).unwrap_or("");
         let mut parts = text.splitn(3, '|');
@@ -82,11 +84,13 @@ pub fn init(opts: &InitOptions) -> Result<Arc<Comm>> {
         let addr = addr.ok_or_else(|| Error::new(Status::Rendezvous, format!("rank {r} published a malformed address")))?;
         addrs.push(addr);
         let same_host = parts.next() == Some(host.as_str());
+        let adv = parts.next();
+        host_pids.push(if same_host { adv.and_then(|a| a.split(':').next()?.parse().ok()) } else { None });
         let allowed = same_host && r != rank && policy != TransportPolicy::Socket;
-        cma_pids.push(if allowed { parts.next().and_then(cma::probe) } else { None });
+        cma_pids.push(if allowed { adv.and_then(cma::probe) } else { None });
     }
-    let mesh = MeshConfig { rank: rank as u32, size: size as u32, token_digest: token_digest(&rdv.token), job_id, deadline, cma_pids };
-    let transport = SocketTransport::connect_mesh(listener, &addrs, &mesh)?;
+    let mesh = MeshConfig { rank: rank as u32, size: size as u32, token_digest: token_digest(&rdv.token), job_id, deadline, cma_pids, host_pids };
+    let transport = SocketTransport::start(listener, &addrs, &mesh, rdv.timeout)?;
     let local: Vec<usize> = (0..size).filter(|&r| mesh.cma_pids[r].is_some()).collect();
     if !local.is_empty() {
         setup_rings(&transport, &*rdv.store, rank, &local, deadline)?;

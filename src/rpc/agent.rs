@@ -230,6 +230,8 @@ impl RpcAgent {
             .collect();
         let by_name = infos.iter().enumerate().map(|(i, w)| (w.name.clone(), i)).collect();
         let me = rpc.rank();
+        // The watches below learn of a lost worker through its connection: have them all.
+        rpc.connect_members()?;
         let mut watch = Vec::with_capacity(infos.len());
         for p in 0..infos.len() {
             watch.push(if p == me {

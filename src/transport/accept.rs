@@ -1,23 +1,26 @@
-//! Accepting the data connections of higher ranks during init, so that strangers can neither
-//! stall nor break the job: one thread and no thread per connection. Every accepted connection
-//! is a non-blocking socket polled with the others; it must deliver its fixed-size hello (see
-//! `handshake`) within `hello_wait` of being accepted, however it trickles the bytes; nothing is
-//! read before or beyond the hello and nothing is allocated from what a stranger sends; at most
-//! [`MAX_PENDING`] connections wait for their hello at once (a newcomer pushes out the oldest);
-//! accept errors (descriptor exhaustion, connections aborted in the backlog) are transient.
+//! The data listener's door: accepts the connections other ranks open on demand, for the
+//! job's lifetime, on a thread of its own that never waits for anything else (so two ranks that
+//! connect to each other at once, from any thread, always get their answers). Every accepted
+//! connection is a non-blocking socket polled with the others; it must deliver its fixed-size
+//! hello (see `handshake`) within `hello_wait` of being accepted, however it trickles the bytes;
+//! nothing is read before or beyond the hello and nothing is allocated from what a stranger
+//! sends. Up to [`MAX_PENDING`] connections wait for their hello at once; beyond that, new ones
+//! wait in the kernel's backlog until a place is free (a genuine rank is never pushed out: its
+//! hello follows its connect at once). Accept errors (descriptor exhaustion, connections
+//! aborted in the backlog) are transient.
 
-use super::handshake::{self, HELLO_LEN};
+use super::handshake::{self, Hello, HELLO_LEN};
 use super::socket::MeshConfig;
 use crate::dc_log;
-use crate::error::{Error, Result, Status};
 use crate::log::Level;
 use std::io::{self, Read};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// Connections waiting for their hello, at most.
-pub const MAX_PENDING: usize = 128;
+pub const MAX_PENDING: usize = 1024;
 
 struct Pending {
     stream: TcpStream,
@@ -53,54 +56,45 @@ impl Pending {
     }
 }
 
-fn missing(cfg: &MeshConfig, out: &[Option<TcpStream>]) -> Vec<u32> {
-    ((cfg.rank + 1)..cfg.size).filter(|&r| out[r as usize].is_none()).collect()
-}
-
-/// Accepts connections from every rank above ours (into `out[rank]`) until all arrived or
-/// `cfg.deadline` passes (`DC_ERR_TIMEOUT` naming the ranks that never connected).
-pub fn accept_ranks(listener: &TcpListener, cfg: &MeshConfig, out: &mut [Option<TcpStream>], hello_wait: Duration) -> Result<()> {
-    listener.set_nonblocking(true).map_err(|e| Error::system("listener", e))?;
+/// Serves `listener` until `stop` is set (whoever sets it shuts the listener down, which wakes
+/// the loop): each connection that presents a valid hello from another rank of this job is
+/// handed to `admit` (blocking again, hello read, not yet answered), which answers it
+/// (`handshake::accept`, `duplicate` or `refuse`). Everything else is refused or dropped here.
+pub fn serve(listener: &TcpListener, cfg: &MeshConfig, hello_wait: Duration, stop: &AtomicBool, admit: &mut dyn FnMut(Hello, TcpStream)) {
+    let me = Some(cfg.rank as usize);
+    if let Err(e) = listener.set_nonblocking(true) {
+        dc_log!(Level::Warn, me, "data listener: {e}; no connections can be accepted");
+        return;
+    }
     let mut pending: Vec<Pending> = Vec::new();
     let mut fds: Vec<libc::pollfd> = Vec::new();
     let mut warned_accept = false;
-    loop {
-        let left = missing(cfg, out);
-        if left.is_empty() {
-            return Ok(());
-        }
+    while !stop.load(Ordering::Acquire) {
         let now = Instant::now();
-        if now >= cfg.deadline {
-            let who: Vec<String> = left.iter().map(|r| r.to_string()).collect();
-            return Err(Error::new(Status::Timeout, format!("ranks {} never connected to rank {}", who.join(", "), cfg.rank)));
-        }
         pending.retain(|p| {
             let keep = p.deadline > now;
             if !keep {
-                dc_log!(Level::Warn, Some(cfg.rank as usize), "dropped a data connection from {}: no hello within {hello_wait:?}", p.from);
+                dc_log!(Level::Warn, me, "dropped a data connection from {}: no hello within {hello_wait:?}", p.from);
             }
             keep
         });
 
-        // Wait for a newcomer, hello bytes, or the next deadline.
-        let next = pending.iter().map(|p| p.deadline).min().unwrap_or(cfg.deadline).min(cfg.deadline);
-        let wait_ms = next.saturating_duration_since(now).as_millis().clamp(1, 100) as libc::c_int;
+        // Wait for a newcomer (while there is room), hello bytes, or the next hello deadline.
+        let wait_ms = pending.iter().map(|p| p.deadline).min().map_or(1000, |d| d.saturating_duration_since(now).as_millis().clamp(1, 1000)) as libc::c_int;
         fds.clear();
-        fds.push(libc::pollfd { fd: listener.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+        let listen_events = if pending.len() < MAX_PENDING { libc::POLLIN } else { 0 };
+        fds.push(libc::pollfd { fd: listener.as_raw_fd(), events: listen_events, revents: 0 });
         fds.extend(pending.iter().map(|p| libc::pollfd { fd: p.stream.as_raw_fd(), events: libc::POLLIN, revents: 0 }));
         // SAFETY: fds is a valid array of pollfd for the call.
         let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, wait_ms) };
-        if n <= 0 {
+        if n <= 0 || stop.load(Ordering::Acquire) {
             continue;
         }
 
         // Hello bytes first (indices shift once the newcomers are pushed).
         let ready: Vec<bool> = fds[1..].iter().map(|f| f.revents != 0).collect();
         let mut i = 0;
-        let mut k = 0;
-        while i < pending.len() {
-            let was_ready = ready.get(k).copied().unwrap_or(false);
-            k += 1;
+        for was_ready in ready {
             if !was_ready {
                 i += 1;
                 continue;
@@ -109,23 +103,22 @@ pub fn accept_ranks(listener: &TcpListener, cfg: &MeshConfig, out: &mut [Option<
                 Step::Wait => i += 1,
                 Step::Drop(why) => {
                     let p = pending.remove(i);
-                    dc_log!(Level::Warn, Some(cfg.rank as usize), "dropped a data connection from {}: {why}", p.from);
+                    dc_log!(Level::Warn, me, "dropped a data connection from {}: {why}", p.from);
                 }
                 Step::Hello => {
                     let mut p = pending.remove(i);
                     match handshake::verify(&p.buf, &cfg.token_digest, cfg.job_id) {
-                        Some(h) if h.rank > cfg.rank && h.rank < cfg.size && h.world_size == cfg.size && out[h.rank as usize].is_none() => {
-                            let _ = p.stream.set_nonblocking(false);
-                            if handshake::accept(&mut p.stream).is_ok() {
-                                out[h.rank as usize] = Some(p.stream);
+                        Some(h) if h.rank != cfg.rank && h.rank < cfg.size && h.world_size == cfg.size => {
+                            if p.stream.set_nonblocking(false).is_ok() {
+                                admit(h, p.stream);
                             }
                         }
                         Some(h) => {
-                            dc_log!(Level::Warn, Some(cfg.rank as usize), "refused a data connection from {} claiming rank {} of {}", p.from, h.rank, h.world_size);
+                            dc_log!(Level::Warn, me, "refused a data connection from {} claiming rank {} of {}", p.from, h.rank, h.world_size);
                             handshake::refuse(&mut p.stream);
                         }
                         None => {
-                            dc_log!(Level::Warn, Some(cfg.rank as usize), "refused a data connection from {}: no valid job token", p.from);
+                            dc_log!(Level::Warn, me, "refused a data connection from {}: no valid job token", p.from);
                             handshake::refuse(&mut p.stream);
                         }
                     }
@@ -134,36 +127,35 @@ pub fn accept_ranks(listener: &TcpListener, cfg: &MeshConfig, out: &mut [Option<
         }
 
         // Then newcomers.
-        if fds[0].revents != 0 {
-            loop {
-                match listener.accept() {
-                    Ok((stream, from)) => {
-                        if stream.set_nonblocking(true).is_err() {
-                            continue;
-                        }
-                        if pending.len() >= MAX_PENDING {
-                            let old = pending.remove(0);
-                            dc_log!(Level::Warn, Some(cfg.rank as usize), "too many data connections without a hello; dropped the one from {}", old.from);
-                        }
+        if fds[0].revents == 0 {
+            continue;
+        }
+        while pending.len() < MAX_PENDING {
+            match listener.accept() {
+                Ok((stream, from)) => {
+                    if stream.set_nonblocking(true).is_ok() {
                         pending.push(Pending { stream, from, buf: [0; HELLO_LEN], got: 0, deadline: Instant::now() + hello_wait });
                     }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => {
-                        // EMFILE/ENFILE: free a descriptor; other errors concern one connection.
-                        if !warned_accept {
-                            dc_log!(Level::Warn, Some(cfg.rank as usize), "accept on the data listener failed: {e}");
-                            warned_accept = true;
-                        }
-                        if matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE)) {
-                            if pending.is_empty() {
-                                std::thread::sleep(Duration::from_millis(10));
-                            } else {
-                                pending.remove(0);
-                            }
-                        }
-                        break;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    if stop.load(Ordering::Acquire) {
+                        return;
                     }
+                    // EMFILE/ENFILE: free a descriptor; other errors concern one connection.
+                    if !warned_accept {
+                        dc_log!(Level::Warn, me, "accept on the data listener failed: {e} ({})", super::socket::fd_limits());
+                        warned_accept = true;
+                    }
+                    if matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE)) {
+                        if pending.is_empty() {
+                            std::thread::sleep(Duration::from_millis(10));
+                        } else {
+                            pending.remove(0);
+                        }
+                    }
+                    break;
                 }
             }
         }
@@ -175,13 +167,29 @@ mod tests {
     use super::*;
     use crate::transport::handshake::{token_digest, Hello};
     use std::io::Write;
+    use std::sync::Arc;
 
-    fn cfg(rank: u32, size: u32, secs: u64) -> MeshConfig {
-        MeshConfig { rank, size, token_digest: token_digest(b"t"), job_id: 9, deadline: Instant::now() + Duration::from_secs(secs), cma_pids: vec![None; size as usize] }
+    fn cfg(rank: u32, size: u32) -> MeshConfig {
+        MeshConfig { rank, size, token_digest: token_digest(b"t"), job_id: 9, deadline: Instant::now() + Duration::from_secs(10), cma_pids: vec![None; size as usize], host_pids: vec![None; size as usize] }
     }
 
     fn hello(rank: u32, size: u32) -> [u8; HELLO_LEN] {
         Hello { digest: token_digest(b"t"), job_id: 9, rank, world_size: size }.encode()
+    }
+
+    /// Serves `l` as rank 0 of 3 on a thread; admitted ranks are accepted and sent back.
+    fn door(l: TcpListener, wait: Duration) -> (Arc<AtomicBool>, std::sync::mpsc::Receiver<(u32, TcpStream)>, std::thread::JoinHandle<()>, i32) {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let fd = l.as_raw_fd();
+        let s2 = stop.clone();
+        let t = std::thread::spawn(move || {
+            serve(&l, &cfg(0, 3), wait, &s2, &mut |h, mut s| {
+                handshake::accept(&mut s).unwrap();
+                tx.send((h.rank, s)).unwrap();
+            })
+        });
+        (stop, rx, t, fd)
     }
 
     #[test]
@@ -203,51 +211,65 @@ mod tests {
         // A slow sender: one byte now, the rest never.
         let mut slow = TcpStream::connect(a).unwrap();
         slow.write_all(&hello(2, 3)[..1]).unwrap();
-        let t = std::thread::spawn(move || {
-            let c = cfg(0, 3, 10);
-            let mut out: Vec<Option<TcpStream>> = (0..3).map(|_| None).collect();
-            let t0 = Instant::now();
-            accept_ranks(&l, &c, &mut out, Duration::from_millis(300)).unwrap();
-            (out.iter().filter(|s| s.is_some()).count(), t0.elapsed())
-        });
+        let (stop, admitted, t, fd) = door(l, Duration::from_millis(300));
+        let t0 = Instant::now();
         let offer = |r: u32| {
             let mut s = TcpStream::connect(a).unwrap();
-            handshake::offer(&mut s, &Hello { digest: token_digest(b"t"), job_id: 9, rank: r, world_size: 3 }, 0, Duration::from_secs(5)).map(|_| s)
+            handshake::offer(&mut s, &Hello { digest: token_digest(b"t"), job_id: 9, rank: r, world_size: 3 }, 0, Duration::from_secs(5)).map(|ans| (ans, s))
         };
         let k1 = offer(1).unwrap();
         let k2 = offer(2).unwrap();
-        let (got, took) = t.join().unwrap();
-        assert_eq!(got, 2);
-        assert!(took < Duration::from_secs(2), "{took:?}");
+        assert_eq!((k1.0, k2.0), (handshake::Answer::Accepted, handshake::Answer::Accepted));
+        let mut got: Vec<u32> = (0..2).map(|_| admitted.recv_timeout(Duration::from_secs(5)).unwrap().0).collect();
+        got.sort();
+        assert_eq!(got, [1, 2]);
+        assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
         let mut b = [9u8; 1];
         wrong.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
         assert_eq!(wrong.read(&mut b).unwrap(), 1);
         assert_eq!(b[0], 0, "a wrong token is refused");
         liar.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
         assert_eq!(liar.read(&mut b).unwrap(), 1);
-        assert_eq!(b[0], 0, "a lower rank is refused");
+        assert_eq!(b[0], 0, "our own rank is refused");
+        stop.store(true, Ordering::Release);
+        // SAFETY: shutting down the listener the serving thread polls wakes it.
+        unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+        t.join().unwrap();
         drop((k1, k2, strangers, slow));
     }
 
     #[test]
-    fn a_missing_rank_times_out_by_name_despite_a_slow_sender() {
+    fn many_ranks_connecting_at_once_all_get_in() {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let mut slow = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let a = l.local_addr().unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let fd = l.as_raw_fd();
+        let s2 = stop.clone();
+        let n = 300u32;
         let t = std::thread::spawn(move || {
-            for b in hello(1, 2) {
-                if slow.write_all(&[b]).is_err() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
+            let mut count = 0;
+            let mut keep = Vec::new();
+            serve(&l, &cfg(0, n + 1), Duration::from_secs(5), &s2, &mut |_, mut s| {
+                handshake::accept(&mut s).unwrap();
+                keep.push(s);
+                count += 1;
+            });
+            count
         });
-        let c = MeshConfig { deadline: Instant::now() + Duration::from_millis(800), ..cfg(0, 2, 1) };
-        let mut out: Vec<Option<TcpStream>> = (0..2).map(|_| None).collect();
-        let t0 = Instant::now();
-        let e = accept_ranks(&l, &c, &mut out, Duration::from_millis(300)).unwrap_err();
-        assert_eq!(e.status, Status::Timeout);
-        assert!(e.msg.contains("ranks 1 never connected"), "{}", e.msg);
-        assert!(t0.elapsed() < Duration::from_secs(2));
-        t.join().unwrap();
+        let clients: Vec<_> = (1..=n)
+            .map(|r| {
+                std::thread::spawn(move || {
+                    let mut s = TcpStream::connect(a).unwrap();
+                    let h = Hello { digest: token_digest(b"t"), job_id: 9, rank: r, world_size: n + 1 };
+                    handshake::offer(&mut s, &h, 0, Duration::from_secs(20)).map(|_| s)
+                })
+            })
+            .collect();
+        let streams: Vec<_> = clients.into_iter().map(|c| c.join().unwrap().unwrap()).collect();
+        stop.store(true, Ordering::Release);
+        // SAFETY: shutting down the listener the serving thread polls wakes it.
+        unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+        assert_eq!(t.join().unwrap(), n);
+        drop(streams);
     }
 }

@@ -1,6 +1,8 @@
 //! The hello a data connection presents before anything else: magic, a digest of the job token,
 //! the job id and the sender's rank. The acceptor reads exactly this many bytes (with a short
-//! read timeout), compares in constant time, and answers one byte: accepted or refused.
+//! read timeout), compares in constant time, and answers one byte: accepted, refused, or
+//! "duplicate" (both ranks of the pair connected at once, and the acceptor's own connection,
+//! made by the lower rank, is the one the pair keeps).
 
 use crate::error::{Error, Result, Status};
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -12,6 +14,16 @@ const MAGIC: &[u8; 8] = b"DCDATA01";
 pub const HELLO_LEN: usize = 8 + 32 + 8 + 4 + 4;
 const ACCEPTED: u8 = 1;
 const REFUSED: u8 = 0;
+const DUPLICATE: u8 = 2;
+
+/// What the acceptor answered to our hello.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    /// The connection is the pair's.
+    Accepted,
+    /// The peer connected to us at the same time and its connection wins: use that one.
+    Duplicate,
+}
 
 /// A 32-byte digest of the job token (every rank runs the same library build).
 pub fn token_digest(token: &[u8]) -> [u8; 32] {
@@ -62,17 +74,18 @@ impl Hello {
 }
 
 /// Sends our hello on a fresh connection and waits for the acceptor's answer.
-pub fn offer(stream: &mut TcpStream, hello: &Hello, peer: u32, wait: Duration) -> Result<()> {
+pub fn offer(stream: &mut TcpStream, hello: &Hello, peer: u32, wait: Duration) -> Result<Answer> {
     let io = |e: std::io::Error| Error::new(Status::Rendezvous, format!("handshake with rank {peer} failed: {e}"));
     stream.set_read_timeout(Some(wait.max(Duration::from_millis(1)))).map_err(io)?;
     stream.write_all(&hello.encode()).map_err(io)?;
     let mut ans = [0u8; 1];
     stream.read_exact(&mut ans).map_err(io)?;
     stream.set_read_timeout(None).map_err(io)?;
-    if ans[0] != ACCEPTED {
-        return Err(Error::new(Status::Rendezvous, format!("rank {peer} refused our connection (job token or job id differ)")));
+    match ans[0] {
+        ACCEPTED => Ok(Answer::Accepted),
+        DUPLICATE => Ok(Answer::Duplicate),
+        _ => Err(Error::new(Status::Rendezvous, format!("rank {peer} refused our connection (job token or job id differ)"))),
     }
-    Ok(())
 }
 
 /// Checks a received hello against the job's token digest (compared in constant time) and job
@@ -92,4 +105,9 @@ pub fn accept(stream: &mut TcpStream) -> std::io::Result<()> {
 /// Tells an accepted peer it is refused (e.g. a duplicate or out-of-range rank).
 pub fn refuse(stream: &mut TcpStream) {
     let _ = stream.write_all(&[REFUSED]);
+}
+
+/// Tells a peer that connected while we connected to it that the pair keeps our connection.
+pub fn duplicate(stream: &mut TcpStream) {
+    let _ = stream.write_all(&[DUPLICATE]);
 }

@@ -354,6 +354,43 @@ impl Arena {
         unsafe { &*(self.base().add(self.layout.done_off + r * LINE) as *const AtomicU32) }
     }
 
+    /// Set once rank `r` destroyed its communicator (in the second half of its done line).
+    fn left_word(&self, r: usize) -> &AtomicU32 {
+        // SAFETY: in bounds (a line is 128 bytes), aligned; only accessed atomically.
+        unsafe { &*(self.base().add(self.layout.done_off + r * LINE + LINE / 2) as *const AtomicU32) }
+    }
+
+    /// Tells the other members that we are gone (we destroyed the communicator): a wait for us
+    /// that can no longer end stops, as one for a peer that closed its connection does.
+    pub fn leave(&self) {
+        self.left_word(self.rank).store(1, Ordering::Release);
+    }
+
+    /// Marks the communicator aborted by rank `by`, for every member at once (their waits on
+    /// the arena see it before any frame could tell them). Kept in the first member's left
+    /// word's neighbour: the header has no room to spare, and this line is written once.
+    pub fn mark_aborted(&self, by: usize) {
+        let _ = self.abort_word().compare_exchange(0, by as u32 + 1, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// The member that aborted the communicator, if one did (see `mark_aborted`).
+    pub fn aborted_by(&self) -> Option<usize> {
+        match self.abort_word().load(Ordering::Acquire) {
+            0 => None,
+            v => Some(v as usize - 1),
+        }
+    }
+
+    fn abort_word(&self) -> &AtomicU32 {
+        // SAFETY: in bounds (rank 0's done line, three quarters in), aligned; atomics only.
+        unsafe { &*(self.base().add(self.layout.done_off + LINE / 2 + LINE / 4) as *const AtomicU32) }
+    }
+
+    /// Whether rank `r` destroyed its communicator (see `leave`).
+    pub fn has_left(&self, r: usize) -> bool {
+        r < self.layout.ranks && self.left_word(r).load(Ordering::Acquire) != 0
+    }
+
     fn slot(&self, r: usize, c: u32) -> (&SlotHeader, *mut u8) {
         let off = self.layout.mailbox_off + (r * EAGER_SLOTS + c as usize % EAGER_SLOTS) * EAGER_STRIDE;
         // SAFETY: in bounds; the header is atomics only, the data follows it.

@@ -1,4 +1,6 @@
-//! TCP transport: one connection per pair of ranks, a background progress thread that reads
+//! TCP transport: one connection per pair of ranks that talk, opened on demand (the first send
+//! to a peer, or the peer's first send to us; see `connect_peer` and `admit`), a background
+//! progress thread that reads
 //! every connection and writes what callers could not write at once, matching by context,
 //! source and tag. A thread waiting on an op (no rings, ranks not outnumbering cores) reads and
 //! writes the connections itself while it spins, and the progress thread stands aside
@@ -33,7 +35,7 @@ use std::io;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -59,6 +61,10 @@ fn park_limit() -> Duration {
 /// How long a withdrawn receive waits for the rest of a message already being streamed to it
 /// (see `SocketTransport::finish_stream_for`).
 const STREAM_CANCEL_GRACE: Duration = Duration::from_secs(2);
+/// How often a wait looks at the process of a peer on our host it has no connection to.
+const ALIVE_CHECK_EVERY: Duration = Duration::from_millis(100);
+/// How long an abort waits to connect to a member it never talked to.
+const ABORT_CONNECT_WAIT: Duration = Duration::from_secs(5);
 /// How long an unauthenticated connection may take to present its hello.
 const HELLO_WAIT: Duration = Duration::from_secs(5);
 
@@ -141,9 +147,25 @@ enum PeerState {
     Lost(String),
 }
 
+/// Whether a connection to a peer is being made (see `SocketTransport::connect_peer`).
+#[derive(Debug, Clone, PartialEq)]
+enum Dial {
+    /// No connection and nobody making one.
+    Idle,
+    /// A thread of ours is connecting.
+    Connecting,
+    /// The peer connected to us at the same time and keeps its connection: it is on its way.
+    AwaitingPeer,
+}
+
 struct Peer {
     rank: u32,
-    stream: TcpStream,
+    /// The connection, once one was made (by either side).
+    stream: OnceLock<TcpStream>,
+    /// Connecting to the peer; the condvar tells waiting threads that the connection is up or
+    /// the attempt ended.
+    dial: Mutex<Dial>,
+    dialled: Condvar,
     rx: Mutex<Rx>,
     tx: Mutex<VecDeque<TxItem>>,
     /// Outgoing bytes are queued: the progress thread watches for writability.
@@ -153,6 +175,8 @@ struct Peer {
     state: Mutex<PeerState>,
     /// `state` is no longer `Up` (read without its lock on every send and receive).
     gone: AtomicBool,
+    /// When `check_alive` last looked at the peer's process (ms since the transport started).
+    alive_checked_ms: std::sync::atomic::AtomicU64,
     /// The peer's pid when it lets us read its memory (same host), for single-copy messages.
     cma_pid: Option<i32>,
     /// Our single-copy sends to this peer, waiting for its `Fin`, by cookie.
@@ -194,8 +218,35 @@ struct RingsIn {
 }
 
 impl Peer {
+    fn new(rank: u32, cma_pid: Option<i32>) -> Peer {
+        Peer {
+            rank,
+            stream: OnceLock::new(),
+            dial: Mutex::new(Dial::Idle),
+            dialled: Condvar::new(),
+            // The staging buffer comes with the connection (see `attach_stream`).
+            rx: Mutex::new(Rx { stage: Box::default(), start: 0, end: 0, target: Target::header() }),
+            tx: Mutex::new(VecDeque::new()),
+            tx_busy: AtomicBool::new(false),
+            rx_done: AtomicBool::new(false),
+            state: Mutex::new(PeerState::Up),
+            gone: AtomicBool::new(false),
+            alive_checked_ms: std::sync::atomic::AtomicU64::new(0),
+            cma_pid,
+            awaiting_fin: Mutex::new(HashMap::new()),
+            ring_out: OnceLock::new(),
+            streams_in: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The connection's descriptor (-1 before there is one: only peers with a connection are
+    /// read, written or polled).
     fn fd(&self) -> RawFd {
-        self.stream.as_raw_fd()
+        self.stream.get().map_or(-1, |s| s.as_raw_fd())
+    }
+
+    fn connected(&self) -> bool {
+        self.stream.get().is_some()
     }
 
     #[inline]
@@ -242,7 +293,21 @@ enum Event {
 pub struct SocketTransport {
     rank: u32,
     size: u32,
-    peers: Vec<Option<Arc<Peer>>>,
+    /// By world rank (ours stays empty): made on first use, connected on demand.
+    peers: Vec<OnceLock<Arc<Peer>>>,
+    /// The peers with a connection or an outgoing ring, the only ones polled, flushed and told
+    /// goodbye (a snapshot is cheap to take; it changes only when one is added).
+    active: Mutex<Arc<Vec<Arc<Peer>>>>,
+    /// Every rank's data address, and who we are and what we present when we connect.
+    addrs: Vec<SocketAddr>,
+    mesh: MeshConfig,
+    /// How long an on-demand connect may take (the init timeout).
+    connect_wait: Duration,
+    started: Instant,
+    /// The thread that accepts peers' connections (see `accept`), and how to stop it.
+    door: Mutex<Option<JoinHandle<()>>>,
+    listener: Arc<TcpListener>,
+    door_stop: Arc<AtomicBool>,
     matcher: Mutex<Matcher>,
     /// Receives that matched a parked message, for the progress thread to copy (held during
     /// each copy, so a canceller waits for it).
@@ -389,6 +454,7 @@ impl Listener {
 }
 
 /// Who we are and what a peer must present.
+#[derive(Clone)]
 pub struct MeshConfig {
     pub rank: u32,
     pub size: u32,
@@ -397,6 +463,9 @@ pub struct MeshConfig {
     pub deadline: Instant,
     /// Per rank: its pid if we may read its memory (single-copy), from `cma::probe`.
     pub cma_pids: Vec<Option<i32>>,
+    /// Per rank: its pid if it runs on our host (whether we may read its memory or not), so
+    /// that a wait for a peer we have no connection to notices that its process is gone.
+    pub host_pids: Vec<Option<i32>>,
 }
 
 /// Send buffer of a connection whose two ends are on one host (loopback, or the same address
@@ -429,78 +498,111 @@ fn tune(stream: &TcpStream) -> Result<()> {
     Ok(())
 }
 
-fn connect_to(addr: SocketAddr, cfg: &MeshConfig, peer: u32) -> Result<TcpStream> {
-    let mut backoff = Duration::from_millis(2);
+/// The soft and hard limits on open descriptors, for errors that run out of them.
+pub fn fd_limits() -> String {
+    let mut l = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes into the struct we pass.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) } != 0 {
+        return "RLIMIT_NOFILE unknown".into();
+    }
+    format!("RLIMIT_NOFILE soft {} hard {}", l.rlim_cur, l.rlim_max)
+}
+
+/// Raises the soft limit on open descriptors to the hard limit (once per process): a rank holds
+/// a descriptor per peer it talks to, and many ranks may share a process.
+pub fn raise_fd_limit() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let mut l = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: getrlimit/setrlimit read and write the struct we pass.
+        unsafe {
+            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) == 0 && l.rlim_cur < l.rlim_max {
+                l.rlim_cur = l.rlim_max;
+                let _ = libc::setrlimit(libc::RLIMIT_NOFILE, &l);
+            }
+        }
+    });
+}
+
+/// An error of ours that ran out of descriptors says which limit.
+fn system_error(what: String, e: io::Error) -> Error {
+    if matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE)) {
+        return Error::new(Status::System, format!("{what}: {e}: out of file descriptors ({})", fd_limits()));
+    }
+    Error::system(what, e)
+}
+
+/// A pseudo-random number in [0, n) for jitter (no need for quality).
+fn jitter(n: u64) -> u64 {
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().subsec_nanos() as u64;
+    let x = t ^ (std::process::id() as u64).rotate_left(17) ^ (&t as *const u64 as u64);
+    x.wrapping_mul(0x9E37_79B9_7F4A_7C15) % n.max(1)
+}
+
+/// Opens a connection to rank `peer` at `addr` and presents our hello; the peer's answer says
+/// whether the pair keeps it. A refused connection means the peer's listener is closed (it is
+/// bound before its address is published): the peer exited or shut its transport down.
+fn connect_to(addr: SocketAddr, cfg: &MeshConfig, peer: u32, deadline: Instant) -> Result<(handshake::Answer, TcpStream)> {
+    let mut backoff = Duration::from_millis(1);
+    let mut refusals = 0;
     loop {
-        let left = cfg.deadline.saturating_duration_since(Instant::now());
+        let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(Error::new(Status::Timeout, format!("could not connect to rank {peer} at {addr} within the timeout")));
         }
-        match TcpStream::connect_timeout(&addr, left.min(Duration::from_secs(5))) {
+        let retry = match TcpStream::connect_timeout(&addr, left.min(Duration::from_secs(5))) {
             Ok(mut s) => {
-                tune(&s)?;
                 let hello = Hello { digest: cfg.token_digest, job_id: cfg.job_id, rank: cfg.rank, world_size: cfg.size };
-                handshake::offer(&mut s, &hello, peer, left)?;
-                return Ok(s);
+                let ans = handshake::offer(&mut s, &hello, peer, left)?;
+                return Ok((ans, s));
             }
-            Err(e) if matches!(e.kind(), io::ErrorKind::ConnectionRefused | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted) => {
-                std::thread::sleep(backoff.min(left));
-                backoff = (backoff * 2).min(Duration::from_millis(200));
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                refusals += 1;
+                if refusals > 3 {
+                    return Err(Error::new(Status::PeerLost, format!("rank {peer} at {addr} refused the connection: it has exited or closed its communicator")));
+                }
+                true
             }
-            Err(e) => return Err(Error::system(format!("connect to rank {peer} at {addr}"), e)),
+            Err(e) if matches!(e.kind(), io::ErrorKind::TimedOut | io::ErrorKind::Interrupted) => true,
+            Err(e) => return Err(system_error(format!("connect to rank {peer} at {addr}"), e)),
+        };
+        if retry {
+            // Jitter keeps ranks that all retry at once from coming back in step.
+            let pause = backoff + Duration::from_micros(jitter(backoff.as_micros() as u64 + 1));
+            std::thread::sleep(pause.min(left));
+            backoff = (backoff * 2).min(Duration::from_millis(200));
         }
     }
 }
 
-/// Accepts connections from ranks above ours until all arrived (see `accept`: bounded hello
-/// reads, no thread per connection, strangers dropped without disturbing the job).
-fn accept_higher(listener: &Listener, cfg: &MeshConfig, out: &mut [Option<TcpStream>]) -> Result<()> {
-    super::accept::accept_ranks(&listener.inner, cfg, out, HELLO_WAIT)?;
-    out.iter().flatten().try_for_each(tune)
-}
-
 impl SocketTransport {
-    /// Connects to every other rank (`addrs` in rank order, ours included) and starts progress.
-    pub fn connect_mesh(listener: Listener, addrs: &[SocketAddr], cfg: &MeshConfig) -> Result<Arc<SocketTransport>> {
+    /// Starts the transport: the door that accepts peers' connections (on `listener`, whose
+    /// address `addrs[rank]` the rendezvous published) and the progress thread. Nothing is
+    /// connected yet: each pair connects when one of them first sends to the other.
+    pub fn start(listener: Listener, addrs: &[SocketAddr], cfg: &MeshConfig, connect_wait: Duration) -> Result<Arc<SocketTransport>> {
         let n = cfg.size as usize;
-        let mut streams: Vec<Option<TcpStream>> = (0..n).map(|_| None).collect();
-        for j in 0..cfg.rank {
-            streams[j as usize] = Some(connect_to(addrs[j as usize], cfg, j)?);
+        if addrs.len() != n || cfg.cma_pids.len() != n || cfg.host_pids.len() != n {
+            return Err(Error::new(Status::Internal, "socket transport: address book and world size differ"));
         }
-        accept_higher(&listener, cfg, &mut streams)?;
-        drop(listener);
-        let mut peers = Vec::with_capacity(n);
-        for (r, s) in streams.into_iter().enumerate() {
-            peers.push(match s {
-                None => None,
-                Some(stream) => {
-                    stream.set_nonblocking(true).map_err(|e| Error::system("nonblocking", e))?;
-                    Some(Arc::new(Peer {
-                        rank: r as u32,
-                        stream,
-                        rx: Mutex::new(Rx { stage: vec![0u8; STAGE_LEN].into_boxed_slice(), start: 0, end: 0, target: Target::header() }),
-                        tx: Mutex::new(VecDeque::new()),
-                        tx_busy: AtomicBool::new(false),
-                        rx_done: AtomicBool::new(false),
-                        state: Mutex::new(PeerState::Up),
-                        gone: AtomicBool::new(false),
-                        cma_pid: cfg.cma_pids.get(r).copied().flatten(),
-                        awaiting_fin: Mutex::new(HashMap::new()),
-                        ring_out: OnceLock::new(),
-                        streams_in: Mutex::new(Vec::new()),
-                    }))
-                }
-            });
-        }
+        raise_fd_limit();
         // SAFETY: eventfd returns a new descriptor we own, or -1.
         let efd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
         if efd < 0 {
-            return Err(Error::system("eventfd", io::Error::last_os_error()));
+            return Err(system_error("eventfd".into(), io::Error::last_os_error()));
         }
+        let listener = Arc::new(listener.inner);
         let t = Arc::new(SocketTransport {
             rank: cfg.rank,
             size: cfg.size,
-            peers,
+            peers: (0..n).map(|_| OnceLock::new()).collect(),
+            active: Mutex::new(Arc::new(Vec::new())),
+            addrs: addrs.to_vec(),
+            mesh: cfg.clone(),
+            connect_wait,
+            started: Instant::now(),
+            door: Mutex::new(None),
+            listener: listener.clone(),
+            door_stop: Arc::new(AtomicBool::new(false)),
             matcher: Mutex::new(Matcher::default()),
             claimed: Mutex::new(VecDeque::new()),
             claimed_n: AtomicUsize::new(0),
@@ -518,14 +620,206 @@ impl SocketTransport {
             next_cookie: std::sync::atomic::AtomicU64::new(1),
             thread: Mutex::new(None),
         });
+        // The door holds only a weak reference: the transport's drop (after `shutdown`) is
+        // not kept waiting for it.
+        let weak = Arc::downgrade(&t);
+        let stop = t.door_stop.clone();
+        let mesh = cfg.clone();
+        let door = std::thread::Builder::new()
+            .name(format!("dc-accept-r{}", cfg.rank))
+            .stack_size(256 << 10)
+            .spawn(move || {
+                super::accept::serve(&listener, &mesh, HELLO_WAIT, &stop, &mut |h, s| match weak.upgrade() {
+                    Some(t) => t.admit(h.rank, s),
+                    None => drop(s),
+                });
+            })
+            .map_err(|e| Error::system("spawn the data acceptor", e))?;
+        *lock(&t.door) = Some(door);
         let t2 = t.clone();
         let handle = std::thread::Builder::new()
             .name(format!("dc-progress-r{}", cfg.rank))
             .spawn(move || t2.progress_loop())
             .map_err(|e| Error::system("spawn progress thread", e))?;
         *lock(&t.thread) = Some(handle);
-        dc_log!(Level::Info, Some(cfg.rank as usize), "socket transport: connected to {} peers", n.saturating_sub(1));
+        dc_log!(Level::Info, Some(cfg.rank as usize), "socket transport: {} peers, connected on demand", n.saturating_sub(1));
         Ok(t)
+    }
+
+    /// The peers with a connection or an outgoing ring.
+    fn active(&self) -> Arc<Vec<Arc<Peer>>> {
+        lock(&self.active).clone()
+    }
+
+    fn activate(&self, peer: &Arc<Peer>) {
+        let mut a = lock(&self.active);
+        if !a.iter().any(|p| Arc::ptr_eq(p, peer)) {
+            let mut v = Vec::with_capacity(a.len() + 1);
+            v.extend(a.iter().cloned());
+            v.push(peer.clone());
+            *a = Arc::new(v);
+        }
+    }
+
+    /// Makes `stream` the connection to `peer` (the caller holds its `dial` lock) and lets the
+    /// progress thread watch it.
+    fn attach_stream(&self, peer: &Arc<Peer>, stream: TcpStream) -> Result<()> {
+        tune(&stream)?;
+        stream.set_nonblocking(true).map_err(|e| Error::system("nonblocking", e))?;
+        lock(&peer.rx).stage = vec![0u8; STAGE_LEN].into_boxed_slice();
+        if peer.stream.set(stream).is_err() {
+            return Err(Error::new(Status::Internal, format!("a second connection to rank {}", peer.rank)));
+        }
+        self.activate(peer);
+        peer.dialled.notify_all();
+        self.wake_progress();
+        dc_log!(Level::Trace, Some(self.rank as usize), "connected to rank {}", peer.rank);
+        Ok(())
+    }
+
+    /// The door's part: rank `from` connected to us (hello checked, not answered). When both
+    /// ranks of a pair connect at once, the lower rank's connection is the one kept: the higher
+    /// rank accepts it while its own attempt is answered "duplicate" and waits for it.
+    fn admit(&self, from: u32, mut stream: TcpStream) {
+        let peer = self.peer(from);
+        let dial = lock(&peer.dial);
+        let ours_wins = *dial == Dial::Connecting && self.rank < from;
+        if peer.connected() || ours_wins {
+            handshake::duplicate(&mut stream);
+            return;
+        }
+        if handshake::accept(&mut stream).is_err() {
+            return;
+        }
+        if let Err(e) = self.attach_stream(peer, stream) {
+            dc_log!(Level::Warn, Some(self.rank as usize), "connection from rank {from}: {}", e.msg);
+        }
+        drop(dial);
+    }
+
+    /// Connects to `peer` unless a connection exists (made by either side); the connection is
+    /// up when this returns Ok. Other threads wanting the same peer meanwhile wait for this one.
+    fn connect_peer(&self, peer: &Arc<Peer>, wait: Duration) -> Result<()> {
+        if peer.connected() {
+            return Ok(());
+        }
+        let deadline = Instant::now() + wait;
+        let mut dial = lock(&peer.dial);
+        loop {
+            if peer.connected() {
+                return Ok(());
+            }
+            if let Some(e) = peer.gone_error() {
+                return Err(e);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                let why = if *dial == Dial::AwaitingPeer { " (it was connecting to us at the same time and its connection never came)" } else { "" };
+                return Err(Error::new(Status::Timeout, format!("no connection to rank {} within {wait:?}{why}", peer.rank)));
+            }
+            match *dial {
+                Dial::Idle => break,
+                Dial::Connecting | Dial::AwaitingPeer => {
+                    dial = peer.dialled.wait_timeout(dial, (deadline - now).min(Duration::from_millis(100))).unwrap_or_else(|p| p.into_inner()).0;
+                }
+            }
+        }
+        *dial = Dial::Connecting;
+        drop(dial);
+        let attempt = connect_to(self.addrs[peer.rank as usize], &self.mesh, peer.rank, deadline);
+        let mut dial = lock(&peer.dial);
+        let r = match attempt {
+            Ok((handshake::Answer::Accepted, s)) => self.attach_stream(peer, s),
+            Ok((handshake::Answer::Duplicate, _)) => {
+                // Its connection is on its way (or here already): wait for it like any thread.
+                *dial = Dial::AwaitingPeer;
+                while !peer.connected() && Instant::now() < deadline && peer.gone_error().is_none() {
+                    let left = deadline.saturating_duration_since(Instant::now()).min(Duration::from_millis(100));
+                    dial = peer.dialled.wait_timeout(dial, left).unwrap_or_else(|p| p.into_inner()).0;
+                }
+                if peer.connected() {
+                    Ok(())
+                } else {
+                    Err(peer.gone_error().unwrap_or_else(|| Error::new(Status::Timeout, format!("rank {} said it connects to us but did not within {wait:?}", peer.rank))))
+                }
+            }
+            Err(e) => Err(e),
+        };
+        *dial = Dial::Idle;
+        peer.dialled.notify_all();
+        drop(dial);
+        if let Err(e) = &r {
+            if e.status == Status::PeerLost {
+                self.mark_lost(peer, e.msg.clone());
+            }
+        }
+        r
+    }
+
+    /// Stops accepting connections (the door thread ends; the listener closes with us).
+    fn stop_door(&self) {
+        let Some(door) = lock(&self.door).take() else { return };
+        self.door_stop.store(true, Ordering::Release);
+        // Wakes the door's poll (the descriptor stays ours until the transport is dropped).
+        // SAFETY: shutdown on a listening socket we own.
+        unsafe { libc::shutdown(self.listener.as_raw_fd(), libc::SHUT_RDWR) };
+        let _ = door.join();
+    }
+
+    /// For a wait on world rank `r`: an error if it is gone. A peer we have no connection to
+    /// yet (on demand) cannot tell us it died, so one on our host is looked at directly (its
+    /// process, at most every [`ALIVE_CHECK_EVERY`]); one with a connection is watched there.
+    pub fn check_alive(&self, r: u32) -> Option<Error> {
+        if r == self.rank {
+            return None;
+        }
+        let peer = self.peer(r);
+        if let Some(e) = peer.gone_error() {
+            return Some(e);
+        }
+        if peer.connected() {
+            return None;
+        }
+        let pid = self.mesh.host_pids.get(r as usize).copied().flatten()?;
+        if pid == std::process::id() as i32 {
+            return None;
+        }
+        let now = self.started.elapsed().as_millis() as u64;
+        let last = peer.alive_checked_ms.load(Ordering::Relaxed);
+        if last != 0 && now < last + ALIVE_CHECK_EVERY.as_millis() as u64 {
+            return None;
+        }
+        peer.alive_checked_ms.store(now.max(1), Ordering::Relaxed);
+        if process_gone(pid) {
+            self.mark_lost(peer, format!("its process {pid} is gone (it exited or was killed)"));
+            self.fail_peer_ops(peer);
+            return peer.gone_error();
+        }
+        None
+    }
+
+    /// Connects to world rank `r` now rather than at the first message (tests, warm-ups).
+    pub fn connect(&self, r: u32) -> Result<()> {
+        if r == self.rank || r >= self.size {
+            return Err(Error::new(Status::InvalidArgument, format!("no peer rank {r} to connect to")));
+        }
+        self.connect_peer(self.peer(r), self.connect_wait)
+    }
+
+    /// How many peers we hold a connection to.
+    pub fn connected_peers(&self) -> usize {
+        self.active().iter().filter(|p| p.connected()).count()
+    }
+
+    /// A peer we could not reach (its listener is closed) is lost, as one whose connection broke.
+    fn mark_lost(&self, peer: &Arc<Peer>, why: String) {
+        let mut st = lock(&peer.state);
+        if *st == PeerState::Up {
+            dc_log!(Level::Warn, Some(self.rank as usize), "lost rank {}: {why}", peer.rank);
+            *st = PeerState::Lost(why);
+            peer.gone.store(true, Ordering::Release);
+            self.lost.fetch_add(1, Ordering::Release);
+        }
     }
 
     pub fn rank(&self) -> u32 {
@@ -537,7 +831,13 @@ impl SocketTransport {
     }
 
     fn peer(&self, r: u32) -> &Arc<Peer> {
-        self.peers[r as usize].as_ref().expect("no connection to self")
+        debug_assert!(r != self.rank, "no peer for ourselves");
+        self.peers[r as usize].get_or_init(|| Arc::new(Peer::new(r, self.mesh.cma_pids.get(r as usize).copied().flatten())))
+    }
+
+    /// The peer if it was ever used (None: nothing was sent to or received from it yet).
+    fn peer_if_known(&self, r: u32) -> Option<&Arc<Peer>> {
+        self.peers.get(r as usize)?.get()
     }
 
     fn wake_progress(&self) {
@@ -551,12 +851,7 @@ impl SocketTransport {
         if r == self.rank {
             return Some(std::process::id() as i32);
         }
-        self.peer(r).cma_pid
-    }
-
-    /// The error of the first of `ranks` (world ranks) that is gone, if any.
-    pub fn gone_error_any(&self, ranks: &[u32]) -> Option<Error> {
-        ranks.iter().filter(|&&r| r != self.rank).find_map(|&r| self.peer(r).gone_error())
+        self.mesh.cma_pids.get(r as usize).copied().flatten()
     }
 
     /// Makes a context known so aborts from peers reach it.
@@ -583,7 +878,7 @@ impl SocketTransport {
         if self.lost.load(Ordering::Acquire) == 0 {
             return None;
         }
-        members.iter().enumerate().find_map(|(i, &m)| match self.peers.get(m as usize)?.as_ref().map(|p| lock(&p.state).clone()) {
+        members.iter().enumerate().find_map(|(i, &m)| match self.peer_if_known(m).map(|p| lock(&p.state).clone()) {
             Some(PeerState::Lost(why)) => Some((i, why)),
             _ => None,
         })
@@ -782,7 +1077,7 @@ impl SocketTransport {
         if self.backlogged.load(Ordering::Relaxed) == 0 {
             return false;
         }
-        self.peers.iter().flatten().fold(false, |moved, p| self.flush_ring(p) | moved)
+        self.active().iter().fold(false, |moved, p| self.flush_ring(p) | moved)
     }
 
     /// Queues a body-less control frame (abort, goodbye, fin) for `peer`.
@@ -791,6 +1086,7 @@ impl SocketTransport {
     }
 
     fn enqueue(&self, peer: &Arc<Peer>, item: TxItem) -> Result<()> {
+        self.connect_peer(peer, self.connect_wait)?;
         let mut q = lock(&peer.tx);
         // The state's guard must be gone before `gone_error` locks it again.
         let open = match &*lock(&peer.state) {
@@ -1004,7 +1300,12 @@ impl SocketTransport {
         self.fail_aborted();
         for &m in members {
             if m != self.rank {
-                let _ = self.send_control(self.peer(m), Header { check: code, ..Header::control(FrameKind::Abort, ctx.id) });
+                // Members we never talked to are told too (connected to for it, briefly: a
+                // dead one must not hold the abort up).
+                let p = self.peer(m);
+                if self.connect_peer(p, self.connect_wait.min(ABORT_CONNECT_WAIT)).is_ok() {
+                    let _ = self.send_control(p, Header { check: code, ..Header::control(FrameKind::Abort, ctx.id) });
+                }
             }
         }
     }
@@ -1015,7 +1316,7 @@ impl SocketTransport {
         for op in ops {
             op.comp.complete(fail(&op.ctx));
         }
-        for p in self.peers.iter().flatten() {
+        for p in self.active().iter() {
             {
                 let mut rx = lock(&p.rx);
                 if let Target::User { op, len, off, .. } = &rx.target {
@@ -1149,9 +1450,10 @@ impl SocketTransport {
     /// or until `wake_fd` says the op finished) and reads whatever arrived itself. Saves the hop
     /// through the progress thread (a wake-up costs 15-30 us here).
     pub fn wait_readable(&self, max: Duration, wake_fd: RawFd) {
-        let mut pfds: Vec<libc::pollfd> = Vec::with_capacity(self.peers.len() + 1);
-        let mut who: Vec<&Arc<Peer>> = Vec::with_capacity(self.peers.len());
-        for p in self.peers.iter().flatten().filter(|p| !p.rx_done.load(Ordering::Acquire)) {
+        let active = self.active();
+        let mut pfds: Vec<libc::pollfd> = Vec::with_capacity(active.len() + 1);
+        let mut who: Vec<&Arc<Peer>> = Vec::with_capacity(active.len());
+        for p in active.iter().filter(|p| p.connected() && !p.rx_done.load(Ordering::Acquire)) {
             pfds.push(libc::pollfd { fd: p.fd(), events: libc::POLLIN, revents: 0 });
             who.push(p);
         }
@@ -1206,7 +1508,7 @@ impl SocketTransport {
     pub fn poll_sockets(&self) -> bool {
         let mut events = Vec::new();
         let mut got = false;
-        for p in self.peers.iter().flatten() {
+        for p in self.active().iter().filter(|p| p.connected()) {
             if p.tx_busy.load(Ordering::Acquire) {
                 if let Ok(q) = p.tx.try_lock() {
                     events.extend(self.pump_tx_locked(p, q));
@@ -1517,7 +1819,9 @@ impl SocketTransport {
     /// From now on, frames to `peer` go through ring `index` of its segment. Init calls this
     /// before any message is sent.
     pub fn attach_outgoing_ring(&self, peer: u32, seg: RingSegment, index: usize) {
-        let _ = self.peer(peer).ring_out.set(RingOut { seg, index, tx: Mutex::new(RingTx::default()) });
+        let p = self.peer(peer);
+        let _ = p.ring_out.set(RingOut { seg, index, tx: Mutex::new(RingTx::default()) });
+        self.activate(p);
     }
 
     /// Whether some peer sends to us through a ring (waiters then spin on the rings).
@@ -1584,7 +1888,7 @@ impl SocketTransport {
     /// Whether world rank `r`, on our host, holds its core (see `RingSegment::owner_on_core`);
     /// false for a peer without rings.
     fn peer_on_core(&self, r: u32) -> bool {
-        self.peers.get(r as usize).and_then(|p| p.as_ref()).and_then(|p| p.ring_out.get()).is_some_and(|o| o.seg.owner_on_core())
+        self.peer_if_known(r).and_then(|p| p.ring_out.get()).is_some_and(|o| o.seg.owner_on_core())
     }
 
     /// For a thread about to wait (None when we have no rings): it polls the rings while it
@@ -1746,7 +2050,7 @@ impl SocketTransport {
             who.clear();
             pfds.push(libc::pollfd { fd: self.wake.as_raw_fd(), events: libc::POLLIN, revents: 0 });
             let readers_wait = self.socket_readers.load(Ordering::SeqCst) > 0;
-            for p in self.peers.iter().flatten() {
+            for p in self.active().iter().filter(|p| p.connected()) {
                 let mut ev = 0;
                 if !p.rx_done.load(Ordering::Acquire) && !readers_wait {
                     ev |= libc::POLLIN;
@@ -1821,33 +2125,52 @@ impl SocketTransport {
             self.flush_all_rings();
             std::thread::sleep(Duration::from_micros(200));
         }
+        // No new connections from now on (a peer that connects later finds us gone), so the
+        // peers told goodbye are all that have a connection.
+        self.stop_door();
+        let connected: Vec<Arc<Peer>> = self.active().iter().filter(|p| p.connected()).cloned().collect();
         {
             let _order = lock(&self.abort_order);
-            for p in self.peers.iter().flatten() {
+            for p in connected.iter() {
                 // A peer that already said goodbye still reads until it hears ours.
                 let _ = self.send_control(p, Header::control(FrameKind::Close, 0));
             }
         }
         let polite = deadline.min(Instant::now() + Duration::from_secs(2));
+        let connected = &connected;
         let flushed = |p: &Arc<Peer>| lock(&p.tx).is_empty() || p.rx_done.load(Ordering::Acquire);
-        while Instant::now() < deadline && !self.peers.iter().flatten().all(flushed) {
+        while Instant::now() < deadline && !connected.iter().all(flushed) {
             std::thread::sleep(Duration::from_micros(200));
         }
         let said_bye = |p: &Arc<Peer>| p.gone_error().is_some();
-        while Instant::now() < polite && !self.peers.iter().flatten().all(said_bye) {
+        while Instant::now() < polite && !connected.iter().all(said_bye) {
             std::thread::sleep(Duration::from_micros(500));
         }
         self.stop.store(true, Ordering::Release);
         self.wake_progress();
         let _ = handle.join();
-        for p in self.peers.iter().flatten() {
-            let _ = p.stream.shutdown(std::net::Shutdown::Write);
+        for p in connected.iter() {
+            let Some(stream) = p.stream.get() else { continue };
+            let _ = stream.shutdown(std::net::Shutdown::Write);
             let mut sink = [0u8; 4096];
             // Drain what is left so closing sends FIN, not RST.
             // SAFETY: reading into a local buffer.
             while unsafe { libc::recv(p.fd(), sink.as_mut_ptr() as *mut libc::c_void, sink.len(), libc::MSG_DONTWAIT) } > 0 {}
         }
     }
+}
+
+/// Whether process `pid` (of our host) has exited: it no longer exists, or it is a zombie
+/// that its parent has not reaped yet.
+fn process_gone(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    if unsafe { libc::kill(pid, 0) } != 0 {
+        return io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+    }
+    // "pid (comm) S ...": the state follows the last parenthesis.
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    let state = stat.rfind(')').and_then(|i| stat[i + 1..].trim_start().chars().next());
+    matches!(state, Some('Z') | Some('X'))
 }
 
 fn cma_failed(rank: u32, e: io::Error) -> Error {
