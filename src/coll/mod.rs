@@ -86,6 +86,7 @@ pub use reduce_scatter::{reduce_scatter, ReduceScatterBufs};
 /// between by the cost model below. Recursive doubling / halving and dissemination (log N
 /// peers per rank) are not used for that reason.
 pub mod tuning {
+    use super::allgather::Algo as Allgather;
     use super::allreduce::Algo as Allreduce;
     use super::barrier::Algo as Barrier;
     use super::broadcast::Algo as Broadcast;
@@ -230,6 +231,32 @@ pub mod tuning {
         } else {
             Barrier::Tree
         }
+    }
+
+    /// allgather(v), by the total output: direct up to `ALLGATHER_SMALL_BYTES` in small groups,
+    /// Bruck in large ones (ceil(log2 n) steps where the ring needs n-1; it touches
+    /// 2 log2 n peers per rank, which allgather, unlike allreduce and barrier, may spend),
+    /// ring above.
+    pub(crate) fn allgather(n: usize, total_bytes: usize) -> Allgather {
+        if total_bytes > ALLGATHER_SMALL_BYTES {
+            Allgather::Ring
+        } else if n <= DIRECT_MAX_RANKS {
+            Allgather::Direct
+        } else {
+            Allgather::Bruck
+        }
+    }
+
+    /// alltoall blocks up to this size in groups above `DIRECT_MAX_RANKS` go by Bruck.
+    /// Bruck sends ceil(log2 n) messages of ~n/2 blocks where direct sends n-1 of one block:
+    /// it pays (log2 n)/2 times the bytes to save n-1-log2 n message costs, which the model
+    /// says pays while a block is below ~2 a b / log2 n (12 KB at 1024 ranks); kept lower, as
+    /// the extra copies (pack and unpack at every step) are not in the model.
+    pub const ALLTOALL_BRUCK_MAX_BLOCK: usize = 2 << 10;
+
+    /// alltoall: Bruck for small blocks in large groups, else every block straight to its rank.
+    pub(crate) fn alltoall_bruck(n: usize, block: usize) -> bool {
+        n > DIRECT_MAX_RANKS && block <= ALLTOALL_BRUCK_MAX_BLOCK
     }
 
     /// gather and scatter: direct to / from the root up to `DIRECT_MAX_RANKS`, binomial tree

@@ -563,12 +563,12 @@ fn broadcast_large_chain() {
 #[test]
 fn allgather_all_sizes_algorithms() {
     use allgather::Algo;
-    for n in SIZES {
+    for n in SIZES.chain([13, 16, 33, 64]) {
         for block in [0usize, 1, 7, 1000, 300_007 / n] {
             let algos: &[Option<Algo>] = if block > 1000 {
                 &[None]
             } else {
-                &[None, Some(Algo::Direct), Some(Algo::Ring)]
+                &[None, Some(Algo::Direct), Some(Algo::Bruck), Some(Algo::Ring)]
             };
             for &algo in algos {
                 for in_place in [false, true] {
@@ -621,7 +621,7 @@ fn ring_allgather_cuts_large_blocks_into_segments() {
 #[test]
 fn allgatherv_uneven_permuted_with_gaps() {
     use allgather::Algo;
-    for n in SIZES {
+    for n in SIZES.chain([13, 16, 33, 64]) {
         for scale in [0usize, 1, 13, 40_000 / n] {
             // Counts vary (some zero); blocks laid out in reverse rank order with gaps.
             let counts: Vec<usize> = (0..n)
@@ -643,7 +643,7 @@ fn allgatherv_uneven_permuted_with_gaps() {
             let blocks: Vec<Vec<u8>> = (0..n)
                 .map(|r| bytes(counts[r], seed(&[r, scale, 3])))
                 .collect();
-            for algo in [None, Some(Algo::Direct), Some(Algo::Ring)] {
+            for algo in [None, Some(Algo::Direct), Some(Algo::Bruck), Some(Algo::Ring)] {
                 for in_place in [false, true] {
                     let outs = run_ok(n, |l| {
                         let r = l.rank();
@@ -720,7 +720,7 @@ fn gather_scatter_all_sizes_roots() {
 
 #[test]
 fn alltoall_all_sizes() {
-    for n in SIZES {
+    for n in SIZES.chain([13, 16, 33, 64]) {
         for block in [0usize, 1, 7, 1000, 100_003 / n / n] {
             let sends: Vec<Vec<u8>> = (0..n)
                 .map(|r| bytes(n * block, seed(&[r, block, 11])))
@@ -735,6 +735,24 @@ fn alltoall_all_sizes() {
                     .flat_map(|j| sends[j][r * block..(r + 1) * block].to_vec())
                     .collect();
                 assert_eq!(o, &want, "alltoall n={n} block={block} rank {r}");
+            }
+        }
+    }
+}
+
+#[test]
+fn alltoall_bruck_all_sizes() {
+    for n in LARGE.into_iter().chain([4, 6, 7]) {
+        for block in [1usize, 7, 300] {
+            let sends: Vec<Vec<u8>> = (0..n).map(|r| bytes(n * block, seed(&[r, block, 12]))).collect();
+            let outs = run_ok(n, |l| {
+                let mut recv = vec![0xEE; n * block];
+                alltoall::bruck(l, &sends[l.rank()], &mut recv, block)?;
+                Ok(recv)
+            });
+            for (r, o) in outs.iter().enumerate() {
+                let want: Vec<u8> = (0..n).flat_map(|j| sends[j][r * block..(r + 1) * block].to_vec()).collect();
+                assert_eq!(o, &want, "bruck alltoall n={n} block={block} rank {r}");
             }
         }
     }
@@ -1103,6 +1121,10 @@ fn tuning_keeps_small_groups_and_switches_large_ones() {
     assert!(matches!(tuning::allreduce(1024, 64 << 20), allreduce::Algo::Ring { .. }));
     assert_eq!(tuning::broadcast(1024, 4 << 20), broadcast::Algo::Tree);
     assert!(matches!(tuning::broadcast(8, 4 << 20), broadcast::Algo::Chain { .. }));
+    assert_eq!(tuning::allgather(8, 1000), allgather::Algo::Direct);
+    assert_eq!(tuning::allgather(9, 1000), allgather::Algo::Bruck);
+    assert_eq!(tuning::allgather(1024, ALLGATHER_SMALL_BYTES + 1), allgather::Algo::Ring);
+    assert!(!alltoall_bruck(8, 16) && alltoall_bruck(9, 16) && !alltoall_bruck(9, ALLTOALL_BRUCK_MAX_BLOCK + 1));
     assert_eq!(ceil_log2(1), 0);
     assert_eq!(ceil_log2(2), 1);
     assert_eq!(ceil_log2(5), 3);
