@@ -1204,7 +1204,7 @@ fn allreduce_hierarchical_all_ops() {
 #[test]
 fn allreduce_tree_and_hierarchy_inexact_bitwise_identical() {
     let hosts = HOSTS_1_4_5;
-    let cases: Vec<(usize, Option<&[usize]>, Option<allreduce::Algo>)> = vec![
+    let cases = [
         (13, None, Some(allreduce::Algo::Tree)),
         (33, None, Some(allreduce::Algo::Tree)),
         (hosts.len(), Some(&hosts[..]), None),
