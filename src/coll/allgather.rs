@@ -1,10 +1,13 @@
-//! allgather and allgatherv: direct exchange for small outputs, ring for large; plus the ring
+//! allgather and allgatherv: direct exchange for small outputs in small groups, Bruck
+//! (ceil(log2 n) steps) for small outputs in large ones, ring for large outputs; plus the ring
 //! allgather core shared with allreduce.
 
 use std::ops::Range;
 
-use super::tuning::{ALLGATHER_SMALL_BYTES, RING_SEGMENT_BYTES};
-use super::util::{blocks, check_len, peers, ranges_in, segments, send_segments, wait_all, Carve, Recv};
+use super::tuning::{self, RING_SEGMENT_BYTES};
+use super::util::{
+    blocks, check_len, peers, ranges_in, segments, send_segments, wait_all, Carve, Recv, Scratch,
+};
 use super::Link;
 use crate::bail;
 use crate::error::{Result, Status};
@@ -12,7 +15,39 @@ use crate::error::{Result, Status};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Algo {
     Direct,
+    Bruck,
     Ring,
+}
+
+/// Bruck allgather: blocks are kept in scratch in the order "own block, then rank+1's, rank+2's,
+/// ..." (variable sizes packed). At the step of distance d = 1, 2, 4, ... a rank sends the first
+/// min(d, n-d) blocks it holds to rank-d and receives as many from rank+d, which are its blocks
+/// d.. in that order; after ceil(log2 n) steps it holds all n and copies them into place. Each
+/// rank talks to 2 ceil(log2 n) peers (rank +- powers of two).
+pub(crate) fn bruck_allgather(link: &dyn Link, buf: &mut [u8], ranges: &[Range<usize>]) -> Result<()> {
+    let (n, r) = (link.size(), link.rank());
+    let mut off = Vec::with_capacity(n + 1);
+    off.push(0);
+    for i in 0..n {
+        off.push(off[i] + ranges[(r + i) % n].len());
+    }
+    let total = off[n];
+    let mut tmp = Scratch::take(total);
+    let tmp = &mut tmp[..total];
+    tmp[..off[1]].copy_from_slice(&buf[ranges[r].clone()]);
+    let mut d = 1;
+    while d < n {
+        let cnt = d.min(n - d);
+        let (held, rest) = tmp.split_at_mut(off[d]);
+        let rv = Recv::post(link, (r + d) % n, &mut rest[..off[d + cnt] - off[d]])?;
+        let sd = link.send((r + n - d) % n, &held[..off[cnt]])?;
+        wait_all(vec![rv], vec![sd])?;
+        d <<= 1;
+    }
+    for i in 1..n {
+        buf[ranges[(r + i) % n].clone()].copy_from_slice(&tmp[off[i]..off[i + 1]]);
+    }
+    Ok(())
 }
 
 /// Ring allgather: rank `r`'s block is already at `buf[ranges[r]]`; afterwards every block is
@@ -75,6 +110,7 @@ fn run(link: &dyn Link, recv: &mut [u8], ranges: &[Range<usize>], algo: Algo) ->
     }
     match algo {
         Algo::Direct => direct_allgather(link, recv, ranges),
+        Algo::Bruck => bruck_allgather(link, recv, ranges),
         Algo::Ring => ring_allgather(link, recv, ranges),
     }
 }
@@ -99,11 +135,7 @@ pub fn allgather(link: &dyn Link, send: Option<&[u8]>, recv: &mut [u8]) -> Resul
             recv.len() / n
         }
     };
-    let algo = if recv.len() <= ALLGATHER_SMALL_BYTES {
-        Algo::Direct
-    } else {
-        Algo::Ring
-    };
+    let algo = tuning::allgather(n, recv.len());
     allgather_with(link, send, recv, block, algo)
 }
 
@@ -139,11 +171,7 @@ pub fn allgatherv(
         check_len(s.len(), counts[r], "allgatherv: send buffer")?;
     }
     let total: usize = counts.iter().sum();
-    let algo = if total <= ALLGATHER_SMALL_BYTES {
-        Algo::Direct
-    } else {
-        Algo::Ring
-    };
+    let algo = tuning::allgather(n, total);
     allgatherv_with(link, send, recv, &ranges, algo)
 }
 

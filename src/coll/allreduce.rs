@@ -1,11 +1,14 @@
-//! allreduce: direct exchange + rank-ordered reduction for small buffers, ring reduce-scatter +
-//! ring allgather for large ones. Every rank ends with bitwise identical bytes: in the direct
-//! algorithm all ranks run the same reduction over the same inputs in the same order; in the ring
-//! each chunk is finished once, by its owner, and then copied everywhere.
+//! allreduce: direct exchange + rank-ordered reduction for small buffers in small groups,
+//! binomial reduce to rank 0 + binomial broadcast for small buffers in large groups, ring
+//! reduce-scatter + ring allgather for large ones; hierarchical (within hosts, then across) when
+//! the link reports several hosts with several ranks (see `hier`). Every rank ends with bitwise
+//! identical bytes: in the direct algorithm all ranks run the same reduction over the same inputs
+//! in the same order; in the tree rank 0 finishes the result and it is copied everywhere; in the
+//! ring each chunk is finished once, by its owner, and then copied everywhere.
 
 use super::allgather::ring_allgather;
 use super::reduce_scatter::{ring_reduce_scatter, RsBufs};
-use super::tuning::{ALLREDUCE_SMALL_BYTES, RING_SEGMENT_BYTES};
+use super::{broadcast, hier, reduce_coll, tuning};
 use super::util::{
     check_elems, check_len, check_op, peers, reduce_in_order, split_elems, wait_all, Recv,
 };
@@ -17,6 +20,8 @@ use crate::reduce::{divide, narrow, needs_widen, widen};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Algo {
     Direct,
+    /// Binomial-tree reduce to rank 0 (fixed combining order), binomial broadcast from rank 0.
+    Tree,
     /// Ring with reduce-scatter steps cut into segments of about `seg` bytes.
     Ring {
         seg: usize,
@@ -37,13 +42,10 @@ pub fn allreduce(
     if let Some(s) = send {
         check_len(s.len(), recv.len(), "allreduce: send buffer")?;
     }
-    let algo = if recv.len() <= ALLREDUCE_SMALL_BYTES {
-        Algo::Direct
-    } else {
-        Algo::Ring {
-            seg: RING_SEGMENT_BYTES,
-        }
-    };
+    if let Some(hosts) = hier::Hosts::of(link) {
+        return hier::allreduce(link, &hosts, send, recv, dt, op);
+    }
+    let algo = tuning::allreduce(link.size(), recv.len());
     allreduce_with(link, send, recv, dt, op, algo)
 }
 
@@ -64,6 +66,7 @@ pub(crate) fn allreduce_with(
     }
     match algo {
         Algo::Direct => direct(link, send, recv, dt, op),
+        Algo::Tree => tree(link, send, recv, dt, op),
         Algo::Ring { seg } => ring(link, send, recv, dt, op, seg),
     }
 }
@@ -112,6 +115,27 @@ fn direct(
         .collect();
     reduce_in_order(dt, op, &inputs, recv, n);
     Ok(())
+}
+
+/// The reduce collective's binomial tree to rank 0 (children folded in a fixed order, half
+/// precision widened and rounded once at the root, Avg divided there), then a binomial broadcast
+/// of rank 0's finished bytes over the same tree edges. 2 ceil(log2 n) rounds; the tree's n-1
+/// edges are the only pairs that talk.
+fn tree(
+    link: &dyn Link,
+    send: Option<&[u8]>,
+    recv: &mut [u8],
+    dt: DType,
+    op: ReduceOp,
+) -> Result<()> {
+    let len = recv.len();
+    let reduce = reduce_coll::Algo::Tree;
+    if link.rank() == 0 {
+        reduce_coll::reduce_with(link, send, Some(&mut *recv), len, dt, op, 0, reduce)?;
+    } else {
+        reduce_coll::reduce_with(link, Some(send.unwrap_or(&*recv)), None, len, dt, op, 0, reduce)?;
+    }
+    broadcast::broadcast_with(link, recv, 0, broadcast::Algo::Tree)
 }
 
 /// Ring reduce-scatter over element-aligned chunks, owner finishes its chunk (Avg division,

@@ -1,8 +1,9 @@
 //! alltoall and alltoallv: every receive is posted first, then every send (in staggered order
-//! rank+1, rank+2, ... so that not everyone targets rank 0 at once).
+//! rank+1, rank+2, ... so that not everyone targets rank 0 at once). Small blocks in large
+//! groups: Bruck (ceil(log2 n) steps instead of n-1 messages per rank).
 
-use super::util::{check_len, peers, ranges_in, wait_all, Carve, Recv};
-use super::Link;
+use super::util::{check_len, peers, ranges_in, wait_all, Carve, Recv, Scratch};
+use super::{tuning, Link};
 use crate::bail;
 use crate::error::{Result, Status};
 
@@ -22,6 +23,9 @@ pub fn alltoall(link: &dyn Link, send: &[u8], recv: &mut [u8]) -> Result<()> {
     if block == 0 {
         return Ok(());
     }
+    if tuning::alltoall_bruck(n, block) {
+        return bruck(link, send, recv, block);
+    }
     let mut recvs = Vec::with_capacity(n - 1);
     for (p, slot) in recv.chunks_mut(block).enumerate() {
         if p == r {
@@ -35,6 +39,47 @@ pub fn alltoall(link: &dyn Link, send: &[u8], recv: &mut [u8]) -> Result<()> {
         sends.push(link.send(p, &send[p * block..(p + 1) * block])?);
     }
     wait_all(recvs, sends)
+}
+
+/// Bruck alltoall. Scratch slot i starts as the block for rank+i. At the step of distance
+/// d = 1, 2, 4, ..., the slots whose index has bit d set go (packed) to rank+d, and the same
+/// slots are refilled from rank-d; a block therefore travels its slot index in hops of powers of
+/// two and ends at its destination in the same slot: slot i then holds the block from rank-i.
+/// Each rank talks to 2 ceil(log2 n) peers; each block crosses up to ceil(log2 n) links.
+pub(crate) fn bruck(link: &dyn Link, send: &[u8], recv: &mut [u8], block: usize) -> Result<()> {
+    let (n, r) = (link.size(), link.rank());
+    let mut tmp = Scratch::take(n * block);
+    let tmp = &mut tmp[..n * block];
+    for i in 0..n {
+        let j = (r + i) % n;
+        tmp[i * block..(i + 1) * block].copy_from_slice(&send[j * block..(j + 1) * block]);
+    }
+    let slot = |i: usize| i * block..(i + 1) * block;
+    let most = n.div_ceil(2) * block;
+    let mut out = Scratch::take(most);
+    let mut inb = Scratch::take(most);
+    let mut d = 1;
+    while d < n {
+        let moving: Vec<usize> = (0..n).filter(|i| i & d != 0).collect();
+        let len = moving.len() * block;
+        for (k, &i) in moving.iter().enumerate() {
+            out[k * block..(k + 1) * block].copy_from_slice(&tmp[slot(i)]);
+        }
+        {
+            let rv = Recv::post(link, (r + n - d) % n, &mut inb[..len])?;
+            let sd = link.send((r + d) % n, &out[..len])?;
+            wait_all(vec![rv], vec![sd])?;
+        }
+        for (k, &i) in moving.iter().enumerate() {
+            tmp[slot(i)].copy_from_slice(&inb[k * block..(k + 1) * block]);
+        }
+        d <<= 1;
+    }
+    for i in 0..n {
+        let j = (r + n - i) % n;
+        recv[j * block..(j + 1) * block].copy_from_slice(&tmp[slot(i)]);
+    }
+    Ok(())
 }
 
 /// `send[sdispls[j]..][..scounts[j]]` goes to rank `j`; `recv[rdispls[i]..][..rcounts[i]]` comes

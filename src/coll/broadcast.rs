@@ -1,9 +1,9 @@
 //! broadcast: binomial tree for small buffers (log2(n) rounds), pipelined chain for large ones
-//! (each link carries the data once; segments overlap the hops).
+//! (each link carries the data once; segments overlap the hops); hierarchical (across hosts,
+//! then within each) when the link reports several hosts with several ranks (see `hier`).
 
-use super::tuning::{BROADCAST_SEGMENT_MAX, BROADCAST_SEGMENT_MIN, BROADCAST_SMALL_BYTES};
 use super::util::{check_root, segments, wait_all, Carve, Recv};
-use super::Link;
+use super::{hier, tuning, Link};
 use crate::error::Result;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,14 +19,10 @@ pub(crate) enum Algo {
 pub fn broadcast(link: &dyn Link, buf: &mut [u8], root: usize) -> Result<()> {
     let n = link.size();
     check_root(root, n)?;
-    let algo = if n <= 2 || buf.len() <= BROADCAST_SMALL_BYTES {
-        Algo::Tree
-    } else {
-        Algo::Chain {
-            seg: chain_segment(buf.len()),
-        }
-    };
-    broadcast_with(link, buf, root, algo)
+    if let Some(hosts) = hier::Hosts::of(link) {
+        return hier::broadcast(link, &hosts, buf, root);
+    }
+    broadcast_with(link, buf, root, tuning::broadcast(n, buf.len()))
 }
 
 pub(crate) fn broadcast_with(
@@ -67,11 +63,6 @@ fn tree(link: &dyn Link, buf: &mut [u8], root: usize) -> Result<()> {
         mask >>= 1;
     }
     wait_all(Vec::new(), sends)
-}
-
-/// Segment size of the pipelined chain for a buffer of `len` bytes.
-fn chain_segment(len: usize) -> usize {
-    (len / 16).clamp(BROADCAST_SEGMENT_MIN, BROADCAST_SEGMENT_MAX)
 }
 
 /// Pipelined chain root -> root+1 -> ... -> root-1: every rank posts all its segment receives up

@@ -1,8 +1,10 @@
 //! reduce (the collective): binomial tree for small buffers, ring reduce-scatter + gather of the
-//! finished chunks at the root for large ones.
+//! finished chunks at the root for large ones (direct in small groups, up a binomial tree in
+//! large ones, so the root does not talk to every rank).
 
+use super::gather::tree_gather;
 use super::reduce_scatter::{ring_reduce_scatter, RsBufs};
-use super::tuning::{REDUCE_SMALL_BYTES, RING_SEGMENT_BYTES};
+use super::tuning::{self, DIRECT_MAX_RANKS};
 use super::util::{
     check_elems, check_len, check_op, check_root, split_elems, wait_all, Carve, Recv,
 };
@@ -55,13 +57,7 @@ pub fn reduce(
             "reduce: a non-root rank needs a send buffer"
         );
     }
-    let algo = if count_bytes <= REDUCE_SMALL_BYTES {
-        Algo::Tree
-    } else {
-        Algo::Ring {
-            seg: RING_SEGMENT_BYTES,
-        }
-    };
+    let algo = tuning::reduce(n, count_bytes);
     reduce_with(link, send, recv, count_bytes, dt, op, root, algo)
 }
 
@@ -186,7 +182,8 @@ fn tree(
     Ok(())
 }
 
-/// Ring reduce-scatter (each rank finishes one chunk), then every rank sends its chunk to the root.
+/// Ring reduce-scatter (each rank finishes one chunk), then the chunks go to the root: each
+/// straight there in small groups, up the binomial tree (`tree_gather`) in large ones.
 #[allow(clippy::too_many_arguments)]
 fn ring(
     link: &dyn Link,
@@ -243,6 +240,12 @@ fn ring(
                 None => divide(dt, &mut mine, n),
             }
         }
+    }
+    if n > DIRECT_MAX_RANKS {
+        return match recv {
+            Some(rb) => tree_gather(link, &[], &ranges, root, Some(rb)),
+            None => tree_gather(link, &mine, &ranges, root, None),
+        };
     }
     match recv {
         Some(rb) => {

@@ -4,8 +4,12 @@
 //! transport). A receive takes a per-pair sequence number when it is POSTED; its `wait` takes
 //! exactly that message, so receives may be waited out of order. A message longer than the
 //! receive buffer fails (truncation). Waits time out so a buggy algorithm fails instead of hanging.
+//! The hub can place ranks on hosts (`Link::host_of`) and records which peers each rank touched
+//! (sent to or posted a receive from): with connections opened on demand, that is what a
+//! collective costs in connections.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -32,14 +36,41 @@ struct Pair {
 pub(crate) struct Hub {
     n: usize,
     pairs: Vec<Pair>,
+    /// Host of each rank (None: every rank its own host, the `Link` default).
+    hosts: Option<Vec<usize>>,
+    /// `touched[a * n + b]`: rank a sent to or posted a receive from rank b.
+    touched: Vec<AtomicBool>,
 }
 
 impl Hub {
     pub fn new(n: usize) -> Hub {
+        Hub::with_hosts(n, None)
+    }
+
+    pub fn with_hosts(n: usize, hosts: Option<Vec<usize>>) -> Hub {
+        if let Some(h) = &hosts {
+            assert_eq!(h.len(), n);
+        }
         Hub {
             n,
             pairs: (0..n * n).map(|_| Pair::default()).collect(),
+            hosts,
+            touched: (0..n * n).map(|_| AtomicBool::new(false)).collect(),
         }
+    }
+
+    fn touch(&self, a: usize, b: usize) {
+        self.touched[a * self.n + b].store(true, Ordering::Relaxed);
+    }
+
+    /// For each rank, the number of distinct peers it touched or was touched by (a connection
+    /// has two ends: a rank that only receives from a sender still holds that connection).
+    pub fn distinct_peers(&self) -> Vec<usize> {
+        let n = self.n;
+        let t = |a: usize, b: usize| self.touched[a * n + b].load(Ordering::Relaxed);
+        (0..n)
+            .map(|a| (0..n).filter(|&b| b != a && (t(a, b) || t(b, a))).count())
+            .collect()
     }
 
     fn pair(&self, from: usize, to: usize) -> &Pair {
@@ -121,6 +152,9 @@ impl<'h> Link for MockLink<'h> {
     fn size(&self) -> usize {
         self.hub.n
     }
+    fn host_of(&self, peer: usize) -> usize {
+        self.hub.hosts.as_ref().map_or(peer, |h| h[peer])
+    }
     fn send<'a>(&'a self, peer: usize, buf: &'a [u8]) -> Result<Pending<'a>> {
         if peer >= self.hub.n || peer == self.rank {
             return Err(err!(
@@ -128,6 +162,7 @@ impl<'h> Link for MockLink<'h> {
                 "mock: send to bad peer {peer}"
             ));
         }
+        self.hub.touch(self.rank, peer);
         let pair = self.hub.pair(self.rank, peer);
         let mut st = pair.st.lock().unwrap();
         let seq = st.sent;
@@ -143,6 +178,7 @@ impl<'h> Link for MockLink<'h> {
                 "mock: recv from bad peer {peer}"
             ));
         }
+        self.hub.touch(self.rank, peer);
         let pair = self.hub.pair(peer, self.rank);
         let seq = {
             let mut st = pair.st.lock().unwrap();
@@ -169,7 +205,49 @@ pub(crate) fn run_counting<R: Send>(
     n: usize,
     f: impl Fn(&dyn Link) -> Result<R> + Sync,
 ) -> (Vec<Result<R>>, u64) {
-    let hub = Hub::new(n);
+    let (out, st) = run_on(Hub::new(n), f);
+    (out, st.sent)
+}
+
+/// What a run cost.
+pub(crate) struct Stats {
+    /// Messages sent in all.
+    pub sent: u64,
+    /// Per rank: distinct peers touched (see `Hub::distinct_peers`).
+    pub peers: Vec<usize>,
+}
+
+/// `run_ok` with ranks placed on hosts (`hosts[rank]`).
+pub(crate) fn run_ok_hosts<R: Send>(
+    hosts: &[usize],
+    f: impl Fn(&dyn Link) -> Result<R> + Sync,
+) -> Vec<R> {
+    let (out, _) = run_on(Hub::with_hosts(hosts.len(), Some(hosts.to_vec())), f);
+    unwrap_all(out)
+}
+
+/// `run_ok`, also returning what the run cost.
+pub(crate) fn run_stats<R: Send>(
+    hub: Hub,
+    f: impl Fn(&dyn Link) -> Result<R> + Sync,
+) -> (Vec<R>, Stats) {
+    let (out, st) = run_on(hub, f);
+    (unwrap_all(out), st)
+}
+
+fn unwrap_all<R>(out: Vec<Result<R>>) -> Vec<R> {
+    out.into_iter()
+        .enumerate()
+        .map(|(i, r)| r.unwrap_or_else(|e| panic!("rank {i}: {e}")))
+        .collect()
+}
+
+/// Runs `f` on every rank of `hub` (threads).
+pub(crate) fn run_on<R: Send>(
+    hub: Hub,
+    f: impl Fn(&dyn Link) -> Result<R> + Sync,
+) -> (Vec<Result<R>>, Stats) {
+    let n = hub.n;
     let out: Vec<Result<R>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..n)
             .map(|rank| {
@@ -186,14 +264,11 @@ pub(crate) fn run_counting<R: Send>(
         hub.assert_drained();
     }
     let sent = hub.pairs.iter().map(|p| p.st.lock().unwrap().sent).sum();
-    (out, sent)
+    let peers = hub.distinct_peers();
+    (out, Stats { sent, peers })
 }
 
 /// `run`, unwrapping every rank's result.
 pub(crate) fn run_ok<R: Send>(n: usize, f: impl Fn(&dyn Link) -> Result<R> + Sync) -> Vec<R> {
-    run(n, f)
-        .into_iter()
-        .enumerate()
-        .map(|(i, r)| r.unwrap_or_else(|e| panic!("rank {i}: {e}")))
-        .collect()
+    unwrap_all(run(n, f))
 }

@@ -312,3 +312,33 @@ pub(crate) fn reduce_in_order(
 pub(crate) fn peers(rank: usize, n: usize) -> impl Iterator<Item = usize> {
     (1..n).map(move |k| (rank + k) % n)
 }
+
+/// This rank's place in the binomial tree over `n` ranks rooted at `root`, numbered relative to
+/// the root (vr = (rank - root) mod n): the parent is vr with its lowest set bit cleared, the
+/// children are vr + 1, vr + 2, vr + 4, ... below that bit (and below n). Returns the parent
+/// (None at the root) and the children in that increasing order, as comm ranks. The subtree of
+/// relative rank v holds relative ranks v..min(v + lowbit(v), n) (the root's: all of them).
+pub(crate) fn binomial(rank: usize, n: usize, root: usize) -> (Option<usize>, Vec<usize>) {
+    let vr = (rank + n - root) % n;
+    let mut children = Vec::new();
+    let mut mask = 1;
+    while mask < n {
+        if vr & mask != 0 {
+            return (Some((vr - mask + root) % n), children);
+        }
+        if vr + mask < n {
+            children.push((vr + mask + root) % n);
+        }
+        mask <<= 1;
+    }
+    (None, children)
+}
+
+/// End (exclusive, relative rank) of the binomial subtree of relative rank `vr` among `n`.
+pub(crate) fn subtree_end(vr: usize, n: usize) -> usize {
+    if vr == 0 {
+        n
+    } else {
+        (vr + (1 << vr.trailing_zeros())).min(n)
+    }
+}
