@@ -34,6 +34,9 @@ pub struct World {
     pub store: Arc<dyn crate::rendezvous::Store>,
     /// Every rank's data address, by world rank.
     pub addrs: Vec<std::net::SocketAddr>,
+    /// By world rank: the index of its host (ranks with the same hostname share one), the
+    /// same on every rank, for hierarchical collectives.
+    pub hosts: Vec<u32>,
     /// Kept alive for the job's lifetime (e.g. the store server rank 0 hosts).
     pub keepalive: Mutex<Vec<Box<dyn std::any::Any + Send>>>,
     pub shutdown_wait: Duration,
@@ -269,6 +272,10 @@ impl Link for CollLink<'_> {
     fn send<'a>(&'a self, peer: usize, buf: &'a [u8]) -> Result<Pending<'a>> {
         let op = self.comm.transport().post_send(&self.comm.ctx, self.comm.members[peer], self.tag, self.sig, ConstBuf::from_slice(buf))?;
         Ok(Pending::new(LinkOp { comm: self.comm, op: P2pOp::Send(op), peer, seq: self.seq, deadline: self.deadline }))
+    }
+
+    fn host_of(&self, peer: usize) -> usize {
+        self.comm.world.hosts[self.comm.members[peer] as usize] as usize
     }
 
     fn recv<'a>(&'a self, peer: usize, buf: &'a mut [u8]) -> Result<Pending<'a>> {

@@ -77,13 +77,22 @@ pub fn init(opts: &InitOptions) -> Result<Arc<Comm>> {
     let mut addrs: Vec<SocketAddr> = Vec::with_capacity(size);
     let mut cma_pids = Vec::with_capacity(size);
     let mut host_pids = Vec::with_capacity(size);
+    let mut hosts: Vec<u32> = Vec::with_capacity(size);
+    let mut host_names: Vec<&str> = Vec::new();
     for (r, v) in all.iter().enumerate() {
         let text = std::str::from_utf8(v).unwrap_or("");
         let mut parts = text.splitn(3, '|');
         let addr = parts.next().and_then(|a| a.parse().ok());
         let addr = addr.ok_or_else(|| Error::new(Status::Rendezvous, format!("rank {r} published a malformed address")))?;
         addrs.push(addr);
-        let same_host = parts.next() == Some(host.as_str());
+        let their_host = parts.next().unwrap_or("");
+        let same_host = their_host == host.as_str();
+        // Hosts numbered in order of first appearance: the same numbers on every rank.
+        let h = host_names.iter().position(|n| *n == their_host).unwrap_or_else(|| {
+            host_names.push(their_host);
+            host_names.len() - 1
+        });
+        hosts.push(h as u32);
         let adv = parts.next();
         host_pids.push(if same_host { adv.and_then(|a| a.split(':').next()?.parse().ok()) } else { None });
         let allowed = same_host && r != rank && policy != TransportPolicy::Socket;
@@ -110,6 +119,7 @@ pub fn init(opts: &InitOptions) -> Result<Arc<Comm>> {
         transport,
         store: rdv.store.clone(),
         addrs,
+        hosts,
         keepalive: Mutex::new(keepalive),
         shutdown_wait,
         policy,
