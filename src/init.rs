@@ -157,20 +157,35 @@ fn setup_rings(transport: &SocketTransport, store: &dyn Store, rank: usize, loca
             format!("{}:{nonce:x}:{ring_bytes}:{}", std::process::id(), ranks.join(","))
         }
         Err(e) => {
-            dc_log!(Level::Warn, Some(rank), "no point-to-point rings towards this rank, its same-host peers send over sockets: {}", e.msg);
+            dc_log!(Level::Warn, Some(rank), "no point-to-point rings for this rank: its same-host peers and it talk over sockets: {}", e.msg);
             "none".to_string()
         }
     };
     let announced = exchange_among(store, "p2p_rings", rank, local, mine.as_bytes(), deadline)?;
-    for (&r, v) in local.iter().zip(&announced) {
+    let mut mapped = Vec::new();
+    for (i, v) in announced.iter().enumerate() {
         match map_peer_ring(&String::from_utf8_lossy(v), rank) {
-            Ok((seg, index)) => transport.attach_outgoing_ring(r as u32, seg, index),
-            Err(why) => dc_log!(Level::Info, Some(rank), "messages to rank {r} go over the socket: {why}"),
+            Ok((seg, index)) => mapped.push((i, seg, index)),
+            Err(why) => dc_log!(Level::Info, Some(rank), "messages to rank {} go over the socket: {why}", local[i]),
         }
     }
-    // Everyone has mapped what it could: ours may go.
-    exchange_among(store, "p2p_mapped", rank, local, b"1", deadline)?;
+    // Everyone has mapped what it could (and says which): ours may go. A pair uses rings both
+    // ways or not at all: the stream protocol expects a ring from the sender to the receiver
+    // wherever there is one the other way (a peer whose segment could not be reserved, or
+    // that could not map ours, keeps the socket in both directions).
+    let list: Vec<String> = mapped.iter().map(|(i, ..)| local[*i].to_string()).collect();
+    let list = if list.is_empty() { "none".to_string() } else { list.join(",") };
+    let theirs = exchange_among(store, "p2p_mapped", rank, local, list.as_bytes(), deadline)?;
     let _ = std::fs::remove_file(&path);
+    let me = rank.to_string();
+    for (i, seg, index) in mapped {
+        let r = local[i];
+        if String::from_utf8_lossy(&theirs[i]).split(',').any(|x| x == me) {
+            transport.attach_outgoing_ring(r as u32, seg, index);
+        } else {
+            dc_log!(Level::Info, Some(rank), "messages to rank {r} go over the socket: it has no ring from us (a pair uses rings both ways or neither)");
+        }
+    }
     Ok(())
 }
 
