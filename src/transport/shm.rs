@@ -618,6 +618,81 @@ mod tests {
         assert_eq!(chunk_for(256, Some(4096)), 4096 + PAGE, "not exactly 16 n");
     }
 
+    /// The algorithms of `coll::shm` on arenas of many ranks with the sizes chosen here (fewer
+    /// mailbox slots, small chunks, the floor), one thread per rank.
+    fn run_many(n: usize, chunk: usize) {
+        use crate::buffer::{ConstBuf, MutBuf};
+        use crate::coll::shm::{Scratch, ShmRun};
+        use crate::collective::CollArgs;
+        use crate::dtype::{DType, ReduceOp};
+        let path = segment_path(0x6d61_6e79_0000 ^ (n as u64) << 20 ^ std::process::id() as u64);
+        let first = Arc::new(Arena::create(&path, n, chunk, 3).unwrap());
+        let arenas: Vec<Arc<Arena>> = (0..n).map(|r| if r == 0 { first.clone() } else { Arc::new(Arena::open(&path, n, chunk, 3, r).unwrap()) }).collect();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(first.eager_slots(), eager_slots(n));
+        let far = Instant::now() + Duration::from_secs(120);
+        let threads: Vec<_> = arenas
+            .into_iter()
+            .enumerate()
+            .map(|(me, a)| {
+                std::thread::spawn(move || {
+                    let (steps, mut scratch) = (Steps::default(), Scratch::default());
+                    let mut coll = 0u32;
+                    let mut run = |args: CollArgs| {
+                        coll += 1;
+                        let (deadline, interrupt) = (|| far, |_| None);
+                        let mut r = ShmRun::new(&a, &steps, coll, &deadline, &interrupt, &mut scratch, None);
+                        // SAFETY: the buffers outlive the call.
+                        let done = unsafe { r.run_eager(&args) }.or_else(|| unsafe { r.run(&args) }).expect("an arena algorithm");
+                        a.finished(coll);
+                        done.unwrap();
+                    };
+                    // More small collectives than mailbox slots (slot reuse), then the chunked
+                    // allreduce (one f64 per rank's share of a chunk at the floor).
+                    for k in 0..(2 * eager_slots(n) + 3) {
+                        let send = ((me + k) as f64).to_le_bytes();
+                        let mut recv = [0u8; 8];
+                        run(CollArgs::Allreduce { send: Some(ConstBuf::from_slice(&send)), recv: MutBuf::from_slice(&mut recv), dt: DType::Float64, op: ReduceOp::Sum });
+                        assert_eq!(f64::from_le_bytes(recv), (n * (n - 1) / 2 + n * k) as f64);
+                    }
+                    let count = 3 * chunk / 8 + 5;
+                    let send: Vec<u8> = (0..count).flat_map(|i| ((me + i % 5) as f64).to_le_bytes()).collect();
+                    let mut recv = vec![0u8; send.len()];
+                    run(CollArgs::Allreduce { send: Some(ConstBuf::from_slice(&send)), recv: MutBuf::from_slice(&mut recv), dt: DType::Float64, op: ReduceOp::Sum });
+                    for (i, v) in recv.chunks(8).enumerate() {
+                        assert_eq!(f64::from_le_bytes(v.try_into().unwrap()), (n * (n - 1) / 2 + n * (i % 5)) as f64, "rank {me} element {i}");
+                    }
+                    // reduce_scatter: one element per rank, and alltoall: blocks of 24 bytes.
+                    let mut block = [0u8; 8];
+                    let input: Vec<u8> = (0..n).flat_map(|j| ((me * j) as f64).to_le_bytes()).collect();
+                    run(CollArgs::ReduceScatter { send: Some(ConstBuf::from_slice(&input)), recv: MutBuf::from_slice(&mut block), dt: DType::Float64, op: ReduceOp::Sum });
+                    assert_eq!(f64::from_le_bytes(block), (me * n * (n - 1) / 2) as f64);
+                    let send: Vec<u8> = (0..n * 24).map(|i| (i / 24 * 3 + me) as u8).collect();
+                    let mut recv = vec![0u8; n * 24];
+                    run(CollArgs::Alltoall { send: ConstBuf::from_slice(&send), recv: MutBuf::from_slice(&mut recv), dt: DType::Uint8 });
+                    assert!((0..n * 24).all(|i| recv[i] == (me * 3 + i / 24) as u8), "rank {me}: alltoall");
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+    }
+
+    #[test]
+    fn many_ranks_on_the_chosen_chunks() {
+        // 160 ranks: 32 mailbox slots, chunks of 168 KiB.
+        assert_eq!((eager_slots(160), chunk_for(160, None)), (32, 168 << 10));
+        run_many(160, chunk_for(160, None));
+    }
+
+    #[test]
+    fn many_ranks_on_the_floor() {
+        // 512 ranks on 4 KiB chunks: every rank's share of a chunk is one f64.
+        assert_eq!(min_chunk(512), 8 * 512);
+        run_many(512, min_chunk(512));
+    }
+
     #[test]
     fn waiting_times_out_and_wraps() {
         assert!(reached(5, 5) && reached(6, 5) && !reached(4, 5));
