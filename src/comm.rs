@@ -708,20 +708,33 @@ impl Comm {
         self.transport().check_alive(self.members[r])
     }
 
+    /// Bytes of /dev/shm behind this rank (for tests and the memory documentation): the comm's
+    /// arena (one segment, which every member reports) and this rank's segment of incoming
+    /// point-to-point rings (the world's, one per rank of a host). 0 for what it does not have.
+    pub fn shm_bytes(&self) -> (usize, usize) {
+        (self.shm.get().map_or(0, |s| s.arena.bytes()), self.transport().incoming_ring_bytes())
+    }
+
     /// Maps one shared segment for all members if the policy allows and every member can
-    /// (same host, same /dev/shm); otherwise the comm stays on sockets. Collective.
+    /// (same host, same /dev/shm, room in it for the segment); otherwise the comm stays on
+    /// sockets. Collective. The segment's size grows linearly with the members and is capped
+    /// (see `transport::shm`): rank 0 reserves all of it before anyone maps it, and a /dev/shm
+    /// without room for it is a WARN line and sockets (under backend "shm": the error).
     fn setup_shm(&self) -> Result<()> {
         let policy = self.world.policy;
         if policy == TransportPolicy::Socket || self.size() < 2 {
             return Ok(());
         }
         let n = self.size();
-        // Rank 0 creates the segment and tells the others its name parts: ok, pid, chunk, nonce.
-        let mut info = [0u8; 24];
+        // Rank 0 creates the segment and tells the others its name parts: ok, pid, chunk, nonce;
+        // if it could not, the bytes it needed and found free in /dev/shm.
+        let mut info = [0u8; 40];
         let mut created = None;
+        let mut failure = None;
         if self.rank == 0 {
             shm_seg::reclaim_stale_segments();
-            let chunk = std::env::var("DC_SHM_CHUNK").ok().and_then(|v| v.parse::<usize>().ok()).unwrap_or(shm_seg::DEFAULT_CHUNK).clamp(4096, 64 << 20) / 64 * 64;
+            let requested = std::env::var("DC_SHM_CHUNK").ok().and_then(|v| v.parse::<usize>().ok());
+            let chunk = shm_seg::chunk_for(n, requested);
             let nonce = crate::init::random_u64();
             let path = shm_seg::segment_path(self.ctx.id);
             match Arena::create(&path, n, chunk, nonce) {
@@ -732,13 +745,27 @@ impl Comm {
                     info[16..24].copy_from_slice(&nonce.to_le_bytes());
                     created = Some((a, path));
                 }
-                Err(e) => dc_log!(Level::Info, Some(self.rank), "no shared memory: {}", e.msg),
+                Err(e) => {
+                    let need = shm_seg::arena_bytes(n, chunk) as u64;
+                    let free = shm_seg::free_bytes(std::path::Path::new("/dev/shm")).unwrap_or(0);
+                    info[24..32].copy_from_slice(&need.to_le_bytes());
+                    info[32..40].copy_from_slice(&free.to_le_bytes());
+                    let then = if policy == TransportPolicy::Shm { "backend \"shm\" fails" } else { "collectives over sockets" };
+                    dc_log!(Level::Warn, Some(self.rank), "communicator {:#x} of {n} ranks: no shared-memory arena, {then}: {}", self.ctx.id, e.msg);
+                    failure = Some(e.msg);
+                }
             }
         }
         self.collective(CollArgs::Broadcast { buf: MutBuf::from_slice(&mut info), dt: crate::dtype::DType::Uint8, root: 0 })?;
         let pid = u32::from_le_bytes(info[4..8].try_into().unwrap());
         let chunk = u64::from_le_bytes(info[8..16].try_into().unwrap()) as usize;
         let nonce = u64::from_le_bytes(info[16..24].try_into().unwrap());
+        if info[0] != 1 && policy == TransportPolicy::Shm {
+            let need = u64::from_le_bytes(info[24..32].try_into().unwrap());
+            let free = u64::from_le_bytes(info[32..40].try_into().unwrap());
+            let why = failure.unwrap_or_else(|| format!("{} needed, {} free in /dev/shm", shm_seg::show_bytes(need), shm_seg::show_bytes(free)));
+            return Err(Error::new(Status::Unavailable, format!("backend \"shm\": rank 0 could not reserve the shared-memory arena of {n} ranks: {why}")));
+        }
         let arena = match created {
             Some((a, _)) => Some(a),
             None if info[0] == 1 => {

@@ -9,6 +9,7 @@ use crate::rendezvous::{exchange, exchange_among, rendezvous, Store};
 use crate::transport::cma;
 use crate::transport::handshake::token_digest;
 use crate::transport::ring::{self, RingSegment};
+use crate::transport::shm::show_bytes;
 use crate::transport::socket::{Listener, MeshConfig, SocketTransport};
 use std::io::Read;
 use std::net::SocketAddr;
@@ -136,48 +137,86 @@ pub fn init(opts: &InitOptions) -> Result<Arc<Comm>> {
 /// it, map each peer's and send to it through our ring there from now on, and unlink ours once
 /// every peer has had its chance to map it. A peer whose segment we cannot map (another mount
 /// namespace, no /dev/shm) keeps the socket; so does one that cannot map ours, towards us.
+///
+/// The rings' size comes from the number of ranks on the host (`ring::ring_bytes_for`: every
+/// rank of the host computes the same), so that all segments together stay under
+/// `ring::RING_CAP`; with more ranks than that allows, no rings at all (every rank of the host
+/// decides so alike, and nobody waits for announcements). Our segment is reserved before we
+/// announce it: a /dev/shm without room for it is a WARN line and sockets for our peers'
+/// messages to us.
 fn setup_rings(transport: &SocketTransport, store: &dyn Store, rank: usize, local: &[usize], deadline: Instant) -> Result<()> {
+    let on_host = local.len() + 1;
+    let Some(ring_bytes) = ring::ring_bytes_for(on_host) else {
+        dc_log!(
+            Level::Info,
+            Some(rank),
+            "no point-to-point rings: {on_host} ranks on this host would need more than {} of /dev/shm even with {} rings; same-host messages go over sockets (single-copy from {} bytes)",
+            show_bytes(ring::RING_CAP as u64),
+            ring::MIN_RING_BYTES,
+            cma::threshold()
+        );
+        return Ok(());
+    };
     let nonce = random_u64();
     let path = ring::segment_path(std::process::id(), nonce);
-    let mine = match RingSegment::create(&path, local.len(), nonce) {
+    let mine = match RingSegment::create(&path, local.len(), ring_bytes, nonce) {
         Ok(seg) => {
+            dc_log!(Level::Info, Some(rank), "point-to-point rings: {} of {ring_bytes} bytes, {} for the {on_host} ranks of this host", local.len(), show_bytes(ring::host_bytes(on_host, ring_bytes) as u64));
             let mut index = vec![None; transport.size() as usize];
             for (i, &r) in local.iter().enumerate() {
                 index[r] = Some(i);
             }
             transport.attach_incoming_rings(seg, index);
             let ranks: Vec<String> = local.iter().map(|r| r.to_string()).collect();
-            format!("{}:{nonce:x}:{}", std::process::id(), ranks.join(","))
+            format!("{}:{nonce:x}:{ring_bytes}:{}", std::process::id(), ranks.join(","))
         }
         Err(e) => {
-            dc_log!(Level::Info, Some(rank), "point-to-point over sockets only: {}", e.msg);
+            dc_log!(Level::Warn, Some(rank), "no point-to-point rings for this rank: its same-host peers and it talk over sockets: {}", e.msg);
             "none".to_string()
         }
     };
     let announced = exchange_among(store, "p2p_rings", rank, local, mine.as_bytes(), deadline)?;
-    for (&r, v) in local.iter().zip(&announced) {
+    let mut mapped = Vec::new();
+    for (i, v) in announced.iter().enumerate() {
         match map_peer_ring(&String::from_utf8_lossy(v), rank) {
-            Ok((seg, index)) => transport.attach_outgoing_ring(r as u32, seg, index),
-            Err(why) => dc_log!(Level::Info, Some(rank), "messages to rank {r} go over the socket: {why}"),
+            Ok((seg, index)) => mapped.push((i, seg, index)),
+            Err(why) => dc_log!(Level::Info, Some(rank), "messages to rank {} go over the socket: {why}", local[i]),
         }
     }
-    // Everyone has mapped what it could: ours may go.
-    exchange_among(store, "p2p_mapped", rank, local, b"1", deadline)?;
+    // Everyone has mapped what it could (and says which): ours may go. A pair uses rings both
+    // ways or not at all: the stream protocol expects a ring from the sender to the receiver
+    // wherever there is one the other way (a peer whose segment could not be reserved, or
+    // that could not map ours, keeps the socket in both directions).
+    let list: Vec<String> = mapped.iter().map(|(i, ..)| local[*i].to_string()).collect();
+    let list = if list.is_empty() { "none".to_string() } else { list.join(",") };
+    let theirs = exchange_among(store, "p2p_mapped", rank, local, list.as_bytes(), deadline)?;
     let _ = std::fs::remove_file(&path);
+    let me = rank.to_string();
+    for (i, seg, index) in mapped {
+        let r = local[i];
+        if String::from_utf8_lossy(&theirs[i]).split(',').any(|x| x == me) {
+            transport.attach_outgoing_ring(r as u32, seg, index);
+        } else {
+            dc_log!(Level::Info, Some(rank), "messages to rank {r} go over the socket: it has no ring from us (a pair uses rings both ways or neither)");
+        }
+    }
     Ok(())
 }
 
-/// Maps the segment a peer announced ("pid:nonce:rank,rank,..."); our ring's index in it.
+/// Maps the segment a peer announced ("pid:nonce:ring_bytes:rank,rank,..."); our ring's index
+/// in it. The file must have exactly the announced size before it is mapped (see
+/// `shm::open_segment_file`), and its creator reserved all of it, so no access faults.
 fn map_peer_ring(announced: &str, rank: usize) -> std::result::Result<(RingSegment, usize), String> {
-    let mut parts = announced.splitn(3, ':');
-    let (Some(pid), Some(nonce), Some(ranks)) = (parts.next(), parts.next(), parts.next()) else {
+    let mut parts = announced.splitn(4, ':');
+    let (Some(pid), Some(nonce), Some(ring_bytes), Some(ranks)) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
         return Err(format!("it has no ring segment ({announced})"));
     };
     let pid: u32 = pid.parse().map_err(|_| "malformed announcement")?;
     let nonce = u64::from_str_radix(nonce, 16).map_err(|_| "malformed announcement")?;
+    let ring_bytes: usize = ring_bytes.parse().map_err(|_| "malformed announcement")?;
     let ranks: Vec<&str> = ranks.split(',').collect();
     let me = rank.to_string();
     let index = ranks.iter().position(|r| *r == me).ok_or("its segment has no ring for us")?;
-    let seg = RingSegment::open(&ring::segment_path(pid, nonce), ranks.len(), nonce).map_err(|e| e.msg)?;
+    let seg = RingSegment::open(&ring::segment_path(pid, nonce), ranks.len(), ring_bytes, nonce).map_err(|e| e.msg)?;
     Ok((seg, index))
 }

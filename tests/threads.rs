@@ -642,3 +642,78 @@ fn a_too_small_receive_posted_while_its_message_arrives_is_truncated_cleanly() {
     });
     assert!(out.iter().all(|r| r.is_ok()));
 }
+
+/// Checks allreduce (eager, one-step and chunked), allgather and alltoall (eager and staged,
+/// blocks over several pieces), and a ring of point-to-point messages (inline, streamed or
+/// single-copy), on any size of job; returns this rank's shared-memory bytes.
+fn collectives_and_neighbours(c: &Comm) -> (usize, usize) {
+    let (n, me) = (c.size(), c.rank());
+    for count in [4usize, 2048, 262_147] {
+        let send = f32_bytes(&(0..count).map(|i| (me + i % 7) as f32).collect::<Vec<_>>());
+        let mut recv = vec![0u8; send.len()];
+        c.collective(CollArgs::Allreduce { send: Some(ConstBuf::from_slice(&send)), recv: MutBuf::from_slice(&mut recv), dt: DType::Float32, op: ReduceOp::Sum }).unwrap();
+        let want = f32_bytes(&(0..count).map(|i| (n * (n - 1) / 2 + n * (i % 7)) as f32).collect::<Vec<_>>());
+        assert!(recv == want, "rank {me}: allreduce of {count} floats on {n} ranks");
+    }
+    for block in [100usize, 3000, 70_001] {
+        let mine: Vec<u8> = (0..block).map(|i| (i + me * 31) as u8).collect();
+        let mut all = vec![0u8; n * block];
+        c.collective(CollArgs::Allgather { send: Some(ConstBuf::from_slice(&mine)), recv: MutBuf::from_slice(&mut all), dt: DType::Uint8 }).unwrap();
+        for r in 0..n {
+            assert!((0..block).all(|i| all[r * block + i] == (i + r * 31) as u8), "rank {me}: allgather block {block} from {r}");
+        }
+    }
+    for block in [8usize, 600, 9001] {
+        let send: Vec<u8> = (0..n * block).map(|i| (i * 7 + me * 13) as u8).collect();
+        let mut recv = vec![0u8; n * block];
+        c.collective(CollArgs::Alltoall { send: ConstBuf::from_slice(&send), recv: MutBuf::from_slice(&mut recv), dt: DType::Uint8 }).unwrap();
+        for r in 0..n {
+            assert!((0..block).all(|i| recv[r * block + i] == ((me * block + i) * 7 + r * 13) as u8), "rank {me}: alltoall block {block} from {r}");
+        }
+    }
+    for len in [100usize, 100_000, 1 << 20] {
+        let (to, from) = ((me + 1) % n, (me + n - 1) % n);
+        let out: Vec<u8> = (0..len).map(|i| (i * 3 + me) as u8).collect();
+        let mut got = vec![0u8; len];
+        let r = c.post_recv(MutBuf::from_slice(&mut got), Some(from), Some(9)).unwrap();
+        let s = c.post_send(ConstBuf::from_slice(&out), to, 9).unwrap();
+        c.wait_p2p(&s, c.op_deadline(), &|| "send".into()).unwrap();
+        c.wait_p2p(&r, c.op_deadline(), &|| "recv".into()).unwrap();
+        assert!((0..len).all(|i| got[i] == (i * 3 + from) as u8), "rank {me}: {len} bytes from {from}");
+    }
+    c.collective(CollArgs::Barrier).unwrap();
+    c.shm_bytes()
+}
+
+/// 64 thread ranks with the default backend: right results on the arena, whose size is the
+/// formula's (`transport::shm`) and within its cap, and no point-to-point rings (64 ranks on a
+/// host would need more than the rings' cap; messages go over sockets).
+#[test]
+fn sixty_four_thread_ranks_stay_within_the_shared_memory_budget() {
+    use distcomm::transport::{ring, shm};
+    let n = 64;
+    let out = job_on("auto", n, 120_000, |c| {
+        assert_eq!(c.backend().to_str().unwrap(), "shm");
+        collectives_and_neighbours(&c)
+    });
+    let arena = out[0].0;
+    assert!(out.iter().all(|&(a, rings)| a == arena && rings == 0), "{out:?}");
+    assert_eq!(arena, shm::arena_bytes(n, shm::chunk_for(n, None)));
+    assert!(arena <= shm::ARENA_CAP, "{arena} bytes");
+    assert_eq!(ring::ring_bytes_for(n), None);
+}
+
+/// 24 thread ranks: rings of the smallest size (32 KiB: inline bodies up to 8 KiB, larger ones
+/// streamed in 8 KiB chunks), all of them together within the rings' cap.
+#[test]
+fn twenty_four_thread_ranks_use_the_smallest_rings() {
+    use distcomm::transport::{ring, shm};
+    let n = 24;
+    let out = job_on("auto", n, 120_000, |c| collectives_and_neighbours(&c));
+    let rb = ring::ring_bytes_for(n).unwrap();
+    assert_eq!(rb, ring::MIN_RING_BYTES);
+    assert!(out.iter().all(|&(a, r)| a == shm::arena_bytes(n, shm::chunk_for(n, None)) && r == ring::segment_bytes(n - 1, rb)), "{out:?}");
+    let rings: usize = out.iter().map(|o| o.1).sum();
+    assert_eq!(rings, ring::host_bytes(n, rb));
+    assert!(rings <= ring::RING_CAP);
+}

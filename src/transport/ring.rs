@@ -8,9 +8,22 @@
 //! by its progress thread's periodic look.
 //! The segment is unlinked as soon as every peer has mapped it, so a crash leaves nothing.
 //!
-//! Memory: `RING_BYTES` per same-host peer and rank (256 KiB; 8 ranks on a host own 1.75 MiB
-//! each, 14 MiB in all, and each maps all of it). One writer at a time per ring (the sender
-//! serialises its threads), one reader at a time (the owner serialises its threads).
+//! Memory: one ring of `R(L)` bytes per same-host peer and rank, `L` being the ranks of the
+//! host; rings only while they fit a cap on the host's sum:
+//!
+//! ```text
+//! bytes(L) = L (4096 + (L - 1) (512 + R(L)))        (every rank's segment, all mapped by all)
+//! R(L)     = the largest of 256, 128, 64, 32 KiB with bytes(L) <= RING_CAP (32 MiB)
+//! ```
+//!
+//! so 256 KiB rings up to 11 ranks (0.5 MiB at 2, 3.0 MiB at 4, 14.1 MiB at 8), 128 KiB up to
+//! 16 (30.2 MiB), 64 KiB up to 23, 32 KiB up to 32 (31.6 MiB), and from 33 ranks on a host no
+//! rings at all: same-host pairs keep their socket (single-copy from `DC_CMA_MIN` bytes). The
+//! cap leaves a 64 MiB /dev/shm (Docker's default) room for the collective arena of 16 ranks.
+//! Message bodies up to a quarter of the ring travel inside it (`inline_max`) and streams use
+//! chunks a little under that (`stream_chunk`): the size is the segment's, read from its
+//! header, not a constant. One writer at a time per ring (the sender serialises its threads),
+//! one reader at a time (the owner serialises its threads).
 
 use crate::error::{Error, Result, Status};
 use super::shm::{create_segment_file, map_segment, open_segment_file};
@@ -18,17 +31,18 @@ use memmap2::MmapMut;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
-/// Bytes of frames one ring holds.
-pub const RING_BYTES: usize = 256 * 1024;
-/// Message bodies up to this size travel inside the ring; larger ones single-copy.
-pub const INLINE_MAX: usize = RING_BYTES / 4;
+/// Bytes of frames one ring holds at most (few ranks on a host).
+pub const MAX_RING_BYTES: usize = 256 * 1024;
+/// The smallest ring: below that, no rings (see the module comment).
+pub const MIN_RING_BYTES: usize = 32 * 1024;
+/// What the rings of all ranks of a host may take of /dev/shm together.
+pub const RING_CAP: usize = 32 << 20;
 const MAGIC: u64 = 0x4443_5249_4e47_0001; // "DCRING"
 const LINE: usize = 128;
 const SEG_HEADER: usize = 4096;
 /// Per ring: the writer's position, the reader's position, the doorbell flag and the writer's
 /// "waiting for room" flag, a line each.
 const RING_HEADER: usize = 4 * LINE;
-const STRIDE: usize = RING_HEADER + RING_BYTES;
 /// Every record starts with its total length; this bit marks padding up to the ring's end.
 const PAD: u64 = 1 << 63;
 const LEN_WORD: usize = 8;
@@ -39,7 +53,8 @@ struct SegHeader {
     magic: AtomicU64,
     nonce: AtomicU64,
     rings: AtomicU32,
-    _pad: [u8; LINE - 20],
+    ring_bytes: AtomicU32,
+    _pad: [u8; LINE - 24],
     /// Threads of the owner asleep in a wait: writers ring the doorbell only for them. (On a
     /// line of its own, written only around sleeps: writers read it after every frame.)
     sleepers: AtomicU32,
@@ -73,6 +88,8 @@ struct RingHeader {
 pub struct RingSegment {
     map: MmapMut,
     rings: usize,
+    /// Bytes of frames each ring holds.
+    ring_bytes: usize,
 }
 
 // SAFETY: shared state is accessed through atomics; ring bytes are handed between the one
@@ -91,29 +108,91 @@ fn round_up(n: usize) -> usize {
     n.div_ceil(ALIGN) * ALIGN
 }
 
+fn check_ring_bytes(ring_bytes: usize) -> Result<()> {
+    if !(MIN_RING_BYTES..=MAX_RING_BYTES).contains(&ring_bytes) || ring_bytes % 4096 != 0 {
+        return Err(Error::new(Status::Internal, format!("ring of {ring_bytes} bytes (a multiple of 4 KiB from {MIN_RING_BYTES} to {MAX_RING_BYTES} expected)")));
+    }
+    Ok(())
+}
+
+/// Bytes of the segments of all `local` ranks of a host (each with a ring per other rank) with
+/// rings of `ring_bytes`.
+pub fn host_bytes(local: usize, ring_bytes: usize) -> usize {
+    local * segment_bytes(local.saturating_sub(1), ring_bytes)
+}
+
+/// Bytes of one rank's segment of `rings` rings of `ring_bytes`.
+pub fn segment_bytes(rings: usize, ring_bytes: usize) -> usize {
+    SEG_HEADER + rings * (RING_HEADER + ring_bytes)
+}
+
+/// The ring size for `local` ranks on a host (us included), or None where even the smallest
+/// rings would take more than `RING_CAP` (see the module comment).
+pub fn ring_bytes_for(local: usize) -> Option<usize> {
+    let mut r = MAX_RING_BYTES;
+    while r >= MIN_RING_BYTES {
+        if host_bytes(local, r) <= RING_CAP {
+            return Some(r);
+        }
+        r /= 2;
+    }
+    None
+}
+
 impl RingSegment {
-    /// Creates and maps a segment of `rings` empty rings.
-    pub fn create(path: &Path, rings: usize, nonce: u64) -> Result<RingSegment> {
-        let file = create_segment_file(path, SEG_HEADER + rings * STRIDE)?;
+    /// Creates and maps a segment of `rings` empty rings of `ring_bytes` each (a multiple of
+    /// 4 KiB from `MIN_RING_BYTES` to `MAX_RING_BYTES`), all reserved before it is touched.
+    pub fn create(path: &Path, rings: usize, ring_bytes: usize, nonce: u64) -> Result<RingSegment> {
+        check_ring_bytes(ring_bytes)?;
+        let file = create_segment_file(path, segment_bytes(rings, ring_bytes))?;
         let map = map_segment(&file, "ring segment")?;
-        let seg = RingSegment { map, rings };
+        let seg = RingSegment { map, rings, ring_bytes };
         let h = seg.header();
         h.nonce.store(nonce, Ordering::Relaxed);
         h.rings.store(rings as u32, Ordering::Relaxed);
+        h.ring_bytes.store(ring_bytes as u32, Ordering::Relaxed);
         h.magic.store(MAGIC, Ordering::Release);
         Ok(seg)
     }
 
-    /// Maps a peer's segment, checking that it is the one the peer announced.
-    pub fn open(path: &Path, rings: usize, nonce: u64) -> Result<RingSegment> {
-        let file = open_segment_file(path, SEG_HEADER + rings * STRIDE)?;
+    /// Maps a peer's segment, checking that it is the one the peer announced (its size, which
+    /// the file must have before it is mapped, included).
+    pub fn open(path: &Path, rings: usize, ring_bytes: usize, nonce: u64) -> Result<RingSegment> {
+        check_ring_bytes(ring_bytes)?;
+        let file = open_segment_file(path, segment_bytes(rings, ring_bytes))?;
         let map = map_segment(&file, "ring segment")?;
-        let seg = RingSegment { map, rings };
+        let seg = RingSegment { map, rings, ring_bytes };
         let h = seg.header();
-        if h.magic.load(Ordering::Acquire) != MAGIC || h.nonce.load(Ordering::Relaxed) != nonce || h.rings.load(Ordering::Relaxed) as usize != rings {
+        if h.magic.load(Ordering::Acquire) != MAGIC
+            || h.nonce.load(Ordering::Relaxed) != nonce
+            || h.rings.load(Ordering::Relaxed) as usize != rings
+            || h.ring_bytes.load(Ordering::Relaxed) as usize != ring_bytes
+        {
             return Err(Error::new(Status::Unavailable, "ring segment belongs to someone else"));
         }
         Ok(seg)
+    }
+
+    /// Bytes of frames each ring holds.
+    pub fn ring_bytes(&self) -> usize {
+        self.ring_bytes
+    }
+
+    /// Bytes of the mapping.
+    pub fn bytes(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Message bodies up to this size travel inside the ring; larger ones single-copy (or are
+    /// streamed).
+    pub fn inline_max(&self) -> usize {
+        self.ring_bytes / 4
+    }
+
+    /// Bytes of message per streamed chunk: a little under `inline_max`, so that four chunk
+    /// records (frame header and length word included) fill the ring (see `stream`).
+    pub fn stream_chunk(&self) -> usize {
+        self.inline_max() - 128
     }
 
     fn header(&self) -> &SegHeader {
@@ -124,12 +203,12 @@ impl RingSegment {
     fn ring_header(&self, i: usize) -> &RingHeader {
         assert!(i < self.rings);
         // SAFETY: in bounds (checked), line aligned, atomics only.
-        unsafe { &*(self.map.as_ptr().add(SEG_HEADER + i * STRIDE) as *const RingHeader) }
+        unsafe { &*(self.map.as_ptr().add(SEG_HEADER + i * (RING_HEADER + self.ring_bytes)) as *const RingHeader) }
     }
 
     fn data(&self, i: usize) -> *mut u8 {
         // SAFETY: in bounds (ring_header checked i).
-        unsafe { (self.map.as_ptr() as *mut u8).add(SEG_HEADER + i * STRIDE + RING_HEADER) }
+        unsafe { (self.map.as_ptr() as *mut u8).add(SEG_HEADER + i * (RING_HEADER + self.ring_bytes) + RING_HEADER) }
     }
 
     // ---- writer side (a peer's segment) ---------------------------------------------------
@@ -142,16 +221,17 @@ impl RingSegment {
     /// frame and its "ready" mark travel in one cache line. The word after the record is
     /// zeroed first (the reader stops there), so nothing a lap ago looks like a record.
     pub fn try_write(&self, i: usize, parts: &[&[u8]], head: &mut u64) -> bool {
+        let ring = self.ring_bytes;
         let len: usize = parts.iter().map(|p| p.len()).sum();
         let need = round_up(LEN_WORD + len);
-        assert!(need <= RING_BYTES / 2, "record of {len} bytes is too large for the ring");
+        assert!(need <= ring / 2, "record of {len} bytes is too large for the ring");
         let h = self.ring_header(i);
         let tail = h.tail.load(Ordering::Relaxed);
-        let off = (tail % RING_BYTES as u64) as usize;
-        let to_end = RING_BYTES - off;
+        let off = (tail % ring as u64) as usize;
+        let to_end = ring - off;
         let pad = if need > to_end { to_end } else { 0 };
         // Room for the record and the zeroed word after it.
-        let fits = |head: u64| (tail - head) as usize + pad + need + ALIGN <= RING_BYTES;
+        let fits = |head: u64| (tail - head) as usize + pad + need + ALIGN <= ring;
         if !fits(*head) {
             *head = h.head.load(Ordering::Acquire);
             if !fits(*head) {
@@ -160,9 +240,9 @@ impl RingSegment {
         }
         let data = self.data(i);
         let at = if pad > 0 { 0 } else { off };
-        let next = (at + need) % RING_BYTES;
+        let next = (at + need) % ring;
         // SAFETY: [at, at + need) and the word at `next` are free (checked against head, with
-        // one ALIGN to spare); `at`, `next` and `off` are 64-aligned and below RING_BYTES.
+        // one ALIGN to spare); `at`, `next` and `off` are 64-aligned and below the ring's size.
         unsafe {
             self.len_word(data, next).store(0, Ordering::Relaxed);
             let mut p = data.add(at + LEN_WORD);
@@ -183,7 +263,7 @@ impl RingSegment {
     /// The length word at byte `off` of a ring's data.
     ///
     /// # Safety
-    /// `off` must be 8-aligned and below RING_BYTES - 8, `data` a ring's data pointer.
+    /// `off` must be 8-aligned and below the ring's size - 8, `data` a ring's data pointer.
     unsafe fn len_word<'a>(&'a self, data: *mut u8, off: usize) -> &'a AtomicU64 {
         &*(data.add(off) as *const AtomicU64)
     }
@@ -212,8 +292,8 @@ impl RingSegment {
 
     /// Whether ring `i` has records to read.
     pub fn has_records(&self, i: usize) -> bool {
-        let h = self.ring_header(i);
-        let off = (h.head.load(Ordering::Relaxed) % RING_BYTES as u64) as usize;
+        let (h, ring) = (self.ring_header(i), self.ring_bytes);
+        let off = (h.head.load(Ordering::Relaxed) % ring as u64) as usize;
         // SAFETY: head is 64-aligned; the word is only accessed atomically.
         unsafe { self.len_word(self.data(i), off) }.load(Ordering::Acquire) != 0
     }
@@ -228,19 +308,19 @@ impl RingSegment {
             h.bell.store(0, Ordering::SeqCst);
             fence(Ordering::SeqCst);
         }
-        let data = self.data(i);
+        let (data, ring) = (self.data(i), self.ring_bytes);
         let mut head = h.head.load(Ordering::Relaxed);
         let mut n = 0;
         loop {
-            let off = (head % RING_BYTES as u64) as usize;
-            // SAFETY: off is 64-aligned and below RING_BYTES.
+            let off = (head % ring as u64) as usize;
+            // SAFETY: off is 64-aligned and below the ring's size.
             let word = unsafe { self.len_word(data, off) }.load(Ordering::Acquire);
             if word == 0 {
                 return n;
             }
             let size = (word & !PAD) as usize;
             // Every record, padding included, is a positive multiple of ALIGN.
-            if size > RING_BYTES - off || size % ALIGN != 0 || size == 0 {
+            if size > ring - off || size % ALIGN != 0 || size == 0 {
                 // Only a broken writer produces this: stop reading this ring rather than misread.
                 return n;
             }
@@ -310,24 +390,34 @@ mod tests {
     use super::*;
 
     fn seg(rings: usize) -> (RingSegment, RingSegment, PathBuf) {
+        seg_of(rings, MAX_RING_BYTES)
+    }
+
+    fn seg_of(rings: usize, ring_bytes: usize) -> (RingSegment, RingSegment, PathBuf) {
         let nonce = 0x1234_5678_9abc_def0 ^ u64::from(std::process::id());
-        let path = PathBuf::from(format!("/dev/shm/distcomm-{}-p2p-test-{rings}-{nonce:x}", std::process::id()));
+        let path = PathBuf::from(format!("/dev/shm/distcomm-{}-p2p-test-{rings}-{ring_bytes}-{nonce:x}", std::process::id()));
         let _ = std::fs::remove_file(&path);
-        let a = RingSegment::create(&path, rings, nonce).unwrap();
-        let b = RingSegment::open(&path, rings, nonce).unwrap();
+        let a = RingSegment::create(&path, rings, ring_bytes, nonce).unwrap();
+        let b = RingSegment::open(&path, rings, ring_bytes, nonce).unwrap();
         std::fs::remove_file(&path).unwrap();
         (a, b, path)
     }
 
     #[test]
     fn records_arrive_whole_and_in_order_across_the_wrap() {
-        let (owner, writer, _) = seg(2);
+        for ring_bytes in [MAX_RING_BYTES, MIN_RING_BYTES] {
+            records_wrap(ring_bytes);
+        }
+    }
+
+    fn records_wrap(ring_bytes: usize) {
+        let (owner, writer, _) = seg_of(2, ring_bytes);
         let mut next_in = 0u32;
         let mut next_out = 0u32;
         let mut head = 0;
         // Sizes that do not divide the ring, so records wrap with padding many times.
         for round in 0..200 {
-            let blen = (round * 977) % 20_000;
+            let blen = (round * 977) % (ring_bytes / 13);
             while writer.try_write(1, &[&next_in.to_le_bytes(), &(blen as u32).to_le_bytes(), &vec![next_in as u8; blen]], &mut head) {
                 next_in += 1;
             }
@@ -348,7 +438,7 @@ mod tests {
     #[test]
     fn a_full_ring_refuses_and_the_doorbell_rings_once_until_drained() {
         let (owner, writer, _) = seg(1);
-        let big = vec![7u8; INLINE_MAX];
+        let big = vec![7u8; writer.inline_max()];
         let mut n = 0;
         let mut head = 0;
         while writer.try_write(0, &[&big], &mut head) {
@@ -359,7 +449,7 @@ mod tests {
         owner.sleep_start();
         assert!(writer.needs_bell(0));
         assert!(!writer.needs_bell(0), "one doorbell while it is pending");
-        assert_eq!(owner.drain(0, |r| assert_eq!(r.len(), round_up(LEN_WORD + INLINE_MAX) - LEN_WORD)), 3);
+        assert_eq!(owner.drain(0, |r| assert_eq!(r.len(), round_up(LEN_WORD + big.len()) - LEN_WORD)), 3);
         assert!(writer.try_write(0, &[&big], &mut head), "room again, seen through a fresh look at the reader's position");
         assert!(writer.needs_bell(0), "the drain cleared the pending doorbell");
         owner.sleep_stop();
@@ -383,16 +473,55 @@ mod tests {
 
     #[test]
     fn four_stream_chunks_fill_the_ring() {
-        let (owner, writer, _) = seg(1);
-        let header = [0u8; crate::transport::frame::HEADER_LEN];
-        let chunk = vec![1u8; crate::transport::stream::CHUNK];
-        let mut head = 0;
-        let mut n = 0;
-        while writer.try_write(0, &[&header, &chunk], &mut head) {
-            n += 1;
+        let mut r = MAX_RING_BYTES;
+        while r >= MIN_RING_BYTES {
+            let (owner, writer, _) = seg_of(1, r);
+            let header = [0u8; crate::transport::frame::HEADER_LEN];
+            let chunk = vec![1u8; writer.stream_chunk()];
+            let mut head = 0;
+            let mut n = 0;
+            while writer.try_write(0, &[&header, &chunk], &mut head) {
+                n += 1;
+            }
+            assert_eq!(n, 4, "ring of {r} bytes");
+            assert_eq!(owner.drain(0, |_| {}), 4);
+            r /= 2;
         }
-        assert_eq!(n, 4);
-        assert_eq!(owner.drain(0, |_| {}), 4);
+    }
+
+    #[test]
+    fn ring_sizes_shrink_with_the_ranks_and_stop_under_the_cap() {
+        assert_eq!(ring_bytes_for(2), Some(MAX_RING_BYTES));
+        assert_eq!(ring_bytes_for(8), Some(MAX_RING_BYTES));
+        assert_eq!(ring_bytes_for(16), Some(128 << 10));
+        assert_eq!(ring_bytes_for(32), Some(MIN_RING_BYTES));
+        assert_eq!(ring_bytes_for(33), None);
+        assert_eq!(ring_bytes_for(1024), None);
+        let mut last = MAX_RING_BYTES;
+        for l in 2..=64 {
+            if let Some(r) = ring_bytes_for(l) {
+                assert!(r <= last && host_bytes(l, r) <= RING_CAP, "{l} ranks");
+                last = r;
+            }
+        }
+        assert_eq!(host_bytes(2, MAX_RING_BYTES), 2 * (4096 + 512 + MAX_RING_BYTES));
+    }
+
+    #[test]
+    fn a_segment_too_large_for_dev_shm_is_refused_and_not_left_behind() {
+        // Only on a size-limited tmpfs, which refuses a reservation larger than itself at once.
+        let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+        // SAFETY: a NUL-terminated path and a writable struct.
+        if unsafe { libc::statfs(c"/dev/shm".as_ptr(), &mut st) } != 0 || st.f_type != libc::TMPFS_MAGIC || st.f_blocks == 0 {
+            return;
+        }
+        let total = st.f_blocks as usize * st.f_bsize as usize;
+        let path = PathBuf::from(format!("/dev/shm/distcomm-{}-p2p-test-huge", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let rings = total / (RING_HEADER + MIN_RING_BYTES) + 16;
+        let e = RingSegment::create(&path, rings, MIN_RING_BYTES, 1).err().expect("more than /dev/shm reserved");
+        assert!(e.msg.contains("needed") && e.msg.contains("free"), "{}", e.msg);
+        assert!(!path.exists());
     }
 
     #[test]
@@ -400,9 +529,12 @@ mod tests {
         let nonce = 99u64;
         let path = PathBuf::from(format!("/dev/shm/distcomm-{}-p2p-test-refuse", std::process::id()));
         let _ = std::fs::remove_file(&path);
-        let _a = RingSegment::create(&path, 2, nonce).unwrap();
-        assert!(RingSegment::open(&path, 2, nonce + 1).is_err());
-        assert!(RingSegment::open(&path, 3, nonce).is_err());
+        let _a = RingSegment::create(&path, 2, MIN_RING_BYTES, nonce).unwrap();
+        assert!(RingSegment::open(&path, 2, MIN_RING_BYTES, nonce + 1).is_err());
+        assert!(RingSegment::open(&path, 3, MIN_RING_BYTES, nonce).is_err(), "longer than the file");
+        assert!(RingSegment::open(&path, 1, MIN_RING_BYTES, nonce).is_err(), "shorter than the file");
+        assert!(RingSegment::open(&path, 1, 2 * MIN_RING_BYTES, nonce).is_err(), "other ring size");
+        assert!(RingSegment::open(&path, 2, MIN_RING_BYTES, nonce).is_ok());
         std::fs::remove_file(&path).unwrap();
     }
 }

@@ -9,24 +9,43 @@
 //! data that a peer may still read. The algorithms live in `coll::shm`; this file knows only
 //! memory, flags and waiting.
 //!
-//! Eager mailboxes: small collectives do not step. Each rank has `EAGER_SLOTS` mailbox slots,
+//! Eager mailboxes: small collectives do not step. Each rank has `E` mailbox slots (see Size),
 //! used round-robin by collective number; a writer (the root of a broadcast, the contributors
 //! of a reduce, everyone in an allreduce...) fills its slot for collective `c` and stamps it
 //! `c` with what it calls, and the readers wait for that stamp. Stepped collectives stamp their
 //! slot too, so that the members can check that they agree. A slot is reused for collective
-//! `c + EAGER_SLOTS` only once every rank has finished collective `c` (each rank publishes the
-//! last collective it finished), so writers run up to `EAGER_SLOTS` collectives ahead of the
+//! `c + E` only once every rank has finished collective `c` (each rank publishes the
+//! last collective it finished), so writers run up to `E` collectives ahead of the
 //! slowest reader.
 //!
 //! Waiting spins briefly, yields, then sleeps on a futex in the segment (with a sleeper count so
 //! writers only pay for a wake-up when someone sleeps), always with a deadline and an interrupt
 //! check (abort, peer loss).
+//!
+//! Size: for `n` ranks with `E(n)` mailbox slots each and staging slots of `C(n)` bytes,
+//!
+//! ```text
+//! bytes(n) = 4096 + 384 n + 2112 n E(n) + (2n + 2) C(n)
+//! E(n)     = 64 for n <= 128, else max(8, 8192 / n rounded down to a power of two)
+//! C(n)     = clamp(floor4K((64 MiB - 4096 - 384 n - 2112 n E(n)) / (2n + 2)), C_min(n), 256 KiB)
+//! C_min(n) = ceil4K(max(8 n, 4096))   (one 8-byte element per rank's share of a chunk)
+//! ```
+//!
+//! (never exactly `16 n`, see `chunk_for`). So the arena has 256 KiB chunks and 64 slots up to
+//! 100 ranks (1.8 MiB at 2, 10.6 MiB at 16, 40.8 MiB at 64) and stays within `ARENA_CAP` (64
+//! MiB) above as long as the floor does not bind: 62.8 MiB at 256 (92 KiB chunks, 32 slots),
+//! 56.9 MiB at 1024 (20 KiB chunks, 8 slots); from about 1500 ranks the floor makes it grow
+//! as about `32 n^2` bytes (97.8 MiB at 2048). `DC_SHM_CHUNK` replaces `C(n)` (still at least
+//! `C_min(n)`). The segment is reserved with `posix_fallocate` before anyone touches it (see
+//! `create_segment_file`), so a /dev/shm too small for it makes the comm use sockets instead of
+//! raising SIGBUS inside a collective.
 
 use crate::completion::{Backoff, Pace};
 use crate::error::{Error, Result, Status};
 use memmap2::MmapMut;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::io::AsRawFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -42,8 +61,14 @@ pub const DEFAULT_CHUNK: usize = 256 * 1024;
 
 const MAX_SLEEP: Duration = Duration::from_millis(20);
 
-/// Mailbox slots per rank (how far a writer of small collectives may run ahead).
+/// Mailbox slots per rank at up to 128 ranks (how far a writer of small collectives may run
+/// ahead); fewer above (see `eager_slots`).
 pub const EAGER_SLOTS: usize = 64;
+/// The fewest mailbox slots per rank, however many ranks.
+const MIN_EAGER_SLOTS: usize = 8;
+/// What the arena may take of /dev/shm where its floor allows (see the module comment).
+pub const ARENA_CAP: usize = 64 << 20;
+const PAGE: usize = 4096;
 /// Bytes of data a mailbox slot holds: collectives whose posted data fits go through the
 /// mailboxes (see `coll::shm::ShmRun::run_eager`).
 pub const EAGER_BYTES: usize = 2048;
@@ -60,6 +85,7 @@ struct Header {
     chunk: AtomicU32,
     /// Waiters currently asleep on some flag of this arena.
     sleepers: AtomicU32,
+    eager: AtomicU32,
 }
 
 /// Where things are in the segment.
@@ -67,6 +93,8 @@ struct Header {
 struct Layout {
     ranks: usize,
     chunk: usize,
+    /// Mailbox slots per rank.
+    eager: usize,
     flags_off: usize,
     /// Per rank a line: the last collective it finished (for mailbox reuse).
     done_off: usize,
@@ -78,14 +106,67 @@ struct Layout {
 
 impl Layout {
     fn new(ranks: usize, chunk: usize) -> Layout {
+        let eager = eager_slots(ranks);
         let flags_off = HEADER_BYTES;
         let done_off = flags_off + ranks * 2 * LINE;
         let mailbox_off = done_off + ranks * LINE;
-        let staging_off = mailbox_off + ranks * EAGER_SLOTS * EAGER_STRIDE;
+        let staging_off = mailbox_off + ranks * eager * EAGER_STRIDE;
         let result_off = staging_off + ranks * SLOTS * chunk;
         let total = result_off + SLOTS * chunk;
-        Layout { ranks, chunk, flags_off, done_off, mailbox_off, staging_off, result_off, total }
+        Layout { ranks, chunk, eager, flags_off, done_off, mailbox_off, staging_off, result_off, total }
     }
+}
+
+fn pow2_floor(x: usize) -> usize {
+    if x == 0 {
+        0
+    } else {
+        1 << (usize::BITS - 1 - x.leading_zeros())
+    }
+}
+
+/// Mailbox slots per rank for `ranks` ranks: `EAGER_SLOTS` up to 128 ranks, then halving as the
+/// ranks double (about 16.5 MiB of mailboxes from 128 to 1024 ranks), never below 8.
+pub fn eager_slots(ranks: usize) -> usize {
+    if ranks <= 128 {
+        EAGER_SLOTS
+    } else {
+        pow2_floor(8192 / ranks).clamp(MIN_EAGER_SLOTS, EAGER_SLOTS)
+    }
+}
+
+/// The smallest staging slot the algorithms of `coll::shm` work with for `ranks` ranks: the
+/// chunked allreduce and reduce_scatter give each rank a share of at least one element (8 bytes
+/// at most) of every chunk; a page at least.
+pub fn min_chunk(ranks: usize) -> usize {
+    (8 * ranks).max(PAGE).div_ceil(PAGE) * PAGE
+}
+
+/// The staging slot size for `ranks` ranks: `requested` (`DC_SHM_CHUNK`, rounded down to 64
+/// bytes) or else the largest multiple of 4 KiB up to `DEFAULT_CHUNK` that keeps the arena
+/// within `ARENA_CAP`; never below `min_chunk`. Never exactly `16 * ranks` either: the
+/// single-copy alltoallv exchanges `16 * ranks + 8` bytes of words in a slot but checks only for
+/// `16 * ranks` (coll::shm), so that one size gets a page more.
+pub fn chunk_for(ranks: usize, requested: Option<usize>) -> usize {
+    let ranks = ranks.max(1);
+    let chunk = match requested {
+        Some(c) => c.clamp(PAGE, 64 << 20) / 64 * 64,
+        None => {
+            let fixed = Layout::new(ranks, 0).total;
+            (ARENA_CAP.saturating_sub(fixed) / (2 * ranks + 2) / PAGE * PAGE).min(DEFAULT_CHUNK)
+        }
+    };
+    let chunk = chunk.max(min_chunk(ranks));
+    if chunk == 16 * ranks {
+        chunk + PAGE
+    } else {
+        chunk
+    }
+}
+
+/// Bytes of the arena of `ranks` ranks with staging slots of `chunk` bytes.
+pub fn arena_bytes(ranks: usize, chunk: usize) -> usize {
+    Layout::new(ranks, chunk).total
 }
 
 /// A mailbox slot's header line.
@@ -168,7 +249,27 @@ pub fn reclaim_stale_segments() {
     }
 }
 
-/// Creates a new segment file of `len` bytes that only we may open (0600, never an existing one).
+/// Bytes free for an unprivileged user in the file system holding `dir` (`statvfs`).
+pub fn free_bytes(dir: &std::path::Path) -> Option<u64> {
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).ok()?;
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a writable struct.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    Some(st.f_bavail as u64 * st.f_frsize as u64)
+}
+
+/// Formats a byte count for messages: "11.1 MiB (11639808 bytes)".
+pub fn show_bytes(b: u64) -> String {
+    format!("{:.1} MiB ({b} bytes)", b as f64 / (1u64 << 20) as f64)
+}
+
+/// Creates a new segment file of `len` bytes that only we may open (0600, never an existing
+/// one), with all of its pages reserved now (`posix_fallocate`): a file system too small for it
+/// (a full or small /dev/shm, as in a container) fails here, with an error saying how much is
+/// needed and free, instead of with SIGBUS at the first touch of a page it cannot supply. On
+/// failure the file is gone again.
 pub(crate) fn create_segment_file(path: &std::path::Path, len: usize) -> Result<File> {
     let file = OpenOptions::new()
         .read(true)
@@ -177,8 +278,34 @@ pub(crate) fn create_segment_file(path: &std::path::Path, len: usize) -> Result<
         .mode(0o600)
         .open(path)
         .map_err(|e| Error::system(format!("create {}", path.display()), e))?;
-    file.set_len(len as u64).map_err(|e| Error::system("size shared-memory segment", e))?;
-    Ok(file)
+    let fail = |e: Error| {
+        let _ = std::fs::remove_file(path);
+        Err(e)
+    };
+    let rc = loop {
+        // SAFETY: a file descriptor we own.
+        let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len as libc::off_t) };
+        if rc != libc::EINTR {
+            break rc;
+        }
+    };
+    match rc {
+        0 => Ok(file),
+        // A file system that cannot reserve (not tmpfs): size it without the guarantee.
+        libc::EOPNOTSUPP | libc::ENOSYS => match file.set_len(len as u64) {
+            Ok(()) => Ok(file),
+            Err(e) => fail(Error::system("size shared-memory segment", e)),
+        },
+        rc => {
+            let dir = path.parent().unwrap_or(std::path::Path::new("/"));
+            let free = free_bytes(dir).map_or("unknown".to_string(), show_bytes);
+            let why = std::io::Error::from_raw_os_error(rc);
+            fail(Error::new(
+                Status::Unavailable,
+                format!("cannot reserve {} in {} ({why}): {} needed, {free} free", path.display(), dir.display(), show_bytes(len as u64)),
+            ))
+        }
+    }
 }
 
 /// Opens a segment file another process created, which must be `len` bytes long.
@@ -201,6 +328,7 @@ impl Arena {
         h.nonce.store(nonce, Ordering::Relaxed);
         h.ranks.store(ranks as u32, Ordering::Relaxed);
         h.chunk.store(chunk as u32, Ordering::Relaxed);
+        h.eager.store(layout.eager as u32, Ordering::Relaxed);
         h.magic.store(MAGIC, Ordering::Release);
         Ok(arena)
     }
@@ -211,7 +339,8 @@ impl Arena {
         let file = open_segment_file(path, layout.total)?;
         let arena = Arena::map(&file, layout, rank)?;
         let h = arena.header();
-        if h.magic.load(Ordering::Acquire) != MAGIC || h.nonce.load(Ordering::Relaxed) != nonce {
+        let same_layout = h.ranks.load(Ordering::Relaxed) as usize == ranks && h.chunk.load(Ordering::Relaxed) as usize == chunk && h.eager.load(Ordering::Relaxed) as usize == layout.eager;
+        if h.magic.load(Ordering::Acquire) != MAGIC || h.nonce.load(Ordering::Relaxed) != nonce || !same_layout {
             return Err(Error::new(Status::Unavailable, "shared-memory segment belongs to someone else"));
         }
         Ok(arena)
@@ -233,6 +362,11 @@ impl Arena {
     /// Bytes per staging slot.
     pub fn chunk(&self) -> usize {
         self.layout.chunk
+    }
+
+    /// Mailbox slots per rank.
+    pub fn eager_slots(&self) -> usize {
+        self.layout.eager
     }
 
     /// Size of the mapping (for the memory-use documentation and tests).
@@ -392,7 +526,8 @@ impl Arena {
     }
 
     fn slot(&self, r: usize, c: u32) -> (&SlotHeader, *mut u8) {
-        let off = self.layout.mailbox_off + (r * EAGER_SLOTS + c as usize % EAGER_SLOTS) * EAGER_STRIDE;
+        let eager = self.layout.eager;
+        let off = self.layout.mailbox_off + (r * eager + c as usize % eager) * EAGER_STRIDE;
         // SAFETY: in bounds; the header is atomics only, the data follows it.
         unsafe { (&*(self.base().add(off) as *const SlotHeader), self.base().add(off + SLOT_HEADER)) }
     }
@@ -413,7 +548,7 @@ impl Arena {
     /// waiting until every rank finished the collective that used the slot before.
     pub fn post(&self, c: u32, sig: u32, len: u64, data: &[u8], deadline: &dyn Fn() -> Instant, interrupt: &dyn Fn(usize) -> Option<Error>) -> Result<()> {
         assert!(data.len() <= EAGER_BYTES);
-        let before = c.wrapping_sub(EAGER_SLOTS as u32);
+        let before = c.wrapping_sub(self.layout.eager as u32);
         if !reached(self.all_done.load(Ordering::Relaxed), before) {
             let mut oldest = c;
             for r in (0..self.layout.ranks).filter(|&r| r != self.rank) {
@@ -495,6 +630,104 @@ mod tests {
             assert_eq!(a0.stage(1, s)[0], s as u8);
         }
         t.join().unwrap();
+    }
+
+    #[test]
+    fn the_arena_keeps_its_size_for_few_ranks_and_its_cap_for_many() {
+        for n in 2..=16 {
+            assert_eq!((chunk_for(n, None), eager_slots(n)), (DEFAULT_CHUNK, EAGER_SLOTS), "{n} ranks");
+        }
+        assert_eq!(arena_bytes(2, DEFAULT_CHUNK), 1_848_064);
+        assert_eq!(arena_bytes(16, DEFAULT_CHUNK), 11_085_824);
+        for n in 2..=4096 {
+            let c = chunk_for(n, None);
+            assert!(c >= min_chunk(n) && c >= 8 * n && c % 64 == 0 && c != 16 * n, "{n} ranks: chunk {c}");
+            let e = eager_slots(n);
+            assert!(e.is_power_of_two() && (MIN_EAGER_SLOTS..=EAGER_SLOTS).contains(&e));
+            if c > min_chunk(n) + PAGE {
+                assert!(arena_bytes(n, c) <= ARENA_CAP, "{n} ranks: {} bytes", arena_bytes(n, c));
+            }
+        }
+        assert!(arena_bytes(1024, chunk_for(1024, None)) <= ARENA_CAP);
+        // DC_SHM_CHUNK: taken as asked, rounded to 64 bytes, but never below the floor.
+        assert_eq!(chunk_for(4, Some(100_000)), 99_968);
+        assert_eq!(chunk_for(1024, Some(4096)), min_chunk(1024));
+        assert_eq!(chunk_for(256, Some(4096)), 4096 + PAGE, "not exactly 16 n");
+    }
+
+    /// The algorithms of `coll::shm` on arenas of many ranks with the sizes chosen here (fewer
+    /// mailbox slots, small chunks, the floor), one thread per rank.
+    fn run_many(n: usize, chunk: usize) {
+        use crate::buffer::{ConstBuf, MutBuf};
+        use crate::coll::shm::{Scratch, ShmRun};
+        use crate::collective::CollArgs;
+        use crate::dtype::{DType, ReduceOp};
+        let path = segment_path(0x6d61_6e79_0000 ^ (n as u64) << 20 ^ std::process::id() as u64);
+        let first = Arc::new(Arena::create(&path, n, chunk, 3).unwrap());
+        let arenas: Vec<Arc<Arena>> = (0..n).map(|r| if r == 0 { first.clone() } else { Arc::new(Arena::open(&path, n, chunk, 3, r).unwrap()) }).collect();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(first.eager_slots(), eager_slots(n));
+        let far = Instant::now() + Duration::from_secs(120);
+        let threads: Vec<_> = arenas
+            .into_iter()
+            .enumerate()
+            .map(|(me, a)| {
+                std::thread::spawn(move || {
+                    let (steps, mut scratch) = (Steps::default(), Scratch::default());
+                    let mut coll = 0u32;
+                    let mut run = |args: CollArgs| {
+                        coll += 1;
+                        let (deadline, interrupt) = (|| far, |_| None);
+                        let mut r = ShmRun::new(&a, &steps, coll, &deadline, &interrupt, &mut scratch, None);
+                        // SAFETY: the buffers outlive the call.
+                        let done = unsafe { r.run_eager(&args) }.or_else(|| unsafe { r.run(&args) }).expect("an arena algorithm");
+                        a.finished(coll);
+                        done.unwrap();
+                    };
+                    // More small collectives than mailbox slots (slot reuse), then the chunked
+                    // allreduce (one f64 per rank's share of a chunk at the floor).
+                    for k in 0..(2 * eager_slots(n) + 3) {
+                        let send = ((me + k) as f64).to_le_bytes();
+                        let mut recv = [0u8; 8];
+                        run(CollArgs::Allreduce { send: Some(ConstBuf::from_slice(&send)), recv: MutBuf::from_slice(&mut recv), dt: DType::Float64, op: ReduceOp::Sum });
+                        assert_eq!(f64::from_le_bytes(recv), (n * (n - 1) / 2 + n * k) as f64);
+                    }
+                    let count = 3 * chunk / 8 + 5;
+                    let send: Vec<u8> = (0..count).flat_map(|i| ((me + i % 5) as f64).to_le_bytes()).collect();
+                    let mut recv = vec![0u8; send.len()];
+                    run(CollArgs::Allreduce { send: Some(ConstBuf::from_slice(&send)), recv: MutBuf::from_slice(&mut recv), dt: DType::Float64, op: ReduceOp::Sum });
+                    for (i, v) in recv.chunks(8).enumerate() {
+                        assert_eq!(f64::from_le_bytes(v.try_into().unwrap()), (n * (n - 1) / 2 + n * (i % 5)) as f64, "rank {me} element {i}");
+                    }
+                    // reduce_scatter: one element per rank, and alltoall: blocks of 24 bytes.
+                    let mut block = [0u8; 8];
+                    let input: Vec<u8> = (0..n).flat_map(|j| ((me * j) as f64).to_le_bytes()).collect();
+                    run(CollArgs::ReduceScatter { send: Some(ConstBuf::from_slice(&input)), recv: MutBuf::from_slice(&mut block), dt: DType::Float64, op: ReduceOp::Sum });
+                    assert_eq!(f64::from_le_bytes(block), (me * n * (n - 1) / 2) as f64);
+                    let send: Vec<u8> = (0..n * 24).map(|i| (i / 24 * 3 + me) as u8).collect();
+                    let mut recv = vec![0u8; n * 24];
+                    run(CollArgs::Alltoall { send: ConstBuf::from_slice(&send), recv: MutBuf::from_slice(&mut recv), dt: DType::Uint8 });
+                    assert!((0..n * 24).all(|i| recv[i] == (me * 3 + i / 24) as u8), "rank {me}: alltoall");
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+    }
+
+    #[test]
+    fn many_ranks_on_the_chosen_chunks() {
+        // 160 ranks: 32 mailbox slots, chunks of 168 KiB.
+        assert_eq!((eager_slots(160), chunk_for(160, None)), (32, 168 << 10));
+        run_many(160, chunk_for(160, None));
+    }
+
+    #[test]
+    fn many_ranks_on_the_floor() {
+        // 512 ranks on 4 KiB chunks: every rank's share of a chunk is one f64.
+        assert_eq!(min_chunk(512), 8 * 512);
+        run_many(512, min_chunk(512));
     }
 
     #[test]

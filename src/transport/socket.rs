@@ -21,7 +21,7 @@ use super::cma;
 use super::frame::{FrameKind, Header, HEADER_LEN, RTS_LEN};
 use super::handshake::{self, Hello};
 use super::matching::{deliver_copy, verdict, Content, Matcher, Parked, Unexpected};
-use super::ring::{self, RingSegment};
+use super::ring::RingSegment;
 use super::stream::{StreamIn, StreamOut};
 use super::ops::{CtxState, RecvOp, SendOp, TagMatch};
 use crate::buffer::{ConstBuf, MutBuf};
@@ -914,23 +914,25 @@ impl SocketTransport {
         Ok(op)
     }
 
-    /// Sends a message of at most `ring::INLINE_MAX` bytes to a peer on our host: appended to
+    /// Sends a message of at most the ring's `inline_max()` bytes to a peer on our host: appended to
     /// its ring at once (or queued, in order, for room), so the send is complete on return and
     /// needs no op to wait on. None where that does not apply (no ring, larger, to ourselves):
     /// the caller posts the send.
     pub fn send_inline(&self, ctx: &CtxState, dst: u32, tag: u64, check: u32, buf: ConstBuf) -> Option<Result<Done>> {
-        if dst == self.rank || buf.len() > ring::INLINE_MAX {
+        if dst == self.rank {
             return None;
         }
         let peer = self.peer(dst);
-        peer.ring_out.get()?;
+        if buf.len() > peer.ring_out.get()?.seg.inline_max() {
+            return None;
+        }
         if let Some(e) = ctx.abort_error().or_else(|| peer.gone_error()) {
             return Some(Err(e));
         }
         Some(Ok(self.write_inline(peer, ctx.id, tag, check, buf)))
     }
 
-    /// Appends a message of at most `ring::INLINE_MAX` bytes to `peer`'s ring (or queues a
+    /// Appends a message of at most the ring's `inline_max()` bytes to `peer`'s ring (or queues a
     /// copy, in order, for room): the send is complete.
     fn write_inline(&self, peer: &Arc<Peer>, ctx: u64, tag: u64, check: u32, buf: ConstBuf) -> Done {
         // SAFETY: the caller's buffer is valid during this call; the ring keeps a copy.
@@ -966,7 +968,7 @@ impl SocketTransport {
         if let Some(e) = peer.gone_error() {
             return Err(e);
         }
-        if op.buf.len() <= ring::INLINE_MAX {
+        if peer.ring_out.get().is_some_and(|o| op.buf.len() <= o.seg.inline_max()) {
             op.comp.complete(Ok(self.write_inline(peer, ctx.id, tag, check, op.buf)));
         } else {
             let (_, hdr, body) = self.rts_frame(peer, ctx, tag, check, &op);
@@ -1048,7 +1050,7 @@ impl SocketTransport {
             return;
         };
         let mut tx = lock(&out.tx);
-        tx.streams.push_back(StreamOut::new(cookie, op));
+        tx.streams.push_back(StreamOut::new(cookie, op, out.seg.stream_chunk()));
         self.backlogged.fetch_add(1, Ordering::Relaxed);
         self.pump(out, &mut tx);
         drop(tx);
@@ -1822,6 +1824,11 @@ impl SocketTransport {
         let p = self.peer(peer);
         let _ = p.ring_out.set(RingOut { seg, index, tx: Mutex::new(RingTx::default()) });
         self.activate(p);
+    }
+
+    /// Bytes of our segment of incoming rings (0 without one).
+    pub fn incoming_ring_bytes(&self) -> usize {
+        self.rings_in.get().map_or(0, |r| r.seg.bytes())
     }
 
     /// Whether some peer sends to us through a ring (waiters then spin on the rings).

@@ -1,7 +1,7 @@
 //! Large messages between ranks of one host, streamed through the shared-memory ring once their
 //! receive is posted. The sender announces the message with an `Rts`; a receiver that has the
 //! receive posted answers `Cts` and the sender appends the message in `Chunk` frames of up to
-//! [`CHUNK`] bytes as the ring has room, which the receiver copies straight into the posted
+//! `RingSegment::stream_chunk` bytes as the ring has room, which the receiver copies straight into the posted
 //! buffer. Two copies, pipelined through a ring that stays in cache: here that beats one
 //! `process_vm_readv` copy, in which the kernel pins the sender's pages one 4 KiB page at a
 //! time. A receive posted after the `Rts` arrived still reads single-copy from the sender's
@@ -11,16 +11,15 @@
 
 use super::matching::verdict;
 use super::ops::{RecvOp, SendOp};
-use super::ring;
 use crate::completion::Done;
 use crate::error::{Error, Result};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-/// Bytes of message per `Chunk` frame: a little under `ring::INLINE_MAX`, so that four chunk
-/// records (frame header and length word included) fill the ring, where 64 KiB chunks left a
-/// quarter of it unused (three fit): 4 MiB point-to-point 0.89x the time at 4 ranks, 0.96x at 2.
-pub const CHUNK: usize = ring::INLINE_MAX - 128;
+// Bytes of message per `Chunk` frame: the ring's `stream_chunk()`, a little under its
+// `inline_max()`, so that four chunk records (frame header and length word included) fill the
+// ring, where chunks of `inline_max()` left a quarter of it unused (three fit): 4 MiB
+// point-to-point 0.89x the time at 4 ranks, 0.96x at 2 (256 KiB rings).
 
 /// A message we stream to a peer (behind whatever else waits for room in its ring).
 pub struct StreamOut {
@@ -30,14 +29,17 @@ pub struct StreamOut {
     len: usize,
     /// Bytes appended so far.
     pub off: usize,
+    /// Bytes per chunk (the ring's `stream_chunk`).
+    chunk: usize,
     /// After a withdrawal: a copy of the message from byte `.0` on (the receiver still gets
     /// all of it; the caller's buffer is free).
     rest: Option<(usize, Vec<u8>)>,
 }
 
 impl StreamOut {
-    pub fn new(cookie: u64, op: Arc<SendOp>) -> StreamOut {
-        StreamOut { cookie, len: op.buf.len(), op: Some(op), off: 0, rest: None }
+    /// Streams `op` in chunks of `chunk` bytes (the ring's `stream_chunk()`).
+    pub fn new(cookie: u64, op: Arc<SendOp>, chunk: usize) -> StreamOut {
+        StreamOut { cookie, len: op.buf.len(), op: Some(op), off: 0, chunk: chunk.max(1), rest: None }
     }
 
     pub fn done(&self) -> bool {
@@ -46,7 +48,7 @@ impl StreamOut {
 
     /// The next chunk to append.
     pub fn next_chunk(&self) -> &[u8] {
-        let n = CHUNK.min(self.len - self.off);
+        let n = self.chunk.min(self.len - self.off);
         match (&self.rest, &self.op) {
             (Some((base, v)), _) => &v[self.off - base..self.off - base + n],
             // SAFETY: the send's buffer stays valid until the op completes, which happens only
