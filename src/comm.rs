@@ -302,7 +302,7 @@ impl Comm {
         let rank = t.rank() as usize;
         let ctx = CtxState::new(job_id | 1, None);
         let comm = Comm::build(world, ctx, rank, members, timeout_ms);
-        comm.setup_shm()?;
+        comm.setup_shm(true)?;
         #[cfg(feature = "nccl")]
         comm.setup_device_world()?;
         Ok(comm)
@@ -720,12 +720,26 @@ impl Comm {
     /// sockets. Collective. The segment's size grows linearly with the members and is capped
     /// (see `transport::shm`): rank 0 reserves all of it before anyone maps it, and a /dev/shm
     /// without room for it is a WARN line and sockets (under backend "shm": the error).
-    fn setup_shm(&self) -> Result<()> {
+    fn setup_shm(&self, world_comm: bool) -> Result<()> {
         let policy = self.world.policy;
         if policy == TransportPolicy::Socket || self.size() < 2 {
             return Ok(());
         }
         let n = self.size();
+        // Every member knows every member's host: a comm that spans hosts needs no try.
+        let host = self.world.hosts[self.members[0] as usize];
+        if self.members.iter().any(|&w| self.world.hosts[w as usize] != host) {
+            if policy == TransportPolicy::Shm {
+                return Err(Error::new(Status::Unavailable, "backend \"shm\": the communicator's members are on different hosts"));
+            }
+            return Ok(());
+        }
+        // The world comm's setup talks through the store, not the comm: collectives over
+        // sockets would open connections (made on demand) that shared memory never needs
+        // afterwards. A subgroup's goes through its members: the store's host (world rank 0)
+        // may not be among them and may have finished.
+        let store = world_comm.then_some(&*self.world.store);
+        let key = format!("shm/{:016x}", self.ctx.id);
         // Rank 0 creates the segment and tells the others its name parts: ok, pid, chunk, nonce;
         // if it could not, the bytes it needed and found free in /dev/shm.
         let mut info = [0u8; 40];
@@ -756,7 +770,17 @@ impl Comm {
                 }
             }
         }
-        self.collective(CollArgs::Broadcast { buf: MutBuf::from_slice(&mut info), dt: crate::dtype::DType::Uint8, root: 0 })?;
+        match store {
+            None => self.collective(CollArgs::Broadcast { buf: MutBuf::from_slice(&mut info), dt: crate::dtype::DType::Uint8, root: 0 })?,
+            Some(store) if self.rank == 0 => store.set(&key, &info)?,
+            Some(store) => {
+                let v = store.get(&key, self.deadline()).map_err(|e| e.context("waiting for rank 0 to set up shared memory"))?;
+                if v.len() != info.len() {
+                    return Err(Error::new(Status::Rendezvous, format!("malformed shared-memory announcement under {key}")));
+                }
+                info.copy_from_slice(&v);
+            }
+        }
         let pid = u32::from_le_bytes(info[4..8].try_into().unwrap());
         let chunk = u64::from_le_bytes(info[8..16].try_into().unwrap()) as usize;
         let nonce = u64::from_le_bytes(info[16..24].try_into().unwrap());
@@ -777,12 +801,28 @@ impl Comm {
         // Everyone says whether it mapped the segment; then it can be unlinked.
         let ok = [u8::from(arena.is_some())];
         let mut all_ok = [0u8; 1];
-        self.collective(CollArgs::Allreduce {
-            send: Some(ConstBuf::from_slice(&ok)),
-            recv: MutBuf::from_slice(&mut all_ok),
-            dt: crate::dtype::DType::Uint8,
-            op: crate::dtype::ReduceOp::Min,
-        })?;
+        match store {
+            None => self.collective(CollArgs::Allreduce {
+                send: Some(ConstBuf::from_slice(&ok)),
+                recv: MutBuf::from_slice(&mut all_ok),
+                dt: crate::dtype::DType::Uint8,
+                op: crate::dtype::ReduceOp::Min,
+            })?,
+            Some(store) => {
+                let ranks: Vec<usize> = (0..n).collect();
+                let said = crate::rendezvous::exchange_among(store, &format!("{key}/mapped"), self.rank, &ranks, &ok, self.deadline())?;
+                all_ok[0] = u8::from(said.iter().all(|v| v.as_slice() == [1]));
+                // Rank 0 usually hosts the store and may go on and exit at once: it waits
+                // until the others have read what they need from it.
+                if self.rank != 0 {
+                    if store.add(&format!("{key}/read"), 1)? == n as i64 - 1 {
+                        store.set(&format!("{key}/all_read"), b"1")?;
+                    }
+                } else {
+                    store.get(&format!("{key}/all_read"), self.deadline())?;
+                }
+            }
+        }
         if self.rank == 0 {
             let _ = std::fs::remove_file(shm_seg::segment_path(self.ctx.id));
         }
@@ -918,7 +958,7 @@ impl Comm {
         let ctx = CtxState::new(id, Some(self.ctx.clone()));
         dc_log!(Level::Info, Some(self.rank), "new communicator {id:#x}: rank {rank} of {}", members.len());
         let comm = Comm::build(self.world.clone(), ctx, rank, members, self.timeout_ms());
-        comm.setup_shm()?;
+        comm.setup_shm(false)?;
         Ok(comm)
     }
 
