@@ -19,6 +19,8 @@ pub mod mem_store;
 pub mod netif;
 pub mod prefix_store;
 pub mod sha256;
+mod store_core;
+mod store_server;
 pub mod tcp_store;
 
 pub use config::{resolve, InitOptions, JobConfig, Method};
