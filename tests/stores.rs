@@ -371,6 +371,55 @@ fn tcp_a_hello_trickling_in_is_cut_off_after_5_s() {
     writer.join().unwrap();
 }
 
+/// 1024 clients, each its own connection, against one server: each sets its key and takes part in
+/// one exchange among all 1024.
+#[test]
+fn tcp_1024_clients_exchange_through_one_server() {
+    const N: usize = 1024;
+    raise_nofile_limit(2 * N as u64 + 256);
+    let s = server();
+    let port = s.local_addr().port();
+    let t0 = Instant::now();
+    let barrier = Arc::new(std::sync::Barrier::new(N));
+    let hs: Vec<_> = (0..N)
+        .map(|rank| {
+            let barrier = barrier.clone();
+            std::thread::Builder::new()
+                .stack_size(256 << 10)
+                .spawn(move || {
+                    barrier.wait();
+                    let c = TcpStore::connect("127.0.0.1", port, TOKEN, secs(60)).unwrap();
+                    c.set(&format!("own/{rank}"), format!("{rank}").as_bytes()).unwrap();
+                    let all = exchange(&c, "addr", rank, N, format!("addr-of-{rank}").as_bytes(), secs(60)).unwrap();
+                    assert_eq!(all.len(), N);
+                    for (r, v) in all.iter().enumerate() {
+                        assert_eq!(v, format!("addr-of-{r}").as_bytes(), "rank {rank} got a wrong value for rank {r}");
+                    }
+                })
+                .unwrap()
+        })
+        .collect();
+    for h in hs {
+        h.join().unwrap();
+    }
+    let took = t0.elapsed();
+    eprintln!("tcp_1024_clients_exchange_through_one_server: {N} clients connected, set and exchanged in {:.2} s", took.as_secs_f64());
+    // N own keys, N exchange keys, one gathered value.
+    assert_eq!(s.num_keys(), 2 * N + 1);
+}
+
+/// Raises the soft open-files limit towards the hard one (a thousand connections have two ends here).
+fn raise_nofile_limit(want: u64) {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit with a valid rlimit struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && (lim.rlim_cur as u64) < want {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
+
 #[test]
 fn tcp_dead_server_is_reported() {
     let s = server();

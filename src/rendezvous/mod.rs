@@ -11,7 +11,8 @@
 //!   long-lived launcher store, or several thread-ranks, get fresh keys);
 //! - `G/arrivals`: file:// with rank -1: the n-th arrival is rank `(n-1) % world_size` of
 //!   generation `(n-1) / world_size`;
-//! - `G/GEN/...`: everything else of that init (through a [`PrefixStore`]), e.g. `G/0/join/3`.
+//! - `G/GEN/...`: everything else of that init (through a [`PrefixStore`]), e.g. `G/0/join/T/3`
+//!   (an [`exchange`]: `T` names the set of ranks exchanging; see [`exchange_among`]).
 
 pub mod config;
 pub mod file_store;
@@ -109,8 +110,9 @@ pub fn fmt_ranks(ranks: &[usize]) -> String {
     format!("{word} {}", parts.join(", "))
 }
 
-/// Every rank publishes `value` under `key/rank` and gets everyone's, in rank order. On timeout:
-/// `DC_ERR_TIMEOUT` naming the ranks that never published ("ranks 2, 3 never joined").
+/// Every rank publishes `value` and gets everyone's, in rank order, at O(N) store requests for
+/// the whole exchange (see [`exchange_among`]). On timeout: `DC_ERR_TIMEOUT` naming the ranks that
+/// never published ("ranks 2, 3 never joined").
 pub fn exchange(
     store: &dyn Store,
     key: &str,
@@ -126,37 +128,162 @@ pub fn exchange(
     exchange_among(store, key, rank, &all, value, deadline)
 }
 
-/// `exchange` among `ranks` only (in that order; `rank` may be among them or not): each of
-/// them publishes under `key/rank`.
+/// Gathered values larger than this are split over several keys (a store caps one value at 64 MiB).
+const EXCHANGE_PART: usize = 16 << 20;
+
+/// `exchange` among `ranks` only; the values come back in the order of `ranks` (`rank` may be
+/// among them or not).
+///
+/// Keys, for the set `S` of the listed ranks: every rank SETs `key/T/rank`, where `T` is a 64-bit
+/// digest of `S` (sorted), so exchanges of one key among different subsets (each host's ranks,
+/// say) never share keys; two different subsets collide with probability 2^-64. The lowest rank of
+/// `S` GETs the others' keys in turn, concatenates the values (length-prefixed) and SETs them
+/// under `key/T/all` (split into `key/T/all/1`, `/2`, ... past 16 MiB); every other rank GETs
+/// `key/T/all`. So one exchange costs about 3 requests per rank, instead of one per pair. A rank
+/// that times out waiting for `key/T/all` names the ranks whose `key/T/r` is absent (one look
+/// each: only on that failure path does it cost O(N) per rank).
 pub fn exchange_among(store: &dyn Store, key: &str, rank: usize, ranks: &[usize], value: &[u8], deadline: Instant) -> Result<Vec<Vec<u8>>> {
+    exchange_parts(store, key, rank, ranks, value, deadline, EXCHANGE_PART)
+}
+
+/// The digest that names a set of ranks in exchange keys.
+fn subset_tag(members: &[usize]) -> String {
+    let mut h = sha256::Sha256::new();
+    h.update(b"distcomm exchange ranks v1\0");
+    for &r in members {
+        h.update(&(r as u64).to_le_bytes());
+    }
+    sha256::hex(&h.finish()[..8])
+}
+
+fn never_joined(start: Instant, key: &str, missing: &[usize], n: usize) -> Error {
+    err!(
+        Status::Timeout,
+        "rendezvous timed out after {:.1} s: {} never joined (waiting for {key:?}, {} of {} present)",
+        start.elapsed().as_secs_f64(),
+        fmt_ranks(missing),
+        n - missing.len(),
+        n
+    )
+}
+
+fn exchange_parts(
+    store: &dyn Store,
+    key: &str,
+    rank: usize,
+    ranks: &[usize],
+    value: &[u8],
+    deadline: Instant,
+    part: usize,
+) -> Result<Vec<Vec<u8>>> {
     let start = Instant::now();
-    store.set(&format!("{key}/{rank}"), value)?;
-    let mut out = Vec::with_capacity(ranks.len());
-    for (i, &r) in ranks.iter().enumerate() {
-        if r == rank {
-            out.push(value.to_vec());
-            continue;
+    let mut members = ranks.to_vec();
+    members.sort_unstable();
+    members.dedup();
+    let base = format!("{key}/{}", subset_tag(&members));
+    store.set(&format!("{base}/{rank}"), value)?;
+    let Some(&leader) = members.first() else { return Ok(Vec::new()) };
+    let gathered = if rank == leader {
+        let mut vals = Vec::with_capacity(members.len());
+        for (i, &r) in members.iter().enumerate() {
+            if r == rank {
+                vals.push(value.to_vec());
+                continue;
+            }
+            match store.get(&format!("{base}/{r}"), deadline) {
+                Ok(v) => vals.push(v),
+                Err(e) if e.status == Status::Timeout => {
+                    let mut missing = vec![r];
+                    for &q in &members[i + 1..] {
+                        if store.try_get(&format!("{base}/{q}"))?.is_none() {
+                            missing.push(q);
+                        }
+                    }
+                    return Err(never_joined(start, key, &missing, members.len()));
+                }
+                Err(e) => return Err(e),
+            }
         }
-        match store.get(&format!("{key}/{r}"), deadline) {
-            Ok(v) => out.push(v),
+        publish_gathered(store, &base, &vals, part)?;
+        vals
+    } else {
+        match fetch_gathered(store, &base, members.len(), deadline) {
+            Ok(v) => v,
             Err(e) if e.status == Status::Timeout => {
-                let mut missing = vec![r];
-                for &q in &ranks[i + 1..] {
-                    if q != rank && store.try_get(&format!("{key}/{q}"))?.is_none() {
+                let mut missing = Vec::new();
+                for &q in &members {
+                    if q != rank && store.try_get(&format!("{base}/{q}"))?.is_none() {
                         missing.push(q);
                     }
                 }
-                bail!(
-                    Status::Timeout,
-                    "rendezvous timed out after {:.1} s: {} never joined (waiting for {key:?}, {} of {} present)",
-                    start.elapsed().as_secs_f64(),
-                    fmt_ranks(&missing),
-                    ranks.len() - missing.len(),
-                    ranks.len()
-                );
+                if missing.is_empty() {
+                    bail!(
+                        Status::Timeout,
+                        "rendezvous timed out after {:.1} s: all {} ranks joined {key:?}, but rank {leader}, which gathers their values, did not publish them",
+                        start.elapsed().as_secs_f64(),
+                        members.len()
+                    );
+                }
+                return Err(never_joined(start, key, &missing, members.len()));
             }
             Err(e) => return Err(e),
         }
+    };
+    if ranks == members.as_slice() {
+        return Ok(gathered);
+    }
+    Ok(ranks.iter().map(|r| gathered[members.binary_search(r).expect("a listed rank")].clone()).collect())
+}
+
+/// Stores the gathered values as `u64 count | (u64 len | bytes)*`, in parts of at most `part`
+/// bytes: `base/all` holds `u32 parts` and the first, `base/all/i` the i-th (set before `all`,
+/// which readers wait for).
+fn publish_gathered(store: &dyn Store, base: &str, vals: &[Vec<u8>], part: usize) -> Result<()> {
+    let mut blob = Vec::with_capacity(8 + vals.iter().map(|v| 8 + v.len()).sum::<usize>());
+    blob.extend_from_slice(&(vals.len() as u64).to_le_bytes());
+    for v in vals {
+        blob.extend_from_slice(&(v.len() as u64).to_le_bytes());
+        blob.extend_from_slice(v);
+    }
+    let chunks: Vec<&[u8]> = blob.chunks(part.max(1)).collect();
+    for (i, c) in chunks.iter().enumerate().skip(1) {
+        store.set(&format!("{base}/all/{i}"), c)?;
+    }
+    let mut first = Vec::with_capacity(4 + chunks[0].len());
+    first.extend_from_slice(&(chunks.len() as u32).to_le_bytes());
+    first.extend_from_slice(chunks[0]);
+    store.set(&format!("{base}/all"), &first)
+}
+
+/// Reads back what [`publish_gathered`] stored: `n` values.
+fn fetch_gathered(store: &dyn Store, base: &str, n: usize, deadline: Instant) -> Result<Vec<Vec<u8>>> {
+    let first = store.get(&format!("{base}/all"), deadline)?;
+    let malformed = || err!(Status::Rendezvous, "exchange: the gathered values under {base:?} are malformed");
+    let (Some(parts), Some(mut blob)) = (first.get(..4), first.get(4..).map(<[u8]>::to_vec)) else {
+        return Err(malformed());
+    };
+    let parts = u32::from_le_bytes(parts.try_into().unwrap());
+    for i in 1..parts {
+        blob.extend_from_slice(&store.get(&format!("{base}/all/{i}"), deadline)?);
+    }
+    let mut rest = &blob[..];
+    let mut take = |len: usize| -> Result<&[u8]> {
+        if rest.len() < len {
+            return Err(malformed());
+        }
+        let (a, b) = rest.split_at(len);
+        rest = b;
+        Ok(a)
+    };
+    let u64_at = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap());
+    if u64_at(take(8)?) != n as u64 {
+        return Err(malformed());
+    }
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let len = u64_at(take(8)?);
+        let len = usize::try_from(len).map_err(|_| malformed())?;
+        out.push(take(len)?.to_vec());
     }
     Ok(out)
 }
@@ -368,4 +495,73 @@ fn choose_bind_ip(cfg: &JobConfig, via_store: Option<IpAddr>) -> Result<IpAddr> 
 /// Convenience: resolve from the process environment and rendezvous.
 pub fn rendezvous_from_env(opts: &InitOptions) -> Result<Rendezvous> {
     rendezvous(&resolve(opts, &config::process_env)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(st: &Arc<MemStore>, key: &'static str, subsets: Vec<(usize, Vec<usize>)>, part: usize) -> Vec<Vec<Vec<u8>>> {
+        let hs: Vec<_> = subsets
+            .into_iter()
+            .map(|(rank, ranks)| {
+                let st = st.clone();
+                std::thread::spawn(move || {
+                    let v = format!("{key}:{rank}:{}", "x".repeat(rank)).into_bytes();
+                    let d = Instant::now() + Duration::from_secs(10);
+                    exchange_parts(st.as_ref(), key, rank, &ranks, &v, d, part).unwrap()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    }
+
+    fn val(key: &str, r: usize) -> Vec<u8> {
+        format!("{key}:{r}:{}", "x".repeat(r)).into_bytes()
+    }
+
+    #[test]
+    fn exchange_among_subsets_of_one_key_do_not_collide() {
+        let st = Arc::new(MemStore::new());
+        // Two hosts' ranks exchange under the same key at the same time; one lists its ranks
+        // out of order.
+        let a = vec![0, 1, 2];
+        let b = vec![5, 3, 4];
+        let jobs: Vec<_> = a.iter().map(|&r| (r, a.clone())).chain(b.iter().map(|&r| (r, b.clone()))).collect();
+        let got = run(&st, "k", jobs, EXCHANGE_PART);
+        for g in &got[..3] {
+            assert_eq!(*g, a.iter().map(|&r| val("k", r)).collect::<Vec<_>>());
+        }
+        for g in &got[3..] {
+            assert_eq!(*g, b.iter().map(|&r| val("k", r)).collect::<Vec<_>>());
+        }
+        assert!(st.try_get(&format!("k/{}/all", subset_tag(&[0, 1, 2]))).unwrap().is_some());
+        assert_ne!(subset_tag(&[0, 1, 2]), subset_tag(&[3, 4, 5]));
+    }
+
+    #[test]
+    fn gathered_values_split_into_parts() {
+        let st = Arc::new(MemStore::new());
+        let all: Vec<usize> = (0..5).collect();
+        let got = run(&st, "p", all.iter().map(|&r| (r, all.clone())).collect(), 7);
+        let want: Vec<Vec<u8>> = all.iter().map(|&r| val("p", r)).collect();
+        for g in got {
+            assert_eq!(g, want);
+        }
+        assert!(st.try_get(&format!("p/{}/all/3", subset_tag(&all))).unwrap().is_some());
+    }
+
+    #[test]
+    fn a_waiting_rank_names_the_missing_ones_and_a_silent_leader() {
+        let st = MemStore::new();
+        let soon = || Instant::now() + Duration::from_millis(50);
+        let e = exchange(&st, "j", 1, 4, b"x", soon()).unwrap_err();
+        assert_eq!(e.status, Status::Timeout);
+        assert!(e.msg.contains("ranks 0, 2, 3 never joined"), "{e}");
+        // Everyone published but the leader never gathered.
+        let tag = subset_tag(&[0, 1]);
+        st.set(&format!("q/{tag}/0"), b"a").unwrap();
+        let e = exchange(&st, "q", 1, 2, b"b", soon()).unwrap_err();
+        assert!(e.msg.contains("rank 0, which gathers"), "{e}");
+    }
 }
