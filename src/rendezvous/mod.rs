@@ -131,29 +131,36 @@ pub fn exchange(
 /// Gathered values larger than this are split over several keys (a store caps one value at 64 MiB).
 const EXCHANGE_PART: usize = 16 << 20;
 
-/// `exchange` among `ranks` only; the values come back in the order of `ranks` (`rank` may be
-/// among them or not).
+/// `exchange` among `ranks` only: this rank publishes `value`, and gets the values of `ranks`,
+/// in that order (`rank` may be among them or not; init's per-host exchanges list only the
+/// peers, so the lists differ from rank to rank).
 ///
-/// Keys, for the set `S` of the listed ranks: every rank SETs `key/T/rank`, where `T` is a 64-bit
-/// digest of `S` (sorted), so exchanges of one key among different subsets (each host's ranks,
-/// say) never share keys; two different subsets collide with probability 2^-64. The lowest rank of
-/// `S` GETs the others' keys in turn, concatenates the values (length-prefixed) and SETs them
-/// under `key/T/all` (split into `key/T/all/1`, `/2`, ... past 16 MiB); every other rank GETs
-/// `key/T/all`. So one exchange costs about 3 requests per rank, instead of one per pair. A rank
-/// that times out waiting for `key/T/all` names the ranks whose `key/T/r` is absent (one look
-/// each: only on that failure path does it cost O(N) per rank).
+/// Keys: every rank SETs `key/rank` (8 bytes naming its set, then the value). The set of a
+/// rank is `S = ranks ∪ {rank}`, sorted; it is named by a 64-bit digest `T` of `S`, so the
+/// gathered values of one key exchanged among different subsets (each host's ranks, say) never
+/// share keys (two different sets collide with probability 2^-64). The lowest rank `L` of `S`
+/// GETs the others' keys in turn, concatenates the values (length-prefixed) and SETs them under
+/// `key/T/all` (split into `key/T/all/1`, `/2`, ... past 16 MiB). Every other rank GETs `key/L`
+/// (it needs L's value anyway) and, when L names the same set, GETs `key/T/all`: about 3
+/// requests per rank for the whole exchange, instead of one per pair. When L's set differs
+/// (a rank's list was not symmetric with its peers'), it falls back to one GET per listed rank.
+///
+/// On timeout, `DC_ERR_TIMEOUT` names the ranks whose key is absent (one look each, only on that
+/// failure path), or says that all joined but L did not publish the gathered values.
 pub fn exchange_among(store: &dyn Store, key: &str, rank: usize, ranks: &[usize], value: &[u8], deadline: Instant) -> Result<Vec<Vec<u8>>> {
     exchange_parts(store, key, rank, ranks, value, deadline, EXCHANGE_PART)
 }
 
+const TAG_LEN: usize = 8;
+
 /// The digest that names a set of ranks in exchange keys.
-fn subset_tag(members: &[usize]) -> String {
+fn subset_tag(members: &[usize]) -> [u8; TAG_LEN] {
     let mut h = sha256::Sha256::new();
     h.update(b"distcomm exchange ranks v1\0");
     for &r in members {
         h.update(&(r as u64).to_le_bytes());
     }
-    sha256::hex(&h.finish()[..8])
+    h.finish()[..TAG_LEN].try_into().unwrap()
 }
 
 fn never_joined(start: Instant, key: &str, missing: &[usize], n: usize) -> Error {
@@ -167,6 +174,36 @@ fn never_joined(start: Instant, key: &str, missing: &[usize], n: usize) -> Error
     )
 }
 
+/// The timeout error after waiting for `ranks[i]`: names it and whichever of the rest (but `me`)
+/// have not published either.
+fn missing_from(store: &dyn Store, key: &str, me: usize, ranks: &[usize], i: usize, start: Instant) -> Error {
+    let mut missing = vec![ranks[i]];
+    for &q in &ranks[i + 1..] {
+        match store.try_get(&format!("{key}/{q}")) {
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                if q != me && !missing.contains(&q) {
+                    missing.push(q)
+                }
+            }
+            Err(e) => return e,
+        }
+    }
+    missing.sort_unstable();
+    let mut n: Vec<usize> = ranks.to_vec();
+    n.sort_unstable();
+    n.dedup();
+    never_joined(start, key, &missing, n.len())
+}
+
+/// Splits what a rank published into the tag of its set and its value.
+fn published(key: &str, r: usize, v: Vec<u8>) -> Result<([u8; TAG_LEN], Vec<u8>)> {
+    if v.len() < TAG_LEN {
+        bail!(Status::Rendezvous, "exchange: rank {r} published a malformed value under {key:?}");
+    }
+    Ok((v[..TAG_LEN].try_into().unwrap(), v[TAG_LEN..].to_vec()))
+}
+
 fn exchange_parts(
     store: &dyn Store,
     key: &str,
@@ -177,12 +214,16 @@ fn exchange_parts(
     part: usize,
 ) -> Result<Vec<Vec<u8>>> {
     let start = Instant::now();
-    let mut members = ranks.to_vec();
+    let mut members: Vec<usize> = ranks.iter().copied().chain([rank]).collect();
     members.sort_unstable();
     members.dedup();
-    let base = format!("{key}/{}", subset_tag(&members));
-    store.set(&format!("{base}/{rank}"), value)?;
-    let Some(&leader) = members.first() else { return Ok(Vec::new()) };
+    let tag = subset_tag(&members);
+    let mut mine = Vec::with_capacity(TAG_LEN + value.len());
+    mine.extend_from_slice(&tag);
+    mine.extend_from_slice(value);
+    store.set(&format!("{key}/{rank}"), &mine)?;
+    let base = format!("{key}/{}", sha256::hex(&tag));
+    let leader = members[0];
     let gathered = if rank == leader {
         let mut vals = Vec::with_capacity(members.len());
         for (i, &r) in members.iter().enumerate() {
@@ -190,29 +231,30 @@ fn exchange_parts(
                 vals.push(value.to_vec());
                 continue;
             }
-            match store.get(&format!("{base}/{r}"), deadline) {
-                Ok(v) => vals.push(v),
-                Err(e) if e.status == Status::Timeout => {
-                    let mut missing = vec![r];
-                    for &q in &members[i + 1..] {
-                        if store.try_get(&format!("{base}/{q}"))?.is_none() {
-                            missing.push(q);
-                        }
-                    }
-                    return Err(never_joined(start, key, &missing, members.len()));
-                }
+            match store.get(&format!("{key}/{r}"), deadline) {
+                Ok(v) => vals.push(published(key, r, v)?.1),
+                Err(e) if e.status == Status::Timeout => return Err(missing_from(store, key, rank, &members, i, start)),
                 Err(e) => return Err(e),
             }
         }
         publish_gathered(store, &base, &vals, part)?;
         vals
     } else {
+        let (their_tag, _) = match store.get(&format!("{key}/{leader}"), deadline) {
+            Ok(v) => published(key, leader, v)?,
+            Err(e) if e.status == Status::Timeout => return Err(missing_from(store, key, rank, &members, 0, start)),
+            Err(e) => return Err(e),
+        };
+        if their_tag != tag {
+            dc_log!(Level::Info, Some(rank), "exchange of {key:?}: rank {leader} lists other ranks than this one; reading each listed rank");
+            return exchange_direct(store, key, rank, ranks, value, deadline, start);
+        }
         match fetch_gathered(store, &base, members.len(), deadline) {
             Ok(v) => v,
             Err(e) if e.status == Status::Timeout => {
                 let mut missing = Vec::new();
                 for &q in &members {
-                    if q != rank && store.try_get(&format!("{base}/{q}"))?.is_none() {
+                    if q != rank && store.try_get(&format!("{key}/{q}"))?.is_none() {
                         missing.push(q);
                     }
                 }
@@ -233,6 +275,23 @@ fn exchange_parts(
         return Ok(gathered);
     }
     Ok(ranks.iter().map(|r| gathered[members.binary_search(r).expect("a listed rank")].clone()).collect())
+}
+
+/// One GET per listed rank: for sets that are not the same on every rank.
+fn exchange_direct(store: &dyn Store, key: &str, rank: usize, ranks: &[usize], value: &[u8], deadline: Instant, start: Instant) -> Result<Vec<Vec<u8>>> {
+    let mut out = Vec::with_capacity(ranks.len());
+    for (i, &r) in ranks.iter().enumerate() {
+        if r == rank {
+            out.push(value.to_vec());
+            continue;
+        }
+        match store.get(&format!("{key}/{r}"), deadline) {
+            Ok(v) => out.push(published(key, r, v)?.1),
+            Err(e) if e.status == Status::Timeout => return Err(missing_from(store, key, rank, ranks, i, start)),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(out)
 }
 
 /// Stores the gathered values as `u64 count | (u64 len | bytes)*`, in parts of at most `part`
@@ -535,8 +594,26 @@ mod tests {
         for g in &got[3..] {
             assert_eq!(*g, b.iter().map(|&r| val("k", r)).collect::<Vec<_>>());
         }
-        assert!(st.try_get(&format!("k/{}/all", subset_tag(&[0, 1, 2]))).unwrap().is_some());
+        assert!(st.try_get(&format!("k/{}/all", sha256::hex(&subset_tag(&[0, 1, 2])))).unwrap().is_some());
         assert_ne!(subset_tag(&[0, 1, 2]), subset_tag(&[3, 4, 5]));
+    }
+
+    #[test]
+    fn exchange_among_peers_lists_that_leave_out_self_or_differ() {
+        // Init's per-host exchanges: every rank lists its peers, not itself.
+        let st = Arc::new(MemStore::new());
+        let peers = |r: usize| (0..3).filter(|&q| q != r).collect::<Vec<_>>();
+        let got = run(&st, "h", (0..3).map(|r| (r, peers(r))).collect(), EXCHANGE_PART);
+        for (r, g) in got.iter().enumerate() {
+            assert_eq!(*g, peers(r).iter().map(|&q| val("h", q)).collect::<Vec<_>>());
+        }
+        assert!(st.try_get(&format!("h/{}/all", sha256::hex(&subset_tag(&[0, 1, 2])))).unwrap().is_some());
+        // Lists that are not symmetric (rank 1 does not list rank 2): rank 1 reads directly.
+        let st = Arc::new(MemStore::new());
+        let got = run(&st, "a", vec![(0, vec![1, 2]), (1, vec![0]), (2, vec![0, 1])], EXCHANGE_PART);
+        assert_eq!(got[0], vec![val("a", 1), val("a", 2)]);
+        assert_eq!(got[1], vec![val("a", 0)]);
+        assert_eq!(got[2], vec![val("a", 0), val("a", 1)]);
     }
 
     #[test]
@@ -548,7 +625,7 @@ mod tests {
         for g in got {
             assert_eq!(g, want);
         }
-        assert!(st.try_get(&format!("p/{}/all/3", subset_tag(&all))).unwrap().is_some());
+        assert!(st.try_get(&format!("p/{}/all/3", sha256::hex(&subset_tag(&all)))).unwrap().is_some());
     }
 
     #[test]
@@ -559,8 +636,9 @@ mod tests {
         assert_eq!(e.status, Status::Timeout);
         assert!(e.msg.contains("ranks 0, 2, 3 never joined"), "{e}");
         // Everyone published but the leader never gathered.
-        let tag = subset_tag(&[0, 1]);
-        st.set(&format!("q/{tag}/0"), b"a").unwrap();
+        let mut v = subset_tag(&[0, 1]).to_vec();
+        v.push(b'a');
+        st.set("q/0", &v).unwrap();
         let e = exchange(&st, "q", 1, 2, b"b", soon()).unwrap_err();
         assert!(e.msg.contains("rank 0, which gathers"), "{e}");
     }
