@@ -239,6 +239,188 @@ fn tcp_huge_lengths_are_refused_without_allocating() {
 }
 
 #[test]
+fn tcp_set_wakes_only_the_waiters_of_its_key() {
+    let s = server();
+    let port = s.local_addr().port();
+    let waiter = |key: &'static str| {
+        std::thread::spawn(move || {
+            let c = TcpStore::connect("127.0.0.1", port, TOKEN, secs(5)).unwrap();
+            let t0 = Instant::now();
+            let v = c.get(key, secs(10)).unwrap();
+            (v, t0.elapsed())
+        })
+    };
+    let on_a = waiter("a");
+    let on_b = waiter("b");
+    std::thread::sleep(Duration::from_millis(200));
+    let c = client(&s);
+    c.set("a", b"for a").unwrap();
+    let (v, _) = on_a.join().unwrap();
+    assert_eq!(v, b"for a");
+    // The waiter on b was not answered by a's SET: it is still parked, and gets b's value.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!on_b.is_finished(), "a SET of another key answered the waiter on b");
+    c.set("b", b"for b").unwrap();
+    let (v, took) = on_b.join().unwrap();
+    assert_eq!(v, b"for b");
+    assert!(took >= Duration::from_millis(450), "{took:?}");
+}
+
+#[test]
+fn tcp_a_client_that_does_not_read_its_answers_does_not_stall_others() {
+    let s = server();
+    let c = client(&s);
+    c.set("big", &vec![7u8; 1 << 20]).unwrap();
+    // 500 pipelined GETs of 1 MiB each, never read: the server queues a bounded amount for this
+    // connection, then stops reading its requests.
+    let mut r = raw_conn(&s);
+    let mut m = Vec::new();
+    for _ in 0..500 {
+        m.push(2u8);
+        m.extend_from_slice(&3u32.to_le_bytes());
+        m.extend_from_slice(b"big");
+        m.extend_from_slice(&0u32.to_le_bytes());
+    }
+    r.write_all(&m).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let t0 = Instant::now();
+    for i in 0..50 {
+        c.set(&format!("k{i}"), b"v").unwrap();
+        assert_eq!(c.get(&format!("k{i}"), secs(1)).unwrap(), b"v");
+    }
+    assert_eq!(c.get("big", secs(1)).unwrap().len(), 1 << 20);
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    // The stuck reader still gets its answers, in order, once it reads.
+    let mut head = [0u8; 9];
+    r.read_exact(&mut head).unwrap();
+    assert_eq!(head[0], 0);
+    assert_eq!(u64::from_le_bytes(head[1..].try_into().unwrap()), 1 << 20);
+}
+
+#[test]
+fn tcp_a_flooding_client_does_not_starve_others() {
+    let s = server();
+    let c = client(&s);
+    let flood = raw_conn(&s);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // One thread writes SETs as fast as it can, another drains their answers.
+    let mut w = flood.try_clone().unwrap();
+    let stop_w = stop.clone();
+    let writer = std::thread::spawn(move || {
+        let mut batch = Vec::new();
+        for _ in 0..1000 {
+            batch.extend_from_slice(&raw::set_header("flood", 8));
+            batch.extend_from_slice(&[1; 8]);
+        }
+        while !stop_w.load(std::sync::atomic::Ordering::Relaxed) {
+            if w.write_all(&batch).is_err() {
+                return;
+            }
+        }
+    });
+    let mut r = flood;
+    let reader = std::thread::spawn(move || {
+        let mut buf = vec![0u8; 1 << 16];
+        while let Ok(n) = r.read(&mut buf) {
+            if n == 0 {
+                return;
+            }
+        }
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let t0 = Instant::now();
+    for i in 0..200 {
+        c.set(&format!("k{i}"), b"v").unwrap();
+        assert_eq!(c.try_get(&format!("k{i}")).unwrap(), Some(b"v".to_vec()));
+    }
+    let took = t0.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.join().unwrap();
+    drop(s);
+    reader.join().unwrap();
+    assert!(took < Duration::from_secs(3), "400 requests took {took:?} beside a flooding client");
+}
+
+#[test]
+fn tcp_a_hello_trickling_in_is_cut_off_after_5_s() {
+    let s = server();
+    let slow = TcpStream::connect(s.local_addr()).unwrap();
+    let mut w = slow.try_clone().unwrap();
+    let t0 = Instant::now();
+    // One byte every 250 ms: 10 s for the whole hello, but the server allows 5 s in all.
+    let writer = std::thread::spawn(move || {
+        for b in raw::hello(TOKEN) {
+            if w.write_all(&[b]).is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    });
+    let mut r = slow;
+    r.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut x = [0u8; 8];
+    match r.read(&mut x) {
+        Ok(0) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        other => panic!("expected the server to close the connection, got {other:?}"),
+    }
+    let cut = t0.elapsed();
+    assert!(cut >= Duration::from_millis(4500) && cut < Duration::from_secs(8), "{cut:?}");
+    // Meanwhile others are served.
+    client(&s).set("k", b"v").unwrap();
+    writer.join().unwrap();
+}
+
+/// 1024 clients, each its own connection, against one server: each sets its key and takes part in
+/// one exchange among all 1024.
+#[test]
+fn tcp_1024_clients_exchange_through_one_server() {
+    const N: usize = 1024;
+    raise_nofile_limit(2 * N as u64 + 256);
+    let s = server();
+    let port = s.local_addr().port();
+    let t0 = Instant::now();
+    let barrier = Arc::new(std::sync::Barrier::new(N));
+    let hs: Vec<_> = (0..N)
+        .map(|rank| {
+            let barrier = barrier.clone();
+            std::thread::Builder::new()
+                .stack_size(256 << 10)
+                .spawn(move || {
+                    barrier.wait();
+                    let c = TcpStore::connect("127.0.0.1", port, TOKEN, secs(60)).unwrap();
+                    c.set(&format!("own/{rank}"), format!("{rank}").as_bytes()).unwrap();
+                    let all = exchange(&c, "addr", rank, N, format!("addr-of-{rank}").as_bytes(), secs(60)).unwrap();
+                    assert_eq!(all.len(), N);
+                    for (r, v) in all.iter().enumerate() {
+                        assert_eq!(v, format!("addr-of-{r}").as_bytes(), "rank {rank} got a wrong value for rank {r}");
+                    }
+                })
+                .unwrap()
+        })
+        .collect();
+    for h in hs {
+        h.join().unwrap();
+    }
+    let took = t0.elapsed();
+    eprintln!("tcp_1024_clients_exchange_through_one_server: {N} clients connected, set and exchanged in {:.2} s", took.as_secs_f64());
+    // N own keys, N exchange keys, one gathered value.
+    assert_eq!(s.num_keys(), 2 * N + 1);
+}
+
+/// Raises the soft open-files limit towards the hard one (a thousand connections have two ends here).
+fn raise_nofile_limit(want: u64) {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit with a valid rlimit struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && (lim.rlim_cur as u64) < want {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
+
+#[test]
 fn tcp_dead_server_is_reported() {
     let s = server();
     let c = Arc::new(client(&s));

@@ -11,7 +11,8 @@
 //!   long-lived launcher store, or several thread-ranks, get fresh keys);
 //! - `G/arrivals`: file:// with rank -1: the n-th arrival is rank `(n-1) % world_size` of
 //!   generation `(n-1) / world_size`;
-//! - `G/GEN/...`: everything else of that init (through a [`PrefixStore`]), e.g. `G/0/join/3`.
+//! - `G/GEN/...`: everything else of that init (through a [`PrefixStore`]), e.g. `G/0/join/T/3`
+//!   (an [`exchange`]: `T` names the set of ranks exchanging; see [`exchange_among`]).
 
 pub mod config;
 pub mod file_store;
@@ -19,6 +20,8 @@ pub mod mem_store;
 pub mod netif;
 pub mod prefix_store;
 pub mod sha256;
+mod store_core;
+mod store_server;
 pub mod tcp_store;
 
 pub use config::{resolve, InitOptions, JobConfig, Method};
@@ -107,8 +110,9 @@ pub fn fmt_ranks(ranks: &[usize]) -> String {
     format!("{word} {}", parts.join(", "))
 }
 
-/// Every rank publishes `value` under `key/rank` and gets everyone's, in rank order. On timeout:
-/// `DC_ERR_TIMEOUT` naming the ranks that never published ("ranks 2, 3 never joined").
+/// Every rank publishes `value` and gets everyone's, in rank order, at O(N) store requests for
+/// the whole exchange (see [`exchange_among`]). On timeout: `DC_ERR_TIMEOUT` naming the ranks that
+/// never published ("ranks 2, 3 never joined").
 pub fn exchange(
     store: &dyn Store,
     key: &str,
@@ -124,11 +128,157 @@ pub fn exchange(
     exchange_among(store, key, rank, &all, value, deadline)
 }
 
-/// `exchange` among `ranks` only (in that order; `rank` may be among them or not): each of
-/// them publishes under `key/rank`.
+/// Gathered values larger than this are split over several keys (a store caps one value at 64 MiB).
+const EXCHANGE_PART: usize = 16 << 20;
+
+/// `exchange` among `ranks` only: this rank publishes `value`, and gets the values of `ranks`,
+/// in that order (`rank` may be among them or not; init's per-host exchanges list only the
+/// peers, so the lists differ from rank to rank).
+///
+/// Keys: every rank SETs `key/rank` (8 bytes naming its set, then the value). The set of a
+/// rank is `S = ranks ∪ {rank}`, sorted; it is named by a 64-bit digest `T` of `S`, so the
+/// gathered values of one key exchanged among different subsets (each host's ranks, say) never
+/// share keys (two different sets collide with probability 2^-64). The lowest rank `L` of `S`
+/// GETs the others' keys in turn, concatenates the values (length-prefixed) and SETs them under
+/// `key/T/all` (split into `key/T/all/1`, `/2`, ... past 16 MiB). Every other rank GETs `key/L`
+/// (it needs L's value anyway) and, when L names the same set, GETs `key/T/all`: about 3
+/// requests per rank for the whole exchange, instead of one per pair. When L's set differs
+/// (a rank's list was not symmetric with its peers'), it falls back to one GET per listed rank.
+///
+/// On timeout, `DC_ERR_TIMEOUT` names the ranks whose key is absent (one look each, only on that
+/// failure path), or says that all joined but L did not publish the gathered values.
 pub fn exchange_among(store: &dyn Store, key: &str, rank: usize, ranks: &[usize], value: &[u8], deadline: Instant) -> Result<Vec<Vec<u8>>> {
+    exchange_parts(store, key, rank, ranks, value, deadline, EXCHANGE_PART)
+}
+
+const TAG_LEN: usize = 8;
+
+/// The digest that names a set of ranks in exchange keys.
+fn subset_tag(members: &[usize]) -> [u8; TAG_LEN] {
+    let mut h = sha256::Sha256::new();
+    h.update(b"distcomm exchange ranks v1\0");
+    for &r in members {
+        h.update(&(r as u64).to_le_bytes());
+    }
+    h.finish()[..TAG_LEN].try_into().unwrap()
+}
+
+fn never_joined(start: Instant, key: &str, missing: &[usize], n: usize) -> Error {
+    err!(
+        Status::Timeout,
+        "rendezvous timed out after {:.1} s: {} never joined (waiting for {key:?}, {} of {} present)",
+        start.elapsed().as_secs_f64(),
+        fmt_ranks(missing),
+        n - missing.len(),
+        n
+    )
+}
+
+/// The timeout error after waiting for `ranks[i]`: names it and whichever of the rest (but `me`)
+/// have not published either.
+fn missing_from(store: &dyn Store, key: &str, me: usize, ranks: &[usize], i: usize, start: Instant) -> Error {
+    let mut missing = vec![ranks[i]];
+    for &q in &ranks[i + 1..] {
+        match store.try_get(&format!("{key}/{q}")) {
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                if q != me && !missing.contains(&q) {
+                    missing.push(q)
+                }
+            }
+            Err(e) => return e,
+        }
+    }
+    missing.sort_unstable();
+    let mut n: Vec<usize> = ranks.to_vec();
+    n.sort_unstable();
+    n.dedup();
+    never_joined(start, key, &missing, n.len())
+}
+
+/// Splits what a rank published into the tag of its set and its value.
+fn published(key: &str, r: usize, v: Vec<u8>) -> Result<([u8; TAG_LEN], Vec<u8>)> {
+    if v.len() < TAG_LEN {
+        bail!(Status::Rendezvous, "exchange: rank {r} published a malformed value under {key:?}");
+    }
+    Ok((v[..TAG_LEN].try_into().unwrap(), v[TAG_LEN..].to_vec()))
+}
+
+fn exchange_parts(
+    store: &dyn Store,
+    key: &str,
+    rank: usize,
+    ranks: &[usize],
+    value: &[u8],
+    deadline: Instant,
+    part: usize,
+) -> Result<Vec<Vec<u8>>> {
     let start = Instant::now();
-    store.set(&format!("{key}/{rank}"), value)?;
+    let mut members: Vec<usize> = ranks.iter().copied().chain([rank]).collect();
+    members.sort_unstable();
+    members.dedup();
+    let tag = subset_tag(&members);
+    let mut mine = Vec::with_capacity(TAG_LEN + value.len());
+    mine.extend_from_slice(&tag);
+    mine.extend_from_slice(value);
+    store.set(&format!("{key}/{rank}"), &mine)?;
+    let base = format!("{key}/{}", sha256::hex(&tag));
+    let leader = members[0];
+    let gathered = if rank == leader {
+        let mut vals = Vec::with_capacity(members.len());
+        for (i, &r) in members.iter().enumerate() {
+            if r == rank {
+                vals.push(value.to_vec());
+                continue;
+            }
+            match store.get(&format!("{key}/{r}"), deadline) {
+                Ok(v) => vals.push(published(key, r, v)?.1),
+                Err(e) if e.status == Status::Timeout => return Err(missing_from(store, key, rank, &members, i, start)),
+                Err(e) => return Err(e),
+            }
+        }
+        publish_gathered(store, &base, &vals, part)?;
+        vals
+    } else {
+        let (their_tag, _) = match store.get(&format!("{key}/{leader}"), deadline) {
+            Ok(v) => published(key, leader, v)?,
+            Err(e) if e.status == Status::Timeout => return Err(missing_from(store, key, rank, &members, 0, start)),
+            Err(e) => return Err(e),
+        };
+        if their_tag != tag {
+            dc_log!(Level::Info, Some(rank), "exchange of {key:?}: rank {leader} lists other ranks than this one; reading each listed rank");
+            return exchange_direct(store, key, rank, ranks, value, deadline, start);
+        }
+        match fetch_gathered(store, &base, members.len(), deadline) {
+            Ok(v) => v,
+            Err(e) if e.status == Status::Timeout => {
+                let mut missing = Vec::new();
+                for &q in &members {
+                    if q != rank && store.try_get(&format!("{key}/{q}"))?.is_none() {
+                        missing.push(q);
+                    }
+                }
+                if missing.is_empty() {
+                    bail!(
+                        Status::Timeout,
+                        "rendezvous timed out after {:.1} s: all {} ranks joined {key:?}, but rank {leader}, which gathers their values, did not publish them",
+                        start.elapsed().as_secs_f64(),
+                        members.len()
+                    );
+                }
+                return Err(never_joined(start, key, &missing, members.len()));
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    if ranks == members.as_slice() {
+        return Ok(gathered);
+    }
+    Ok(ranks.iter().map(|r| gathered[members.binary_search(r).expect("a listed rank")].clone()).collect())
+}
+
+/// One GET per listed rank: for sets that are not the same on every rank.
+fn exchange_direct(store: &dyn Store, key: &str, rank: usize, ranks: &[usize], value: &[u8], deadline: Instant, start: Instant) -> Result<Vec<Vec<u8>>> {
     let mut out = Vec::with_capacity(ranks.len());
     for (i, &r) in ranks.iter().enumerate() {
         if r == rank {
@@ -136,25 +286,63 @@ pub fn exchange_among(store: &dyn Store, key: &str, rank: usize, ranks: &[usize]
             continue;
         }
         match store.get(&format!("{key}/{r}"), deadline) {
-            Ok(v) => out.push(v),
-            Err(e) if e.status == Status::Timeout => {
-                let mut missing = vec![r];
-                for &q in &ranks[i + 1..] {
-                    if q != rank && store.try_get(&format!("{key}/{q}"))?.is_none() {
-                        missing.push(q);
-                    }
-                }
-                bail!(
-                    Status::Timeout,
-                    "rendezvous timed out after {:.1} s: {} never joined (waiting for {key:?}, {} of {} present)",
-                    start.elapsed().as_secs_f64(),
-                    fmt_ranks(&missing),
-                    ranks.len() - missing.len(),
-                    ranks.len()
-                );
-            }
+            Ok(v) => out.push(published(key, r, v)?.1),
+            Err(e) if e.status == Status::Timeout => return Err(missing_from(store, key, rank, ranks, i, start)),
             Err(e) => return Err(e),
         }
+    }
+    Ok(out)
+}
+
+/// Stores the gathered values as `u64 count | (u64 len | bytes)*`, in parts of at most `part`
+/// bytes: `base/all` holds `u32 parts` and the first, `base/all/i` the i-th (set before `all`,
+/// which readers wait for).
+fn publish_gathered(store: &dyn Store, base: &str, vals: &[Vec<u8>], part: usize) -> Result<()> {
+    let mut blob = Vec::with_capacity(8 + vals.iter().map(|v| 8 + v.len()).sum::<usize>());
+    blob.extend_from_slice(&(vals.len() as u64).to_le_bytes());
+    for v in vals {
+        blob.extend_from_slice(&(v.len() as u64).to_le_bytes());
+        blob.extend_from_slice(v);
+    }
+    let chunks: Vec<&[u8]> = blob.chunks(part.max(1)).collect();
+    for (i, c) in chunks.iter().enumerate().skip(1) {
+        store.set(&format!("{base}/all/{i}"), c)?;
+    }
+    let mut first = Vec::with_capacity(4 + chunks[0].len());
+    first.extend_from_slice(&(chunks.len() as u32).to_le_bytes());
+    first.extend_from_slice(chunks[0]);
+    store.set(&format!("{base}/all"), &first)
+}
+
+/// Reads back what [`publish_gathered`] stored: `n` values.
+fn fetch_gathered(store: &dyn Store, base: &str, n: usize, deadline: Instant) -> Result<Vec<Vec<u8>>> {
+    let first = store.get(&format!("{base}/all"), deadline)?;
+    let malformed = || err!(Status::Rendezvous, "exchange: the gathered values under {base:?} are malformed");
+    let (Some(parts), Some(mut blob)) = (first.get(..4), first.get(4..).map(<[u8]>::to_vec)) else {
+        return Err(malformed());
+    };
+    let parts = u32::from_le_bytes(parts.try_into().unwrap());
+    for i in 1..parts {
+        blob.extend_from_slice(&store.get(&format!("{base}/all/{i}"), deadline)?);
+    }
+    let mut rest = &blob[..];
+    let mut take = |len: usize| -> Result<&[u8]> {
+        if rest.len() < len {
+            return Err(malformed());
+        }
+        let (a, b) = rest.split_at(len);
+        rest = b;
+        Ok(a)
+    };
+    let u64_at = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap());
+    if u64_at(take(8)?) != n as u64 {
+        return Err(malformed());
+    }
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let len = u64_at(take(8)?);
+        let len = usize::try_from(len).map_err(|_| malformed())?;
+        out.push(take(len)?.to_vec());
     }
     Ok(out)
 }
@@ -366,4 +554,92 @@ fn choose_bind_ip(cfg: &JobConfig, via_store: Option<IpAddr>) -> Result<IpAddr> 
 /// Convenience: resolve from the process environment and rendezvous.
 pub fn rendezvous_from_env(opts: &InitOptions) -> Result<Rendezvous> {
     rendezvous(&resolve(opts, &config::process_env)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(st: &Arc<MemStore>, key: &'static str, subsets: Vec<(usize, Vec<usize>)>, part: usize) -> Vec<Vec<Vec<u8>>> {
+        let hs: Vec<_> = subsets
+            .into_iter()
+            .map(|(rank, ranks)| {
+                let st = st.clone();
+                std::thread::spawn(move || {
+                    let v = format!("{key}:{rank}:{}", "x".repeat(rank)).into_bytes();
+                    let d = Instant::now() + Duration::from_secs(10);
+                    exchange_parts(st.as_ref(), key, rank, &ranks, &v, d, part).unwrap()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    }
+
+    fn val(key: &str, r: usize) -> Vec<u8> {
+        format!("{key}:{r}:{}", "x".repeat(r)).into_bytes()
+    }
+
+    #[test]
+    fn exchange_among_subsets_of_one_key_do_not_collide() {
+        let st = Arc::new(MemStore::new());
+        // Two hosts' ranks exchange under the same key at the same time; one lists its ranks
+        // out of order.
+        let a = vec![0, 1, 2];
+        let b = vec![5, 3, 4];
+        let jobs: Vec<_> = a.iter().map(|&r| (r, a.clone())).chain(b.iter().map(|&r| (r, b.clone()))).collect();
+        let got = run(&st, "k", jobs, EXCHANGE_PART);
+        for g in &got[..3] {
+            assert_eq!(*g, a.iter().map(|&r| val("k", r)).collect::<Vec<_>>());
+        }
+        for g in &got[3..] {
+            assert_eq!(*g, b.iter().map(|&r| val("k", r)).collect::<Vec<_>>());
+        }
+        assert!(st.try_get(&format!("k/{}/all", sha256::hex(&subset_tag(&[0, 1, 2])))).unwrap().is_some());
+        assert_ne!(subset_tag(&[0, 1, 2]), subset_tag(&[3, 4, 5]));
+    }
+
+    #[test]
+    fn exchange_among_peers_lists_that_leave_out_self_or_differ() {
+        // Init's per-host exchanges: every rank lists its peers, not itself.
+        let st = Arc::new(MemStore::new());
+        let peers = |r: usize| (0..3).filter(|&q| q != r).collect::<Vec<_>>();
+        let got = run(&st, "h", (0..3).map(|r| (r, peers(r))).collect(), EXCHANGE_PART);
+        for (r, g) in got.iter().enumerate() {
+            assert_eq!(*g, peers(r).iter().map(|&q| val("h", q)).collect::<Vec<_>>());
+        }
+        assert!(st.try_get(&format!("h/{}/all", sha256::hex(&subset_tag(&[0, 1, 2])))).unwrap().is_some());
+        // Lists that are not symmetric (rank 1 does not list rank 2): rank 1 reads directly.
+        let st = Arc::new(MemStore::new());
+        let got = run(&st, "a", vec![(0, vec![1, 2]), (1, vec![0]), (2, vec![0, 1])], EXCHANGE_PART);
+        assert_eq!(got[0], vec![val("a", 1), val("a", 2)]);
+        assert_eq!(got[1], vec![val("a", 0)]);
+        assert_eq!(got[2], vec![val("a", 0), val("a", 1)]);
+    }
+
+    #[test]
+    fn gathered_values_split_into_parts() {
+        let st = Arc::new(MemStore::new());
+        let all: Vec<usize> = (0..5).collect();
+        let got = run(&st, "p", all.iter().map(|&r| (r, all.clone())).collect(), 7);
+        let want: Vec<Vec<u8>> = all.iter().map(|&r| val("p", r)).collect();
+        for g in got {
+            assert_eq!(g, want);
+        }
+        assert!(st.try_get(&format!("p/{}/all/3", sha256::hex(&subset_tag(&all)))).unwrap().is_some());
+    }
+
+    #[test]
+    fn a_waiting_rank_names_the_missing_ones_and_a_silent_leader() {
+        let st = MemStore::new();
+        let soon = || Instant::now() + Duration::from_millis(50);
+        let e = exchange(&st, "j", 1, 4, b"x", soon()).unwrap_err();
+        assert_eq!(e.status, Status::Timeout);
+        assert!(e.msg.contains("ranks 0, 2, 3 never joined"), "{e}");
+        // Everyone published but the leader never gathered.
+        let mut v = subset_tag(&[0, 1]).to_vec();
+        v.push(b'a');
+        st.set("q/0", &v).unwrap();
+        let e = exchange(&st, "q", 1, 2, b"b", soon()).unwrap_err();
+        assert!(e.msg.contains("rank 0, which gathers"), "{e}");
+    }
 }
