@@ -145,7 +145,7 @@ impl RingSegment {
     pub fn create(path: &Path, rings: usize, ring_bytes: usize, nonce: u64) -> Result<RingSegment> {
         check_ring_bytes(ring_bytes)?;
         let file = create_segment_file(path, segment_bytes(rings, ring_bytes))?;
-        let map = map_segment(&file, "ring segment")?;
+        let map = map_segment(&file, "ring segment", 0)?;
         let seg = RingSegment { map, rings, ring_bytes };
         let h = seg.header();
         h.nonce.store(nonce, Ordering::Relaxed);
@@ -160,7 +160,7 @@ impl RingSegment {
     pub fn open(path: &Path, rings: usize, ring_bytes: usize, nonce: u64) -> Result<RingSegment> {
         check_ring_bytes(ring_bytes)?;
         let file = open_segment_file(path, segment_bytes(rings, ring_bytes))?;
-        let map = map_segment(&file, "ring segment")?;
+        let map = map_segment(&file, "ring segment", 0)?;
         let seg = RingSegment { map, rings, ring_bytes };
         let h = seg.header();
         if h.magic.load(Ordering::Acquire) != MAGIC

@@ -220,13 +220,22 @@ fn futex_wake_all(word: &AtomicU32) {
     }
 }
 
-/// Maps a segment file shared, with every page faulted in now (MAP_POPULATE): otherwise the
-/// first touch of each page costs a fault inside a collective or a message (64 mailbox slots
-/// take dozens of pages, met during a job's first calls).
-pub fn map_segment(file: &File, what: &str) -> Result<MmapMut> {
+/// Segments mapped by at most this many ranks are faulted in when mapped (see `map_segment`).
+const POPULATE_MAX_RANKS: usize = 128;
+
+/// Maps a segment file shared. With few `ranks` every page is faulted in now (MAP_POPULATE):
+/// otherwise the first touch of each page costs a fault inside a collective or a message (64
+/// mailbox slots take dozens of pages, met during a job's first calls). With many, each rank
+/// touches a small part of a large segment, and populating all of it in every rank (1024 thread
+/// ranks: 15 million page-table entries) would cost seconds of init.
+pub fn map_segment(file: &File, what: &str, ranks: usize) -> Result<MmapMut> {
+    let mut opts = memmap2::MmapOptions::new();
+    if ranks <= POPULATE_MAX_RANKS {
+        opts.populate();
+    }
     // SAFETY: the file is ours (0600, unique name); concurrent modification by the other
     // members is the point and is mediated by atomics.
-    unsafe { memmap2::MmapOptions::new().populate().map_mut(file) }.map_err(|e| Error::system(format!("mmap {what}"), e))
+    unsafe { opts.map_mut(file) }.map_err(|e| Error::system(format!("mmap {what}"), e))
 }
 
 /// A segment name no other job uses: our pid (for reclaiming after a crash) and the comm id.
@@ -347,7 +356,7 @@ impl Arena {
     }
 
     fn map(file: &File, layout: Layout, rank: usize) -> Result<Arena> {
-        let map = map_segment(file, "shared-memory segment")?;
+        let map = map_segment(file, "shared-memory segment", layout.ranks)?;
         Ok(Arena { map, layout, rank, all_done: AtomicU32::new(0) })
     }
 
