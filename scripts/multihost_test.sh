@@ -80,7 +80,11 @@ for br in brctl brdata; do
   ip -n "$SW" link add name "$br" type bridge
   ip -n "$SW" link set "$br" up
 done
+# The scale job (4.) runs SCALE_NODES hosts of SCALE_RPN ranks (0 hosts: skipped).
+SCALE_NODES=${SCALE_NODES:-8}
+SCALE_RPN=${SCALE_RPN:-16}
 MAXN=$((NODES > 2 ? NODES : 2))
+MAXN=$((SCALE_NODES > MAXN ? SCALE_NODES : MAXN))
 for ((i = 0; i < MAXN; i++)); do
   h="$TAG-node$i"
   ip netns add "$h"
@@ -141,7 +145,7 @@ job() {
   local port=$((29500 + JOB)) i pids=() rcs=() rc
   for ((i = 0; i < nodes; i++)); do
     on_host "$i" env DC_DEBUG=INFO "${envs[@]}" "$DCRUN" --nnodes "$nodes" --node-rank "$i" \
-      --master "10.231.0.10:$port" -n "$RPN" "$@" >"$TMP/$name.node$i" 2>&1 &
+      --master "10.231.0.10:$port" -n "${JOB_RPN:-$RPN}" "$@" >"$TMP/$name.node$i" 2>&1 &
     pids+=($!)
     PIDS+=($!)
   done
@@ -251,5 +255,22 @@ grep -q "DC_SOCKET_IFNAME=nosuch0: no interface of that name.*data0" "$TMP/ifnam
   { echo "FAIL: no clear DC_SOCKET_IFNAME error:" >&2; cat "$TMP/ifname-bad.node0" >&2; exit 1; }
 PASSED=$((PASSED + 1))
 echo "multihost: DC_SOCKET_IFNAME=nosuch0 fails with: $(grep -o 'DC_SOCKET_IFNAME=nosuch0: [^)]*)' "$TMP/ifname-bad.node0" | head -1)"
+
+# 4. Scale: SCALE_NODES hosts x SCALE_RPN ranks. Every collective at a few sizes, every result
+# checked (dc-bench exits 3 on a wrong element); allreduce goes hierarchical (reduce within each
+# host, allreduce among one leader per host, broadcast back). Then an allreduce-only job whose
+# processes must hold few connections (they are made on demand): at most 6 on average.
+DCBENCH="$PREFIX/bin/dc-bench"
+if [ "$SCALE_NODES" -gt 0 ] && [ -x "$DCBENCH" ]; then
+  world=$((SCALE_NODES * SCALE_RPN))
+  JOB_RPN=$SCALE_RPN job scale-all "$SCALE_NODES" ok DC_SOCKET_IFNAME=data0 -- "$DCBENCH" -o all -b 1K -e 256K -f 16 -n 2 -w 1 -c 1
+  JOB_RPN=$SCALE_RPN job scale-allreduce "$SCALE_NODES" ok DC_SOCKET_IFNAME=data0 -- "$DCBENCH" -o allreduce -b 16 -e 1M -f 256 -n 3 -w 1 -c 1
+  conns=$(cat "$TMP"/scale-allreduce.node* | grep -o 'socket transport: [0-9]* connections' | awk '{ s += $3; n++; if ($3 > m) m = $3 } END { if (n) printf "%d %.2f %d", n, s / n, m }')
+  read -r nproc avg most <<<"${conns:-0 0 0}"
+  [ "$nproc" = "$world" ] || { echo "FAIL multihost scale: $nproc of $world processes reported their connections" >&2; exit 1; }
+  awk -v a="$avg" 'BEGIN { exit !(a <= 6) }' || { echo "FAIL multihost scale: $avg connections per process on average after an allreduce (bound 6)" >&2; exit 1; }
+  PASSED=$((PASSED + 2))
+  echo "multihost: $SCALE_NODES hosts x $SCALE_RPN ranks: every collective correct; after allreduce 16 B..1 MiB: $avg connections per process on average, at most $most (of $((world - 1)))"
+fi
 
 echo "multihost: all $PASSED jobs passed"

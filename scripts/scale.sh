@@ -50,12 +50,12 @@ BIN=target/release
 
 # ---- 1. threads -------------------------------------------------------------------------------
 TCSV="$WORK/threads.csv"
-: > "$TCSV"
 for n in $THREADS; do
   for b in $BACKENDS; do
     echo "threads: $n ranks, backend $b" >&2
     if ! timeout 900 "$BIN/examples/scale_threads" --ranks "$n" --backend "$b" --iters "$ITERS" --csv "$TCSV"; then
       echo "ranks=$n backend=$b: FAILED" >&2
+      [ -s "$TCSV" ] || echo "ranks,backend,ok" > "$TCSV"
       echo "$n,$b,false" >> "$TCSV"
     fi
   done
@@ -121,7 +121,7 @@ done
   echo
   echo "| ranks | backend | ok | init s | fds/rank after init | fds/rank after ops | /dev/shm peak MiB | allreduce 16 B us | allreduce 1 MiB us | ring send/recv us | barrier us |"
   echo "|---|---|---|---|---|---|---|---|---|---|---|"
-  awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+  [ -s "$TCSV" ] && awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
     { printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", $c["ranks"], $c["backend"], $c["ok"], $c["init_s"], $c["fds_per_rank_init"], $c["fds_per_rank_ops"], $c["shm_peak_MiB"], $c["allreduce_16B_us"], $c["allreduce_1MiB_us"], $c["ring_sendrecv_us"], $c["barrier_us"] }' "$TCSV"
   echo
   echo "### $PROCS processes on this host (medians of $ROUNDS interleaved rounds)"

@@ -2,16 +2,19 @@
 # Runs every test of distcomm (what `make test` and .ci/run do):
 #   1. installs missing system packages (Debian: apt-get as root, sudo otherwise)
 #   2. cargo test --release (unit, in-process and header/ABI/export tests, strict: no skips)
-#   3. make install PREFIX=<temporary prefix>
+#   3. a 256-rank job as threads of one process (examples/scale_threads.rs), both backends
+#      make install PREFIX=<temporary prefix>
 #   4. the C tests in c_tests/ built with CMake against the installed package, run by ctest
 #   5. four of those C tests at 2 ranks under valgrind memcheck (errors and leaks fail)
-#   6. the same C tests configured against a moved copy of the prefix (relocatable package)
+#   6. 16 ranks in a private 64 MiB /dev/shm and in an 8 MiB one (scripts/small_shm_test.sh;
+#      SKIP without root); the same C tests configured against a moved copy of the prefix
 #   7. a C program built with `pkg-config --cflags --libs distcomm`
 #   8. the Python package: `pip install ./python` into a venv (with numpy, pytest), then its
 #      pytest suite (multi-process jobs through dcrun and by hand with launcher variables)
 #      against the installed library (DISTCOMM_LIBRARY=<prefix>/lib/libdistcomm.so)
 #   9. scripts/multihost_test.sh: the C tests and Python examples over network-namespace
-#      hosts (prints SKIP and passes where it lacks the privileges)
+#      hosts, and 8 hosts x 16 ranks running every collective (prints SKIP and passes where it
+#      lacks the privileges)
 #
 # Release everywhere: the installed library must be a release build anyway, so one optimised
 # build serves the tests and the install (a debug test build would compile everything twice).
@@ -49,6 +52,14 @@ banner "cargo test --release"
 # shellcheck disable=SC2086
 DC_TEST_STRICT=1 cargo test --release ${CARGO_TEST_ARGS:-} 2>&1 | tee "$TMP/cargo.log"
 
+banner "scale: 256 ranks as threads of one process (default backend, then sockets)"
+# The scale check of scripts/scale.sh at the size CI affords: init, allreduce 16 B and 1 MiB,
+# ring send/recv, barrier, destroy, every result checked (exit 1 on any failure).
+cargo build --release --example scale_threads
+for b in auto socket; do
+  timeout 600 target/release/examples/scale_threads --ranks 256 --backend "$b" --iters 1
+done
+
 banner "make install PREFIX=$PREFIX"
 make install PREFIX="$PREFIX"
 ls -l "$PREFIX/lib" "$PREFIX/include"
@@ -79,6 +90,10 @@ for t in test_p2p test_groups test_errors test_collectives; do
     exit 1
   fi
 done
+
+# ---------------------------------------------------------------------------------------------
+banner "small /dev/shm: 16 ranks in a private 64 MiB and 8 MiB tmpfs"
+scripts/small_shm_test.sh "$PREFIX"
 
 # ---------------------------------------------------------------------------------------------
 banner "relocated package: configure and build against a moved copy of the prefix"

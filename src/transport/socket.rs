@@ -2136,6 +2136,7 @@ impl SocketTransport {
         // peers told goodbye are all that have a connection.
         self.stop_door();
         let connected: Vec<Arc<Peer>> = self.active().iter().filter(|p| p.connected()).cloned().collect();
+        dc_log!(Level::Info, Some(self.rank as usize), "socket transport: {} connections of {} possible at shutdown", connected.len(), self.size.saturating_sub(1));
         {
             let _order = lock(&self.abort_order);
             for p in connected.iter() {
