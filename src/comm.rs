@@ -962,6 +962,18 @@ impl Comm {
         Ok(comm)
     }
 
+    fn allreduce_u64_min(&self, mine: u64) -> Result<u64> {
+        let send = mine.to_le_bytes();
+        let mut recv = [0u8; 8];
+        self.collective(CollArgs::Allreduce {
+            send: Some(ConstBuf::from_slice(&send)),
+            recv: MutBuf::from_slice(&mut recv),
+            dt: crate::dtype::DType::Uint64,
+            op: crate::dtype::ReduceOp::Min,
+        })?;
+        Ok(u64::from_le_bytes(recv))
+    }
+
     fn allgather_u64(&self, mine: &[u64]) -> Result<Vec<u64>> {
         let send: Vec<u8> = mine.iter().flat_map(|v| v.to_le_bytes()).collect();
         let mut recv = vec![0u8; send.len() * self.size()];
@@ -1144,9 +1156,12 @@ impl Comm {
             }
             Err(_) => 0,
         };
-        let all = self.allgather_u64(&[u64::from(local.is_ok()), ident])?;
+        // First whether anyone cannot (a tree allreduce: an allgather here would connect every
+        // rank of a large CPU-only job to log N peers for nothing), the lowest such rank.
         let n = self.size();
-        if let Some(r) = (0..n).find(|&r| all[2 * r] == 0) {
+        let unable = self.allreduce_u64_min(if local.is_ok() { u64::MAX } else { self.rank as u64 })?;
+        if unable != u64::MAX {
+            let r = unable as usize;
             let why = match &local {
                 Err(e) if r == self.rank => e.clone(),
                 _ => format!("rank {r} cannot use NCCL (its own error says why)"),
@@ -1158,7 +1173,7 @@ impl Comm {
             return Ok(());
         }
         if plan.mode == GpuMode::IfAvailable {
-            let mut ids: Vec<u64> = (0..n).map(|r| all[2 * r + 1]).collect();
+            let mut ids = self.allgather_u64(&[ident])?;
             ids.sort_unstable();
             if ids.windows(2).any(|w| w[0] == w[1]) {
                 dc_log!(Level::Info, Some(self.rank), "NCCL not used: some ranks share a GPU (backend \"nccl\" would try anyway)");
