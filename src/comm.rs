@@ -747,7 +747,7 @@ impl Comm {
         let mut failure = None;
         if self.rank == 0 {
             shm_seg::reclaim_stale_segments();
-            let requested = std::env::var("DC_SHM_CHUNK").ok().and_then(|v| v.parse::<usize>().ok());
+            let requested = crate::params::get().shm_chunk;
             let chunk = shm_seg::chunk_for(n, requested);
             let nonce = crate::init::random_u64();
             let path = shm_seg::segment_path(self.ctx.id);

@@ -129,7 +129,7 @@ pub struct Backoff {
 /// starts a launcher's children on one core), it gets to run within this time; if it does not,
 /// the yield returns at once and costs a syscall.
 fn spin_slice() -> Duration {
-    static SLICE: once_cell::sync::Lazy<Duration> = once_cell::sync::Lazy::new(|| env_us("DC_SPIN_SLICE_US", 5));
+    static SLICE: once_cell::sync::Lazy<Duration> = once_cell::sync::Lazy::new(|| Duration::from_micros(crate::params::get().spin_slice_us.unwrap_or(5)));
     *SLICE
 }
 
@@ -138,7 +138,7 @@ fn spin_slice() -> Duration {
 /// cpuset allows. Not our own affinity mask: a launcher that binds each rank to a core of its
 /// own would make every rank look like it shares one core with all the others.
 pub fn host_cores() -> usize {
-    if let Some(n) = std::env::var("DC_LOCAL_CORES").ok().and_then(|v| v.trim().parse::<usize>().ok()).filter(|&n| n > 0) {
+    if let Some(n) = crate::params::get().local_cores {
         return n;
     }
     // SAFETY: sysconf has no preconditions.
@@ -170,24 +170,18 @@ fn cpu_list_len(list: &str) -> Option<usize> {
 pub fn oversubscribed() -> bool {
     static OVER: once_cell::sync::Lazy<bool> = once_cell::sync::Lazy::new(|| {
         let cores = host_cores();
-        let local = ["LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE"]
-            .iter()
-            .find_map(|k| std::env::var(k).ok().and_then(|v| v.trim().parse::<usize>().ok()))
-            .unwrap_or(1);
+        let local = crate::params::get().local_world_size.unwrap_or(1);
         local > cores
     });
     *OVER
 }
 
-fn env_us(name: &str, default: u64) -> Duration {
-    Duration::from_micros(std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default))
-}
 
 impl Backoff {
     /// For waits on memory another process writes directly (shared-memory flags).
     pub fn for_shared_memory() -> Backoff {
         static SPIN: once_cell::sync::Lazy<Duration> =
-            once_cell::sync::Lazy::new(|| env_us("DC_SPIN_US", if oversubscribed() { 0 } else { 200 }));
+            once_cell::sync::Lazy::new(|| Duration::from_micros(crate::params::get().spin_us.unwrap_or(if oversubscribed() { 0 } else { 200 })));
         Backoff::new(*SPIN, if oversubscribed() { 200 } else { 32 })
     }
 
@@ -195,7 +189,7 @@ impl Backoff {
     /// long would take the core it needs.
     pub fn for_progress_thread() -> Backoff {
         static SPIN: once_cell::sync::Lazy<Duration> =
-            once_cell::sync::Lazy::new(|| env_us("DC_SPIN_US", if oversubscribed() { 0 } else { 5 }));
+            once_cell::sync::Lazy::new(|| Duration::from_micros(crate::params::get().spin_us.unwrap_or(if oversubscribed() { 0 } else { 5 })));
         Backoff::new(*SPIN, 16)
     }
 

@@ -22,7 +22,7 @@ use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result, Status};
 use once_cell::sync::Lazy;
 
-static DETAIL: Lazy<bool> = Lazy::new(|| std::env::var("DC_DEBUG").is_ok_and(|v| v.trim().eq_ignore_ascii_case("DETAIL")));
+static DETAIL: Lazy<bool> = Lazy::new(|| crate::params::get().detail());
 
 /// Whether `DC_DEBUG=DETAIL` asked for the check.
 pub fn enabled() -> bool {

@@ -48,7 +48,7 @@ pub fn init(opts: &InitOptions) -> Result<Arc<Comm>> {
     let gpu_mode = match cfg.backend.as_str() {
         "nccl" => crate::nccl::GpuMode::Required,
         // DC_NCCL=0 keeps "auto" off the GPU (no NCCL communicators, no device memory).
-        "auto" if std::env::var("DC_NCCL").map_or(true, |v| v != "0") => crate::nccl::GpuMode::IfAvailable,
+        "auto" if !crate::params::get().nccl_off => crate::nccl::GpuMode::IfAvailable,
         _ => crate::nccl::GpuMode::Off,
     };
     let rdv = rendezvous(&cfg)?;

@@ -6,6 +6,7 @@
 //! (remote procedure calls over the point-to-point layer).
 
 pub mod error;
+pub mod params;
 pub mod log;
 pub mod dtype;
 pub mod buffer;

@@ -34,7 +34,7 @@ impl Level {
 }
 
 static LEVEL: Lazy<Level> =
-    Lazy::new(|| std::env::var("DC_DEBUG").map(|v| Level::parse(&v)).unwrap_or(Level::Off));
+    Lazy::new(|| crate::params::get().debug.as_deref().map(Level::parse).unwrap_or(Level::Off));
 
 static HOST: Lazy<String> = Lazy::new(hostname);
 

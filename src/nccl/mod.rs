@@ -77,7 +77,7 @@ impl Runtime {
 
 /// The NCCL library name to probe: `DC_NCCL_LIBRARY` (a name or a path) or `libnccl.so.2`.
 fn nccl_library_name() -> String {
-    std::env::var("DC_NCCL_LIBRARY").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| loader::NCCL_LIB.to_string())
+    crate::params::get().nccl_library.clone().unwrap_or_else(|| loader::NCCL_LIB.to_string())
 }
 
 /// Probes with the given library names and initialises the driver; the error text says what

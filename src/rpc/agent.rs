@@ -73,7 +73,7 @@ pub struct RpcConfig {
 
 impl RpcConfig {
     pub fn from_env() -> Result<RpcConfig> {
-        Ok(RpcConfig { max_bytes: protocol::max_bytes_from(std::env::var("DC_RPC_MAX_BYTES").ok().as_deref())? })
+        Ok(RpcConfig { max_bytes: protocol::max_bytes_from(crate::params::get().rpc_max_bytes.as_deref())? })
     }
 }
 

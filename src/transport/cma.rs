@@ -12,7 +12,7 @@ static PROBE: [u8; 16] = *b"distcomm-cma-ok!";
 /// 0 turns single-copy off).
 pub fn threshold() -> usize {
     static T: once_cell::sync::Lazy<usize> =
-        once_cell::sync::Lazy::new(|| std::env::var("DC_CMA_MIN").ok().and_then(|v| v.parse().ok()).unwrap_or(256 * 1024));
+        once_cell::sync::Lazy::new(|| crate::params::get().cma_min.unwrap_or(256 * 1024));
     *T
 }
 

@@ -480,7 +480,7 @@ const NEAR_SNDBUF: usize = 256 * 1024;
 /// if set, 0 meaning the kernel's autotuning), None to leave it to the kernel.
 fn send_buffer_size(stream: &TcpStream) -> Option<usize> {
     static FORCED: once_cell::sync::Lazy<Option<usize>> =
-        once_cell::sync::Lazy::new(|| std::env::var("DC_SOCKET_SNDBUF").ok().and_then(|v| v.trim().parse().ok()));
+        once_cell::sync::Lazy::new(|| crate::params::get().socket_sndbuf);
     if let Some(n) = *FORCED {
         return (n > 0).then_some(n);
     }
@@ -2192,7 +2192,7 @@ mod tests {
 
     #[test]
     fn a_connection_within_the_host_gets_the_small_send_buffer() {
-        if std::env::var_os("DC_SOCKET_SNDBUF").is_some() {
+        if crate::params::get().socket_sndbuf.is_some() {
             return; // forced for every connection: nothing to tell apart
         }
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

@@ -1,0 +1,100 @@
+//! The engine's tuning and diagnostics knobs (`DC_*` beyond the job's own configuration, which
+//! `rendezvous::config` resolves per init): read in this one place, once per process, through
+//! an injected environment (`Params::from_env`), so each is parsed one way and tests can build
+//! them from a table. The README's "Environment variables" lists them.
+
+use once_cell::sync::Lazy;
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Params {
+    /// `DC_DEBUG` as given: a log level (`WARN`, `INFO`, `TRACE`) or `DETAIL`.
+    pub debug: Option<String>,
+    /// `DC_NCCL=0`: backend "auto" never uses NCCL.
+    pub nccl_off: bool,
+    /// `DC_NCCL_LIBRARY`: the NCCL library to load (non-empty).
+    pub nccl_library: Option<String>,
+    /// `DC_RPC_MAX_BYTES` as given (the RPC layer checks it and says what is wrong).
+    pub rpc_max_bytes: Option<String>,
+    /// `DC_SHM_CHUNK`: bytes per shared-memory staging slot.
+    pub shm_chunk: Option<usize>,
+    /// `DC_CMA_MIN`: single-copy threshold in bytes (0: off).
+    pub cma_min: Option<usize>,
+    /// `DC_SOCKET_SNDBUF`: send buffer of every data connection (0: the kernel's autotuning).
+    pub socket_sndbuf: Option<usize>,
+    /// `DC_LOCAL_CORES`: the host's cores as the launcher saw them (positive).
+    pub local_cores: Option<usize>,
+    /// Ranks on this host, from the launcher: `LOCAL_WORLD_SIZE`, `OMPI_COMM_WORLD_LOCAL_SIZE`
+    /// or `SLURM_NTASKS_PER_NODE`, the first that parses.
+    pub local_world_size: Option<usize>,
+    /// `DC_SPIN_US`, `DC_SPIN_SLICE_US`: the waits' spin time and yield slice, in microseconds.
+    pub spin_us: Option<u64>,
+    pub spin_slice_us: Option<u64>,
+}
+
+impl Params {
+    /// The knobs as `get` (an environment: name -> value) gives them.
+    pub fn from_env(get: &dyn Fn(&str) -> Option<String>) -> Params {
+        let num = |k: &str| get(k).and_then(|v| v.trim().parse::<usize>().ok());
+        let us = |k: &str| get(k).and_then(|v| v.trim().parse::<u64>().ok());
+        Params {
+            debug: get("DC_DEBUG"),
+            nccl_off: get("DC_NCCL").is_some_and(|v| v == "0"),
+            nccl_library: get("DC_NCCL_LIBRARY").filter(|s| !s.is_empty()),
+            rpc_max_bytes: get("DC_RPC_MAX_BYTES"),
+            shm_chunk: num("DC_SHM_CHUNK"),
+            cma_min: num("DC_CMA_MIN"),
+            socket_sndbuf: num("DC_SOCKET_SNDBUF"),
+            local_cores: num("DC_LOCAL_CORES").filter(|&n| n > 0),
+            local_world_size: ["LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE"].iter().find_map(|k| num(k)),
+            spin_us: us("DC_SPIN_US"),
+            spin_slice_us: us("DC_SPIN_SLICE_US"),
+        }
+    }
+
+    /// `DC_DEBUG=DETAIL`: every collective's arguments are compared across ranks first.
+    pub fn detail(&self) -> bool {
+        self.debug.as_deref().is_some_and(|v| v.trim().eq_ignore_ascii_case("DETAIL"))
+    }
+}
+
+/// This process's knobs, from its environment when first asked.
+pub fn get() -> &'static Params {
+    static P: Lazy<Params> = Lazy::new(|| Params::from_env(&|k| std::env::var(k).ok()));
+    &P
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn from(pairs: &[(&str, &str)]) -> Params {
+        let m: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Params::from_env(&|k| m.get(k).cloned())
+    }
+
+    #[test]
+    fn every_knob_is_read_and_bad_numbers_are_ignored() {
+        assert_eq!(from(&[]), Params::default());
+        let p = from(&[
+            ("DC_DEBUG", " detail "),
+            ("DC_NCCL", "0"),
+            ("DC_NCCL_LIBRARY", ""),
+            ("DC_SHM_CHUNK", "65536"),
+            ("DC_CMA_MIN", "0"),
+            ("DC_SOCKET_SNDBUF", " 1048576 "),
+            ("DC_LOCAL_CORES", "0"),
+            ("OMPI_COMM_WORLD_LOCAL_SIZE", "x"),
+            ("SLURM_NTASKS_PER_NODE", "8"),
+            ("DC_SPIN_US", "-3"),
+        ]);
+        assert!(p.detail() && p.nccl_off);
+        assert_eq!(p.nccl_library, None, "an empty library name is no name");
+        assert_eq!((p.shm_chunk, p.cma_min, p.socket_sndbuf), (Some(65536), Some(0), Some(1 << 20)));
+        assert_eq!(p.local_cores, None, "0 cores means unset");
+        assert_eq!(p.local_world_size, Some(8), "the first variable that parses");
+        assert_eq!(p.spin_us, None);
+        assert!(!from(&[("DC_NCCL", "1")]).nccl_off);
+        assert!(!from(&[("DC_DEBUG", "INFO")]).detail());
+    }
+}
