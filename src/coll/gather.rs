@@ -30,6 +30,25 @@ fn packed_offsets(ranges: &[Range<usize>], root: usize, from: usize, to: usize) 
     off
 }
 
+/// A rank's place in the binomial tree rooted at `root`: its relative rank, its subtree's
+/// blocks packed in relative order (`off`, from `packed_offsets`), its parent and children.
+struct Subtree {
+    vr: usize,
+    off: Vec<usize>,
+    parent: Option<usize>,
+    children: Vec<usize>,
+}
+
+impl Subtree {
+    fn of(r: usize, ranges: &[Range<usize>], root: usize) -> Subtree {
+        let n = ranges.len();
+        let vr = (r + n - root) % n;
+        let off = packed_offsets(ranges, root, vr, subtree_end(vr, n));
+        let (parent, children) = binomial(r, n, root);
+        Subtree { vr, off, parent, children }
+    }
+}
+
 /// Binomial gather of blocks that may differ in size: comm rank p contributes
 /// `ranges[p].len()` bytes; at the root each block lands at `out[ranges[p]]`. A rank collects
 /// its subtree's blocks packed in relative-rank order in scratch and sends them to its parent as
@@ -43,13 +62,10 @@ pub(crate) fn tree_gather(
     out: Option<&mut [u8]>,
 ) -> Result<()> {
     let (n, r) = (link.size(), link.rank());
-    let vr = (r + n - root) % n;
-    let end = subtree_end(vr, n);
-    let off = packed_offsets(ranges, root, vr, end);
-    let total = off[end - vr];
+    let Subtree { vr, off, parent, children } = Subtree::of(r, ranges, root);
+    let total = *off.last().expect("a subtree holds its own rank");
     let mut tmp = Scratch::take(total);
     let tmp = &mut tmp[..total];
-    let (parent, children) = binomial(r, n, root);
     if parent.is_some() {
         check_len(mine.len(), ranges[r].len(), "gather: block")?;
         tmp[..mine.len()].copy_from_slice(mine);
@@ -89,13 +105,10 @@ pub(crate) fn tree_scatter(
     mine: &mut [u8],
 ) -> Result<()> {
     let (n, r) = (link.size(), link.rank());
-    let vr = (r + n - root) % n;
-    let end = subtree_end(vr, n);
-    let off = packed_offsets(ranges, root, vr, end);
-    let total = off[end - vr];
+    let Subtree { vr, off, parent, children } = Subtree::of(r, ranges, root);
+    let total = *off.last().expect("a subtree holds its own rank");
     let mut tmp = Scratch::take(total);
     let tmp = &mut tmp[..total];
-    let (parent, children) = binomial(r, n, root);
     match (parent, src) {
         (Some(p), _) => Recv::post(link, p, tmp)?.wait()?,
         (None, Some(src)) => {

@@ -225,18 +225,7 @@ fn exchange_parts(
     let base = format!("{key}/{}", sha256::hex(&tag));
     let leader = members[0];
     let gathered = if rank == leader {
-        let mut vals = Vec::with_capacity(members.len());
-        for (i, &r) in members.iter().enumerate() {
-            if r == rank {
-                vals.push(value.to_vec());
-                continue;
-            }
-            match store.get(&format!("{key}/{r}"), deadline) {
-                Ok(v) => vals.push(published(key, r, v)?.1),
-                Err(e) if e.status == Status::Timeout => return Err(missing_from(store, key, rank, &members, i, start)),
-                Err(e) => return Err(e),
-            }
-        }
+        let vals = exchange_direct(store, key, rank, &members, value, deadline, start)?;
         publish_gathered(store, &base, &vals, part)?;
         vals
     } else {
