@@ -457,13 +457,15 @@ impl Comm {
 
     /// Connects to every other member now (connections are otherwise made on demand), for
     /// protocols that must notice a member's loss even before they talk to it (RPC).
+    /// Collective: it returns once every member holds all its connections, so no member goes on
+    /// (and perhaps exits) while another still connects to it (that connect would be refused).
     pub fn connect_members(&self) -> Result<()> {
         for &w in &self.members {
             if w != self.world.transport.rank() {
                 self.world.transport.connect(w)?;
             }
         }
-        Ok(())
+        self.collective(CollArgs::Barrier)
     }
 
     /// Comm rank of a world rank (for `dc_recv_info.source`).
