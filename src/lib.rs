@@ -7,7 +7,6 @@
 
 pub mod error;
 pub mod params;
-mod backoff;
 pub mod log;
 pub mod dtype;
 pub mod buffer;

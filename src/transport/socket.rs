@@ -25,7 +25,6 @@ use super::ring::RingSegment;
 use super::stream::{StreamIn, StreamOut};
 use super::ops::{CtxState, RecvOp, SendOp, TagMatch};
 use crate::buffer::{ConstBuf, MutBuf};
-use crate::backoff::Jitter;
 use crate::completion::{Done, Poll};
 use crate::dc_log;
 use crate::error::{Error, Result, Status};
@@ -461,6 +460,7 @@ pub struct MeshConfig {
     pub size: u32,
     pub token_digest: [u8; 32],
     pub job_id: u64,
+    pub deadline: Instant,
     /// Per rank: its pid if we may read its memory (single-copy), from `cma::probe`.
     pub cma_pids: Vec<Option<i32>>,
     /// Per rank: its pid if it runs on our host (whether we may read its memory or not), so
@@ -532,12 +532,18 @@ fn system_error(what: String, e: io::Error) -> Error {
     Error::system(what, e)
 }
 
+/// A pseudo-random number in [0, n) for jitter (no need for quality).
+fn jitter(n: u64) -> u64 {
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().subsec_nanos() as u64;
+    let x = t ^ (std::process::id() as u64).rotate_left(17) ^ (&t as *const u64 as u64);
+    x.wrapping_mul(0x9E37_79B9_7F4A_7C15) % n.max(1)
+}
+
 /// Opens a connection to rank `peer` at `addr` and presents our hello; the peer's answer says
 /// whether the pair keeps it. A refused connection means the peer's listener is closed (it is
 /// bound before its address is published): the peer exited or shut its transport down.
 fn connect_to(addr: SocketAddr, cfg: &MeshConfig, peer: u32, deadline: Instant) -> Result<(handshake::Answer, TcpStream)> {
     let mut backoff = Duration::from_millis(1);
-    let mut rng = Jitter::new();
     let mut refusals = 0;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -562,7 +568,7 @@ fn connect_to(addr: SocketAddr, cfg: &MeshConfig, peer: u32, deadline: Instant) 
         };
         if retry {
             // Jitter keeps ranks that all retry at once from coming back in step.
-            let pause = backoff + rng.up_to(backoff);
+            let pause = backoff + Duration::from_micros(jitter(backoff.as_micros() as u64 + 1));
             std::thread::sleep(pause.min(left));
             backoff = (backoff * 2).min(Duration::from_millis(200));
         }
@@ -805,8 +811,7 @@ impl SocketTransport {
         self.active().iter().filter(|p| p.connected()).count()
     }
 
-    /// The peer is lost (its connection broke, its listener is closed, its process is gone),
-    /// unless it said goodbye first; once.
+    /// A peer we could not reach (its listener is closed) is lost, as one whose connection broke.
     fn mark_lost(&self, peer: &Arc<Peer>, why: String) {
         let mut st = lock(&peer.state);
         if *st == PeerState::Up {
@@ -1984,7 +1989,15 @@ impl SocketTransport {
                 }
                 Event::Gone(why) => {
                     peer.rx_done.store(true, Ordering::Release);
-                    self.mark_lost(peer, why);
+                    {
+                        let mut st = lock(&peer.state);
+                        if *st == PeerState::Up {
+                            dc_log!(Level::Warn, Some(self.rank as usize), "lost rank {}: {why}", peer.rank);
+                            *st = PeerState::Lost(why);
+                            peer.gone.store(true, Ordering::Release);
+                            self.lost.fetch_add(1, Ordering::Release);
+                        }
+                    }
                     self.fail_peer_ops(peer);
                 }
             }
