@@ -23,6 +23,8 @@ pub enum Answer {
     Accepted,
     /// The peer connected to us at the same time and its connection wins: use that one.
     Duplicate,
+    /// No answer within the wait (the caller may hang up and dial again).
+    Silent,
 }
 
 /// A 32-byte digest of the job token (every rank runs the same library build).
@@ -79,7 +81,10 @@ pub fn offer(stream: &mut TcpStream, hello: &Hello, peer: u32, wait: Duration) -
     stream.set_read_timeout(Some(wait.max(Duration::from_millis(1)))).map_err(io)?;
     stream.write_all(&hello.encode()).map_err(io)?;
     let mut ans = [0u8; 1];
-    stream.read_exact(&mut ans).map_err(io)?;
+    match stream.read_exact(&mut ans) {
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => return Ok(Answer::Silent),
+        r => r.map_err(io)?,
+    }
     stream.set_read_timeout(None).map_err(io)?;
     match ans[0] {
         ACCEPTED => Ok(Answer::Accepted),

@@ -539,22 +539,41 @@ fn jitter(n: u64) -> u64 {
     x.wrapping_mul(0x9E37_79B9_7F4A_7C15) % n.max(1)
 }
 
+/// How long one attempt waits for the acceptor's answer to our hello before it hangs up and
+/// dials again. A genuine acceptor answers within milliseconds; an attempt can still stall
+/// (the connection stuck in a full accept queue, the acceptor's thread starved on a crowded
+/// host), and a fresh one gets through where the stalled one would wait out the whole deadline.
+const ANSWER_WAIT: Duration = Duration::from_secs(10);
+
+/// How long the loser of a simultaneous connect waits for the winner's connection before it
+/// dials again (the winner's attempt may have failed: nobody tells the loser).
+const AWAIT_PEER_SLICE: Duration = Duration::from_secs(2);
+
 /// Opens a connection to rank `peer` at `addr` and presents our hello; the peer's answer says
 /// whether the pair keeps it. A refused connection means the peer's listener is closed (it is
-/// bound before its address is published): the peer exited or shut its transport down.
+/// bound before its address is published): the peer exited or shut its transport down. An
+/// attempt that gets no answer within [`ANSWER_WAIT`] is dropped and made again.
 fn connect_to(addr: SocketAddr, cfg: &MeshConfig, peer: u32, deadline: Instant) -> Result<(handshake::Answer, TcpStream)> {
     let mut backoff = Duration::from_millis(1);
     let mut refusals = 0;
+    let mut stalls = 0;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(Error::new(Status::Timeout, format!("could not connect to rank {peer} at {addr} within the timeout")));
+            let why = if stalls > 0 { format!(" ({stalls} attempts got no answer within {ANSWER_WAIT:?})") } else { String::new() };
+            return Err(Error::new(Status::Timeout, format!("could not connect to rank {peer} at {addr} within the timeout{why}")));
         }
         let retry = match TcpStream::connect_timeout(&addr, left.min(Duration::from_secs(5))) {
             Ok(mut s) => {
                 let hello = Hello { digest: cfg.token_digest, job_id: cfg.job_id, rank: cfg.rank, world_size: cfg.size };
-                let ans = handshake::offer(&mut s, &hello, peer, left)?;
-                return Ok((ans, s));
+                match handshake::offer(&mut s, &hello, peer, left.min(ANSWER_WAIT))? {
+                    handshake::Answer::Silent => {
+                        stalls += 1;
+                        dc_log!(Level::Warn, Some(cfg.rank as usize), "rank {peer} at {addr} did not answer our hello within {:?}; dialling again", left.min(ANSWER_WAIT));
+                        false
+                    }
+                    ans => return Ok((ans, s)),
+                }
             }
             Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
                 refusals += 1;
@@ -630,7 +649,15 @@ impl SocketTransport {
             .stack_size(256 << 10)
             .spawn(move || {
                 super::accept::serve(&listener, &mesh, HELLO_WAIT, &stop, &mut |h, s| match weak.upgrade() {
-                    Some(t) => t.admit(h.rank, s),
+                    Some(t) => {
+                        // The door serves every peer: a fault while admitting one must not
+                        // close it for the others.
+                        let admitted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t.admit(h.rank, s)));
+                        if let Err(p) = admitted {
+                            let what = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_default();
+                            dc_log!(Level::Warn, Some(t.rank as usize), "admitting rank {}'s connection panicked: {what}", h.rank);
+                        }
+                    }
                     None => drop(s),
                 });
             })
@@ -726,24 +753,41 @@ impl SocketTransport {
         }
         *dial = Dial::Connecting;
         drop(dial);
-        let attempt = connect_to(self.addrs[peer.rank as usize], &self.mesh, peer.rank, deadline);
-        let mut dial = lock(&peer.dial);
-        let r = match attempt {
-            Ok((handshake::Answer::Accepted, s)) => self.attach_stream(peer, s),
-            Ok((handshake::Answer::Duplicate, _)) => {
-                // Its connection is on its way (or here already): wait for it like any thread.
-                *dial = Dial::AwaitingPeer;
-                while !peer.connected() && Instant::now() < deadline && peer.gone_error().is_none() {
-                    let left = deadline.saturating_duration_since(Instant::now()).min(Duration::from_millis(100));
-                    dial = peer.dialled.wait_timeout(dial, left).unwrap_or_else(|p| p.into_inner()).0;
+        let mut slice = AWAIT_PEER_SLICE;
+        let (r, mut dial) = loop {
+            let attempt = connect_to(self.addrs[peer.rank as usize], &self.mesh, peer.rank, deadline);
+            let mut dial = lock(&peer.dial);
+            match attempt {
+                Ok((handshake::Answer::Accepted, s)) => break (self.attach_stream(peer, s), dial),
+                Ok((handshake::Answer::Duplicate, _)) => {
+                    // Its connection is on its way (or here already): wait for it like any
+                    // thread, for a while; its attempt may have failed, so then dial again.
+                    *dial = Dial::AwaitingPeer;
+                    let until = deadline.min(Instant::now() + slice);
+                    while !peer.connected() && Instant::now() < until && peer.gone_error().is_none() {
+                        let left = until.saturating_duration_since(Instant::now()).min(Duration::from_millis(100));
+                        dial = peer.dialled.wait_timeout(dial, left).unwrap_or_else(|p| p.into_inner()).0;
+                    }
+                    if peer.connected() {
+                        break (Ok(()), dial);
+                    }
+                    if let Some(e) = peer.gone_error() {
+                        break (Err(e), dial);
+                    }
+                    if Instant::now() >= deadline {
+                        let e = Error::new(Status::Timeout, format!("rank {} said it connects to us but did not within {wait:?}", peer.rank));
+                        break (Err(e), dial);
+                    }
+                    dc_log!(Level::Info, Some(self.rank as usize), "rank {} said it connects to us but did not within {slice:?}; dialling again", peer.rank);
+                    *dial = Dial::Connecting;
+                    drop(dial);
+                    slice *= 2;
                 }
-                if peer.connected() {
-                    Ok(())
-                } else {
-                    Err(peer.gone_error().unwrap_or_else(|| Error::new(Status::Timeout, format!("rank {} said it connects to us but did not within {wait:?}", peer.rank))))
+                Ok((handshake::Answer::Silent, _)) => {
+                    break (Err(Error::new(Status::Timeout, format!("rank {} did not answer within {wait:?}", peer.rank))), dial);
                 }
+                Err(e) => break (Err(e), dial),
             }
-            Err(e) => Err(e),
         };
         *dial = Dial::Idle;
         peer.dialled.notify_all();
@@ -2205,5 +2249,42 @@ mod tests {
         // Linux doubles what it is asked for (bookkeeping); autotuning would start at 16 KiB
         // and end at tcp_wmem's maximum.
         assert!((NEAR_SNDBUF..=2 * NEAR_SNDBUF).contains(&got), "SO_SNDBUF {got}");
+    }
+
+    /// Plays rank 0 of 2 at a listener of its own: each accepted connection gets its hello read
+    /// and `answers[k]` written back (1 accepted, 2 duplicate); the streams are kept open.
+    fn fake_rank0(answers: Vec<u8>) -> (SocketAddr, std::thread::JoinHandle<Vec<TcpStream>>) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = l.local_addr().unwrap();
+        let t = std::thread::spawn(move || {
+            let mut kept = Vec::new();
+            for ans in answers {
+                let (mut s, _) = l.accept().unwrap();
+                let mut hello = [0u8; handshake::HELLO_LEN];
+                std::io::Read::read_exact(&mut s, &mut hello).unwrap();
+                std::io::Write::write_all(&mut s, &[ans]).unwrap();
+                kept.push(s);
+            }
+            kept
+        });
+        (a, t)
+    }
+
+    #[test]
+    fn a_peer_that_answers_duplicate_but_never_connects_is_dialled_again() {
+        let (fake, t0) = fake_rank0(vec![2, 1]);
+        let digest = handshake::token_digest(b"t");
+        let cfg = MeshConfig { rank: 1, size: 2, token_digest: digest, job_id: 9, deadline: Instant::now(), cma_pids: vec![None; 2], host_pids: vec![None; 2] };
+        let listener = Listener::bind("127.0.0.1".parse().unwrap(), 2).unwrap();
+        let addrs = vec![fake, listener.local_addr().unwrap()];
+        let t = SocketTransport::start(listener, &addrs, &cfg, Duration::from_secs(30)).unwrap();
+        let started = Instant::now();
+        t.connect(0).expect("the second dial is accepted");
+        let took = started.elapsed();
+        assert!(took >= AWAIT_PEER_SLICE && took < AWAIT_PEER_SLICE * 4, "{took:?}");
+        assert_eq!(t.connected_peers(), 1);
+        let kept = t0.join().unwrap();
+        assert_eq!(kept.len(), 2);
+        t.shutdown(Instant::now() + Duration::from_millis(200));
     }
 }
