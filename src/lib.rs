@@ -7,6 +7,7 @@
 
 pub mod error;
 pub mod params;
+pub mod panics;
 pub mod log;
 pub mod dtype;
 pub mod buffer;

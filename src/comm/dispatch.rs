@@ -14,7 +14,7 @@ use crate::error::{Error, Result, Status};
 use crate::log::Level;
 use crate::request::Request;
 use crate::transport::ops::COLL_TAG_BIT;
-use crate::transport::socket::ABORT_MISMATCH;
+use crate::transport::socket::{ABORT_MISMATCH, ABORT_PANIC};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -72,10 +72,19 @@ impl Comm {
         if let Some(e) = self.lost_member() {
             return fail(e);
         }
-        let r = match self.host_engine() {
-            Engine::Shm(shm) => self.execute_shm(shm, args, seq, deadline),
-            _ => self.detail_check(args, seq, deadline()).and_then(|_| self.execute_link(args, seq, deadline())),
+        let run = || {
+            crate::panics::inject("collective");
+            match self.host_engine() {
+                Engine::Shm(shm) => self.execute_shm(shm, args, seq, deadline),
+                _ => self.detail_check(args, seq, deadline()).and_then(|_| self.execute_link(args, seq, deadline())),
+            }
         };
+        // A panic would leave the others waiting for us (and the arena's turn taken): abort the
+        // comm, which tells them, and say what happened.
+        let r = crate::panics::catch(&format!("{} (collective #{seq})", args.name()), run).unwrap_or_else(|e| {
+            self.abort_because(&format!("rank {}: {}", self.rank, e.msg), ABORT_PANIC);
+            Err(e)
+        });
         r.or_else(fail)
     }
 
@@ -168,7 +177,15 @@ impl Comm {
         let comp = Arc::new(Completion::new());
         let (me, done) = (self.clone(), comp.clone());
         let job: Job = Box::new(move || {
-            let r = me.execute(&args, seq, &|| deadline);
+            // `execute` catches panics in the collective; this one catches the job's own.
+            let r = crate::panics::catch(&format!("the worker of non-blocking {} (collective #{seq})", args.name()), || {
+                crate::panics::inject("worker");
+                me.execute(&args, seq, &|| deadline)
+            })
+            .unwrap_or_else(|e| {
+                me.abort_because(&format!("rank {}: {}", me.rank, e.msg), ABORT_PANIC);
+                Err(e)
+            });
             done.complete(r.map(|_| Done::default()));
         });
         self.submit(job)?;

@@ -21,7 +21,11 @@ impl Comm {
                 .name(format!("dc-coll-r{}", self.rank))
                 .spawn(move || {
                     for job in rx {
-                        job();
+                        // A job completes its request itself (a panic in it is caught there);
+                        // whatever escapes must not end the worker the next jobs wait for.
+                        if let Err(e) = crate::panics::catch("a collective worker's job", job) {
+                            crate::dc_log!(crate::log::Level::Warn, None, "{}", e.msg);
+                        }
                     }
                 })
                 .map_err(|e| Error::system("spawn collective worker", e))?;

@@ -160,7 +160,13 @@ impl StoreServer {
         let ev = EventLoop::new(listener, ep, fds[0], shared.clone());
         let thread = std::thread::Builder::new()
             .name("dc-store".into())
-            .spawn(move || ev.run())
+            .spawn(move || {
+                // A panic ends the loop: its connections close with it, so every client's
+                // request fails at once (instead of waiting for a store that is gone).
+                if let Err(e) = crate::panics::catch("the rendezvous store's event loop", move || ev.run()) {
+                    crate::dc_log!(crate::log::Level::Warn, None, "{}; the store is closed", e.msg);
+                }
+            })
             .map_err(|e| Error::system("spawning the store thread", e));
         let thread = match thread {
             Ok(h) => h,

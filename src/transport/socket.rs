@@ -45,6 +45,8 @@ const STAGE_LEN: usize = 64 * 1024;
 const DIRECT_READ_MIN: usize = 16 * 1024;
 /// Reason code of an abort frame (its `check` word): the sender found a collective mismatch.
 pub const ABORT_MISMATCH: u32 = 1;
+/// Abort reason: a panic in the library on the aborting rank.
+pub const ABORT_PANIC: u32 = 2;
 
 /// Messages at least this large that arrive before their receive may be taken over by a
 /// receive posted while they arrive (see `SocketTransport::adopt_in_flight`).
@@ -1418,6 +1420,7 @@ impl SocketTransport {
         let ctx = lock(&self.ctxs).get(&ctx_id).and_then(|w| w.upgrade());
         let why = match code {
             ABORT_MISMATCH => " after it found mismatched collective arguments (DC_ERR_MISMATCH there)",
+            ABORT_PANIC => " after a panic in the library there (DC_ERR_INTERNAL there, naming it)",
             _ => "",
         };
         match ctx {
