@@ -12,7 +12,7 @@
 //! launcher, never mixed.
 
 use crate::error::{Result, Status};
-use crate::rendezvous::sha256::{hex, Sha256};
+use crate::auth::hex;
 use crate::{bail, dc_log};
 use crate::log::Level;
 use std::path::PathBuf;
@@ -215,20 +215,12 @@ pub fn parse_method(url: &str) -> Result<Method> {
 /// Host name, world size and group are left out on purpose: several jobs and groups may share
 /// one store, and ranks may spell the master's host differently (`node01` vs `10.0.0.1`).
 pub fn default_token(method: &Method, master: Option<&(String, u16)>) -> Vec<u8> {
-    let mut h = Sha256::new();
-    h.update(b"distcomm default token v1\0");
-    match (method, master) {
-        (Method::File { path }, _) => {
-            h.update(b"file\0");
-            h.update(path.to_string_lossy().as_bytes());
-        }
-        (_, Some((_, port))) => {
-            h.update(b"port\0");
-            h.update(port.to_string().as_bytes());
-        }
-        (_, None) => {}
-    }
-    hex(&h.finish()).into_bytes()
+    let (kind, what): (&[u8], String) = match (method, master) {
+        (Method::File { path }, _) => (b"file\0", path.to_string_lossy().into_owned()),
+        (_, Some((_, port))) => (b"port\0", port.to_string()),
+        (_, None) => (b"", String::new()),
+    };
+    hex(&crate::auth::sha256(&[b"distcomm default token v1\0", kind, what.as_bytes()])).into_bytes()
 }
 
 /// Resolves and validates `opts` against the environment. `env` is injected so tests do not
