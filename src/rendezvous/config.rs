@@ -223,6 +223,12 @@ pub fn default_token(method: &Method, master: Option<&(String, u16)>) -> Vec<u8>
     hex(&crate::auth::sha256(&[b"distcomm default token v1\0", kind, what.as_bytes()])).into_bytes()
 }
 
+/// Whether a store host is this host's loopback (an IP literal, or `localhost`): only then may a
+/// job go without `DC_TOKEN` (no other host can reach the store).
+fn is_loopback_host(host: &str) -> bool {
+    host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
 /// Resolves and validates `opts` against the environment. `env` is injected so tests do not
 /// touch the process environment (use [`process_env`] for the real one).
 pub fn resolve(opts: &InitOptions, env: &dyn Fn(&str) -> Option<String>) -> Result<JobConfig> {
@@ -358,11 +364,21 @@ pub fn resolve(opts: &InitOptions, env: &dyn Fn(&str) -> Option<String>) -> Resu
             t.into_bytes()
         }
         None => {
+            if let Some((host, port)) = master.as_ref().filter(|(h, _)| !is_loopback_host(h)) {
+                bail!(
+                    Status::Rendezvous,
+                    "DC_TOKEN is not set and the store at {} is reachable from other hosts: without a \
+                     secret token anyone who reaches it could join the job. Export the same random \
+                     DC_TOKEN on every rank (for example DC_TOKEN=$(openssl rand -hex 16)), or start \
+                     the job with dcrun, which makes one",
+                    super::tcp_store::fmt_host_port(host, *port)
+                );
+            }
             dc_log!(
-                Level::Info,
+                Level::Warn,
                 rank,
-                "DC_TOKEN is not set: using a default token derived from the store address; it \
-                 keeps strangers out but is not a secret (export the same DC_TOKEN on every rank)"
+                "DC_TOKEN is not set: using a token derived from the store's address, which keeps \
+                 strangers and garbage out but is not a secret (export the same DC_TOKEN on every rank)"
             );
             default_token(&method, master.as_ref())
         }
@@ -403,9 +419,11 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
+    /// The environment `pairs`, with a DC_TOKEN unless they name one (an empty value: unset).
     fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let m: HashMap<String, String> =
+        let mut m: HashMap<String, String> =
             pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        m.entry("DC_TOKEN".into()).or_insert_with(|| "test-token".into());
         move |k: &str| m.get(k).cloned()
     }
 
@@ -674,6 +692,24 @@ mod tests {
     }
 
     #[test]
+    fn without_a_token_only_a_loopback_store_is_allowed() {
+        let base = |addr: &'static str| vec![("MASTER_ADDR", addr), ("MASTER_PORT", "29500"), ("RANK", "0"), ("WORLD_SIZE", "2"), ("DC_TOKEN", "")];
+        for addr in ["10.1.2.3", "node01", "::ffff:10.0.0.1", "192.168.0.1"] {
+            let e = err_of(&opts(), &base(addr));
+            assert_eq!(e.status, Status::Rendezvous, "{addr}: {e}");
+            assert!(e.msg.contains("DC_TOKEN") && e.msg.contains("reachable from other hosts"), "{e}");
+        }
+        for addr in ["127.0.0.1", "localhost", "::1", "127.0.0.2"] {
+            let c = resolve_with(&opts(), &base(addr)).unwrap_or_else(|e| panic!("{addr}: {e}"));
+            assert_eq!(c.token, default_token(&Method::Env, Some(&(addr.to_string(), 29500))), "{addr}");
+        }
+        // With a token, any address.
+        let mut with = base("10.1.2.3");
+        with.retain(|(k, _)| *k != "DC_TOKEN");
+        assert_eq!(resolve_with(&opts(), &with).unwrap().token, b"test-token");
+    }
+
+    #[test]
     fn default_token_rules() {
         let a = default_token(&Method::Env, Some(&("a".into(), 1)));
         let b = default_token(&Method::Tcp { host: "b".into(), port: 1 }, Some(&("b".into(), 1)));
@@ -689,7 +725,7 @@ mod tests {
     #[test]
     fn empty_variables_count_as_unset() {
         let e = [
-            ("MASTER_ADDR", "h"),
+            ("MASTER_ADDR", "localhost"),
             ("MASTER_PORT", "29500"),
             ("RANK", ""),
             ("WORLD_SIZE", ""),
