@@ -419,3 +419,34 @@ fn a_panic_in_a_listener_aborts_the_agent_instead_of_hanging() {
     let codes = wait_all(spawn_job("listener_panics", 3), Duration::from_secs(60));
     assert_eq!(codes, vec![0, 0, 0], "exit codes");
 }
+
+/// Requests for a function the callee has not registered yet are held (it may be about to), but
+/// not without bound: beyond 1024 they are refused at once, and the held ones are served once
+/// the function is registered.
+#[test]
+fn requests_held_for_an_unregistered_function_are_bounded() {
+    static FLOODED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    workers(&["a", "b"], |me, agent| {
+        if me == 0 {
+            let reqs: Vec<_> = (0..1030u32).map(|i| agent.call_async("b", "later", &i.to_le_bytes(), 0).unwrap()).collect();
+            // The last six are refused without waiting for "later" to exist.
+            for r in &reqs[1024..] {
+                let e = r.wait().unwrap_err();
+                assert_eq!(e.status, Status::Remote, "{e}");
+                assert!(e.msg.contains("already holds 1024 requests"), "{e}");
+            }
+            FLOODED.store(true, std::sync::atomic::Ordering::SeqCst);
+            for (i, r) in reqs[..1024].iter().enumerate() {
+                r.wait().unwrap_or_else(|e| panic!("held request {i}: {e}"));
+                assert_eq!(r.take_reply().unwrap(), (i as u32).to_le_bytes());
+            }
+        } else {
+            // Makes no call (which would settle registration) until the flood is in.
+            while !FLOODED.load(std::sync::atomic::Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            agent.register("later", echo()).unwrap();
+        }
+        agent.shutdown().unwrap();
+    });
+}

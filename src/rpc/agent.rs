@@ -96,8 +96,20 @@ struct Job {
 
 struct Registry {
     handlers: HashMap<String, Handler>,
-    /// Requests for functions not registered yet, kept until the user thread moves on.
+    /// Requests for functions not registered yet, kept until the user thread moves on (at most
+    /// [`MAX_HELD`] of them and [`MAX_HELD_BYTES`] of bodies: beyond, they are refused).
     held: Vec<Job>,
+}
+
+/// Requests held for functions not registered yet, at most (see `Registry::held`).
+const MAX_HELD: usize = 1024;
+const MAX_HELD_BYTES: usize = 256 << 20;
+
+/// How long the body of a message may take to follow its header (it is sent right after it):
+/// 10 s plus the time to move it at 50 MB/s, within the comm's timeout. A peer that announces a
+/// body and never sends it holds the listener no longer than that.
+fn body_wait(len: usize) -> Duration {
+    Duration::from_secs(10) + Duration::from_micros(len as u64 / 50)
 }
 
 /// One outgoing call.
@@ -620,7 +632,8 @@ impl Inner {
     fn recv_body(&self, from: usize, tag: u64, len: usize, what: &dyn Fn() -> String) -> Result<Vec<u8>> {
         let mut body = vec![0u8; len];
         let op = self.rpc.post_recv_tag64(MutBuf::from_slice(&mut body), Some(from), tag)?;
-        let d = self.rpc.wait_p2p(&op, self.rpc.op_deadline(), what)?;
+        let deadline = self.rpc.op_deadline().min(Instant::now() + body_wait(len));
+        let d = self.rpc.wait_p2p(&op, deadline, what)?;
         if d.bytes != len {
             return Err(Error::new(Status::Internal, format!("{}: body of {} bytes where the header announced {len}", what(), d.bytes)));
         }
@@ -781,6 +794,15 @@ impl Inner {
             match reg.handlers.get(&job.function) {
                 Some(h) => Some(h.clone()),
                 None if !self.settled.load(Ordering::Acquire) && !self.stopped.load(Ordering::Acquire) => {
+                    let held_bytes: usize = reg.held.iter().map(|j| j.body.len()).sum();
+                    if reg.held.len() >= MAX_HELD || held_bytes + job.body.len() > MAX_HELD_BYTES {
+                        drop(reg);
+                        let me = &self.infos[self.me].name;
+                        let msg = format!("worker {me:?} already holds {MAX_HELD} requests (or {} MiB) for functions it has not registered yet; {:?} refused", MAX_HELD_BYTES >> 20, job.function);
+                        self.send_reply(job.from, job.call_id, ReplyStatus::UnknownFunction, msg.into_bytes());
+                        self.served.fetch_add(1, Ordering::SeqCst);
+                        return;
+                    }
                     reg.held.push(job);
                     drop(reg);
                     // The user thread may have settled meanwhile: then nobody would release it.
