@@ -8,9 +8,11 @@ Conventions (as in torch.distributed):
   (with a RuntimeWarning).
 * ``async_op=True`` (or paddle's ``sync_op=False``) returns a :class:`Work`; the arrays passed in
   are kept alive until it completes, and must not be touched until then.
-* "Tensors" are NumPy arrays, or any object with the buffer protocol. Arrays written to (outputs,
-  and the in-place arguments of all_reduce, broadcast, ...) must be C-contiguous and writable;
-  arrays only read may have any layout (they are copied when not C-contiguous).
+* "Tensors" are NumPy arrays, tensors of any framework on the CPU (anything with ``__dlpack__``:
+  PyTorch, JAX, CuPy's host arrays, Paddle; bfloat16 and float16 included), or any object with
+  ``__array_interface__`` or the buffer protocol, all used in place without a copy. Tensors
+  written to (outputs, and the in-place arguments of all_reduce, broadcast, ...) must be
+  C-contiguous and writable; tensors only read may have any layout (copied when not contiguous).
 * Bad arguments raise :class:`DistInvalidArgument` (a ValueError) before anything is sent.
 
 Like the C API, a group is used by one thread at a time; different groups may be used from
@@ -35,6 +37,7 @@ from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple, Uni
 import numpy as np
 
 from . import _lib
+from . import _dlpack
 from ._errors import (
     DistAbortedError,
     DistError,
@@ -165,7 +168,7 @@ _FLOATING = {6, 7, 8, DC_BFLOAT16}
 
 
 def _dc_dtype(dt: np.dtype, what: str) -> int:
-    if _BF16 is not None and dt == _BF16:
+    if (_BF16 is not None and dt == _BF16) or (dt.metadata or {}).get("distcomm") == "bfloat16":
         return DC_BFLOAT16
     code = _DC_DTYPES.get((dt.kind, dt.itemsize))
     if code is None or not dt.isnative:
@@ -191,14 +194,21 @@ def _reduce_op(op: Any, dtype_code: int) -> int:
 
 
 def _as_array(obj: Any, what: str) -> np.ndarray:
+    """A NumPy view of `obj`'s memory, never a copy: an array as it is, a tensor of any framework
+    through DLPack (``__dlpack__``), anything else through ``__array_interface__`` or the buffer
+    protocol."""
     if isinstance(obj, np.ndarray):
         return obj
+    if _dlpack.has_dlpack(obj):
+        return _dlpack.view(obj, what)
+    if hasattr(obj, "__array_interface__"):
+        return np.asarray(obj)
     try:
         view = memoryview(obj)
     except TypeError:
         raise DistInvalidArgument(
-            f"{what}: expected a NumPy array (or an object with the buffer protocol), got "
-            f"{type(obj).__name__}"
+            f"{what}: expected a tensor or array (an object with __dlpack__, __array_interface__ "
+            f"or the buffer protocol), got {type(obj).__name__}"
         ) from None
     return np.asarray(view)
 
