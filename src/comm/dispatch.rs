@@ -34,16 +34,25 @@ pub(super) enum Engine<'c> {
 
 impl Comm {
     /// The engine that runs `args`: device, shared memory, link, the first that can.
+    #[cfg(feature = "nccl")]
     pub(super) fn engine_for(&self, args: &CollArgs) -> Result<Engine<'_>> {
-        #[cfg(feature = "nccl")]
         if let Some(dev) = self.device.get() {
             if self.on_device(args)? {
                 return Ok(Engine::Device(dev));
             }
         }
-        #[cfg(not(feature = "nccl"))]
-        let _ = args;
         Ok(self.host_engine())
+    }
+
+    /// Launches `args` on the device engine if that is the one that runs it (None: a host
+    /// engine does, in `execute`, in call order).
+    #[cfg(feature = "nccl")]
+    fn launch_on_device(&self, args: &CollArgs) -> Result<Option<(&crate::nccl::DeviceComm, crate::nccl::DevOp)>> {
+        self.flush_device();
+        match self.engine_for(args)? {
+            Engine::Device(dev) => Ok(Some((dev, self.start_device(dev, args)?))),
+            Engine::Shm(_) | Engine::Link => Ok(None),
+        }
     }
 
     /// The engine for host buffers: the arena where the comm has one, else the link.
@@ -144,16 +153,8 @@ impl Comm {
     pub fn collective(&self, args: CollArgs) -> Result<()> {
         self.check_usable()?;
         #[cfg(feature = "nccl")]
-        self.flush_device();
-        match self.engine_for(&args)? {
-            #[cfg(feature = "nccl")]
-            Engine::Device(dev) => {
-                let op = self.start_device(dev, &args)?;
-                let deadline = self.deadline();
-                return dev.wait(&op, deadline, self.timeout_ms(), &|| self.ctx.abort_error()).map_err(|e| e.context("on CUDA device memory (NCCL)"));
-            }
-            // The host engines run in `execute`, in call order (see `coll_seq`).
-            Engine::Shm(_) | Engine::Link => {}
+        if let Some((dev, op)) = self.launch_on_device(&args)? {
+            return dev.wait(&op, self.deadline(), self.timeout_ms(), &|| self.ctx.abort_error()).map_err(|e| e.context("on CUDA device memory (NCCL)"));
         }
         let seq = self.coll_seq.fetch_add(1, Ordering::Relaxed);
         let deadline = crate::completion::LazyDeadline::new(self.timeout_ms());
@@ -164,14 +165,8 @@ impl Comm {
     pub fn start_collective(self: &Arc<Self>, args: CollArgs) -> Result<Request> {
         self.check_usable()?;
         #[cfg(feature = "nccl")]
-        self.flush_device();
-        match self.engine_for(&args)? {
-            #[cfg(feature = "nccl")]
-            Engine::Device(dev) => {
-                let op = self.start_device(dev, &args)?;
-                return Ok(Request::device(self.clone(), op, self.deadline()));
-            }
-            Engine::Shm(_) | Engine::Link => {}
+        if let Some((_, op)) = self.launch_on_device(&args)? {
+            return Ok(Request::device(self.clone(), op, self.deadline()));
         }
         let (seq, deadline) = self.next_collective();
         let comp = Arc::new(Completion::new());
