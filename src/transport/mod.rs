@@ -2,6 +2,7 @@
 //! receives on a communicator context and complete them.
 
 pub mod frame;
+pub mod protocol;
 pub mod ops;
 pub mod matching;
 pub mod socket;

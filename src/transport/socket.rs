@@ -21,6 +21,7 @@ use super::cma;
 use super::frame::{FrameKind, Header, HEADER_LEN, RTS_LEN};
 use super::handshake::{self, Hello};
 use super::matching::{deliver_copy, verdict, Content, Matcher, Parked, Unexpected};
+use super::protocol::{self, BodyAt, Decoder, Frame, Record, Rts, Step};
 use super::ring::RingSegment;
 use super::stream::{StreamIn, StreamOut};
 use super::ops::{CtxState, RecvOp, SendOp, TagMatch};
@@ -82,27 +83,25 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-enum Target {
-    Header { buf: [u8; HEADER_LEN], got: usize },
-    /// Filling a posted receive: `keep` bytes go to the buffer, the rest of `len` is discarded.
-    User { op: Arc<RecvOp>, len: usize, keep: usize, off: usize, result: Result<Done> },
-    Unexp { hdr: Header, src: u32, data: Vec<u8> },
-    Discard { remaining: usize },
-    /// The body of an `Rts` frame: where to read the message in the sender's memory.
-    Rts { hdr: Header, buf: [u8; RTS_LEN], got: usize },
+/// Where the body of the data frame being read goes (the decoder knows how far it is).
+enum Sink {
+    /// No body is being read.
+    Idle,
+    /// Filling a posted receive: `keep` bytes go to the buffer, the rest is discarded.
+    User { op: Arc<RecvOp>, keep: usize, result: Result<Done> },
+    /// No receive was posted: the body is kept (as unexpected) once complete.
+    Unexp { data: Vec<u8> },
+    Discard,
 }
 
-impl Target {
-    fn header() -> Target {
-        Target::Header { buf: [0; HEADER_LEN], got: 0 }
-    }
-}
-
+/// A connection's reading side: bytes staged from the socket, the protocol's state (sans-IO,
+/// see `protocol`) and where the current body goes.
 struct Rx {
     stage: Box<[u8]>,
     start: usize,
     end: usize,
-    target: Target,
+    dec: Decoder,
+    sink: Sink,
 }
 
 enum Body {
@@ -225,7 +224,7 @@ impl Peer {
             dial: Mutex::new(Dial::Idle),
             dialled: Condvar::new(),
             // The staging buffer comes with the connection (see `attach_stream`).
-            rx: Mutex::new(Rx { stage: Box::default(), start: 0, end: 0, target: Target::header() }),
+            rx: Mutex::new(Rx { stage: Box::default(), start: 0, end: 0, dec: Decoder::new(), sink: Sink::Idle }),
             tx: Mutex::new(VecDeque::new()),
             tx_busy: AtomicBool::new(false),
             rx_done: AtomicBool::new(false),
@@ -998,10 +997,7 @@ impl SocketTransport {
     /// The `Rts` frame announcing `op`'s buffer, registered to wait for its `Fin`.
     fn rts_frame(&self, peer: &Peer, ctx: &CtxState, tag: u64, check: u32, op: &Arc<SendOp>) -> (u64, Header, [u8; RTS_LEN]) {
         let cookie = self.next_cookie.fetch_add(1, Ordering::Relaxed);
-        let mut body = [0u8; RTS_LEN];
-        body[..8].copy_from_slice(&cookie.to_le_bytes());
-        body[8..16].copy_from_slice(&(op.buf.addr() as u64).to_le_bytes());
-        body[16..].copy_from_slice(&(op.buf.len() as u64).to_le_bytes());
+        let body = Rts { cookie, addr: op.buf.addr() as u64, len: op.buf.len() as u64 }.encode();
         lock(&peer.awaiting_fin).insert(cookie, op.clone());
         (cookie, Header { kind: FrameKind::Rts, check, ctx: ctx.id, tag, len: RTS_LEN as u64 }, body)
     }
@@ -1216,26 +1212,27 @@ impl SocketTransport {
     /// copied again once complete. (Two ranks exchanging large messages are rarely in step:
     /// one side's next message often starts to arrive before the other posts its receive.)
     /// The reader holds the connection, so no other message of this peer can slip in between.
-    fn adopt_in_flight(&self, rx: &mut Rx) {
-        let Target::Unexp { hdr, src, data } = &rx.target else { return };
-        let (len, got) = (hdr.len as usize, data.len());
+    fn adopt_in_flight(&self, peer: &Peer, rx: &mut Rx) {
+        let (Sink::Unexp { data }, Some(at)) = (&rx.sink, rx.dec.body()) else { return };
+        let (hdr, len, got) = (at.hdr, at.len(), at.off);
+        debug_assert_eq!(got, data.len());
         if len < ADOPT_MIN || got >= len {
             return;
         }
-        let Some(op) = claim_posted(&mut lock(&self.matcher), hdr.ctx, *src, hdr.tag) else { return };
-        let (keep, result) = verdict(&op, *src, hdr.tag, hdr.check, len);
+        let Some(op) = claim_posted(&mut lock(&self.matcher), hdr.ctx, peer.rank, hdr.tag) else { return };
+        let (keep, result) = verdict(&op, peer.rank, hdr.tag, hdr.check, len);
         let n = got.min(keep);
         // SAFETY: n <= keep <= op's buffer length; the op is ours (taken from the posted queue,
         // and a canceller waits for this connection's lock, which our caller holds).
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), op.buf.as_ptr(), n) };
         self.arriving_unexpected.fetch_sub(1, Ordering::Relaxed);
-        rx.target = if got <= keep {
-            Target::User { op, len, keep, off: got, result }
+        rx.sink = if got <= keep {
+            Sink::User { op, keep, result }
         } else {
             // Longer than the receive (or a mismatch) and past its end already: done with it.
             op.filling_from.store(u32::MAX, Ordering::Release);
             op.comp.complete(result);
-            Target::Discard { remaining: len - got }
+            Sink::Discard
         };
     }
 
@@ -1266,10 +1263,9 @@ impl SocketTransport {
                 // read into the buffer, or a stream) and while it reads: once we have it, the
                 // op is being read here, being streamed, or done.
                 let mut rx = lock(&self.peer(from).rx);
-                if let Target::User { op: o, len, off, .. } = &rx.target {
+                if let Sink::User { op: o, .. } = &rx.sink {
                     if Arc::ptr_eq(o, op) {
-                        let remaining = len - off;
-                        rx.target = Target::Discard { remaining };
+                        rx.sink = Sink::Discard;
                         op.filling_from.store(u32::MAX, Ordering::Release);
                         op.comp.complete(Err(err));
                         return;
@@ -1365,10 +1361,10 @@ impl SocketTransport {
         for p in self.active().iter() {
             {
                 let mut rx = lock(&p.rx);
-                if let Target::User { op, len, off, .. } = &rx.target {
+                if let Sink::User { op, .. } = &rx.sink {
                     if op.ctx.is_aborted() {
-                        let (op, remaining) = (op.clone(), len - off);
-                        rx.target = Target::Discard { remaining };
+                        let op = op.clone();
+                        rx.sink = Sink::Discard;
                         op.filling_from.store(u32::MAX, Ordering::Release);
                         op.comp.complete(fail(&op.ctx));
                     }
@@ -1588,11 +1584,9 @@ impl SocketTransport {
     fn pump_read(&self, peer: &Peer, mut rx: MutexGuard<'_, Rx>, events: &mut Vec<Event>, yield_to_readers: bool) -> bool {
         let mut got = false;
         loop {
-            while rx.start < rx.end {
-                if let Err(e) = self.consume(peer, &mut rx, events) {
-                    events.push(Event::Gone(e.msg));
-                    return got;
-                }
+            if let Err(e) = self.consume(peer, &mut rx, events) {
+                events.push(Event::Gone(e.msg));
+                return got;
             }
             rx.start = 0;
             rx.end = 0;
@@ -1602,22 +1596,26 @@ impl SocketTransport {
                 return got;
             }
             if self.arriving_unexpected.load(Ordering::Relaxed) > 0 {
-                self.adopt_in_flight(&mut rx);
+                self.adopt_in_flight(peer, &mut rx);
             }
-            let (ptr, len, direct) = match &mut rx.target {
-                Target::User { op, keep, off, .. } if *keep - (*off).min(*keep) >= DIRECT_READ_MIN => {
+            let Rx { stage, dec, sink, .. } = &mut *rx;
+            let (ptr, len, direct) = match (dec.body(), sink) {
+                (Some(at), Sink::User { op, keep, .. }) if keep.saturating_sub(at.off) >= DIRECT_READ_MIN => {
                     // SAFETY: off < keep <= buf.len(); the op is ours until completed.
-                    (unsafe { op.buf.as_ptr().add(*off) }, *keep - *off, true)
+                    (unsafe { op.buf.as_ptr().add(at.off) }, *keep - at.off, true)
                 }
-                Target::Unexp { hdr, data, .. } if hdr.len as usize - data.len() >= DIRECT_READ_MIN => {
+                (Some(at), Sink::Unexp { data }) if at.left() >= DIRECT_READ_MIN => {
                     // Grow with the bytes that actually arrive (at most doubling), never by the
                     // length a header claims.
-                    let want = (hdr.len as usize - data.len()).min(data.len().max(UNEXP_GROW_MIN));
-                    data.reserve(want);
+                    let want = at.left().min(data.len().max(UNEXP_GROW_MIN));
+                    if let Err(e) = data.try_reserve(want) {
+                        events.push(Event::Gone(format!("no memory for {want} more bytes of a {}-byte message: {e}", at.len())));
+                        return true;
+                    }
                     // SAFETY: reserved capacity; set_len only after the kernel wrote the bytes.
                     (unsafe { data.as_mut_ptr().add(data.len()) }, want, true)
                 }
-                _ => (rx.stage.as_mut_ptr(), rx.stage.len(), false),
+                _ => (stage.as_mut_ptr(), stage.len(), false),
             };
             // SAFETY: ptr is valid for len writable bytes (see above).
             let n = unsafe { libc::recv(peer.fd(), ptr as *mut libc::c_void, len, libc::MSG_DONTWAIT) };
@@ -1643,95 +1641,77 @@ impl SocketTransport {
                 rx.end = n;
                 continue;
             }
-            match &mut rx.target {
-                Target::User { off, .. } => *off += n,
+            if let Sink::Unexp { data } = &mut rx.sink {
                 // SAFETY: the kernel initialised n more bytes within the reserved capacity.
-                Target::Unexp { data, .. } => unsafe { data.set_len(data.len() + n) },
-                _ => unreachable!(),
+                unsafe { data.set_len(data.len() + n) };
             }
-            self.maybe_finish(peer, &mut rx);
+            let at = rx.dec.body_read(n);
+            self.settle(peer, &mut rx.sink, at);
         }
     }
 
-    /// Consumes staged bytes into the current target.
+    /// Decodes the staged bytes (see `protocol`) and carries out what they complete: frames
+    /// are acted on, body bytes go to the current sink.
     fn consume(&self, peer: &Peer, rx: &mut Rx, events: &mut Vec<Event>) -> Result<()> {
-        let Rx { stage, start, end, target } = rx;
-        let avail = &stage[*start..*end];
-        match target {
-            Target::Header { buf, got } => {
-                let n = avail.len().min(HEADER_LEN - *got);
-                buf[*got..*got + n].copy_from_slice(&avail[..n]);
-                *got += n;
-                *start += n;
-                if *got == HEADER_LEN {
-                    let hdr = Header::decode(buf)?;
-                    *target = self.on_header(peer, hdr, events);
-                }
-            }
-            Target::User { op, keep, off, .. } => {
-                let n = avail.len().min(*keep - (*off).min(*keep));
-                // SAFETY: off + n <= keep <= buf.len(); the op is ours until completed.
-                unsafe { std::ptr::copy_nonoverlapping(avail.as_ptr(), op.buf.as_ptr().add(*off), n) };
-                *off += n;
-                *start += n;
-            }
-            Target::Unexp { hdr, data, .. } => {
-                let n = avail.len().min(hdr.len as usize - data.len());
-                data.extend_from_slice(&avail[..n]);
-                *start += n;
-            }
-            Target::Discard { remaining } => {
-                let n = avail.len().min(*remaining);
-                *remaining -= n;
-                *start += n;
-            }
-            Target::Rts { hdr, buf, got } => {
-                let n = avail.len().min(RTS_LEN - *got);
-                buf[*got..*got + n].copy_from_slice(&avail[..n]);
-                *got += n;
-                *start += n;
-                if *got == RTS_LEN {
-                    let (hdr, buf) = (*hdr, *buf);
-                    *target = Target::header();
-                    self.on_rts(peer, hdr, &buf, false, events);
+        let Rx { stage, start, end, dec, sink } = rx;
+        while *start < *end {
+            let (n, step) = dec.decode(&stage[*start..*end])?;
+            *start += n;
+            match step {
+                None => {}
+                Some(Step::Frame(f)) => self.on_frame(peer, f, sink, events),
+                Some(Step::Body { hdr, off, data }) => {
+                    match sink {
+                        Sink::User { op, keep, .. } => {
+                            let n = data.len().min(keep.saturating_sub(off));
+                            // SAFETY: off + n <= keep <= buf.len(); the op is ours until completed.
+                            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), op.buf.as_ptr().add(off), n) };
+                        }
+                        Sink::Unexp { data: v } => {
+                            v.try_reserve(data.len()).map_err(|e| {
+                                Error::new(Status::PeerLost, format!("no memory for {} more bytes of a {}-byte message: {e}", data.len(), hdr.len))
+                            })?;
+                            v.extend_from_slice(data);
+                        }
+                        Sink::Discard | Sink::Idle => {}
+                    }
+                    self.settle(peer, sink, BodyAt { hdr, off: off + data.len() });
                 }
             }
         }
-        self.maybe_finish(peer, rx);
         Ok(())
     }
 
-    /// Moves on from a finished body: completes its receive or files it as unexpected.
-    fn maybe_finish(&self, peer: &Peer, rx: &mut Rx) {
-        let next = match &mut rx.target {
-            Target::User { op, len, keep, off, result } if *off >= *keep => {
+    /// Moves on from a body that has all it takes: completes its receive (the rest of the body
+    /// is discarded) or files it as unexpected.
+    fn settle(&self, peer: &Peer, sink: &mut Sink, at: BodyAt) {
+        let next = match sink {
+            Sink::User { op, keep, result } if at.off >= *keep => {
                 op.filling_from.store(u32::MAX, Ordering::Release);
                 let r = std::mem::replace(result, Ok(Done::default()));
                 op.comp.complete(r);
-                let rest = *len - *keep;
-                if rest > 0 { Target::Discard { remaining: rest } } else { Target::header() }
+                if at.left() > 0 { Sink::Discard } else { Sink::Idle }
             }
-            Target::Unexp { hdr, src, data } if data.len() == hdr.len as usize => {
-                if hdr.len as usize >= ADOPT_MIN {
+            Sink::Unexp { data } if at.left() == 0 => {
+                if at.len() >= ADOPT_MIN {
                     self.arriving_unexpected.fetch_sub(1, Ordering::Relaxed);
                 }
-                self.deliver_or_file(hdr.ctx, *src, hdr.tag, hdr.check, Cow::Owned(std::mem::take(data)));
-                Target::header()
+                let h = at.hdr;
+                self.deliver_or_file(h.ctx, peer.rank, h.tag, h.check, Cow::Owned(std::mem::take(data)));
+                Sink::Idle
             }
-            Target::Discard { remaining: 0 } => Target::header(),
+            Sink::Discard if at.left() == 0 => Sink::Idle,
             _ => return,
         };
-        rx.target = next;
-        let _ = peer;
+        *sink = next;
     }
 
     /// A single-copy message: copy it out of the sender's memory into its posted receive and
     /// tell the sender it may reuse its buffer (or, when it came through our ring, ask the
     /// sender to stream it, see `stream`); with no receive posted, park it (see
     /// [`park_limit`]).
-    fn on_rts(&self, peer: &Peer, hdr: Header, body: &[u8; RTS_LEN], via_ring: bool, events: &mut Vec<Event>) {
-        let word = |i: usize| u64::from_le_bytes(body[i * 8..i * 8 + 8].try_into().unwrap());
-        let parked = Parked { cookie: word(0), addr: word(1), len: word(2) as usize, since: Instant::now() };
+    fn on_rts(&self, peer: &Peer, hdr: Header, rts: Rts, via_ring: bool, events: &mut Vec<Event>) {
+        let parked = Parked { cookie: rts.cookie, addr: rts.addr, len: rts.len as usize, since: Instant::now() };
         let mut m = lock(&self.matcher);
         let Some(op) = claim_posted(&mut m, hdr.ctx, peer.rank, hdr.tag) else {
             m.push_unexpected(hdr.ctx, Unexpected { src: peer.rank, tag: hdr.tag, check: hdr.check, content: Content::InSender(parked) });
@@ -1807,9 +1787,14 @@ impl SocketTransport {
         let mut m = lock(&self.matcher);
         m.fetch_parked(now - park_limit(), |src, p| {
             let peer = self.peer(src);
-            let mut data = Vec::with_capacity(p.len);
-            // SAFETY: reading p.len bytes into reserved capacity, then setting the length.
-            let r = unsafe { cma::read(peer.cma_pid.unwrap_or(-1), p.addr, data.as_mut_ptr(), p.len) };
+            let mut data = Vec::new();
+            // The length is the sender's word (capped when it came): room is asked for, not
+            // assumed.
+            let r = match data.try_reserve_exact(p.len) {
+                // SAFETY: reading p.len bytes into reserved capacity, then setting the length.
+                Ok(()) => unsafe { cma::read(peer.cma_pid.unwrap_or(-1), p.addr, data.as_mut_ptr(), p.len) },
+                Err(e) => Err(io::Error::new(io::ErrorKind::OutOfMemory, format!("no memory for its {} bytes: {e}", p.len))),
+            };
             released.push((src, p.cookie, r.is_ok()));
             match r {
                 Ok(()) => {
@@ -1895,21 +1880,13 @@ impl SocketTransport {
     }
 
     fn on_ring_frame(&self, peer: &Peer, rec: &[u8], events: &mut Vec<Event>) {
-        let hdr = rec.get(..HEADER_LEN).and_then(|h| Header::decode(h.try_into().ok()?).ok());
-        let body = &rec[HEADER_LEN.min(rec.len())..];
-        match hdr {
-            Some(h) if h.kind == FrameKind::Data && h.len as usize <= body.len() => {
-                self.deliver_or_file(h.ctx, peer.rank, h.tag, h.check, Cow::Borrowed(&body[..h.len as usize]));
-            }
-            Some(h) if h.kind == FrameKind::Rts && body.len() >= RTS_LEN => {
-                self.on_rts(peer, h, body[..RTS_LEN].try_into().expect("length checked"), true, events);
-            }
-            Some(h) if h.kind == FrameKind::Chunk && h.len as usize <= body.len() => {
-                self.on_chunk(peer, h.tag, &body[..h.len as usize]);
-            }
-            Some(h) if h.kind == FrameKind::Cts => events.push(Event::Cts { cookie: h.tag }),
-            Some(h) if h.kind == FrameKind::Fin => events.push(Event::Fin { cookie: h.tag, ok: h.check == 0 }),
-            _ => events.push(Event::Gone("malformed frame in the shared-memory ring".into())),
+        match protocol::decode_record(rec) {
+            Ok(Record::Data(h, body)) => self.deliver_or_file(h.ctx, peer.rank, h.tag, h.check, Cow::Borrowed(body)),
+            Ok(Record::Rts(h, rts)) => self.on_rts(peer, h, rts, true, events),
+            Ok(Record::Chunk { cookie, data }) => self.on_chunk(peer, cookie, data),
+            Ok(Record::Cts { cookie }) => events.push(Event::Cts { cookie }),
+            Ok(Record::Fin { cookie, ok }) => events.push(Event::Fin { cookie, ok }),
+            Err(e) => events.push(Event::Gone(e.msg)),
         }
     }
 
@@ -1953,51 +1930,40 @@ impl SocketTransport {
         Some(RingSpin { t: self, rings, awaited })
     }
 
-    fn on_header(&self, peer: &Peer, hdr: Header, events: &mut Vec<Event>) -> Target {
-        match hdr.kind {
-            FrameKind::Abort => {
-                events.push(Event::RemoteAbort(hdr.ctx, hdr.check));
-                Target::header()
-            }
-            FrameKind::Close => {
+    /// Acts on a frame that came over the socket; a data frame's body goes to the sink set here.
+    fn on_frame(&self, peer: &Peer, frame: Frame, sink: &mut Sink, events: &mut Vec<Event>) {
+        match frame {
+            Frame::Abort { ctx, code } => events.push(Event::RemoteAbort(ctx, code)),
+            Frame::Close => {
                 // What the peer put in our ring before its goodbye comes first.
                 self.drain_ring_locked(peer, events);
                 events.push(Event::Closed);
-                Target::header()
             }
-            FrameKind::Bell => {
+            Frame::Bell => {
                 self.drain_ring_locked(peer, events);
                 events.push(Event::Flush);
-                Target::header()
             }
-            FrameKind::Rts => Target::Rts { hdr, buf: [0; RTS_LEN], got: 0 },
-            FrameKind::Fin => {
-                events.push(Event::Fin { cookie: hdr.tag, ok: hdr.check == 0 });
-                Target::header()
-            }
-            FrameKind::Cts => {
-                events.push(Event::Cts { cookie: hdr.tag });
-                Target::header()
-            }
-            FrameKind::Chunk => {
-                events.push(Event::Gone("a stream chunk came over the socket".into()));
-                Target::Discard { remaining: hdr.len as usize }
-            }
-            FrameKind::Data => {
+            Frame::Rts(hdr, rts) => self.on_rts(peer, hdr, rts, false, events),
+            Frame::Fin { cookie, ok } => events.push(Event::Fin { cookie, ok }),
+            Frame::Cts { cookie } => events.push(Event::Cts { cookie }),
+            Frame::Data(hdr) => {
                 let len = hdr.len as usize;
                 let posted = claim_posted(&mut lock(&self.matcher), hdr.ctx, peer.rank, hdr.tag);
-                match posted {
+                *sink = match posted {
                     Some(op) => {
                         let (keep, result) = verdict(&op, peer.rank, hdr.tag, hdr.check, len);
-                        Target::User { op, len, keep, off: 0, result }
+                        Sink::User { op, keep, result }
                     }
                     None => {
                         if len >= ADOPT_MIN {
                             self.arriving_unexpected.fetch_add(1, Ordering::Relaxed);
                         }
-                        Target::Unexp { hdr, src: peer.rank, data: Vec::with_capacity(len.min(STAGE_LEN)) }
+                        // Never more than a staging buffer up front, whatever the header claims.
+                        Sink::Unexp { data: Vec::with_capacity(len.min(STAGE_LEN)) }
                     }
-                }
+                };
+                // An empty body (or a receive that takes none of it) is complete already.
+                self.settle(peer, sink, BodyAt { hdr, off: 0 });
             }
         }
     }
@@ -2054,7 +2020,8 @@ impl SocketTransport {
         {
             let mut rx = lock(&peer.rx);
             if peer.rx_done.load(Ordering::Acquire) {
-                if let Target::User { op, .. } = std::mem::replace(&mut rx.target, Target::header()) {
+                rx.dec = Decoder::new();
+                if let Sink::User { op, .. } = std::mem::replace(&mut rx.sink, Sink::Idle) {
                     op.filling_from.store(u32::MAX, Ordering::Release);
                     op.comp.complete(err());
                 }
