@@ -68,15 +68,19 @@ impl SocketTransport {
             return Ok(op);
         }
         let peer = self.peer(dst);
-        if peer.ring_out.get().is_some() {
-            return self.post_via_ring(peer, ctx, tag, check, op);
+        self.wire(peer).send(self, peer, ctx, tag, check, op)
+    }
+
+    /// Sends a small message to a peer whose wire takes it whole at once (a ring to a peer on
+    /// our host, up to its `inline_max()` bytes), so the send is complete on return and needs no
+    /// op to wait on. None where that does not apply (another wire, larger, to ourselves): the
+    /// caller posts the send.
+    pub fn send_inline(&self, ctx: &CtxState, dst: u32, tag: u64, check: u32, buf: ConstBuf) -> Option<Result<Done>> {
+        if dst == self.rank {
+            return None;
         }
-        if peer.cma_pid.is_some() && buf.len() >= cma::threshold() && cma::threshold() > 0 {
-            return self.post_rts(peer, ctx, tag, check, op);
-        }
-        let item = TxItem { hdr: Header::data(ctx.id, tag, check, buf.len()).encode(), hdr_off: 0, body: Body::User(buf), off: 0, op: Some(op.clone()) };
-        self.enqueue(peer, item)?;
-        Ok(op)
+        let peer = self.peer(dst);
+        self.wire(peer).send_inline(self, peer, ctx, tag, check, buf)
     }
 
     /// Single-copy send: tell the peer where the message is; it completes on the peer's `Fin`.
@@ -123,20 +127,13 @@ impl SocketTransport {
         let mut m = lock(&self.matcher);
         if let Some(msg) = m.take_unexpected(&op) {
             drop(m);
-            match &msg.content {
-                Content::Bytes(data) => deliver_copy(&op, msg.src, msg.tag, msg.check, data),
-                Content::InSender(p) if self.peer(msg.src).ring_out.get().is_some() => {
-                    // Announced through the ring: have it streamed (see `stream`).
-                    let peer = self.peer(msg.src);
-                    lock(&peer.streams_in).push(StreamIn::new(p.cookie, op.clone(), msg.src, msg.tag, msg.check, p.len));
-                    self.reply(peer, Header { tag: p.cookie, ..Header::control(FrameKind::Cts, 0) });
-                }
-                Content::InSender(_) => {
-                    // The copy takes a while: this call (an irecv perhaps, followed by a send)
-                    // goes on, and the next wait makes the copy (see `copy_claimed`).
-                    lock(&self.claimed).push_back(Claimed { op: op.clone(), msg, since: Instant::now() });
-                    self.claimed_n.fetch_add(1, Ordering::Release);
-                }
+            if let Content::Bytes(data) = &msg.content {
+                deliver_copy(&op, msg.src, msg.tag, msg.check, data);
+            } else {
+                // Still in the sender's memory: its wire brings it (streamed through a ring,
+                // or copied single-copy).
+                let peer = self.peer(msg.src);
+                self.wire(peer).fetch(self, peer, op.clone(), msg);
             }
             return Ok(op);
         }
@@ -147,6 +144,14 @@ impl SocketTransport {
         }
         m.push_posted(op.clone());
         Ok(op)
+    }
+
+    /// A receive matched a message that a peer announced over its socket and that is still in
+    /// its memory: the copy takes a while, so this call (an irecv perhaps, followed by a send)
+    /// goes on, and the next wait makes the copy (see `copy_claimed`).
+    pub(super) fn claim_parked(&self, op: Arc<RecvOp>, msg: Unexpected) {
+        lock(&self.claimed).push_back(Claimed { op, msg, since: Instant::now() });
+        self.claimed_n.fetch_add(1, Ordering::Release);
     }
 
     /// Withdraws a receive (timeout, abort, drop). On return the transport no longer touches its
@@ -350,17 +355,8 @@ impl SocketTransport {
         self.reply(peer, Header { check: u32::from(!ok), tag: cookie, ..Header::control(FrameKind::Fin, 0) });
     }
 
-    /// Sends a control frame that needs no order (`Fin`, `Cts`): through the ring when it has
-    /// room at once, else the socket.
+    /// Sends a control frame that needs no order (`Fin`, `Cts`) over the peer's wire.
     pub(super) fn reply(&self, peer: &Arc<Peer>, hdr: Header) {
-        if let Some(out) = peer.ring_out.get() {
-            let mut tx = lock(&out.tx);
-            if out.seg.try_write(out.index, &[&hdr.encode()], &mut tx.head) {
-                drop(tx);
-                self.bell_if_needed(peer, out);
-                return;
-            }
-        }
-        let _ = self.send_control(peer, hdr);
+        self.wire(peer).reply(self, peer, hdr)
     }
 }

@@ -12,6 +12,7 @@ mod messages;
 mod tcp;
 mod tcp_io;
 mod ring_wire;
+mod wire;
 pub mod handshake;
 pub mod shm;
 pub mod cma;

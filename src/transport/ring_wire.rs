@@ -4,6 +4,10 @@
 
 use super::endpoint::{Event, Peer, SocketTransport, lock};
 use super::frame::{FrameKind, Header};
+use super::matching::Unexpected;
+use super::stream::StreamIn;
+use super::wire::Wire;
+use super::ops::RecvOp;
 use super::protocol::{self, Record};
 use super::ring::RingSegment;
 use super::stream::StreamOut;
@@ -97,24 +101,6 @@ impl Drop for RingSpinPause<'_> {
 }
 
 impl SocketTransport {
-    /// Sends a message of at most the ring's `inline_max()` bytes to a peer on our host: appended to
-    /// its ring at once (or queued, in order, for room), so the send is complete on return and
-    /// needs no op to wait on. None where that does not apply (no ring, larger, to ourselves):
-    /// the caller posts the send.
-    pub fn send_inline(&self, ctx: &CtxState, dst: u32, tag: u64, check: u32, buf: ConstBuf) -> Option<Result<Done>> {
-        if dst == self.rank {
-            return None;
-        }
-        let peer = self.peer(dst);
-        if buf.len() > peer.ring_out.get()?.seg.inline_max() {
-            return None;
-        }
-        if let Some(e) = ctx.abort_error().or_else(|| peer.gone_error()) {
-            return Some(Err(e));
-        }
-        Some(Ok(self.write_inline(peer, ctx.id, tag, check, buf)))
-    }
-
     /// Appends a message of at most the ring's `inline_max()` bytes to `peer`'s ring (or queues a
     /// copy, in order, for room): the send is complete.
     pub(super) fn write_inline(&self, peer: &Arc<Peer>, ctx: u64, tag: u64, check: u32, buf: ConstBuf) -> Done {
@@ -326,10 +312,9 @@ impl SocketTransport {
         self.flush_all_rings() | moved
     }
 
-    /// Whether world rank `r`, on our host, holds its core (see `RingSegment::owner_on_core`);
-    /// false for a peer without rings.
+    /// Whether world rank `r` holds its core, where its wire can tell (see `Wire::peer_on_core`).
     pub(super) fn peer_on_core(&self, r: u32) -> bool {
-        self.peer_if_known(r).and_then(|p| p.ring_out.get()).is_some_and(|o| o.seg.owner_on_core())
+        self.peer_if_known(r).is_some_and(|p| self.wire(p).peer_on_core(p))
     }
 
     /// For a thread about to wait (None when we have no rings): it polls the rings while it
@@ -341,5 +326,56 @@ impl SocketTransport {
         rings.seg.spin_start();
         self.poll_rings();
         Some(RingSpin { t: self, rings, awaited })
+    }
+}
+
+/// The wire through our ring in a same-host peer's segment (set up at init for pairs that
+/// map each other's segments): small bodies inline, larger ones announced and streamed.
+pub(super) struct RingWire;
+
+impl Wire for RingWire {
+    fn can_connect(&self, peer: &Peer) -> bool {
+        peer.ring_out.get().is_some()
+    }
+
+    fn send(&self, t: &SocketTransport, peer: &Arc<Peer>, ctx: &Arc<CtxState>, tag: u64, check: u32, op: Arc<SendOp>) -> Result<Arc<SendOp>> {
+        t.post_via_ring(peer, ctx, tag, check, op)
+    }
+
+    /// Up to the ring's `inline_max()` bytes: appended to the ring at once (or queued, in order,
+    /// for room).
+    fn send_inline(&self, t: &SocketTransport, peer: &Arc<Peer>, ctx: &CtxState, tag: u64, check: u32, buf: ConstBuf) -> Option<Result<Done>> {
+        if buf.len() > peer.ring_out.get()?.seg.inline_max() {
+            return None;
+        }
+        if let Some(e) = ctx.abort_error().or_else(|| peer.gone_error()) {
+            return Some(Err(e));
+        }
+        Some(Ok(t.write_inline(peer, ctx.id, tag, check, buf)))
+    }
+
+    /// Announced through the ring: have it streamed (see `stream`).
+    fn fetch(&self, t: &SocketTransport, peer: &Arc<Peer>, op: Arc<RecvOp>, msg: Unexpected) {
+        let Some(p) = msg.parked() else { return };
+        lock(&peer.streams_in).push(StreamIn::new(p.cookie, op, msg.src, msg.tag, msg.check, p.len));
+        t.reply(peer, Header { tag: p.cookie, ..Header::control(FrameKind::Cts, 0) });
+    }
+
+    /// Through the ring when it has room at once, else the socket.
+    fn reply(&self, t: &SocketTransport, peer: &Arc<Peer>, hdr: Header) {
+        if let Some(out) = peer.ring_out.get() {
+            let mut tx = lock(&out.tx);
+            if out.seg.try_write(out.index, &[&hdr.encode()], &mut tx.head) {
+                drop(tx);
+                t.bell_if_needed(peer, out);
+                return;
+            }
+        }
+        let _ = t.send_control(peer, hdr);
+    }
+
+    /// See `RingSegment::owner_on_core`.
+    fn peer_on_core(&self, peer: &Peer) -> bool {
+        peer.ring_out.get().is_some_and(|o| o.seg.owner_on_core())
     }
 }

@@ -5,7 +5,11 @@
 
 use super::endpoint::{Event, Peer, PeerState, SocketTransport, lock};
 use super::messages::claim_posted;
+use super::cma;
 use super::frame::{Header, HEADER_LEN};
+use super::matching::Unexpected;
+use super::ops::CtxState;
+use super::wire::Wire;
 use super::matching::verdict;
 use super::protocol::{BodyAt, Decoder, Frame, Step};
 use super::ops::{RecvOp, SendOp};
@@ -494,5 +498,35 @@ impl SocketTransport {
             op.comp.complete(result);
             Sink::Discard
         };
+    }
+}
+
+/// The wire over a TCP connection (made on demand): every pair has it. Between ranks of one
+/// host whose memory we may read, a large message goes single-copy: an `Rts` over the
+/// socket, and the receiver reads it from the sender's memory (`cma`).
+pub(super) struct TcpWire;
+
+impl Wire for TcpWire {
+    fn can_connect(&self, _peer: &Peer) -> bool {
+        true
+    }
+
+    fn send(&self, t: &SocketTransport, peer: &Arc<Peer>, ctx: &Arc<CtxState>, tag: u64, check: u32, op: Arc<SendOp>) -> Result<Arc<SendOp>> {
+        let buf = op.buf;
+        if peer.cma_pid.is_some() && buf.len() >= cma::threshold() && cma::threshold() > 0 {
+            return t.post_rts(peer, ctx, tag, check, op);
+        }
+        let item = TxItem { hdr: Header::data(ctx.id, tag, check, buf.len()).encode(), hdr_off: 0, body: Body::User(buf), off: 0, op: Some(op.clone()) };
+        t.enqueue(peer, item)?;
+        Ok(op)
+    }
+
+    /// Copied single-copy by the next wait (see `claim_parked`).
+    fn fetch(&self, t: &SocketTransport, _peer: &Arc<Peer>, op: Arc<RecvOp>, msg: Unexpected) {
+        t.claim_parked(op, msg);
+    }
+
+    fn reply(&self, t: &SocketTransport, peer: &Arc<Peer>, hdr: Header) {
+        let _ = t.send_control(peer, hdr);
     }
 }
