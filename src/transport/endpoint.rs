@@ -20,7 +20,7 @@
 
 use super::messages::{Claimed, park_limit};
 use super::ring_wire::{RingOut, RingsIn};
-use super::tcp::{Dial, HELLO_WAIT, Listener, MeshConfig, raise_fd_limit, system_error};
+use super::tcp::{Dial, Listener, MeshConfig, raise_fd_limit, system_error};
 use super::tcp_io::{Rx, Sink, TxItem};
 use super::frame::{FrameKind, Header};
 use super::matching::Matcher;
@@ -270,30 +270,7 @@ impl SocketTransport {
             next_cookie: std::sync::atomic::AtomicU64::new(1),
             thread: Mutex::new(None),
         });
-        // The door holds only a weak reference: the transport's drop (after `shutdown`) is
-        // not kept waiting for it.
-        let weak = Arc::downgrade(&t);
-        let stop = t.door_stop.clone();
-        let mesh = cfg.clone();
-        let door = std::thread::Builder::new()
-            .name(format!("dc-accept-r{}", cfg.rank))
-            .stack_size(256 << 10)
-            .spawn(move || {
-                super::accept::serve(&listener, &mesh, HELLO_WAIT, &stop, &mut |h, s| match weak.upgrade() {
-                    Some(t) => {
-                        // The door serves every peer: a fault while admitting one must not
-                        // close it for the others.
-                        let admitted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t.admit(h.rank, s)));
-                        if let Err(p) = admitted {
-                            let what = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_default();
-                            dc_log!(Level::Warn, Some(t.rank as usize), "admitting rank {}'s connection panicked: {what}", h.rank);
-                        }
-                    }
-                    None => drop(s),
-                });
-            })
-            .map_err(|e| Error::system("spawn the data acceptor", e))?;
-        *lock(&t.door) = Some(door);
+        t.open_door(listener)?;
         let t2 = t.clone();
         let handle = std::thread::Builder::new()
             .name(format!("dc-progress-r{}", cfg.rank))

@@ -305,6 +305,35 @@ impl SocketTransport {
         r
     }
 
+    /// Opens the door: a thread that accepts peers' connections on `listener` for the job's
+    /// lifetime (see `accept`) and admits them. It holds only a weak reference: the
+    /// transport's drop (after `shutdown`) is not kept waiting for it.
+    pub(super) fn open_door(self: &Arc<Self>, listener: Arc<TcpListener>) -> Result<()> {
+        let weak = Arc::downgrade(self);
+        let stop = self.door_stop.clone();
+        let mesh = self.mesh.clone();
+        let door = std::thread::Builder::new()
+            .name(format!("dc-accept-r{}", self.rank))
+            .stack_size(256 << 10)
+            .spawn(move || {
+                super::accept::serve(&listener, &mesh, HELLO_WAIT, &stop, &mut |h, s| match weak.upgrade() {
+                    Some(t) => {
+                        // The door serves every peer: a fault while admitting one must not
+                        // close it for the others.
+                        let admitted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t.admit(h.rank, s)));
+                        if let Err(p) = admitted {
+                            let what = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_default();
+                            dc_log!(Level::Warn, Some(t.rank as usize), "admitting rank {}'s connection panicked: {what}", h.rank);
+                        }
+                    }
+                    None => drop(s),
+                });
+            })
+            .map_err(|e| Error::system("spawn the data acceptor", e))?;
+        *lock(&self.door) = Some(door);
+        Ok(())
+    }
+
     /// Stops accepting connections (the door thread ends; the listener closes with us).
     pub(super) fn stop_door(&self) {
         let Some(door) = lock(&self.door).take() else { return };
