@@ -1,13 +1,12 @@
 //! Aborting a communicator: marked, its pending operations failed on every wire, its members told.
 
 use super::endpoint::{ABORT_MISMATCH, SocketTransport, lock};
-use super::tcp_io::Sink;
+use super::wire::WIRES;
 use super::frame::{FrameKind, Header};
 use super::ops::CtxState;
 use crate::dc_log;
 use crate::error::{Error, Status};
 use crate::log::Level;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,60 +35,21 @@ impl SocketTransport {
     }
 
     pub(super) fn fail_aborted(&self) {
-        let fail = |c: &Arc<CtxState>| Err(c.abort_error().unwrap_or_else(|| Error::new(Status::Aborted, "aborted")));
         let ops = lock(&self.matcher).drain_posted(|op| op.ctx.is_aborted());
         for op in ops {
-            op.comp.complete(fail(&op.ctx));
+            op.comp.complete(Err(aborted_error(&op.ctx)));
         }
         for p in self.active().iter() {
-            {
-                let mut rx = lock(&p.rx);
-                if let Sink::User { op, .. } = &rx.sink {
-                    if op.ctx.is_aborted() {
-                        let op = op.clone();
-                        rx.sink = Sink::Discard;
-                        op.filling_from.store(u32::MAX, Ordering::Release);
-                        op.comp.complete(fail(&op.ctx));
-                    }
-                }
-            }
-            for s in lock(&p.streams_in).iter_mut() {
-                if let Some(ctx) = s.op.as_ref().map(|o| o.ctx.clone()).filter(|c| c.is_aborted()) {
-                    s.finish(fail(&ctx).err());
-                }
-            }
-            if let Some(out) = p.ring_out.get() {
-                for s in lock(&out.tx).streams.iter_mut() {
-                    if let Some(op) = s.op.as_ref().filter(|o| o.ctx.is_aborted()).cloned() {
-                        s.detach();
-                        op.comp.complete(fail(&op.ctx));
-                    }
-                }
+            for w in WIRES {
+                w.fail_aborted(self, p);
             }
             lock(&p.awaiting_fin).retain(|_, op| {
                 let aborted = op.ctx.is_aborted();
                 if aborted {
-                    op.comp.complete(fail(&op.ctx));
+                    op.comp.complete(Err(aborted_error(&op.ctx)));
                 }
                 !aborted
             });
-            let mut q = lock(&p.tx);
-            let mut i = 0;
-            while i < q.len() {
-                let aborted = q[i].op.as_ref().is_some_and(|o| o.ctx.is_aborted());
-                if aborted && q[i].hdr_off == 0 {
-                    let it = q.remove(i).unwrap();
-                    let op = it.op.unwrap();
-                    op.comp.complete(fail(&op.ctx));
-                    continue;
-                }
-                if aborted {
-                    if let Some(op) = q[i].detach() {
-                        op.comp.complete(fail(&op.ctx));
-                    }
-                }
-                i += 1;
-            }
         }
     }
 
@@ -111,4 +71,9 @@ impl SocketTransport {
         }
         self.fail_aborted();
     }
+}
+
+/// What an operation of aborted context `ctx` fails with.
+pub(super) fn aborted_error(ctx: &CtxState) -> Error {
+    ctx.abort_error().unwrap_or_else(|| Error::new(Status::Aborted, "aborted"))
 }

@@ -22,6 +22,7 @@ use super::messages::{Claimed, park_limit};
 use super::ring_wire::{RingOut, RingsIn};
 use super::tcp::{Dial, Listener, MeshConfig, raise_fd_limit, system_error};
 use super::tcp_io::{Rx, Sink, TxItem};
+use super::wire::WIRES;
 use super::frame::{FrameKind, Header};
 use super::matching::Matcher;
 use super::protocol::Decoder;
@@ -454,40 +455,16 @@ impl SocketTransport {
 
     /// Fails everything that waits on a peer that is gone.
     pub(super) fn fail_peer_ops(&self, peer: &Arc<Peer>) {
-        let err = || Err(peer.gone_error().unwrap_or_else(|| Error::new(Status::PeerLost, format!("rank {} is gone", peer.rank))));
-        {
-            let mut rx = lock(&peer.rx);
-            if peer.rx_done.load(Ordering::Acquire) {
-                rx.dec = Decoder::new();
-                if let Sink::User { op, .. } = std::mem::replace(&mut rx.sink, Sink::Idle) {
-                    op.filling_from.store(u32::MAX, Ordering::Release);
-                    op.comp.complete(err());
-                }
-            }
-        }
+        let gone = || peer.gone_error().unwrap_or_else(|| Error::new(Status::PeerLost, format!("rank {} is gone", peer.rank)));
+        let err = || Err(gone());
         for (_, op) in lock(&peer.awaiting_fin).drain() {
             op.comp.complete(err());
         }
         if peer.rx_done.load(Ordering::Acquire) {
-            for mut s in lock(&peer.streams_in).drain(..) {
-                s.finish(err().err());
+            // Nothing more will come from it: every wire gives up what it holds.
+            for w in WIRES {
+                w.fail_all(self, peer, &gone);
             }
-            if let Some(out) = peer.ring_out.get() {
-                let mut tx = lock(&out.tx);
-                for s in tx.streams.drain(..) {
-                    self.backlogged.fetch_sub(1, Ordering::Relaxed);
-                    if let Some(op) = s.op {
-                        op.comp.complete(err());
-                    }
-                }
-            }
-            let mut q = lock(&peer.tx);
-            for mut it in q.drain(..) {
-                if let Some(op) = it.op.take() {
-                    op.comp.complete(err());
-                }
-            }
-            peer.tx_busy.store(false, Ordering::Release);
         }
         let ops = lock(&self.matcher).drain_posted(|op| op.src == Some(peer.rank));
         for op in ops {

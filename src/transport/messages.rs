@@ -9,6 +9,7 @@ use super::frame::{FrameKind, Header, RTS_LEN};
 use super::matching::{deliver_copy, verdict, Content, Matcher, Parked, Unexpected};
 use super::protocol::Rts;
 use super::stream::StreamIn;
+use super::wire::WIRES;
 use super::ops::{CtxState, RecvOp, SendOp, TagMatch};
 use crate::buffer::{ConstBuf, MutBuf};
 use crate::completion::Done;
@@ -226,21 +227,10 @@ impl SocketTransport {
         if op.dst != self.rank {
             // A single-copy send the peer has not finished reading: stop waiting for it. (The
             // peer reads as soon as the request arrives, so only a frozen peer can still read.)
-            lock(&self.peer(op.dst).awaiting_fin).retain(|_, o| !Arc::ptr_eq(o, op));
-            if let Some(out) = self.peer(op.dst).ring_out.get() {
-                // Being streamed: the rest is copied, so the receiver still gets it whole.
-                let mut tx = lock(&out.tx);
-                if let Some(s) = tx.streams.iter_mut().find(|s| s.op.as_ref().is_some_and(|o| Arc::ptr_eq(o, op))) {
-                    s.detach();
-                }
-            }
-            let mut q = lock(&self.peer(op.dst).tx);
-            if let Some(i) = q.iter().position(|it| it.op.as_ref().is_some_and(|o| Arc::ptr_eq(o, op))) {
-                if q[i].hdr_off == 0 {
-                    q.remove(i);
-                } else {
-                    q[i].detach();
-                }
+            let peer = self.peer(op.dst);
+            lock(&peer.awaiting_fin).retain(|_, o| !Arc::ptr_eq(o, op));
+            for w in WIRES {
+                w.withdraw_send(self, peer, op);
             }
         }
         op.comp.complete(Err(err));

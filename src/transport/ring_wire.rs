@@ -6,6 +6,7 @@ use super::endpoint::{Event, Peer, SocketTransport, lock};
 use super::frame::{FrameKind, Header};
 use super::matching::Unexpected;
 use super::stream::StreamIn;
+use super::abort::aborted_error;
 use super::wire::Wire;
 use super::ops::RecvOp;
 use super::protocol::{self, Record};
@@ -372,6 +373,47 @@ impl Wire for RingWire {
             }
         }
         let _ = t.send_control(peer, hdr);
+    }
+
+    fn fail_aborted(&self, _t: &SocketTransport, p: &Peer) {
+        for s in lock(&p.streams_in).iter_mut() {
+            if let Some(ctx) = s.op.as_ref().map(|o| o.ctx.clone()).filter(|c| c.is_aborted()) {
+                s.finish(Some(aborted_error(&ctx)));
+            }
+        }
+        if let Some(out) = p.ring_out.get() {
+            for s in lock(&out.tx).streams.iter_mut() {
+                if let Some(op) = s.op.as_ref().filter(|o| o.ctx.is_aborted()).cloned() {
+                    s.detach();
+                    op.comp.complete(Err(aborted_error(&op.ctx)));
+                }
+            }
+        }
+    }
+
+    fn fail_all(&self, t: &SocketTransport, peer: &Peer, err: &dyn Fn() -> Error) {
+        for mut s in lock(&peer.streams_in).drain(..) {
+            s.finish(Some(err()));
+        }
+        if let Some(out) = peer.ring_out.get() {
+            let mut tx = lock(&out.tx);
+            for s in tx.streams.drain(..) {
+                t.backlogged.fetch_sub(1, Ordering::Relaxed);
+                if let Some(op) = s.op {
+                    op.comp.complete(Err(err()));
+                }
+            }
+        }
+    }
+
+    /// Being streamed: the rest is copied, so the receiver still gets it whole.
+    fn withdraw_send(&self, _t: &SocketTransport, peer: &Peer, op: &Arc<SendOp>) {
+        if let Some(out) = peer.ring_out.get() {
+            let mut tx = lock(&out.tx);
+            if let Some(s) = tx.streams.iter_mut().find(|s| s.op.as_ref().is_some_and(|o| Arc::ptr_eq(o, op))) {
+                s.detach();
+            }
+        }
     }
 
     /// See `RingSegment::owner_on_core`.

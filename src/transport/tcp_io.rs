@@ -9,6 +9,7 @@ use super::cma;
 use super::frame::{Header, HEADER_LEN};
 use super::matching::Unexpected;
 use super::ops::CtxState;
+use super::abort::aborted_error;
 use super::wire::Wire;
 use super::matching::verdict;
 use super::protocol::{BodyAt, Decoder, Frame, Step};
@@ -528,5 +529,65 @@ impl Wire for TcpWire {
 
     fn reply(&self, t: &SocketTransport, peer: &Arc<Peer>, hdr: Header) {
         let _ = t.send_control(peer, hdr);
+    }
+
+    fn fail_aborted(&self, _t: &SocketTransport, p: &Peer) {
+        {
+            let mut rx = lock(&p.rx);
+            if let Sink::User { op, .. } = &rx.sink {
+                if op.ctx.is_aborted() {
+                    let op = op.clone();
+                    rx.sink = Sink::Discard;
+                    op.filling_from.store(u32::MAX, Ordering::Release);
+                    op.comp.complete(Err(aborted_error(&op.ctx)));
+                }
+            }
+        }
+        let mut q = lock(&p.tx);
+        let mut i = 0;
+        while i < q.len() {
+            let aborted = q[i].op.as_ref().is_some_and(|o| o.ctx.is_aborted());
+            if aborted && q[i].hdr_off == 0 {
+                let it = q.remove(i).unwrap();
+                let op = it.op.unwrap();
+                op.comp.complete(Err(aborted_error(&op.ctx)));
+                continue;
+            }
+            if aborted {
+                if let Some(op) = q[i].detach() {
+                    op.comp.complete(Err(aborted_error(&op.ctx)));
+                }
+            }
+            i += 1;
+        }
+    }
+
+    fn fail_all(&self, _t: &SocketTransport, peer: &Peer, err: &dyn Fn() -> Error) {
+        {
+            let mut rx = lock(&peer.rx);
+            rx.dec = Decoder::new();
+            if let Sink::User { op, .. } = std::mem::replace(&mut rx.sink, Sink::Idle) {
+                op.filling_from.store(u32::MAX, Ordering::Release);
+                op.comp.complete(Err(err()));
+            }
+        }
+        let mut q = lock(&peer.tx);
+        for mut it in q.drain(..) {
+            if let Some(op) = it.op.take() {
+                op.comp.complete(Err(err()));
+            }
+        }
+        peer.tx_busy.store(false, Ordering::Release);
+    }
+
+    fn withdraw_send(&self, _t: &SocketTransport, peer: &Peer, op: &Arc<SendOp>) {
+        let mut q = lock(&peer.tx);
+        if let Some(i) = q.iter().position(|it| it.op.as_ref().is_some_and(|o| Arc::ptr_eq(o, op))) {
+            if q[i].hdr_off == 0 {
+                q.remove(i);
+            } else {
+                q[i].detach();
+            }
+        }
     }
 }

@@ -17,7 +17,7 @@ use super::ring_wire::RingWire;
 use super::tcp_io::TcpWire;
 use crate::buffer::ConstBuf;
 use crate::completion::Done;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use std::sync::Arc;
 
 /// One way of moving frames to a peer.
@@ -43,6 +43,18 @@ pub(super) trait Wire: Sync {
     /// Sends a control frame that needs no order with the messages (`Fin`, `Cts`).
     fn reply(&self, t: &SocketTransport, peer: &Arc<Peer>, hdr: Header);
 
+    /// Fails the operations of aborted contexts that this wire holds for `peer` (a receive
+    /// being filled, a send being written or streamed): their buffers are no longer used.
+    fn fail_aborted(&self, t: &SocketTransport, peer: &Peer);
+
+    /// Nothing more comes from `peer`: fails (with `err`) every operation this wire holds
+    /// for it.
+    fn fail_all(&self, t: &SocketTransport, peer: &Peer, err: &dyn Fn() -> Error);
+
+    /// Send `op` is withdrawn: this wire stops using its buffer (dropped if not started, the
+    /// rest copied if under way, so the receiver still gets the message whole).
+    fn withdraw_send(&self, t: &SocketTransport, peer: &Peer, op: &Arc<SendOp>);
+
     /// Whether the peer's process holds its core right now, if the wire can tell (a waiter
     /// then polls a little longer before it yields; see `completion::Poll`).
     fn peer_on_core(&self, _peer: &Peer) -> bool {
@@ -50,7 +62,9 @@ pub(super) trait Wire: Sync {
     }
 }
 
-/// The wires in the order they are tried; the last connects every pair.
+/// The wires in the order they are tried; the last connects every pair. (Failing and
+/// withdrawing operations asks every wire: a pair that sends on its ring still has a socket
+/// for control frames.)
 pub(super) static WIRES: [&dyn Wire; 2] = [&RingWire, &TcpWire];
 
 impl SocketTransport {
