@@ -3,6 +3,8 @@
 //!   failure is a warning, never a build failure, so a half-written source file does not block
 //!   everyone's build: the header tests catch a header that could not be refreshed);
 //! - writes `$OUT_DIR/abi_layouts.rs`, the Rust side of the struct-layout check in `tests/abi.rs`;
+//! - writes `python/distcomm/_status.py`, the Python package's table of `dc_status` values, from
+//!   the header's enum (so the Rust enum is the one place a status is defined);
 //! - on Linux, gives the shared library its soname and the version script that exports `dc_*` only.
 
 #[path = "build_support/header.rs"]
@@ -33,7 +35,13 @@ fn main() {
 
     let generated = scanned.and_then(|s| header::generate(&manifest_dir, &s));
     match generated {
-        Ok(text) => write_if_changed(&manifest_dir.join("include/distcomm.h"), &text),
+        Ok(text) => {
+            write_if_changed(&manifest_dir.join("include/distcomm.h"), &text);
+            match header::python_status_table(&text) {
+                Some(py) => write_if_changed(&manifest_dir.join("python/distcomm/_status.py"), &py),
+                None => println!("cargo:warning=python/distcomm/_status.py not regenerated: no dc_status enum in the header"),
+            }
+        }
         // `make header` sets DC_HEADER_STRICT=1: there a failure must not pass unnoticed.
         Err(e) if std::env::var("DC_HEADER_STRICT").as_deref() == Ok("1") => {
             panic!("include/distcomm.h not regenerated: {e}")

@@ -7,6 +7,8 @@
 
 pub mod error;
 pub mod params;
+pub mod panics;
+pub mod auth;
 pub mod log;
 pub mod dtype;
 pub mod buffer;

@@ -1090,6 +1090,68 @@ fn a_count_mismatch_without_detail_fails_fast_and_in_bounds() {
 // =============================================================================================
 
 /// What a rank process does, by role; the exit code is the rank's verdict.
+// ---- panics in the library --------------------------------------------------------------------
+
+const INTERNAL: u32 = dc_status::DC_ERR_INTERNAL as u32;
+
+/// Rank 1 panics (`panics::arm`) in one allreduce (blocking for site "collective", non-blocking
+/// for "worker"); each rank reports that call's status and how long it took.
+fn child_panic() -> i32 {
+    let site = env("PANIC_SITE");
+    let w = init_world();
+    let (rank, _) = rank_size(w);
+    assert_eq!(unsafe { dc_barrier(w) }, OK, "{}", last_error());
+    if rank == 1 {
+        distcomm::panics::arm(Some(if site == "worker" { "worker" } else { "collective" }));
+    }
+    let send = [1.0f32; 4];
+    let mut recv = [0.0f32; 4];
+    let (s, r) = (send.as_ptr() as *const c_void, recv.as_mut_ptr() as *mut c_void);
+    let t = Instant::now();
+    let st = unsafe {
+        if site == "worker" {
+            let mut req: *mut Request = std::ptr::null_mut();
+            assert_eq!(dc_iallreduce(s, r, 4, DC_FLOAT32, DC_SUM, w, &mut req), OK);
+            let st = dc_request_wait(req);
+            let msg = last_error();
+            dc_request_free(req);
+            report("panic", &[("status", (st as u32).to_string()), ("ms", t.elapsed().as_millis().to_string())], Some(&msg));
+            st
+        } else {
+            let st = dc_allreduce(s, r, 4, DC_FLOAT32, DC_SUM, w);
+            report("panic", &[("status", (st as u32).to_string()), ("ms", t.elapsed().as_millis().to_string())], Some(&last_error()));
+            st
+        }
+    };
+    // The comm is aborted everywhere now; a second call says so at once.
+    let again = unsafe { dc_barrier(w) };
+    report("after", &[("status", (again as u32).to_string())], Some(&last_error()));
+    let _ = (rank, st);
+    unsafe { dc_comm_destroy(w) };
+    0
+}
+
+#[test]
+fn a_panic_in_a_collective_aborts_the_comm_and_names_the_panic() {
+    for (site, transport) in [("collective", "auto"), ("collective", "socket"), ("worker", "auto"), ("worker", "socket")] {
+        let o = Job::new("panic", 3, 20_000).env("PANIC_SITE", site).env("DC_TRANSPORT", transport).start_all().wait(Duration::from_secs(60));
+        for r in 0..3 {
+            assert_eq!(o.codes[&r], Some(0), "{site}/{transport}: rank {r}\n{}", o.logs);
+            let l = o.one(r, "panic");
+            // Well within the 20 s timeout: nobody waits for the panicked rank.
+            assert!(l.num("ms") < 3000, "{site}/{transport}: rank {r} took {} ms\n{}", l.num("ms"), o.logs);
+            if r == 1 {
+                assert_eq!(l.status(), INTERNAL, "{site}/{transport}: {}", l.msg());
+                assert!(l.msg().contains("a panic in") && l.msg().contains("injected at site"), "{site}/{transport}: {}", l.msg());
+            } else {
+                assert_eq!(l.status(), ABORTED, "{site}/{transport}: rank {r}: {}\n{}", l.msg(), o.logs);
+                assert!(l.msg().contains("rank 1"), "{site}/{transport}: rank {r}: {}", l.msg());
+            }
+            assert_eq!(o.one(r, "after").status(), ABORTED, "{site}/{transport}: rank {r}");
+        }
+    }
+}
+
 #[test]
 fn child_entry() {
     let Ok(role) = std::env::var("DC_TEST_ROLE") else { return };
@@ -1103,6 +1165,7 @@ fn child_entry() {
         "cycles" => child_cycles(),
         "mismatch_detail" => child_mismatch_detail(),
         "count_mismatch" => child_count_mismatch(),
+        "panic" => child_panic(),
         other => panic!("unknown role {other}"),
     };
     std::process::exit(code);

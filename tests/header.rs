@@ -63,6 +63,15 @@ fn header_is_current() {
     }
 }
 
+/// The Python package's status table is the header's enum (build.rs writes it beside the header).
+#[test]
+fn python_status_table_is_current() {
+    let fresh = header::python_status_table(&generate()).expect("the header has the dc_status enum");
+    let path = manifest_dir().join("python/distcomm/_status.py");
+    let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(on_disk == fresh, "{} differs from the header's dc_status, first at {}\n{HOW}", path.display(), first_difference(&on_disk, &fresh));
+}
+
 /// The committed header (HEAD) must match when the sources it comes from are committed as well.
 /// With uncommitted source changes this part is skipped (the header follows at commit time).
 #[test]

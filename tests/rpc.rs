@@ -380,6 +380,29 @@ fn rpc_child_entry() {
             let e = agent.shutdown().expect_err("shutdown without w1");
             assert!(matches!(e.status, Status::PeerLost | Status::Timeout), "{e}");
         }
+        "listener_panics" => {
+            // w1's request listener panics on the first request it reads: w0's call to it
+            // fails well within the timeout (60 s), and w1 is left with an aborted agent.
+            if rank == 1 {
+                distcomm::panics::arm(Some("rpc"));
+            }
+            agent.call("w2", "echo", b"warm", 0).unwrap();
+            if rank == 0 {
+                let t0 = Instant::now();
+                let e = agent.call("w1", "echo", b"x", 0).expect_err("w1 cannot answer");
+                assert!(matches!(e.status, Status::Aborted | Status::PeerLost), "{e}");
+                assert!(e.msg.contains("rank 1") || e.msg.contains("w1"), "{e}");
+                assert!(t0.elapsed() < Duration::from_secs(10), "noticed after {:?}", t0.elapsed());
+            } else {
+                // Until w1's agent is aborted (its listener's panic aborts it).
+                let t0 = Instant::now();
+                while agent.call("w0", "echo", b"", 0).is_ok() {
+                    assert!(t0.elapsed() < Duration::from_secs(20), "rank {rank}: the agent never noticed");
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+            let _ = agent.shutdown();
+        }
         other => panic!("unknown role {other}"),
     }
     std::process::exit(0);
@@ -389,4 +412,10 @@ fn rpc_child_entry() {
 fn a_worker_dying_mid_call_is_peer_lost() {
     let codes = wait_all(spawn_job("dies", 3), Duration::from_secs(60));
     assert_eq!(codes, vec![0, -1, 0], "exit codes");
+}
+
+#[test]
+fn a_panic_in_a_listener_aborts_the_agent_instead_of_hanging() {
+    let codes = wait_all(spawn_job("listener_panics", 3), Duration::from_secs(60));
+    assert_eq!(codes, vec![0, 0, 0], "exit codes");
 }

@@ -40,10 +40,7 @@ fn tmp_path(name: &str) -> PathBuf {
 /// A raw, authenticated connection to `s`.
 fn raw_conn(s: &StoreServer) -> TcpStream {
     let mut c = TcpStream::connect(s.local_addr()).unwrap();
-    c.write_all(&raw::hello(TOKEN)).unwrap();
-    let mut r = [0u8; 5];
-    c.read_exact(&mut r).unwrap();
-    assert_eq!(&r, b"DCSR\0");
+    assert_eq!(raw::authenticate(&mut c, TOKEN).unwrap(), 0, "welcome");
     c
 }
 
@@ -174,13 +171,22 @@ fn tcp_hostile_clients_do_not_disturb_others() {
     let silent = TcpStream::connect(s.local_addr()).unwrap();
     // Garbage instead of a hello.
     let mut garbage = TcpStream::connect(s.local_addr()).unwrap();
-    garbage.write_all(&[0xAB; 40]).unwrap();
+    garbage.write_all(&[0xAB; 72]).unwrap();
     // Half a hello, then silence.
     let mut half = TcpStream::connect(s.local_addr()).unwrap();
-    half.write_all(&raw::hello(TOKEN)[..10]).unwrap();
+    let nonce = raw::read_challenge(&mut half).unwrap();
+    half.write_all(&raw::hello(TOKEN, &nonce)[..10]).unwrap();
     // A stranger with the wrong token.
     let mut stranger = TcpStream::connect(s.local_addr()).unwrap();
-    stranger.write_all(&raw::hello(b"nope")).unwrap();
+    let nonce = raw::read_challenge(&mut stranger).unwrap();
+    stranger.write_all(&raw::hello(b"nope", &nonce)).unwrap();
+    // A replay: a genuine client's hello (it answered another connection's challenge).
+    let mut genuine = TcpStream::connect(s.local_addr()).unwrap();
+    let nonce = raw::read_challenge(&mut genuine).unwrap();
+    let recorded = raw::hello(TOKEN, &nonce);
+    let mut replay = TcpStream::connect(s.local_addr()).unwrap();
+    raw::read_challenge(&mut replay).unwrap();
+    replay.write_all(&recorded).unwrap();
 
     // A legitimate client is served at once (not after the 5 s hello timeout).
     let t0 = Instant::now();
@@ -193,14 +199,43 @@ fn tcp_hostile_clients_do_not_disturb_others() {
     garbage.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let mut buf = Vec::new();
     garbage.read_to_end(&mut buf).unwrap();
-    assert_eq!(buf, b"DCSR\x02");
-    stranger.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let mut buf = Vec::new();
-    stranger.read_to_end(&mut buf).unwrap();
-    assert_eq!(buf, b"DCSR\x01");
+    assert_eq!(&buf[..4], b"DCSC", "the challenge comes first");
+    assert_eq!(&buf[raw::CHALLENGE_LEN..], b"DCSR\x02");
+    for (who, mut conn) in [("stranger", stranger), ("replay", replay)] {
+        conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut buf = Vec::new();
+        conn.read_to_end(&mut buf).unwrap();
+        assert_eq!(buf, b"DCSR\x01", "{who}");
+    }
+    drop(genuine);
     drop(silent);
     drop(half);
     assert_eq!(c.get("k", secs(1)).unwrap(), b"v");
+}
+
+/// A rogue store (it does not know the token) that welcomes every client: the client refuses it,
+/// since the welcome lacks a proof over the client's own nonce.
+#[test]
+fn tcp_a_store_that_cannot_prove_the_token_is_refused() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let rogue = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let mut challenge = b"DCSC\x02\x00\x00\x00".to_vec();
+        challenge.extend_from_slice(&[9u8; 32]);
+        s.write_all(&challenge).unwrap();
+        let mut hello = [0u8; 72];
+        s.read_exact(&mut hello).unwrap();
+        // "Welcome", and a proof it cannot have computed.
+        let mut reply = b"DCSR\x00".to_vec();
+        reply.extend_from_slice(&[0u8; 32]);
+        s.write_all(&reply).unwrap();
+        s
+    });
+    let e = TcpStore::connect("127.0.0.1", port, TOKEN, secs(5)).err().expect("the rogue store is refused");
+    assert_eq!(e.status, Status::Rendezvous, "{e}");
+    assert!(e.msg.contains("could not prove"), "{e}");
+    drop(rogue.join().unwrap());
 }
 
 #[test]
@@ -344,12 +379,13 @@ fn tcp_a_flooding_client_does_not_starve_others() {
 #[test]
 fn tcp_a_hello_trickling_in_is_cut_off_after_5_s() {
     let s = server();
-    let slow = TcpStream::connect(s.local_addr()).unwrap();
+    let mut slow = TcpStream::connect(s.local_addr()).unwrap();
+    let nonce = raw::read_challenge(&mut slow).unwrap();
     let mut w = slow.try_clone().unwrap();
     let t0 = Instant::now();
-    // One byte every 250 ms: 10 s for the whole hello, but the server allows 5 s in all.
+    // One byte every 250 ms: 18 s for the whole hello, but the server allows 5 s in all.
     let writer = std::thread::spawn(move || {
-        for b in raw::hello(TOKEN) {
+        for b in raw::hello(TOKEN, &nonce) {
             if w.write_all(&[b]).is_err() {
                 return;
             }

@@ -1,4 +1,4 @@
-//! The TCP store server's parsers: the 40-byte client hello, then a stream of requests as from
+//! The TCP store server's parsers: the 72-byte client hello (its proof checked against a fixed challenge), then a stream of requests as from
 //! an authenticated client. Nothing may panic, hang or allocate what a length field claims.
 #![no_main]
 use libfuzzer_sys::fuzz_target;

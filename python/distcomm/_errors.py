@@ -2,6 +2,8 @@
 
 from typing import Dict, Optional, Type
 
+from ._status import CODES
+
 __all__ = [
     "DistError",
     "DistInvalidArgument",
@@ -21,21 +23,8 @@ __all__ = [
     "STATUS_NAMES",
 ]
 
-#: The library's status codes (``dc_status``) by value.
-STATUS_NAMES: Dict[int, str] = {
-    0: "DC_SUCCESS",
-    1: "DC_ERR_INVALID_ARGUMENT",
-    2: "DC_ERR_INVALID_USAGE",
-    3: "DC_ERR_TIMEOUT",
-    4: "DC_ERR_PEER_LOST",
-    5: "DC_ERR_MISMATCH",
-    6: "DC_ERR_ABORTED",
-    7: "DC_ERR_UNAVAILABLE",
-    8: "DC_ERR_SYSTEM",
-    9: "DC_ERR_RENDEZVOUS",
-    10: "DC_ERR_INTERNAL",
-    11: "DC_ERR_REMOTE",
-}
+#: The library's status codes (``dc_status``) by value, from the generated ``_status`` table.
+STATUS_NAMES: Dict[int, str] = {code: name for name, code in CODES.items()}
 
 
 class DistError(RuntimeError):
@@ -49,7 +38,7 @@ class DistError(RuntimeError):
     """
 
     #: The status this class stands for (subclasses override it).
-    status_code: int = 10
+    status_code: int = CODES["DC_ERR_INTERNAL"]
 
     def __init__(self, message: str = "", status: Optional[int] = None) -> None:
         self.status: int = self.status_code if status is None else int(status)
@@ -68,67 +57,67 @@ def _rebuild(cls: Type["DistError"], message: str, status: int) -> "DistError":
 class DistInvalidArgument(DistError, ValueError):
     """Bad argument (dtype, layout, length, rank, op); raised before anything is sent."""
 
-    status_code = 1
+    status_code = CODES["DC_ERR_INVALID_ARGUMENT"]
 
 
 class DistInvalidUsage(DistError):
     """Wrong state: not initialised, initialised twice, a destroyed group, an unfinished request."""
 
-    status_code = 2
+    status_code = CODES["DC_ERR_INVALID_USAGE"]
 
 
 class DistTimeoutError(DistError):
     """An operation or the rendezvous did not finish within the timeout."""
 
-    status_code = 3
+    status_code = CODES["DC_ERR_TIMEOUT"]
 
 
 class DistPeerLostError(DistError):
     """A peer process died or closed its connection."""
 
-    status_code = 4
+    status_code = CODES["DC_ERR_PEER_LOST"]
 
 
 class DistMismatchError(DistError):
     """Ranks called collectives that disagree (kind, dtype, op, root or count)."""
 
-    status_code = 5
+    status_code = CODES["DC_ERR_MISMATCH"]
 
 
 class DistAbortedError(DistError):
     """The communicator was aborted, here or on a peer."""
 
-    status_code = 6
+    status_code = CODES["DC_ERR_ABORTED"]
 
 
 class DistUnavailableError(DistError):
     """The library, a backend or a feature is not available."""
 
-    status_code = 7
+    status_code = CODES["DC_ERR_UNAVAILABLE"]
 
 
 class DistSystemError(DistError):
     """An OS call failed (socket, port in use, file)."""
 
-    status_code = 8
+    status_code = CODES["DC_ERR_SYSTEM"]
 
 
 class DistRendezvousError(DistError):
     """The group could not form: store unreachable, token refused."""
 
-    status_code = 9
+    status_code = CODES["DC_ERR_RENDEZVOUS"]
 
 
 class DistInternalError(DistError):
     """A bug in the library (including a caught panic)."""
 
-    status_code = 10
+    status_code = CODES["DC_ERR_INTERNAL"]
 
 
 class DistRemoteError(DistError):
     """A remote procedure failed: the handler raised or failed, or the function is unknown there."""
 
-    status_code = 11
+    status_code = CODES["DC_ERR_REMOTE"]
 
 
 # torch.distributed's names for its own exception classes, for scripts that catch them.

@@ -2,7 +2,7 @@
 //! See `dcrun --help`.
 
 use distcomm::rendezvous::config::parse_host_port;
-use distcomm::rendezvous::sha256::hex;
+use distcomm::auth::hex;
 use distcomm::rendezvous::tcp_store::fmt_host_port;
 use distcomm::rendezvous::StoreServer;
 use std::collections::HashMap;

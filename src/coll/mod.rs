@@ -92,6 +92,7 @@ pub mod tuning {
     use super::broadcast::Algo as Broadcast;
     use super::gather::Algo as Gather;
     use super::reduce_coll::Algo as Reduce;
+    use super::reduce_scatter::Algo as ReduceScatter;
 
     /// allreduce up to this many bytes per rank, at most `DIRECT_MAX_RANKS` members: every rank
     /// sends its input to every other rank and reduces all inputs in rank order (one message
@@ -100,7 +101,8 @@ pub mod tuning {
     /// direct algorithm costs n x memory and n-1 concurrent messages per rank.
     pub const ALLREDUCE_SMALL_BYTES: usize = 64 << 10;
     /// reduce_scatter up to this many bytes of total input per rank: direct (each block sent to
-    /// its owner, reduced in rank order). Above: ring.
+    /// its owner, reduced in rank order), or in large groups a tree (see `reduce_scatter`).
+    /// Above: ring.
     pub const REDUCE_SCATTER_SMALL_BYTES: usize = 64 << 10;
     /// reduce up to this many bytes: binomial tree (combines in rank order from the root).
     /// Above: ring reduce-scatter, then the finished chunks go to the root (directly up to
@@ -244,6 +246,19 @@ pub mod tuning {
             Allgather::Direct
         } else {
             Allgather::Bruck
+        }
+    }
+
+    /// reduce_scatter, by the total input per rank: up to `REDUCE_SCATTER_SMALL_BYTES` direct
+    /// in small groups (one message latency) and a tree reduce then tree scatter in large ones
+    /// (2 log2 n steps on the tree's edges instead of n-1 peers per rank); ring above.
+    pub(crate) fn reduce_scatter(n: usize, total_bytes: usize) -> ReduceScatter {
+        if total_bytes > REDUCE_SCATTER_SMALL_BYTES {
+            ReduceScatter::Ring { seg: RING_SEGMENT_BYTES }
+        } else if n <= DIRECT_MAX_RANKS {
+            ReduceScatter::Direct
+        } else {
+            ReduceScatter::Tree
         }
     }
 

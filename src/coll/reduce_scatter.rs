@@ -2,7 +2,8 @@
 
 use std::ops::Range;
 
-use super::tuning::{REDUCE_SCATTER_SMALL_BYTES, RING_SEGMENT_BYTES};
+use super::gather::tree_scatter;
+use super::reduce_coll::{self, reduce_with};
 use super::util::{
     blocks, check_elems, check_op, peers, reduce_in_order, segments, send_segments, wait_all, Carve,
     Recv, Scratch,
@@ -32,7 +33,11 @@ pub(crate) enum RsBufs<'a> {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Algo {
+    /// Every block straight to its owner (n-1 peers per rank).
     Direct,
+    /// Binomial-tree reduce of the whole input to rank 0, then a binomial scatter of the
+    /// blocks: 2 ceil(log2 n) steps over the tree's edges (for small inputs in large groups).
+    Tree,
     /// Ring with steps cut into segments of about `seg` bytes.
     Ring {
         seg: usize,
@@ -180,14 +185,31 @@ pub fn reduce_scatter(
         }
     };
     check_elems(block, dt, "reduce_scatter block")?;
-    let algo = if total <= REDUCE_SCATTER_SMALL_BYTES {
-        Algo::Direct
-    } else {
-        Algo::Ring {
-            seg: RING_SEGMENT_BYTES,
-        }
-    };
-    reduce_scatter_with(link, bufs, dt, op, algo)
+    reduce_scatter_with(link, bufs, dt, op, super::tuning::reduce_scatter(n, total))
+}
+
+/// `Algo::Tree`: the reduction in rank order at rank 0 (the tree reduce's order), then each
+/// block down the scatter tree to its owner.
+fn tree(link: &dyn Link, bufs: ReduceScatterBufs<'_>, block: usize, dt: DType, op: ReduceOp) -> Result<()> {
+    let (n, r) = (link.size(), link.rank());
+    let ranges = blocks(n, block);
+    let mut mine = Scratch::take(block);
+    let mine = &mut mine[..block];
+    {
+        let input: &[u8] = match &bufs {
+            ReduceScatterBufs::Separate { send, .. } => send,
+            ReduceScatterBufs::InPlace(buf) => buf,
+        };
+        let mut whole = if r == 0 { Some(Scratch::take(input.len())) } else { None };
+        let acc = whole.as_mut().map(|w| &mut w[..input.len()]);
+        reduce_with(link, Some(input), acc, input.len(), dt, op, 0, reduce_coll::Algo::Tree)?;
+        tree_scatter(link, whole.as_ref().map(|w| &w[..input.len()]), &ranges, 0, mine)?;
+    }
+    match bufs {
+        ReduceScatterBufs::Separate { recv, .. } => recv.copy_from_slice(mine),
+        ReduceScatterBufs::InPlace(buf) => buf[r * block..(r + 1) * block].copy_from_slice(mine),
+    }
+    Ok(())
 }
 
 /// `reduce_scatter` with an explicit algorithm (arguments already validated).
@@ -215,6 +237,7 @@ pub(crate) fn reduce_scatter_with(
     }
     match algo {
         Algo::Direct => direct(link, bufs, block, dt, op),
+        Algo::Tree => tree(link, bufs, block, dt, op),
         Algo::Ring { seg } if needs_widen(dt, op) => {
             let src: &[u8] = match &bufs {
                 ReduceScatterBufs::Separate { send, .. } => send,

@@ -397,7 +397,8 @@ impl<'a> ShmRun<'a> {
             Alltoallv { send, scounts, sdispls, recv, rcounts, rdispls, .. } => {
                 self.bytes = 0;
                 self.pids?;
-                if 2 * self.n() * 8 > self.arena.chunk() {
+                // Our buffer's address, then every count and displacement, in one slot.
+                if (1 + 2 * self.n()) * 8 > self.arena.chunk() {
                     return None;
                 }
                 self.alltoallv_direct(*send, scounts, sdispls, *recv, rcounts, rdispls)
@@ -557,7 +558,8 @@ impl<'a> ShmRun<'a> {
                 let msg = format!("rank {r} sends {count} bytes to rank {me}, which expects {}", rcounts[r]);
                 first_err.get_or_insert(Error::new(Status::Mismatch, msg));
             } else if r == me {
-                copy(src.add(displ), recv.as_ptr().add(rdispls[me]), count);
+                // Our own block from our own arguments (what the arena holds is for the others).
+                copy(src.add(sdispls[me]), recv.as_ptr().add(rdispls[me]), count);
             } else if let Err(e) = self.read_from(r, self.word(r, s, 0) + displ as u64, recv.as_ptr().add(rdispls[r]), count) {
                 first_err.get_or_insert(e);
             }
@@ -669,6 +671,64 @@ impl<'a> ShmRun<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::transport::shm::segment_path;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    /// alltoallv on `n` ranks (threads) over an arena of `chunk`-byte slots: Some(result) when
+    /// the arena ran it, None when it left it to the link. Rank r sends r+1 bytes of value
+    /// 16r+j to rank j, packed in rank order.
+    fn alltoallv_on(n: usize, chunk: usize) -> Vec<Option<bool>> {
+        let path = segment_path(0x6174_7676_0000 ^ ((n * 1000 + chunk) as u64) << 16 ^ std::process::id() as u64);
+        let first = Arc::new(Arena::create(&path, n, chunk, 5).unwrap());
+        let arenas: Vec<Arc<Arena>> = (0..n).map(|r| if r == 0 { first.clone() } else { Arc::new(Arena::open(&path, n, chunk, 5, r).unwrap()) }).collect();
+        std::fs::remove_file(&path).unwrap();
+        let pids = vec![std::process::id() as i32; n];
+        let threads: Vec<_> = arenas
+            .into_iter()
+            .enumerate()
+            .map(|(me, a)| {
+                let pids = pids.clone();
+                std::thread::spawn(move || {
+                    let (steps, mut scratch) = (Steps::default(), Scratch::default());
+                    let far = Instant::now() + Duration::from_secs(30);
+                    let (deadline, interrupt) = (move || far, |_| None);
+                    let scounts = vec![me + 1; n];
+                    let sdispls: Vec<usize> = (0..n).map(|j| j * (me + 1)).collect();
+                    let send: Vec<u8> = (0..n).flat_map(|j| vec![(16 * me + j) as u8; me + 1]).collect();
+                    let rcounts: Vec<usize> = (0..n).map(|r| r + 1).collect();
+                    let rdispls: Vec<usize> = (0..n).map(|r| r * (r + 1) / 2).collect();
+                    let mut recv = vec![0u8; n * (n + 1) / 2];
+                    let args = CollArgs::Alltoallv {
+                        send: ConstBuf::from_slice(&send),
+                        scounts: scounts.clone(),
+                        sdispls: sdispls.clone(),
+                        recv: MutBuf::from_slice(&mut recv),
+                        rcounts: rcounts.clone(),
+                        rdispls: rdispls.clone(),
+                        dt: crate::dtype::DType::Uint8,
+                    };
+                    let mut run = ShmRun::new(&a, &steps, 1, &deadline, &interrupt, &mut scratch, Some(&pids));
+                    // SAFETY: the buffers outlive the call.
+                    let done = unsafe { run.run_eager(&args) }.or_else(|| unsafe { run.run(&args) });
+                    a.finished(1);
+                    done.map(|r| {
+                        r.unwrap();
+                        (0..n).all(|r| recv[rdispls[r]..][..r + 1].iter().all(|&b| b == (16 * r + me) as u8))
+                    })
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    }
+
+    #[test]
+    fn alltoallv_words_must_fit_the_slot() {
+        // 4 ranks exchange 1 + 2 * 4 words (72 bytes): a 64-byte slot is too small (once, it was
+        // written past), 128 is enough.
+        assert_eq!(alltoallv_on(4, 64), vec![None; 4]);
+        assert_eq!(alltoallv_on(4, 128), vec![Some(true); 4]);
+    }
 
     #[test]
     fn pieces_always_take_one_step() {

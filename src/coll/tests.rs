@@ -485,7 +485,7 @@ fn reduce_scatter_all_algorithms_small_counts() {
     for n in SIZES {
         for (k, (dt, op)) in op_matrix().into_iter().enumerate() {
             for block in [0, 1, 7, 61] {
-                for algo in [Algo::Direct, Algo::Ring { seg: 16 }] {
+                for algo in [Algo::Direct, Algo::Tree, Algo::Ring { seg: 16 }] {
                     check_reduce_scatter(n, dt, op, block, (k + block + n) % 2 == 0, Some(algo));
                 }
             }
@@ -505,6 +505,20 @@ fn reduce_scatter_public_dispatch_large() {
             check_reduce_scatter(n, dt, op, block, (i + j) % 2 == 1, None);
         }
     }
+}
+
+#[test]
+fn reduce_scatter_large_groups_small_and_large_inputs() {
+    for (i, n) in [13usize, 33, 64].into_iter().enumerate() {
+        for (j, (dt, op)) in [(DType::Float32, ReduceOp::Sum), (DType::Bfloat16, ReduceOp::Avg), (DType::Int64, ReduceOp::Min)].into_iter().enumerate() {
+            // Small (the tree, below REDUCE_SCATTER_SMALL_BYTES) and large (the ring).
+            for block in [3usize, 70_000 / n / dt.size() + 1] {
+                check_reduce_scatter(n, dt, op, block, (i + j) % 2 == 0, None);
+            }
+        }
+    }
+    assert_eq!(tuning::reduce_scatter(64, 64 << 10), reduce_scatter::Algo::Tree);
+    assert_eq!(tuning::reduce_scatter(8, 64 << 10), reduce_scatter::Algo::Direct);
 }
 
 // ---------------------------------------------------------------------------------- broadcast

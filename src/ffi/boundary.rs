@@ -28,14 +28,7 @@ pub fn guard<F: FnOnce() -> Result<()>>(name: &str, body: F) -> dc_status {
     let err = match outcome {
         Ok(Ok(())) => return dc_status::DC_SUCCESS,
         Ok(Err(e)) => e,
-        Err(panic) => {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".into());
-            Error::new(Status::Internal, format!("internal error (panic): {what}"))
-        }
+        Err(panic) => Error::new(Status::Internal, format!("internal error (panic): {}", crate::panics::message(&*panic))),
     };
     set_last_error(&format!("{name}: {}", err.msg));
     crate::log::debug_error(name, &err);

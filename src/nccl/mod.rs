@@ -29,14 +29,7 @@ use std::sync::{Arc, Mutex};
 
 /// Runs `f` (a call into cudarc) so that a panic becomes `DC_ERR_UNAVAILABLE` naming `what`.
 pub fn contain<T>(what: &str, f: impl FnOnce() -> T) -> Result<T> {
-    catch_unwind(AssertUnwindSafe(f)).map_err(|p| {
-        let text = p
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| p.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "unknown panic".into());
-        Error::new(Status::Unavailable, format!("{what}: CUDA binding failed: {text}"))
-    })
+    catch_unwind(AssertUnwindSafe(f)).map_err(|p| Error::new(Status::Unavailable, format!("{what}: CUDA binding failed: {}", crate::panics::message(&*p))))
 }
 
 /// What this process found at run time: both libraries, checked, and the driver initialised.

@@ -12,7 +12,7 @@
 //! launcher, never mixed.
 
 use crate::error::{Result, Status};
-use crate::rendezvous::sha256::{hex, Sha256};
+use crate::auth::hex;
 use crate::{bail, dc_log};
 use crate::log::Level;
 use std::path::PathBuf;
@@ -215,20 +215,18 @@ pub fn parse_method(url: &str) -> Result<Method> {
 /// Host name, world size and group are left out on purpose: several jobs and groups may share
 /// one store, and ranks may spell the master's host differently (`node01` vs `10.0.0.1`).
 pub fn default_token(method: &Method, master: Option<&(String, u16)>) -> Vec<u8> {
-    let mut h = Sha256::new();
-    h.update(b"distcomm default token v1\0");
-    match (method, master) {
-        (Method::File { path }, _) => {
-            h.update(b"file\0");
-            h.update(path.to_string_lossy().as_bytes());
-        }
-        (_, Some((_, port))) => {
-            h.update(b"port\0");
-            h.update(port.to_string().as_bytes());
-        }
-        (_, None) => {}
-    }
-    hex(&h.finish()).into_bytes()
+    let (kind, what): (&[u8], String) = match (method, master) {
+        (Method::File { path }, _) => (b"file\0", path.to_string_lossy().into_owned()),
+        (_, Some((_, port))) => (b"port\0", port.to_string()),
+        (_, None) => (b"", String::new()),
+    };
+    hex(&crate::auth::sha256(&[b"distcomm default token v1\0", kind, what.as_bytes()])).into_bytes()
+}
+
+/// Whether a store host is this host's loopback (an IP literal, or `localhost`): only then may a
+/// job go without `DC_TOKEN` (no other host can reach the store).
+fn is_loopback_host(host: &str) -> bool {
+    host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 /// Resolves and validates `opts` against the environment. `env` is injected so tests do not
@@ -366,11 +364,21 @@ pub fn resolve(opts: &InitOptions, env: &dyn Fn(&str) -> Option<String>) -> Resu
             t.into_bytes()
         }
         None => {
+            if let Some((host, port)) = master.as_ref().filter(|(h, _)| !is_loopback_host(h)) {
+                bail!(
+                    Status::Rendezvous,
+                    "DC_TOKEN is not set and the store at {} is reachable from other hosts: without a \
+                     secret token anyone who reaches it could join the job. Export the same random \
+                     DC_TOKEN on every rank (for example DC_TOKEN=$(openssl rand -hex 16)), or start \
+                     the job with dcrun, which makes one",
+                    super::tcp_store::fmt_host_port(host, *port)
+                );
+            }
             dc_log!(
-                Level::Info,
+                Level::Warn,
                 rank,
-                "DC_TOKEN is not set: using a default token derived from the store address; it \
-                 keeps strangers out but is not a secret (export the same DC_TOKEN on every rank)"
+                "DC_TOKEN is not set: using a token derived from the store's address, which keeps \
+                 strangers and garbage out but is not a secret (export the same DC_TOKEN on every rank)"
             );
             default_token(&method, master.as_ref())
         }
@@ -411,9 +419,11 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
+    /// The environment `pairs`, with a DC_TOKEN unless they name one (an empty value: unset).
     fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let m: HashMap<String, String> =
+        let mut m: HashMap<String, String> =
             pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        m.entry("DC_TOKEN".into()).or_insert_with(|| "test-token".into());
         move |k: &str| m.get(k).cloned()
     }
 
@@ -682,6 +692,24 @@ mod tests {
     }
 
     #[test]
+    fn without_a_token_only_a_loopback_store_is_allowed() {
+        let base = |addr: &'static str| vec![("MASTER_ADDR", addr), ("MASTER_PORT", "29500"), ("RANK", "0"), ("WORLD_SIZE", "2"), ("DC_TOKEN", "")];
+        for addr in ["10.1.2.3", "node01", "::ffff:10.0.0.1", "192.168.0.1"] {
+            let e = err_of(&opts(), &base(addr));
+            assert_eq!(e.status, Status::Rendezvous, "{addr}: {e}");
+            assert!(e.msg.contains("DC_TOKEN") && e.msg.contains("reachable from other hosts"), "{e}");
+        }
+        for addr in ["127.0.0.1", "localhost", "::1", "127.0.0.2"] {
+            let c = resolve_with(&opts(), &base(addr)).unwrap_or_else(|e| panic!("{addr}: {e}"));
+            assert_eq!(c.token, default_token(&Method::Env, Some(&(addr.to_string(), 29500))), "{addr}");
+        }
+        // With a token, any address.
+        let mut with = base("10.1.2.3");
+        with.retain(|(k, _)| *k != "DC_TOKEN");
+        assert_eq!(resolve_with(&opts(), &with).unwrap().token, b"test-token");
+    }
+
+    #[test]
     fn default_token_rules() {
         let a = default_token(&Method::Env, Some(&("a".into(), 1)));
         let b = default_token(&Method::Tcp { host: "b".into(), port: 1 }, Some(&("b".into(), 1)));
@@ -697,7 +725,7 @@ mod tests {
     #[test]
     fn empty_variables_count_as_unset() {
         let e = [
-            ("MASTER_ADDR", "h"),
+            ("MASTER_ADDR", "localhost"),
             ("MASTER_PORT", "29500"),
             ("RANK", ""),
             ("WORLD_SIZE", ""),

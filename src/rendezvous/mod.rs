@@ -19,7 +19,6 @@ pub mod file_store;
 pub mod mem_store;
 pub mod netif;
 pub mod prefix_store;
-pub mod sha256;
 mod store_core;
 mod store_server;
 pub mod tcp_store;
@@ -155,12 +154,8 @@ const TAG_LEN: usize = 8;
 
 /// The digest that names a set of ranks in exchange keys.
 fn subset_tag(members: &[usize]) -> [u8; TAG_LEN] {
-    let mut h = sha256::Sha256::new();
-    h.update(b"distcomm exchange ranks v1\0");
-    for &r in members {
-        h.update(&(r as u64).to_le_bytes());
-    }
-    h.finish()[..TAG_LEN].try_into().unwrap()
+    let ranks: Vec<u8> = members.iter().flat_map(|&r| (r as u64).to_le_bytes()).collect();
+    crate::auth::sha256(&[b"distcomm exchange ranks v1\0", &ranks])[..TAG_LEN].try_into().unwrap()
 }
 
 fn never_joined(start: Instant, key: &str, missing: &[usize], n: usize) -> Error {
@@ -222,7 +217,7 @@ fn exchange_parts(
     mine.extend_from_slice(&tag);
     mine.extend_from_slice(value);
     store.set(&format!("{key}/{rank}"), &mine)?;
-    let base = format!("{key}/{}", sha256::hex(&tag));
+    let base = format!("{key}/{}", crate::auth::hex(&tag));
     let leader = members[0];
     let gathered = if rank == leader {
         let vals = exchange_direct(store, key, rank, &members, value, deadline, start)?;
@@ -583,7 +578,7 @@ mod tests {
         for g in &got[3..] {
             assert_eq!(*g, b.iter().map(|&r| val("k", r)).collect::<Vec<_>>());
         }
-        assert!(st.try_get(&format!("k/{}/all", sha256::hex(&subset_tag(&[0, 1, 2])))).unwrap().is_some());
+        assert!(st.try_get(&format!("k/{}/all", crate::auth::hex(&subset_tag(&[0, 1, 2])))).unwrap().is_some());
         assert_ne!(subset_tag(&[0, 1, 2]), subset_tag(&[3, 4, 5]));
     }
 
@@ -596,7 +591,7 @@ mod tests {
         for (r, g) in got.iter().enumerate() {
             assert_eq!(*g, peers(r).iter().map(|&q| val("h", q)).collect::<Vec<_>>());
         }
-        assert!(st.try_get(&format!("h/{}/all", sha256::hex(&subset_tag(&[0, 1, 2])))).unwrap().is_some());
+        assert!(st.try_get(&format!("h/{}/all", crate::auth::hex(&subset_tag(&[0, 1, 2])))).unwrap().is_some());
         // Lists that are not symmetric (rank 1 does not list rank 2): rank 1 reads directly.
         let st = Arc::new(MemStore::new());
         let got = run(&st, "a", vec![(0, vec![1, 2]), (1, vec![0]), (2, vec![0, 1])], EXCHANGE_PART);
@@ -614,7 +609,7 @@ mod tests {
         for g in got {
             assert_eq!(g, want);
         }
-        assert!(st.try_get(&format!("p/{}/all/3", sha256::hex(&subset_tag(&all)))).unwrap().is_some());
+        assert!(st.try_get(&format!("p/{}/all/3", crate::auth::hex(&subset_tag(&all)))).unwrap().is_some());
     }
 
     #[test]

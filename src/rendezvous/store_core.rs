@@ -6,8 +6,8 @@
 use super::tcp_store::{
     HELLO_LEN, MAGIC, MAX_KEY_LEN, MAX_VALUE_LEN, OP_ADD, OP_GET, OP_SET, R_ERROR, R_NOT_FOUND, R_OK, VERSION,
 };
-use super::tcp_store::{BAD_VERSION, REFUSED, WELCOME};
-use crate::rendezvous::sha256::ct_eq;
+use super::tcp_store::{BAD_VERSION, CLIENT_LABEL, REFUSED, WELCOME};
+use crate::auth::Key;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,13 +15,14 @@ use std::time::Duration;
 /// A value buffer starts at most this large; it grows as the value's bytes arrive.
 const VALUE_START: usize = 64 << 10;
 
-/// The answer code to a client's hello: WELCOME, BAD_VERSION or REFUSED (digest compared in
-/// constant time).
-pub(super) fn hello_verdict(hello: &[u8; HELLO_LEN], digest: &[u8; 32]) -> u8 {
+/// The answer code to a client's hello after our challenge `server_nonce`: WELCOME,
+/// BAD_VERSION or REFUSED (its proof checked in constant time).
+pub(super) fn hello_verdict(hello: &[u8; HELLO_LEN], key: &Key, server_nonce: &[u8]) -> u8 {
     let version = u16::from_le_bytes([hello[4], hello[5]]);
+    let (client_nonce, proof) = hello[8..].split_at(crate::auth::LEN);
     if hello[..4] != MAGIC || version != VERSION {
         BAD_VERSION
-    } else if !ct_eq(&hello[8..40], digest) {
+    } else if !key.verify(CLIENT_LABEL, &[server_nonce, client_nonce], proof) {
         REFUSED
     } else {
         WELCOME

@@ -12,11 +12,11 @@
 //! So a slow or hostile client costs the server a bounded buffer and never stalls the others.
 
 use super::store_core::{answer_head, hello_verdict, Body, Core, Outcome, Parsed, Parser, Waiter};
-use super::tcp_store::{token_digest, BUSY, HELLO_LEN, MAX_VALUE_LEN, REPLY_MAGIC, R_ERROR, R_NOT_FOUND, R_OK, VERSION, WELCOME};
+use super::tcp_store::{challenge, BUSY, HELLO_LEN, MAX_VALUE_LEN, REPLY_MAGIC, R_ERROR, R_NOT_FOUND, R_OK, SERVER_LABEL, VERSION, WELCOME};
+use crate::auth::{self, Key};
 use super::tcp_store::{BAD_VERSION, REFUSED};
 use crate::error::{Error, Result, Status};
 use crate::log::Level;
-use crate::rendezvous::sha256::ct_eq;
 use crate::{dc_log, err};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
@@ -67,7 +67,7 @@ const EV_BAD: u32 = (libc::EPOLLERR | libc::EPOLLHUP) as u32;
 /// What the server handle and the loop thread share.
 struct Shared {
     stopping: AtomicBool,
-    digest: [u8; 32],
+    key: Key,
     num_keys: AtomicUsize,
     open_conns: AtomicUsize,
 }
@@ -153,14 +153,20 @@ impl StoreServer {
         }
         let shared = Arc::new(Shared {
             stopping: AtomicBool::new(false),
-            digest: token_digest(&token),
+            key: Key::from_token(&token),
             num_keys: AtomicUsize::new(0),
             open_conns: AtomicUsize::new(0),
         });
         let ev = EventLoop::new(listener, ep, fds[0], shared.clone());
         let thread = std::thread::Builder::new()
             .name("dc-store".into())
-            .spawn(move || ev.run())
+            .spawn(move || {
+                // A panic ends the loop: its connections close with it, so every client's
+                // request fails at once (instead of waiting for a store that is gone).
+                if let Err(e) = crate::panics::catch("the rendezvous store's event loop", move || ev.run()) {
+                    crate::dc_log!(crate::log::Level::Warn, None, "{}; the store is closed", e.msg);
+                }
+            })
             .map_err(|e| Error::system("spawning the store thread", e));
         let thread = match thread {
             Ok(h) => h,
@@ -180,7 +186,7 @@ impl StoreServer {
 
     /// Whether clients presenting `token` are let in.
     pub fn accepts_token(&self, token: &[u8]) -> bool {
-        ct_eq(&token_digest(token), &self.shared.digest)
+        Key::from_token(token).same_as(&self.shared.key)
     }
 
     /// Waits until no client but one (this process's own) is connected, at most `max`.
@@ -220,7 +226,8 @@ impl Drop for StoreServer {
 // ---------------------------------------------------------------------------------------------
 
 enum Phase {
-    Hello { buf: [u8; HELLO_LEN], got: usize },
+    /// Our challenge is sent; its nonce, and the hello's bytes so far.
+    Hello { nonce: [u8; auth::LEN], buf: [u8; HELLO_LEN], got: usize },
     Ready,
     /// The last answer is queued; close once it is written.
     Closing,
@@ -480,6 +487,14 @@ impl EventLoop {
             return;
         }
         let _ = s.set_nodelay(true);
+        // Our challenge first: 40 bytes always fit a fresh connection's send buffer.
+        let Ok(nonce) = auth::nonce() else {
+            dc_log!(Level::Warn, None, "store server: no random numbers for a challenge; turning away {peer}");
+            return;
+        };
+        if s.write(&challenge(&nonce)).ok() != Some(super::tcp_store::CHALLENGE_LEN) {
+            return;
+        }
         let id = self.next_id;
         self.next_id += 1;
         if let Err(e) = epoll_ctl(self.ep.as_raw_fd(), libc::EPOLL_CTL_ADD, s.as_raw_fd(), EV_IN, id) {
@@ -492,7 +507,7 @@ impl EventLoop {
             Conn {
                 stream: s,
                 peer,
-                phase: Phase::Hello { buf: [0; HELLO_LEN], got: 0 },
+                phase: Phase::Hello { nonce, buf: [0; HELLO_LEN], got: 0 },
                 parser: Parser::default(),
                 stash: Vec::new(),
                 read_closed: false,
@@ -574,7 +589,7 @@ impl EventLoop {
     }
 
     fn read_hello(&mut self, c: &mut Conn) -> Step {
-        let Phase::Hello { buf, got } = &mut c.phase else { return Step::More };
+        let Phase::Hello { nonce, buf, got } = &mut c.phase else { return Step::More };
         // Only the hello's own bytes are read; what follows stays in the socket for `Ready`.
         match c.stream.read(&mut buf[*got..]) {
             Ok(0) => {
@@ -592,10 +607,15 @@ impl EventLoop {
         if *got < HELLO_LEN {
             return Step::More;
         }
-        let verdict = hello_verdict(buf, &self.shared.digest);
+        let verdict = hello_verdict(buf, &self.shared.key, &nonce[..]);
         self.pending_hellos -= 1;
         let mut reply = REPLY_MAGIC.to_vec();
         reply.push(verdict);
+        if verdict == WELCOME {
+            // Our proof, over the client's nonce: the client trusts us only after checking it.
+            let client_nonce = &buf[8..8 + auth::LEN];
+            reply.extend_from_slice(&self.shared.key.prove(SERVER_LABEL, &[client_nonce, &nonce[..]]));
+        }
         c.queue(Body::Owned(reply));
         match verdict {
             WELCOME => {

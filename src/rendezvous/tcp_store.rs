@@ -2,12 +2,20 @@
 //!
 //! # Wire protocol (all integers little-endian)
 //!
-//! The client's first bytes are a fixed 40-byte hello:
-//! `"DCST"` | version `u16` (= 1) | reserved `u16` (= 0) | SHA-256("distcomm store token v1\0" ‖ token)`.
-//! The server reads exactly these 40 bytes (all of them within 5 s, never allocating from anything
-//! the peer sends), compares the digest in constant time and answers `"DCSR"` | code `u8`
-//! (`0` welcome, `1` token refused, `2` unsupported version or not a distcomm client, `3` busy).
-//! Anything but `0` is followed by closing the connection.
+//! Both sides prove that they know the job token, with fresh nonces (see `crate::auth`), before
+//! anything else is read:
+//! 1. the server's challenge, 40 bytes: `"DCSC"` | version `u16` (= 2) | reserved `u16` |
+//!    server nonce (32 bytes) — or, when it is full, `"DCSR"` | `3` (busy) and close;
+//! 2. the client's hello, 72 bytes: `"DCST"` | version `u16` | reserved `u16` | client nonce |
+//!    HMAC(key, "store/client", server nonce, client nonce);
+//! 3. the server's answer: `"DCSR"` | code `u8` (`0` welcome, `1` token refused, `2` unsupported
+//!    version or not a distcomm client), after `0` its own proof HMAC(key, "store/server",
+//!    client nonce, server nonce), which the client checks before it trusts a byte of the store.
+//!
+//! The server reads exactly the hello's 72 bytes (all within 5 s, never allocating from anything
+//! the peer sends) and compares in constant time; anything but welcome is followed by closing
+//! the connection. A replayed hello fails (the server's nonce is new), and so does one reflected
+//! (the roles' labels differ); a rogue server cannot answer the client's nonce.
 //!
 //! After the hello, requests are `op u8 | key_len u32 | key | ...`:
 //! - `1` SET: `value_len u64 | value`
@@ -28,7 +36,7 @@ use super::store_server::MAX_WAIT_CHUNK;
 pub use super::store_server::{bind_listener, StoreServer};
 use crate::error::{Error, Result, Status};
 use crate::log::Level;
-use crate::rendezvous::sha256::Sha256;
+use crate::auth::{self, Key};
 use crate::rendezvous::Store;
 use crate::{bail, dc_log, err};
 use std::io::{self, Read, Write};
@@ -38,8 +46,13 @@ use std::time::{Duration, Instant};
 
 pub(super) const MAGIC: [u8; 4] = *b"DCST";
 pub(super) const REPLY_MAGIC: [u8; 4] = *b"DCSR";
-pub(super) const VERSION: u16 = 1;
-pub(super) const HELLO_LEN: usize = 40;
+pub(super) const CHALLENGE_MAGIC: [u8; 4] = *b"DCSC";
+pub(super) const VERSION: u16 = 2;
+pub(super) const CHALLENGE_LEN: usize = 8 + auth::LEN;
+pub(super) const HELLO_LEN: usize = 8 + 2 * auth::LEN;
+/// The proofs' labels (see `crate::auth`).
+pub(super) const CLIENT_LABEL: &str = "store/client";
+pub(super) const SERVER_LABEL: &str = "store/server";
 
 pub(super) const WELCOME: u8 = 0;
 pub(super) const REFUSED: u8 = 1;
@@ -65,12 +78,23 @@ const ANSWER_SLACK: Duration = Duration::from_secs(60);
 const CONNECT_BACKOFF_START: Duration = Duration::from_millis(10);
 const CONNECT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
-/// The digest of a token that the hello carries.
-pub(super) fn token_digest(token: &[u8]) -> [u8; 32] {
-    let mut h = Sha256::new();
-    h.update(b"distcomm store token v1\0");
-    h.update(token);
-    h.finish()
+/// The challenge a server sends first.
+pub(super) fn challenge(server_nonce: &[u8; auth::LEN]) -> [u8; CHALLENGE_LEN] {
+    let mut c = [0u8; CHALLENGE_LEN];
+    c[..4].copy_from_slice(&CHALLENGE_MAGIC);
+    c[4..6].copy_from_slice(&VERSION.to_le_bytes());
+    c[8..].copy_from_slice(server_nonce);
+    c
+}
+
+/// A client's hello answering the challenge `server_nonce`.
+pub(super) fn hello(key: &Key, server_nonce: &[u8], client_nonce: &[u8; auth::LEN]) -> [u8; HELLO_LEN] {
+    let mut h = [0u8; HELLO_LEN];
+    h[..4].copy_from_slice(&MAGIC);
+    h[4..6].copy_from_slice(&VERSION.to_le_bytes());
+    h[8..8 + auth::LEN].copy_from_slice(client_nonce);
+    h[8 + auth::LEN..].copy_from_slice(&key.prove(CLIENT_LABEL, &[server_nonce, client_nonce]));
+    h
 }
 
 /// `host:port`, with brackets for IPv6 literals.
@@ -161,7 +185,7 @@ impl TcpStore {
     /// that, so a thousand ranks started together (refused, or answered "busy") spread out.
     pub fn connect(host: &str, port: u16, token: &[u8], deadline: Instant) -> Result<TcpStore> {
         let addr = fmt_host_port(host, port);
-        let digest = token_digest(token);
+        let key = Key::from_token(token);
         let start = Instant::now();
         let mut backoff = CONNECT_BACKOFF_START;
         let mut rng = Jitter::new();
@@ -169,7 +193,7 @@ impl TcpStore {
         let mut attempts = 0u32;
         loop {
             attempts += 1;
-            match Self::try_connect(host, port, &addr, &digest, deadline) {
+            match Self::try_connect(host, port, &addr, &key, deadline) {
                 Ok(Hello::Ok(stream)) => {
                     dc_log!(Level::Info, None, "connected to the store at {addr} (attempt {attempts})");
                     return Ok(TcpStore { conn: Mutex::new(Conn { stream, broken: None }), addr });
@@ -193,7 +217,7 @@ impl TcpStore {
         }
     }
 
-    fn try_connect(host: &str, port: u16, addr: &str, digest: &[u8; 32], deadline: Instant) -> Result<Hello> {
+    fn try_connect(host: &str, port: u16, addr: &str, key: &Key, deadline: Instant) -> Result<Hello> {
         let addrs: Vec<SocketAddr> = match (host, port).to_socket_addrs() {
             Ok(a) => a.collect(),
             Err(e) => return Ok(Hello::Retry(format!("cannot resolve {host}: {e}"))),
@@ -212,30 +236,63 @@ impl TcpStore {
                 }
             };
             let _ = s.set_nodelay(true);
-            let mut hello = [0u8; HELLO_LEN];
-            hello[..4].copy_from_slice(&MAGIC);
-            hello[4..6].copy_from_slice(&VERSION.to_le_bytes());
-            hello[8..].copy_from_slice(digest);
             let wait = deadline.saturating_duration_since(Instant::now()).clamp(Duration::from_millis(100), Duration::from_secs(10));
             let _ = s.set_read_timeout(Some(wait));
             let _ = s.set_write_timeout(Some(wait));
-            if let Err(e) = s.write_all(&hello) {
+            let silent = |e: &io::Error| matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut);
+            // The challenge (or "busy").
+            let mut first = [0u8; CHALLENGE_LEN];
+            if let Err(e) = s.read_exact(&mut first[..5]) {
+                if silent(&e) {
+                    bail!(Status::Rendezvous, "store at {addr} sent no challenge (not a distcomm store?)");
+                }
+                why = format!("{sa} closed the connection before its challenge ({e}); not a distcomm store?");
+                continue;
+            }
+            if first[..4] == REPLY_MAGIC && first[4] == BUSY {
+                why = format!("{sa} is busy");
+                continue;
+            }
+            if first[..4] != CHALLENGE_MAGIC {
+                bail!(Status::Rendezvous, "store at {addr} answered with garbage (not a distcomm store?)");
+            }
+            if let Err(e) = s.read_exact(&mut first[5..]) {
+                why = format!("{sa}: reading the challenge: {e}");
+                continue;
+            }
+            let version = u16::from_le_bytes([first[4], first[5]]);
+            if version != VERSION {
+                bail!(Status::Rendezvous, "store at {addr} speaks store protocol version {version}, this library {VERSION} (mixed distcomm versions?)");
+            }
+            let server_nonce = &first[8..];
+            let client_nonce = auth::nonce().map_err(|e| Error::system("a nonce for the store's handshake", e))?;
+            if let Err(e) = s.write_all(&hello(key, server_nonce, &client_nonce)) {
                 why = format!("{sa}: sending the hello: {e}");
                 continue;
             }
             let mut reply = [0u8; 5];
             if let Err(e) = s.read_exact(&mut reply) {
-                if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::TimedOut {
-                    bail!(
-                        Status::Rendezvous,
-                        "store at {addr} did not answer the hello (not a distcomm store?)"
-                    );
+                if silent(&e) {
+                    bail!(Status::Rendezvous, "store at {addr} did not answer the hello (not a distcomm store?)");
                 }
                 why = format!("{sa} closed the connection during the hello ({e}); not a distcomm store?");
                 continue;
             }
             if reply[..4] != REPLY_MAGIC {
                 bail!(Status::Rendezvous, "store at {addr} answered with garbage (not a distcomm store?)");
+            }
+            if reply[4] == WELCOME {
+                let mut proof = [0u8; auth::LEN];
+                if let Err(e) = s.read_exact(&mut proof) {
+                    why = format!("{sa}: reading the store's proof: {e}");
+                    continue;
+                }
+                if !key.verify(SERVER_LABEL, &[&client_nonce, server_nonce], &proof) {
+                    bail!(
+                        Status::Rendezvous,
+                        "the store at {addr} could not prove that it knows the job token: not this job's store (an impostor, or another job on the port)"
+                    );
+                }
             }
             match reply[4] {
                 WELCOME => {
@@ -399,14 +456,15 @@ impl Store for TcpStore {
 }
 
 /// Feeds bytes to the server's parsers, for fuzzing and property tests: the first
-/// [`HELLO_LEN`](super) bytes go through the hello check, the rest is parsed as requests of an
+/// [`HELLO_LEN`](super) bytes go through the hello check (against the challenge
+/// [`raw::FUZZ_NONCE`]), the rest is parsed as requests of an
 /// authenticated client (GET never waits) until the stream ends or the server would close it.
 /// Returns the hello's answer code and the number of requests served.
 #[doc(hidden)]
 pub fn fuzz_server_input(bytes: &[u8]) -> (Option<u8>, usize) {
     use super::store_core::{answer_head, hello_verdict, Core, Outcome, Parsed, Parser};
-    let digest = token_digest(b"fuzz");
-    let verdict = bytes.get(..HELLO_LEN).map(|h| hello_verdict(h.try_into().unwrap(), &digest));
+    let key = Key::from_token(b"fuzz");
+    let verdict = bytes.get(..HELLO_LEN).map(|h| hello_verdict(h.try_into().unwrap(), &key, &raw::FUZZ_NONCE));
     let mut core = Core::default();
     let mut parser = Parser::default();
     let mut input = bytes.get(HELLO_LEN..).unwrap_or(&[]);
@@ -433,14 +491,36 @@ pub fn fuzz_server_input(bytes: &[u8]) -> (Option<u8>, usize) {
 /// Builds raw protocol bytes; for tests that play a misbehaving client.
 #[doc(hidden)]
 pub mod raw {
-    /// A valid hello for `token`.
-    pub fn hello(token: &[u8]) -> Vec<u8> {
-        let mut h = Vec::with_capacity(super::HELLO_LEN);
-        h.extend_from_slice(&super::MAGIC);
-        h.extend_from_slice(&super::VERSION.to_le_bytes());
-        h.extend_from_slice(&[0, 0]);
-        h.extend_from_slice(&super::token_digest(token));
-        h
+    use std::io::{Read, Write};
+
+    /// The server nonce that `fuzz_server_input` challenges with.
+    pub const FUZZ_NONCE: [u8; 32] = [0x5C; 32];
+    /// Bytes of the server's challenge.
+    pub const CHALLENGE_LEN: usize = super::CHALLENGE_LEN;
+
+    /// A hello for `token` answering the challenge `server_nonce` (a fixed client nonce).
+    pub fn hello(token: &[u8], server_nonce: &[u8]) -> Vec<u8> {
+        super::hello(&super::Key::from_token(token), server_nonce, &[0x3A; 32]).to_vec()
+    }
+
+    /// Reads the server's challenge on `s` and returns its nonce.
+    pub fn read_challenge(s: &mut std::net::TcpStream) -> std::io::Result<Vec<u8>> {
+        let mut c = [0u8; super::CHALLENGE_LEN];
+        s.read_exact(&mut c)?;
+        Ok(c[8..].to_vec())
+    }
+
+    /// Authenticates `s` with `token`: the challenge, our hello, the server's answer code (its
+    /// proof, after a welcome, is read and not checked).
+    pub fn authenticate(s: &mut std::net::TcpStream, token: &[u8]) -> std::io::Result<u8> {
+        let nonce = read_challenge(s)?;
+        s.write_all(&hello(token, &nonce))?;
+        let mut r = [0u8; 5];
+        s.read_exact(&mut r)?;
+        if r[4] == super::WELCOME {
+            s.read_exact(&mut [0u8; 32])?;
+        }
+        Ok(r[4])
     }
 
     /// A SET request header claiming a value of `value_len` bytes (no value bytes follow).

@@ -272,7 +272,13 @@ impl RpcAgent {
             let me = inner.clone();
             let h = std::thread::Builder::new()
                 .name(format!("dc-rpc-{what}-r{rank}"))
-                .spawn(move || if serve_requests { me.request_listener() } else { me.reply_listener() })
+                .spawn(move || {
+                    let what = if serve_requests { "the RPC request listener" } else { "the RPC reply listener" };
+                    let listen = || if serve_requests { me.clone().request_listener() } else { me.clone().reply_listener() };
+                    if let Err(e) = crate::panics::catch(what, listen) {
+                        me.listener_failed(e);
+                    }
+                })
                 .map_err(|e| Error::system("spawn RPC listener", e))?;
             lock(&inner.listeners).push(h);
         }
@@ -671,7 +677,20 @@ impl Inner {
         }
     }
 
+    /// A listener panicked: nothing will be received any more. Every call waiting here fails
+    /// with the panic's text, and the agent's comm is aborted, which its peers hear of.
+    fn listener_failed(&self, e: Error) {
+        dc_log!(Level::Warn, self.rank_tag(), "{}; the RPC agent stops serving", e.msg);
+        let calls: Vec<Arc<Call>> = lock(&self.pending).drain().map(|(_, c)| c).collect();
+        for c in calls {
+            self.finished.fetch_add(1, Ordering::SeqCst);
+            c.comp.complete(Err(Error::new(Status::Internal, format!("{}: {}", c.what(), e.msg))));
+        }
+        self.rpc.abort();
+    }
+
     fn on_request(self: &Arc<Self>, from: usize, h: Header) {
+        crate::panics::inject("rpc");
         let body_tag = protocol::tag(TagClass::ReqBody, h.call_id);
         let len = match h.request_body_len(self.config.max_bytes) {
             Ok(n) => n,
@@ -796,7 +815,7 @@ impl Inner {
                         (ReplyStatus::HandlerFailed, t)
                     }
                     Err(panic) => {
-                        let what = panic.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| panic.downcast_ref::<String>().cloned()).unwrap_or_else(|| "unknown panic".into());
+                        let what = crate::panics::message(&*panic);
                         (ReplyStatus::Internal, format!("handler {:?} on worker {me:?} panicked: {what}", job.function).into_bytes())
                     }
                 }

@@ -1,6 +1,6 @@
 //! Aborting a communicator: marked, its pending operations failed on every wire, its members told.
 
-use super::endpoint::{ABORT_MISMATCH, SocketTransport, lock};
+use super::endpoint::{ABORT_MISMATCH, ABORT_PANIC, SocketTransport, lock};
 use super::wire::WIRES;
 use super::frame::{FrameKind, Header};
 use super::ops::CtxState;
@@ -57,6 +57,7 @@ impl SocketTransport {
         let ctx = lock(&self.ctxs).get(&ctx_id).and_then(|w| w.upgrade());
         let why = match code {
             ABORT_MISMATCH => " after it found mismatched collective arguments (DC_ERR_MISMATCH there)",
+            ABORT_PANIC => " after a panic in the library there (DC_ERR_INTERNAL there, naming it)",
             _ => "",
         };
         match ctx {

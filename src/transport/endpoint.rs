@@ -43,6 +43,8 @@ use std::time::{Duration, Instant};
 
 /// Reason code of an abort frame (its `check` word): the sender found a collective mismatch.
 pub const ABORT_MISMATCH: u32 = 1;
+/// Abort reason: a panic in the library on the aborting rank.
+pub const ABORT_PANIC: u32 = 2;
 
 /// How often a wait looks at the process of a peer on our host it has no connection to.
 pub(super) const ALIVE_CHECK_EVERY: Duration = Duration::from_millis(100);

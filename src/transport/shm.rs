@@ -144,9 +144,7 @@ pub fn min_chunk(ranks: usize) -> usize {
 
 /// The staging slot size for `ranks` ranks: `requested` (`DC_SHM_CHUNK`, rounded down to 64
 /// bytes) or else the largest multiple of 4 KiB up to `DEFAULT_CHUNK` that keeps the arena
-/// within `ARENA_CAP`; never below `min_chunk`. Never exactly `16 * ranks` either: the
-/// single-copy alltoallv exchanges `16 * ranks + 8` bytes of words in a slot but checks only for
-/// `16 * ranks` (coll::shm), so that one size gets a page more.
+/// within `ARENA_CAP`; never below `min_chunk`.
 pub fn chunk_for(ranks: usize, requested: Option<usize>) -> usize {
     let ranks = ranks.max(1);
     let chunk = match requested {
@@ -156,12 +154,7 @@ pub fn chunk_for(ranks: usize, requested: Option<usize>) -> usize {
             (ARENA_CAP.saturating_sub(fixed) / (2 * ranks + 2) / PAGE * PAGE).min(DEFAULT_CHUNK)
         }
     };
-    let chunk = chunk.max(min_chunk(ranks));
-    if chunk == 16 * ranks {
-        chunk + PAGE
-    } else {
-        chunk
-    }
+    chunk.max(min_chunk(ranks))
 }
 
 /// Bytes of the arena of `ranks` ranks with staging slots of `chunk` bytes.
@@ -650,7 +643,7 @@ mod tests {
         assert_eq!(arena_bytes(16, DEFAULT_CHUNK), 11_085_824);
         for n in 2..=4096 {
             let c = chunk_for(n, None);
-            assert!(c >= min_chunk(n) && c >= 8 * n && c % 64 == 0 && c != 16 * n, "{n} ranks: chunk {c}");
+            assert!(c >= min_chunk(n) && c >= 8 * n && c % 64 == 0, "{n} ranks: chunk {c}");
             let e = eager_slots(n);
             assert!(e.is_power_of_two() && (MIN_EAGER_SLOTS..=EAGER_SLOTS).contains(&e));
             if c > min_chunk(n) + PAGE {
@@ -661,7 +654,6 @@ mod tests {
         // DC_SHM_CHUNK: taken as asked, rounded to 64 bytes, but never below the floor.
         assert_eq!(chunk_for(4, Some(100_000)), 99_968);
         assert_eq!(chunk_for(1024, Some(4096)), min_chunk(1024));
-        assert_eq!(chunk_for(256, Some(4096)), 4096 + PAGE, "not exactly 16 n");
     }
 
     /// The algorithms of `coll::shm` on arenas of many ranks with the sizes chosen here (fewer

@@ -322,7 +322,7 @@ impl SocketTransport {
                         // close it for the others.
                         let admitted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t.admit(h.rank, s)));
                         if let Err(p) = admitted {
-                            let what = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_default();
+                            let what = crate::panics::message(&*p);
                             dc_log!(Level::Warn, Some(t.rank as usize), "admitting rank {}'s connection panicked: {what}", h.rank);
                         }
                     }

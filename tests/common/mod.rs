@@ -56,7 +56,7 @@ pub fn strangers(addr: SocketAddr) -> (Vec<TcpStream>, std::thread::JoinHandle<(
     keep.push(h);
     // A distcomm-looking hello with the wrong token.
     let mut w = conn();
-    let _ = w.write_all(&distcomm::rendezvous::tcp_store::raw::hello(b"not the token"));
+    let _ = w.write_all(&distcomm::rendezvous::tcp_store::raw::hello(b"not the token", &[0; 32]));
     keep.push(w);
     // A data-connection hello on the store port.
     let mut d = conn();

@@ -1,0 +1,275 @@
+//! Point-to-point on a comm: posting sends and receives on the world's transport, and the one
+//! wait every transport op goes through (timeout, abort, lost peers, the waiting policy).
+
+use super::Comm;
+use crate::buffer::{ConstBuf, MutBuf};
+use crate::collective::CollArgs;
+use crate::completion::{Completion, Done, WaitOutcome};
+use crate::error::{Error, Result, Status};
+use crate::transport::ops::COLL_TAG_BIT;
+use crate::transport::{RecvOp, SendOp, TagMatch};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Waits for a transport op, cancelling it on timeout or interruption (abort; for collectives
+/// also a lost member) so its buffer is released. A timeout names lost members, if any. `idle`:
+/// see `Completion::wait_with`.
+#[allow(clippy::too_many_arguments)]
+fn wait_op(
+    comp: &Completion,
+    deadline: &dyn Fn() -> Instant,
+    timeout_ms: i64,
+    interrupt: &dyn Fn() -> Option<Error>,
+    lost: &dyn Fn() -> Option<Error>,
+    cancel: &dyn Fn(Error),
+    what: &dyn Fn() -> String,
+    idle: Option<&dyn Fn(Duration, i32)>,
+    poll: Option<&dyn crate::completion::Poll>,
+) -> Result<Done> {
+    match comp.wait_with(deadline, interrupt, idle, poll) {
+        WaitOutcome::Finished(r) => r,
+        WaitOutcome::TimedOut => {
+            let meanwhile = lost().map(|l| format!(" (meanwhile {})", l.msg)).unwrap_or_default();
+            let e = Error::new(Status::Timeout, format!("timed out after {timeout_ms} ms {}{meanwhile}", what()));
+            cancel(e.clone());
+            comp.result().unwrap_or(Err(e))
+        }
+        WaitOutcome::Interrupted(e) => {
+            cancel(e.clone());
+            comp.result().unwrap_or(Err(e))
+        }
+    }
+}
+
+/// A pending transport send or receive, owned by whoever waits for it.
+pub enum P2pOp {
+    Send(Arc<SendOp>),
+    Recv(Arc<RecvOp>),
+    /// A send or receive of device memory through NCCL.
+    #[cfg(feature = "nccl")]
+    Device(Box<crate::nccl::DeviceP2p>),
+    /// Finished when it was started (a small send through a shared-memory ring).
+    Done(Done),
+}
+
+impl P2pOp {
+    /// The owner is done with the op: a finished receive nobody else refers to goes back to
+    /// the pool of receive ops (see `RecvOp::recycle`), handing over this reference rather
+    /// than a clone of it.
+    pub fn release(&mut self) {
+        if let P2pOp::Recv(_) = self {
+            if let P2pOp::Recv(r) = std::mem::replace(self, P2pOp::Done(Done::default())) {
+                RecvOp::recycle(r);
+            }
+        }
+    }
+}
+
+impl Comm {
+    /// Starts a send to comm rank `dst` with user tag `tag` (>= 0).
+    pub fn post_send(&self, buf: ConstBuf, dst: usize, tag: u32) -> Result<P2pOp> {
+        self.check_usable()?;
+        #[cfg(feature = "nccl")]
+        if self.route_p2p((buf.addr(), buf.len()))? {
+            return Ok(P2pOp::Device(Box::new(crate::nccl::DeviceP2p::send(self, buf, dst, tag)?)));
+        }
+        #[cfg(feature = "nccl")]
+        self.flush_device();
+        if let Some(done) = self.transport().send_inline(&self.ctx, self.members[dst], tag as u64, 0, buf) {
+            return done.map(P2pOp::Done);
+        }
+        Ok(P2pOp::Send(self.transport().post_send(&self.ctx, self.members[dst], tag as u64, 0, buf)?))
+    }
+
+    /// Starts a receive from comm rank `src` (None: any) with user tag `tag` (None: any).
+    pub fn post_recv(&self, buf: MutBuf, src: Option<usize>, tag: Option<u32>) -> Result<P2pOp> {
+        self.check_usable()?;
+        #[cfg(feature = "nccl")]
+        if self.route_p2p((buf.addr(), buf.len()))? {
+            let Some(src) = src else {
+                return Err(Error::new(Status::Unavailable, "DC_ANY_SOURCE is not available on CUDA device memory (NCCL receives from one named rank)"));
+            };
+            return Ok(P2pOp::Device(Box::new(crate::nccl::DeviceP2p::recv(self, buf, src, tag)?)));
+        }
+        #[cfg(feature = "nccl")]
+        self.flush_device();
+        let tag = tag.map_or(TagMatch::AnyUser, |t| TagMatch::Exact(t as u64));
+        let src = src.map(|s| self.members[s]);
+        Ok(P2pOp::Recv(self.transport().post_recv(&self.ctx, src, tag, 0, buf)?))
+    }
+
+    /// Starts a send with a full 64-bit tag (below the collective tags), for protocols the
+    /// library runs on a context of its own (RPC).
+    pub fn post_send_tag64(&self, buf: ConstBuf, dst: usize, tag: u64) -> Result<P2pOp> {
+        self.check_usable()?;
+        debug_assert!(tag < COLL_TAG_BIT);
+        Ok(P2pOp::Send(self.transport().post_send(&self.ctx, self.members[dst], tag, 0, buf)?))
+    }
+
+    /// Starts a receive of exactly `tag` (below the collective tags) from comm rank `src`
+    /// (None: any), for protocols the library runs on a context of its own (RPC).
+    pub fn post_recv_tag64(&self, buf: MutBuf, src: Option<usize>, tag: u64) -> Result<P2pOp> {
+        self.check_usable()?;
+        debug_assert!(tag < COLL_TAG_BIT);
+        let src = src.map(|s| self.members[s]);
+        Ok(P2pOp::Recv(self.transport().post_recv(&self.ctx, src, TagMatch::Exact(tag), 0, buf)?))
+    }
+
+    /// Connects to every other member now (connections are otherwise made on demand), for
+    /// protocols that must notice a member's loss even before they talk to it (RPC).
+    /// Collective: it returns once every member holds all its connections, so no member goes on
+    /// (and perhaps exits) while another still connects to it (that connect would be refused).
+    pub fn connect_members(&self) -> Result<()> {
+        for &w in &self.members {
+            if w != self.world.transport.rank() {
+                self.world.transport.connect(w)?;
+            }
+        }
+        self.collective(CollArgs::Barrier)
+    }
+
+    /// Comm rank of a world rank (for `dc_recv_info.source`).
+    pub fn comm_rank_of(&self, world_rank: u32) -> i32 {
+        self.world_to_comm.get(&world_rank).map_or(-1, |&r| r as i32)
+    }
+
+    /// Waits for an op that was just started, up to the comm's timeout (the clock is read only
+    /// if the op is not finished already, as small sends between ranks of a host are).
+    pub fn wait_p2p_started(&self, op: &P2pOp, what: &dyn Fn() -> String) -> Result<Done> {
+        if let P2pOp::Done(d) = op {
+            return Ok(*d);
+        }
+        let deadline = crate::completion::LazyDeadline::new(self.timeout_ms());
+        self.wait_p2p_by(op, &|| deadline.get(), what)
+    }
+
+    /// The result of a host op that has finished already (None: not yet, or a device op).
+    fn finished(&self, op: &P2pOp) -> Option<Result<Done>> {
+        if Comm::p2p_done(op) { self.p2p_result(op) } else { None }
+    }
+
+    pub fn wait_p2p(&self, op: &P2pOp, deadline: Instant, what: &dyn Fn() -> String) -> Result<Done> {
+        self.wait_any(op, &|| deadline, what, false)
+    }
+
+    /// `wait_p2p` with a deadline computed only if the wait needs it.
+    pub fn wait_p2p_by(&self, op: &P2pOp, deadline: &dyn Fn() -> Instant, what: &dyn Fn() -> String) -> Result<Done> {
+        self.wait_any(op, deadline, what, false)
+    }
+
+    /// Waits for `op`. Within a collective (`coll`), a lost member of the comm also ends the
+    /// wait: the call cannot complete without it, even when this rank waits for another peer.
+    pub(super) fn wait_any(&self, op: &P2pOp, deadline: &dyn Fn() -> Instant, what: &dyn Fn() -> String, coll: bool) -> Result<Done> {
+        let t = self.timeout_ms();
+        if let Some(r) = self.finished(op) {
+            return r;
+        }
+        let tr = self.transport();
+        let awaited = match op {
+            P2pOp::Send(s) => Some(s.dst),
+            P2pOp::Recv(r) => r.src,
+            _ => None,
+        };
+        // A peer we have no connection to yet (they are made on demand) is looked at directly.
+        let interrupt = || {
+            self.ctx.abort_error().or_else(|| if coll { self.lost_member() } else { None }).or_else(|| awaited.and_then(|r| tr.check_alive(r)))
+        };
+        let lost = || self.lost_member();
+        // Copies that our receives claimed are ours to make while we wait.
+        tr.copy_claimed(None);
+        // What a peer on our host sent may be in its ring already (ranks that share a core
+        // find it there after every switch): one look before registering as a spinner.
+        if tr.poll_rings() {
+            if let Some(r) = self.finished(op) {
+                return r;
+            }
+        }
+        // Peers on our host write to our shared-memory rings: we poll them while we spin, and
+        // register as asleep while we sleep, so that writers then ring our doorbell.
+        let spin = tr.spin_on_rings(awaited);
+        // Without rings, the data comes over the sockets: read them ourselves while we spin.
+        // Not when ranks outnumber the cores: a waiter then yields at once, and data it would
+        // move waits for its next turn on a core; the progress thread is woken for it instead.
+        let reader = if spin.is_none() && !crate::completion::oversubscribed() { Some(tr.read_while_waiting()) } else { None };
+        // Sleep in poll on the sockets ourselves: a receive (or a single-copy send's Fin) is
+        // finished by arriving data (or a doorbell), and anything else that finishes the op
+        // wakes us too.
+        let idle = |d: Duration, fd: i32| {
+            let _paused = spin.as_ref().map(|s| s.pause());
+            let _paused_reader = reader.as_ref().map(|r| r.pause());
+            tr.wait_readable(d, fd);
+        };
+        let poll: Option<&dyn crate::completion::Poll> = match (&spin, &reader) {
+            (Some(s), _) => Some(s),
+            (None, Some(r)) => Some(r),
+            (None, None) => None,
+        };
+        match op {
+            P2pOp::Send(s) => wait_op(&s.comp, deadline, t, &interrupt, &lost, &|e| tr.cancel_send(s, e), what, Some(&idle), poll),
+            P2pOp::Recv(r) => wait_op(&r.comp, deadline, t, &interrupt, &lost, &|e| tr.cancel_recv(r, e), what, Some(&idle), poll),
+            #[cfg(feature = "nccl")]
+            P2pOp::Device(d) => d.wait(self, deadline(), what),
+            P2pOp::Done(d) => Ok(*d),
+        }
+    }
+
+    /// `DC_ERR_PEER_LOST` naming the first member of this comm whose process died or whose
+    /// connection broke (not one that said goodbye), if any.
+    pub(super) fn lost_member(&self) -> Option<Error> {
+        let (r, why) = self.transport().lost_among(&self.members)?;
+        let w = self.members[r];
+        let world = if w as usize != r { format!(" (world rank {w})") } else { String::new() };
+        Some(Error::new(Status::PeerLost, format!("rank {r}{world} is lost: {why}")))
+    }
+
+    /// Withdraws an unfinished op, failing it with `e()` (no-op when finished: the error is
+    /// only built for an op that is withdrawn, not for every finished op dropped).
+    pub fn cancel_p2p(&self, op: &P2pOp, e: impl FnOnce() -> Error) {
+        match op {
+            P2pOp::Send(s) if !s.comp.is_done() => self.transport().cancel_send(s, e()),
+            P2pOp::Recv(r) if !r.comp.is_done() => self.transport().cancel_recv(r, e()),
+            #[cfg(feature = "nccl")]
+            P2pOp::Device(d) => d.cancel(self, e()),
+            _ => {}
+        }
+    }
+
+    pub fn p2p_done(op: &P2pOp) -> bool {
+        match op {
+            P2pOp::Send(s) => s.comp.is_done(),
+            P2pOp::Recv(r) => r.comp.is_done(),
+            #[cfg(feature = "nccl")]
+            P2pOp::Device(_) => false,
+            P2pOp::Done(_) => true,
+        }
+    }
+
+    /// Whether `op` has finished (never blocks; for device ops, one event query).
+    pub fn p2p_is_done(&self, op: &P2pOp) -> bool {
+        // A caller that tests in a loop is waiting too: read what our host's peers wrote.
+        if !Comm::p2p_done(op) {
+            let _ = self.transport().poll_rings();
+        }
+        match op {
+            #[cfg(feature = "nccl")]
+            P2pOp::Device(d) => d.is_done(self),
+            _ => Comm::p2p_done(op),
+        }
+    }
+
+    /// The result of a finished `op`.
+    pub fn p2p_result(&self, op: &P2pOp) -> Option<Result<Done>> {
+        match op {
+            P2pOp::Send(s) => s.comp.result(),
+            P2pOp::Recv(r) => r.comp.result(),
+            #[cfg(feature = "nccl")]
+            P2pOp::Device(d) => d.result(self),
+            P2pOp::Done(d) => Some(Ok(*d)),
+        }
+    }
+
+    /// A deadline for a new operation.
+    pub fn op_deadline(&self) -> Instant {
+        self.deadline()
+    }
+}

@@ -1,0 +1,249 @@
+//! A comm whose members share a host: its shared-memory arena, set up collectively, and the
+//! turn that keeps its collectives in call order.
+
+use super::{lock, Comm, TransportPolicy};
+use crate::buffer::{ConstBuf, MutBuf};
+use crate::collective::CollArgs;
+use crate::dc_log;
+use crate::error::{Error, Result, Status};
+use crate::log::Level;
+use crate::transport::shm::{self as shm_seg, Arena, Steps};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// A comm whose members share a host: its arena, step counter, and the turn that keeps its
+/// collectives in call order (the blocking caller and the worker thread may both run them).
+pub(super) struct ShmState {
+    pub(super) arena: Arena,
+    pub(super) steps: Steps,
+    /// Members' pids when every member lets us read its memory (allgatherv and alltoallv read
+    /// single-copy).
+    pub(super) pids: Option<Vec<i32>>,
+    /// Reusable memory of the collectives: only the thread whose turn it is touches it (a
+    /// mutex here would put a locked instruction right after each call's writes to shared
+    /// memory, which then waits for them to reach the other cores).
+    scratch: std::cell::UnsafeCell<crate::coll::shm::Scratch>,
+    /// Sequence number of the collective whose turn it is.
+    turn: AtomicU64,
+    /// Threads waiting for their turn (rare: a blocking call behind queued non-blocking ones).
+    turn_waiters: AtomicU64,
+    turn_lock: Mutex<()>,
+    turn_cv: Condvar,
+}
+
+// SAFETY: `scratch` is used only by the thread whose turn it is (see `scratch`); the rest is
+// atomics, locks and the arena (Sync).
+unsafe impl Sync for ShmState {}
+
+/// A thread waiting for its turn looks again at least this often: passing the turn does not
+/// fence (see `pass_turn`), so a waiter that registered just then may miss its notification.
+const TURN_RECHECK: Duration = Duration::from_millis(1);
+
+
+impl ShmState {
+    /// The collectives' scratch memory.
+    ///
+    /// # Safety
+    /// The caller holds the turn (between `wait_turn` and `pass_turn`) and drops the reference
+    /// before passing it.
+    #[allow(clippy::mut_from_ref)]
+    pub(super) unsafe fn scratch(&self) -> &mut crate::coll::shm::Scratch {
+        &mut *self.scratch.get()
+    }
+
+    /// Waits until collective `seq` may run (usually at once: one atomic load).
+    pub(super) fn wait_turn(&self, seq: u64, deadline: &dyn Fn() -> Instant, check: &dyn Fn() -> Result<()>) -> Result<()> {
+        if self.turn.load(Ordering::Acquire) == seq {
+            return Ok(());
+        }
+        self.turn_waiters.fetch_add(1, Ordering::SeqCst);
+        let r = (|| loop {
+            let g = lock(&self.turn_lock);
+            let t = self.turn.load(Ordering::SeqCst);
+            if t == seq {
+                return Ok(());
+            }
+            check()?;
+            let now = Instant::now();
+            if now >= deadline() {
+                return Err(Error::new(Status::Timeout, format!("collective #{t} before this one did not finish in time")));
+            }
+            let _ = self.turn_cv.wait_timeout(g, (deadline() - now).min(TURN_RECHECK));
+        })();
+        self.turn_waiters.fetch_sub(1, Ordering::SeqCst);
+        r
+    }
+
+    pub(super) fn pass_turn(&self, next: u64) {
+        // Release, not SeqCst: a full fence here would stall until this call's stores to
+        // shared memory reach the readers; waiters recheck every TURN_RECHECK instead.
+        self.turn.store(next, Ordering::Release);
+        if self.turn_waiters.load(Ordering::Relaxed) > 0 {
+            let _g = lock(&self.turn_lock);
+            self.turn_cv.notify_all();
+        }
+    }
+}
+
+impl Comm {
+    /// Why a wait on shared memory for comm rank `r` cannot end: it destroyed the comm, closed
+    /// its connection, or its process is gone (connections are made on demand, so a member we
+    /// never talked to is looked at directly).
+    pub(super) fn member_gone(&self, shm: &ShmState, r: usize) -> Option<Error> {
+        // A member that saw an abort may leave at once: look at its leaving first, then at the
+        // abort (marked on the arena before it was announced), so the abort is what we report.
+        let left = shm.arena.has_left(r);
+        if let Some(by) = shm.arena.aborted_by() {
+            self.ctx.abort(&format!("rank {by} aborted the communicator"));
+            return self.ctx.abort_error();
+        }
+        if left {
+            let w = self.members[r];
+            return Some(Error::new(Status::PeerLost, format!("rank {r} (world rank {w}) has left: it destroyed its communicator")));
+        }
+        self.transport().check_alive(self.members[r])
+    }
+
+    /// Bytes of /dev/shm behind this rank (for tests and the memory documentation): the comm's
+    /// arena (one segment, which every member reports) and this rank's segment of incoming
+    /// point-to-point rings (the world's, one per rank of a host). 0 for what it does not have.
+    pub fn shm_bytes(&self) -> (usize, usize) {
+        (self.shm.get().map_or(0, |s| s.arena.bytes()), self.transport().incoming_ring_bytes())
+    }
+
+    /// Maps one shared segment for all members if the policy allows and every member can
+    /// (same host, same /dev/shm, room in it for the segment); otherwise the comm stays on
+    /// sockets. Collective. The segment's size grows linearly with the members and is capped
+    /// (see `transport::shm`): rank 0 reserves all of it before anyone maps it, and a /dev/shm
+    /// without room for it is a WARN line and sockets (under backend "shm": the error).
+    pub(super) fn setup_shm(&self, world_comm: bool) -> Result<()> {
+        let policy = self.world.policy;
+        if policy == TransportPolicy::Socket || self.size() < 2 {
+            return Ok(());
+        }
+        let n = self.size();
+        // Every member knows every member's host: a comm that spans hosts needs no try.
+        let host = self.world.hosts[self.members[0] as usize];
+        if self.members.iter().any(|&w| self.world.hosts[w as usize] != host) {
+            if policy == TransportPolicy::Shm {
+                return Err(Error::new(Status::Unavailable, "backend \"shm\": the communicator's members are on different hosts"));
+            }
+            return Ok(());
+        }
+        // The world comm's setup talks through the store, not the comm: collectives over
+        // sockets would open connections (made on demand) that shared memory never needs
+        // afterwards. A subgroup's goes through its members: the store's host (world rank 0)
+        // may not be among them and may have finished.
+        let store = world_comm.then_some(&*self.world.store);
+        let key = format!("shm/{:016x}", self.ctx.id);
+        // Rank 0 creates the segment and tells the others its name parts: ok, pid, chunk, nonce;
+        // if it could not, the bytes it needed and found free in /dev/shm.
+        let mut info = [0u8; 40];
+        let mut created = None;
+        let mut failure = None;
+        if self.rank == 0 {
+            shm_seg::reclaim_stale_segments();
+            let requested = crate::params::get().shm_chunk;
+            let chunk = shm_seg::chunk_for(n, requested);
+            let nonce = crate::init::random_u64();
+            let path = shm_seg::segment_path(self.ctx.id);
+            match Arena::create(&path, n, chunk, nonce) {
+                Ok(a) => {
+                    info[0] = 1;
+                    info[4..8].copy_from_slice(&std::process::id().to_le_bytes());
+                    info[8..16].copy_from_slice(&(chunk as u64).to_le_bytes());
+                    info[16..24].copy_from_slice(&nonce.to_le_bytes());
+                    created = Some((a, path));
+                }
+                Err(e) => {
+                    let need = shm_seg::arena_bytes(n, chunk) as u64;
+                    let free = shm_seg::free_bytes(std::path::Path::new("/dev/shm")).unwrap_or(0);
+                    info[24..32].copy_from_slice(&need.to_le_bytes());
+                    info[32..40].copy_from_slice(&free.to_le_bytes());
+                    let then = if policy == TransportPolicy::Shm { "backend \"shm\" fails" } else { "collectives over sockets" };
+                    dc_log!(Level::Warn, Some(self.rank), "communicator {:#x} of {n} ranks: no shared-memory arena, {then}: {}", self.ctx.id, e.msg);
+                    failure = Some(e.msg);
+                }
+            }
+        }
+        match store {
+            None => self.collective(CollArgs::Broadcast { buf: MutBuf::from_slice(&mut info), dt: crate::dtype::DType::Uint8, root: 0 })?,
+            Some(store) if self.rank == 0 => store.set(&key, &info)?,
+            Some(store) => {
+                let v = store.get(&key, self.deadline()).map_err(|e| e.context("waiting for rank 0 to set up shared memory"))?;
+                if v.len() != info.len() {
+                    return Err(Error::new(Status::Rendezvous, format!("malformed shared-memory announcement under {key}")));
+                }
+                info.copy_from_slice(&v);
+            }
+        }
+        let pid = u32::from_le_bytes(info[4..8].try_into().unwrap());
+        let chunk = u64::from_le_bytes(info[8..16].try_into().unwrap()) as usize;
+        let nonce = u64::from_le_bytes(info[16..24].try_into().unwrap());
+        if info[0] != 1 && policy == TransportPolicy::Shm {
+            let need = u64::from_le_bytes(info[24..32].try_into().unwrap());
+            let free = u64::from_le_bytes(info[32..40].try_into().unwrap());
+            let why = failure.unwrap_or_else(|| format!("{} needed, {} free in /dev/shm", shm_seg::show_bytes(need), shm_seg::show_bytes(free)));
+            return Err(Error::new(Status::Unavailable, format!("backend \"shm\": rank 0 could not reserve the shared-memory arena of {n} ranks: {why}")));
+        }
+        let arena = match created {
+            Some((a, _)) => Some(a),
+            None if info[0] == 1 => {
+                let path = std::path::PathBuf::from(format!("/dev/shm/distcomm-{pid}-{:016x}", self.ctx.id));
+                Arena::open(&path, n, chunk, nonce, self.rank).map_err(|e| dc_log!(Level::Info, Some(self.rank), "cannot map the shared segment: {}", e.msg)).ok()
+            }
+            None => None,
+        };
+        // Everyone says whether it mapped the segment; then it can be unlinked.
+        let ok = [u8::from(arena.is_some())];
+        let mut all_ok = [0u8; 1];
+        match store {
+            None => self.collective(CollArgs::Allreduce {
+                send: Some(ConstBuf::from_slice(&ok)),
+                recv: MutBuf::from_slice(&mut all_ok),
+                dt: crate::dtype::DType::Uint8,
+                op: crate::dtype::ReduceOp::Min,
+            })?,
+            Some(store) => {
+                let ranks: Vec<usize> = (0..n).collect();
+                let said = crate::rendezvous::exchange_among(store, &format!("{key}/mapped"), self.rank, &ranks, &ok, self.deadline())?;
+                all_ok[0] = u8::from(said.iter().all(|v| v.as_slice() == [1]));
+                // Rank 0 usually hosts the store and may go on and exit at once: it waits
+                // until the others have read what they need from it.
+                if self.rank != 0 {
+                    if store.add(&format!("{key}/read"), 1)? == n as i64 - 1 {
+                        store.set(&format!("{key}/all_read"), b"1")?;
+                    }
+                } else {
+                    store.get(&format!("{key}/all_read"), self.deadline())?;
+                }
+            }
+        }
+        if self.rank == 0 {
+            let _ = std::fs::remove_file(shm_seg::segment_path(self.ctx.id));
+        }
+        match (all_ok[0], arena) {
+            (1, Some(arena)) => {
+                dc_log!(Level::Info, Some(self.rank), "communicator {:#x}: shared memory, {} ranks, {} bytes", self.ctx.id, n, arena.bytes());
+                let pids: Option<Vec<i32>> = self.members.iter().map(|&w| self.transport().readable_pid(w)).collect();
+                let state = ShmState {
+                    arena,
+                    steps: Steps::default(),
+                    pids,
+                    scratch: std::cell::UnsafeCell::new(Default::default()),
+                    turn: AtomicU64::new(self.coll_seq.load(Ordering::Relaxed)),
+                    turn_waiters: AtomicU64::new(0),
+                    turn_lock: Mutex::new(()),
+                    turn_cv: Condvar::new(),
+                };
+                let _ = self.shm.set(state);
+                Ok(())
+            }
+            _ if policy == TransportPolicy::Shm => {
+                Err(Error::new(Status::Unavailable, "backend \"shm\": not every member can map the same shared-memory segment (different hosts or /dev/shm)"))
+            }
+            _ => Ok(()),
+        }
+    }
+}
