@@ -25,6 +25,15 @@ impl Key {
         Key(sha256(&[b"distcomm job key v2\0", token]))
     }
 
+    /// The key's bytes, for configurations that carry it (never sent anywhere).
+    pub fn to_bytes(&self) -> [u8; LEN] {
+        self.0
+    }
+
+    pub fn from_bytes(b: [u8; LEN]) -> Key {
+        Key(b)
+    }
+
     /// Whether both keys come from the same token (constant time).
     pub fn same_as(&self, other: &Key) -> bool {
         ct_eq(&self.0, &other.0)

@@ -1,19 +1,21 @@
 //! The data listener's door: accepts the connections other ranks open on demand, for the
 //! job's lifetime, on a thread of its own that never waits for anything else (so two ranks that
 //! connect to each other at once, from any thread, always get their answers). Every accepted
-//! connection is a non-blocking socket polled with the others; it must deliver its fixed-size
-//! hello (see `handshake`) within `hello_wait` of being accepted, however it trickles the bytes;
-//! nothing is read before or beyond the hello and nothing is allocated from what a stranger
-//! sends. Up to [`MAX_PENDING`] connections wait for their hello at once; beyond that, new ones
-//! wait in the kernel's backlog until a place is free (a genuine rank is never pushed out: its
-//! hello follows its connect at once). Accept errors (descriptor exhaustion, connections
+//! connection is a non-blocking socket polled with the others; it must complete the mutual
+//! handshake (its hello, our challenge, its proof of the job token: see `handshake`) within
+//! `hello_wait` of being accepted, however it trickles the bytes; nothing is read beyond the
+//! handshake's fixed sizes and nothing is allocated from what a stranger sends. Up to
+//! [`MAX_PENDING`] connections are in their handshake at once; beyond that, new ones wait in the
+//! kernel's backlog until a place is free (a genuine rank is never pushed out: its hello follows
+//! its connect at once). Accept errors (descriptor exhaustion, connections
 //! aborted in the backlog) are transient.
 
-use super::handshake::{self, Hello, HELLO_LEN};
+use super::handshake::{self, Hello, Received, CHALLENGE_LEN, HELLO_LEN};
 use super::socket::MeshConfig;
+use crate::auth;
 use crate::dc_log;
 use crate::log::Level;
-use std::io::{self, Read};
+use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,9 +24,18 @@ use std::time::{Duration, Instant};
 /// Connections waiting for their hello, at most.
 pub const MAX_PENDING: usize = 1024;
 
+/// Where a connection is in the handshake (see `handshake`).
+enum Phase {
+    /// Reading its hello.
+    Hello,
+    /// Our challenge is sent (answering `hello`, with our nonce); reading its proof.
+    Proof { hello: Received, nonce: [u8; auth::LEN] },
+}
+
 struct Pending {
     stream: TcpStream,
     from: SocketAddr,
+    phase: Phase,
     buf: [u8; HELLO_LEN],
     got: usize,
     deadline: Instant,
@@ -34,31 +45,77 @@ struct Pending {
 enum Step {
     Wait,
     Drop(&'static str),
-    Hello,
+    /// The bytes of the current phase are all here.
+    Full,
 }
 
 impl Pending {
+    /// Bytes the current phase reads.
+    fn want(&self) -> usize {
+        match self.phase {
+            Phase::Hello => HELLO_LEN,
+            Phase::Proof { .. } => auth::LEN,
+        }
+    }
+
     fn read(&mut self) -> Step {
+        let want = self.want();
         loop {
-            match self.stream.read(&mut self.buf[self.got..]) {
-                Ok(0) => return Step::Drop("closed before its hello"),
+            match self.stream.read(&mut self.buf[self.got..want]) {
+                Ok(0) => return Step::Drop("closed during the handshake"),
                 Ok(n) => {
                     self.got += n;
-                    if self.got == HELLO_LEN {
-                        return Step::Hello;
+                    if self.got == want {
+                        return Step::Full;
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Step::Wait,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return Step::Drop("read error before its hello"),
+                Err(_) => return Step::Drop("read error during the handshake"),
             }
         }
     }
 }
 
+/// What the handshake of a connection came to after its bytes of a phase arrived.
+enum Verdict {
+    /// Our challenge is written; its proof comes next.
+    Challenged,
+    Admit(Hello),
+    Refuse(String),
+}
+
+/// Moves a connection whose phase is complete on (see `handshake` for the steps).
+fn advance(p: &mut Pending, cfg: &MeshConfig) -> Verdict {
+    match &p.phase {
+        Phase::Hello => {
+            let Some(h) = handshake::decode(&p.buf) else { return Verdict::Refuse("not a distcomm data connection".into()) };
+            if h.job_id != cfg.job_id || h.world_size != cfg.size || h.rank >= cfg.size || h.rank == cfg.rank {
+                return Verdict::Refuse(format!("claiming rank {} of {} of job {:#x}", h.rank, h.world_size, h.job_id));
+            }
+            let Ok((challenge, nonce)) = handshake::challenge(&cfg.token_digest, &h, cfg.rank) else {
+                return Verdict::Refuse("no random numbers for a challenge".into());
+            };
+            // A fresh connection's send buffer always takes these few bytes.
+            if p.stream.write(&challenge).ok() != Some(CHALLENGE_LEN) {
+                return Verdict::Refuse("could not send our challenge".into());
+            }
+            p.phase = Phase::Proof { hello: h, nonce };
+            p.got = 0;
+            Verdict::Challenged
+        }
+        Phase::Proof { hello, nonce } => {
+            if !handshake::check_proof(&cfg.token_digest, hello, cfg.rank, nonce, &p.buf[..auth::LEN]) {
+                return Verdict::Refuse(format!("rank {} gave no valid proof of the job token", hello.rank));
+            }
+            Verdict::Admit(Hello { digest: cfg.token_digest, job_id: hello.job_id, rank: hello.rank, world_size: hello.world_size })
+        }
+    }
+}
+
 /// Serves `listener` until `stop` is set (whoever sets it shuts the listener down, which wakes
-/// the loop): each connection that presents a valid hello from another rank of this job is
-/// handed to `admit` (blocking again, hello read, not yet answered), which answers it
+/// the loop): each connection that completes the handshake as another rank of this job is
+/// handed to `admit` (blocking again, not yet answered), which answers it
 /// (`handshake::accept`, `duplicate` or `refuse`). Everything else is refused or dropped here.
 pub fn serve(listener: &TcpListener, cfg: &MeshConfig, hello_wait: Duration, stop: &AtomicBool, admit: &mut dyn FnMut(Hello, TcpStream)) {
     let me = Some(cfg.rank as usize);
@@ -74,12 +131,12 @@ pub fn serve(listener: &TcpListener, cfg: &MeshConfig, hello_wait: Duration, sto
         pending.retain(|p| {
             let keep = p.deadline > now;
             if !keep {
-                dc_log!(Level::Warn, me, "dropped a data connection from {}: no hello within {hello_wait:?}", p.from);
+                dc_log!(Level::Warn, me, "dropped a data connection from {}: no handshake within {hello_wait:?}", p.from);
             }
             keep
         });
 
-        // Wait for a newcomer (while there is room), hello bytes, or the next hello deadline.
+        // Wait for a newcomer (while there is room), handshake bytes, or the next deadline.
         let wait_ms = pending.iter().map(|p| p.deadline).min().map_or(1000, |d| d.saturating_duration_since(now).as_millis().clamp(1, 1000)) as libc::c_int;
         fds.clear();
         let listen_events = if pending.len() < MAX_PENDING { libc::POLLIN } else { 0 };
@@ -91,7 +148,7 @@ pub fn serve(listener: &TcpListener, cfg: &MeshConfig, hello_wait: Duration, sto
             continue;
         }
 
-        // Hello bytes first (indices shift once the newcomers are pushed).
+        // Handshake bytes first (indices shift once the newcomers are pushed).
         let ready: Vec<bool> = fds[1..].iter().map(|f| f.revents != 0).collect();
         let mut i = 0;
         for was_ready in ready {
@@ -105,24 +162,20 @@ pub fn serve(listener: &TcpListener, cfg: &MeshConfig, hello_wait: Duration, sto
                     let p = pending.remove(i);
                     dc_log!(Level::Warn, me, "dropped a data connection from {}: {why}", p.from);
                 }
-                Step::Hello => {
-                    let mut p = pending.remove(i);
-                    match handshake::verify(&p.buf, &cfg.token_digest, cfg.job_id) {
-                        Some(h) if h.rank != cfg.rank && h.rank < cfg.size && h.world_size == cfg.size => {
-                            if p.stream.set_nonblocking(false).is_ok() {
-                                admit(h, p.stream);
-                            }
-                        }
-                        Some(h) => {
-                            dc_log!(Level::Warn, me, "refused a data connection from {} claiming rank {} of {}", p.from, h.rank, h.world_size);
-                            handshake::refuse(&mut p.stream);
-                        }
-                        None => {
-                            dc_log!(Level::Warn, me, "refused a data connection from {}: no valid job token", p.from);
-                            handshake::refuse(&mut p.stream);
+                Step::Full => match advance(&mut pending[i], cfg) {
+                    Verdict::Challenged => i += 1,
+                    Verdict::Admit(h) => {
+                        let p = pending.remove(i);
+                        if p.stream.set_nonblocking(false).is_ok() {
+                            admit(h, p.stream);
                         }
                     }
-                }
+                    Verdict::Refuse(why) => {
+                        let mut p = pending.remove(i);
+                        dc_log!(Level::Warn, me, "refused a data connection from {}: {why}", p.from);
+                        handshake::refuse(&mut p.stream);
+                    }
+                },
             }
         }
 
@@ -134,7 +187,7 @@ pub fn serve(listener: &TcpListener, cfg: &MeshConfig, hello_wait: Duration, sto
             match listener.accept() {
                 Ok((stream, from)) => {
                     if stream.set_nonblocking(true).is_ok() {
-                        pending.push(Pending { stream, from, buf: [0; HELLO_LEN], got: 0, deadline: Instant::now() + hello_wait });
+                        pending.push(Pending { stream, from, phase: Phase::Hello, buf: [0; HELLO_LEN], got: 0, deadline: Instant::now() + hello_wait });
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -174,7 +227,7 @@ mod tests {
     }
 
     fn hello(rank: u32, size: u32) -> [u8; HELLO_LEN] {
-        Hello { digest: token_digest(b"t"), job_id: 9, rank, world_size: size }.encode()
+        Hello { digest: token_digest(b"t"), job_id: 9, rank, world_size: size }.encode(&[4; 32])
     }
 
     /// Serves `l` as rank 0 of 3 on a thread; admitted ranks are accepted and sent back.
@@ -202,10 +255,9 @@ mod tests {
             s.write_all(bytes).unwrap();
             strangers.push(s);
         }
+        // A well-formed hello, then a proof made without the token.
         let mut wrong = TcpStream::connect(a).unwrap();
-        let mut h = hello(1, 3);
-        h[20] ^= 1;
-        wrong.write_all(&h).unwrap();
+        wrong.write_all(&hello(1, 3)).unwrap();
         let mut liar = TcpStream::connect(a).unwrap();
         liar.write_all(&hello(0, 3)).unwrap();
         // A slow sender: one byte now, the rest never.
@@ -226,8 +278,11 @@ mod tests {
         assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
         let mut b = [9u8; 1];
         wrong.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let mut challenge = [0u8; CHALLENGE_LEN];
+        wrong.read_exact(&mut challenge).unwrap();
+        wrong.write_all(&[0xEE; 32]).unwrap();
         assert_eq!(wrong.read(&mut b).unwrap(), 1);
-        assert_eq!(b[0], 0, "a wrong token is refused");
+        assert_eq!(b[0], 0, "a wrong proof is refused");
         liar.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
         assert_eq!(liar.read(&mut b).unwrap(), 1);
         assert_eq!(b[0], 0, "our own rank is refused");

@@ -61,7 +61,7 @@ pub fn strangers(addr: SocketAddr) -> (Vec<TcpStream>, std::thread::JoinHandle<(
     // A data-connection hello on the store port.
     let mut d = conn();
     let hello = distcomm::transport::handshake::Hello { digest: [7; 32], job_id: 1, rank: 1, world_size: 3 };
-    let _ = d.write_all(&hello.encode());
+    let _ = d.write_all(&hello.encode(&[0; 32]));
     keep.push(d);
     // A flood of 40 silent connections (those the backlog has no room for time out).
     for _ in 0..40 {
