@@ -35,6 +35,10 @@ pub enum FrameKind {
 /// Body length of an `Rts` frame.
 pub const RTS_LEN: usize = 24;
 
+/// The longest body a frame may announce (1 TiB): a length from the wire is checked against it
+/// before anything is done with it (no message of a real job comes near it).
+pub const MAX_BODY: u64 = 1 << 40;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Header {
     pub kind: FrameKind,
@@ -64,11 +68,12 @@ impl Header {
         b
     }
 
-    /// Parses a header; anything malformed is an error (the connection is then dropped).
+    /// Parses a header; anything malformed is an error naming what came (the connection is
+    /// then dropped).
     pub fn decode(b: &[u8; HEADER_LEN]) -> Result<Header> {
-        let bad = |what: &str| Error::new(Status::PeerLost, format!("malformed frame header ({what})"));
+        let bad = |what: String| Error::new(Status::PeerLost, format!("malformed frame header ({what})"));
         if b[0] != MAGIC {
-            return Err(bad("bad magic"));
+            return Err(bad(format!("bad magic {:#04x}", b[0])));
         }
         let kind = match b[1] {
             1 => FrameKind::Data,
@@ -79,7 +84,7 @@ impl Header {
             6 => FrameKind::Bell,
             7 => FrameKind::Cts,
             8 => FrameKind::Chunk,
-            _ => return Err(bad("unknown kind")),
+            k => return Err(bad(format!("unknown kind {k}"))),
         };
         let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
         let h = Header {
@@ -92,12 +97,12 @@ impl Header {
         match h.kind {
             FrameKind::Data | FrameKind::Chunk => {}
             FrameKind::Rts if h.len == RTS_LEN as u64 => {}
-            FrameKind::Rts => return Err(bad("rts frame of the wrong length")),
-            _ if h.len != 0 => return Err(bad("control frame with a body")),
+            FrameKind::Rts => return Err(bad(format!("an Rts frame of {} bytes ({RTS_LEN} expected)", h.len))),
+            k if h.len != 0 => return Err(bad(format!("a {k:?} frame with a {}-byte body", h.len))),
             _ => {}
         }
-        if h.len > isize::MAX as u64 {
-            return Err(bad("impossible body length"));
+        if h.len > MAX_BODY {
+            return Err(bad(format!("a body of {} bytes, over the cap of {MAX_BODY}", h.len)));
         }
         Ok(h)
     }

@@ -2,9 +2,17 @@
 //! receives on a communicator context and complete them.
 
 pub mod frame;
+pub mod protocol;
 pub mod ops;
 pub mod matching;
 pub mod socket;
+mod endpoint;
+mod abort;
+mod messages;
+mod tcp;
+mod tcp_io;
+mod ring_wire;
+mod wire;
 pub mod handshake;
 pub mod shm;
 pub mod cma;

@@ -1,0 +1,352 @@
+//! Posting and matching messages, cancelling them, and single-copy messages (`Rts`, `Fin`, parked
+//! messages copied out of the sender's memory, see `cma`): the endpoint's part, over whichever wire
+//! a peer uses.
+
+use super::endpoint::{Event, Peer, SocketTransport, lock};
+use super::tcp_io::{Body, Sink, TxItem};
+use super::cma;
+use super::frame::{FrameKind, Header, RTS_LEN};
+use super::matching::{deliver_copy, verdict, Content, Matcher, Parked, Unexpected};
+use super::protocol::Rts;
+use super::stream::StreamIn;
+use super::wire::WIRES;
+use super::ops::{CtxState, RecvOp, SendOp, TagMatch};
+use crate::buffer::{ConstBuf, MutBuf};
+use crate::completion::Done;
+use crate::dc_log;
+use crate::error::{Error, Result, Status};
+use crate::log::Level;
+use std::borrow::Cow;
+use std::io;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A single-copy message whose receive is not posted stays in the sender's memory this long
+/// (the receive copies it from there); then we copy it out, so the sender is released even if
+/// no receive comes (two ranks that both send before they receive do not deadlock). Ranks that
+/// outnumber the cores wait their turn for a core for milliseconds: they get longer.
+pub(super) fn park_limit() -> Duration {
+    if crate::completion::oversubscribed() { Duration::from_millis(10) } else { Duration::from_millis(1) }
+}
+
+/// How long a withdrawn receive waits for the rest of a message already being streamed to it
+/// (see `SocketTransport::finish_stream_for`).
+pub(super) const STREAM_CANCEL_GRACE: Duration = Duration::from_secs(2);
+
+/// Takes the first posted receive that accepts a message from `src` with `tag` on `ctx`, marked
+/// as being filled from `src` before the caller releases the matcher: a canceller that no
+/// longer finds it posted then knows which connection to wait for (see `cancel_recv`). The
+/// caller holds that connection's `rx` and clears the mark when done.
+pub(super) fn claim_posted(m: &mut Matcher, ctx: u64, src: u32, tag: u64) -> Option<Arc<RecvOp>> {
+    let op = m.take_posted(ctx, src, tag)?;
+    op.filling_from.store(src, Ordering::Release);
+    Some(op)
+}
+
+/// A receive and the parked message it matched.
+pub(super) struct Claimed {
+    pub(super) op: Arc<RecvOp>,
+    pub(super) msg: Unexpected,
+    pub(super) since: Instant,
+}
+
+pub(super) fn cma_failed(rank: u32, e: io::Error) -> Error {
+    let status = if e.raw_os_error() == Some(libc::ESRCH) { Status::PeerLost } else { Status::System };
+    Error::new(status, format!("copying a message from rank {rank} failed: {e}"))
+}
+
+impl SocketTransport {
+    /// Starts sending `buf` to world rank `dst`. Completes when the bytes are handed to the kernel.
+    pub fn post_send(&self, ctx: &Arc<CtxState>, dst: u32, tag: u64, check: u32, buf: ConstBuf) -> Result<Arc<SendOp>> {
+        if let Some(e) = ctx.abort_error() {
+            return Err(e);
+        }
+        let op = SendOp::new(ctx.clone(), dst, buf);
+        if dst == self.rank {
+            self.send_to_self(ctx.id, tag, check, buf);
+            op.comp.complete(Ok(Done { bytes: buf.len(), source: dst, tag }));
+            return Ok(op);
+        }
+        let peer = self.peer(dst);
+        self.wire(peer).send(self, peer, ctx, tag, check, op)
+    }
+
+    /// Sends a small message to a peer whose wire takes it whole at once (a ring to a peer on
+    /// our host, up to its `inline_max()` bytes), so the send is complete on return and needs no
+    /// op to wait on. None where that does not apply (another wire, larger, to ourselves): the
+    /// caller posts the send.
+    pub fn send_inline(&self, ctx: &CtxState, dst: u32, tag: u64, check: u32, buf: ConstBuf) -> Option<Result<Done>> {
+        if dst == self.rank {
+            return None;
+        }
+        let peer = self.peer(dst);
+        self.wire(peer).send_inline(self, peer, ctx, tag, check, buf)
+    }
+
+    /// Single-copy send: tell the peer where the message is; it completes on the peer's `Fin`.
+    pub(super) fn post_rts(&self, peer: &Arc<Peer>, ctx: &Arc<CtxState>, tag: u64, check: u32, op: Arc<SendOp>) -> Result<Arc<SendOp>> {
+        let (cookie, hdr, body) = self.rts_frame(peer, ctx, tag, check, &op);
+        if let Err(e) = self.enqueue(peer, TxItem { hdr: hdr.encode(), hdr_off: 0, body: Body::Owned(body.to_vec()), off: 0, op: None }) {
+            lock(&peer.awaiting_fin).remove(&cookie);
+            return Err(e);
+        }
+        Ok(op)
+    }
+
+    /// The `Rts` frame announcing `op`'s buffer, registered to wait for its `Fin`.
+    pub(super) fn rts_frame(&self, peer: &Peer, ctx: &CtxState, tag: u64, check: u32, op: &Arc<SendOp>) -> (u64, Header, [u8; RTS_LEN]) {
+        let cookie = self.next_cookie.fetch_add(1, Ordering::Relaxed);
+        let body = Rts { cookie, addr: op.buf.addr() as u64, len: op.buf.len() as u64 }.encode();
+        lock(&peer.awaiting_fin).insert(cookie, op.clone());
+        (cookie, Header { kind: FrameKind::Rts, check, ctx: ctx.id, tag, len: RTS_LEN as u64 }, body)
+    }
+
+    pub(super) fn send_to_self(&self, ctx: u64, tag: u64, check: u32, buf: ConstBuf) {
+        // SAFETY: the caller's send buffer is valid for the duration of this call.
+        let data = unsafe { buf.as_slice() };
+        self.deliver_or_file(ctx, self.rank, tag, check, Cow::Borrowed(data));
+    }
+
+    /// A message received in full: into its posted receive if there is one (copied under the
+    /// matcher's lock, so a canceller cannot withdraw the receive meanwhile), else kept as
+    /// unexpected (a borrowed `data` is copied only then).
+    pub(super) fn deliver_or_file(&self, ctx: u64, src: u32, tag: u64, check: u32, data: Cow<'_, [u8]>) {
+        let mut m = lock(&self.matcher);
+        match m.take_posted(ctx, src, tag) {
+            Some(op) => deliver_copy(&op, src, tag, check, &data),
+            None => m.push_unexpected(ctx, Unexpected::bytes(src, tag, check, data.into_owned())),
+        }
+    }
+
+    /// Posts a receive from world rank `src` (None: any source).
+    pub fn post_recv(&self, ctx: &Arc<CtxState>, src: Option<u32>, tag: TagMatch, check: u32, buf: MutBuf) -> Result<Arc<RecvOp>> {
+        if let Some(e) = ctx.abort_error() {
+            return Err(e);
+        }
+        let op = RecvOp::new(ctx, src, tag, check, buf);
+        let mut m = lock(&self.matcher);
+        if let Some(msg) = m.take_unexpected(&op) {
+            drop(m);
+            if let Content::Bytes(data) = &msg.content {
+                deliver_copy(&op, msg.src, msg.tag, msg.check, data);
+            } else {
+                // Still in the sender's memory: its wire brings it (streamed through a ring,
+                // or copied single-copy).
+                let peer = self.peer(msg.src);
+                self.wire(peer).fetch(self, peer, op.clone(), msg);
+            }
+            return Ok(op);
+        }
+        if let Some(s) = src.filter(|&s| s != self.rank) {
+            if let Some(e) = self.peer(s).gone_error() {
+                return Err(e);
+            }
+        }
+        m.push_posted(op.clone());
+        Ok(op)
+    }
+
+    /// A receive matched a message that a peer announced over its socket and that is still in
+    /// its memory: the copy takes a while, so this call (an irecv perhaps, followed by a send)
+    /// goes on, and the next wait makes the copy (see `copy_claimed`).
+    pub(super) fn claim_parked(&self, op: Arc<RecvOp>, msg: Unexpected) {
+        lock(&self.claimed).push_back(Claimed { op, msg, since: Instant::now() });
+        self.claimed_n.fetch_add(1, Ordering::Release);
+    }
+
+    /// Withdraws a receive (timeout, abort, drop). On return the transport no longer touches its
+    /// buffer; the op is completed with `err` unless it had already finished.
+    pub fn cancel_recv(&self, op: &Arc<RecvOp>, err: Error) {
+        if lock(&self.matcher).remove_posted(op) {
+            op.comp.complete(Err(err));
+            return;
+        }
+        {
+            // Waits for a copy in progress; a claim not yet copied gives its message back.
+            let mut q = lock(&self.claimed);
+            if let Some(i) = q.iter().position(|c| Arc::ptr_eq(&c.op, op)) {
+                let c = q.remove(i).expect("position is in range");
+                self.claimed_n.fetch_sub(1, Ordering::Release);
+                lock(&self.matcher).return_unexpected(op.ctx.id, c.msg);
+                op.comp.complete(Err(err));
+                return;
+            }
+        }
+        let from = op.filling_from.load(Ordering::Acquire);
+        if from != u32::MAX && from != self.rank {
+            {
+                // Whoever took the op from the queue holds this while it sets up the fill (a
+                // read into the buffer, or a stream) and while it reads: once we have it, the
+                // op is being read here, being streamed, or done.
+                let mut rx = lock(&self.peer(from).rx);
+                if let Sink::User { op: o, .. } = &rx.sink {
+                    if Arc::ptr_eq(o, op) {
+                        rx.sink = Sink::Discard;
+                        op.filling_from.store(u32::MAX, Ordering::Release);
+                        op.comp.complete(Err(err));
+                        return;
+                    }
+                }
+            }
+            self.finish_stream_for(op, from);
+        }
+    }
+
+    /// A receive being withdrawn that a peer streams to: the message was taken from the
+    /// queue and asked for, so it cannot go back; the receive gets it, as if it had completed
+    /// just before (we read our ring until it has). Only if the sender stops sending for
+    /// [`STREAM_CANCEL_GRACE`] is the receive failed and the rest of the message dropped.
+    /// Returns at once if `op` is not being streamed to.
+    pub(super) fn finish_stream_for(&self, op: &Arc<RecvOp>, from: u32) {
+        let peer = self.peer(from);
+        let give_up = Instant::now() + STREAM_CANCEL_GRACE;
+        loop {
+            {
+                let mut streams = lock(&peer.streams_in);
+                match streams.iter_mut().find(|s| s.op.as_ref().is_some_and(|o| Arc::ptr_eq(o, op))) {
+                    None => return,
+                    Some(s) if Instant::now() >= give_up => {
+                        let e = Error::new(Status::Timeout, format!("rank {from} stopped streaming a message to a withdrawn receive"));
+                        dc_log!(Level::Warn, Some(self.rank as usize), "{}; its rest is dropped", e.msg);
+                        s.finish(Some(e));
+                        return;
+                    }
+                    Some(_) => {}
+                }
+            }
+            if !self.poll_rings() {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// Withdraws a send: not yet started, it is dropped; half written, the rest is copied so
+    /// the stream stays well-formed. The op is completed with `err` unless already finished.
+    pub fn cancel_send(&self, op: &Arc<SendOp>, err: Error) {
+        if op.dst != self.rank {
+            // A single-copy send the peer has not finished reading: stop waiting for it. (The
+            // peer reads as soon as the request arrives, so only a frozen peer can still read.)
+            let peer = self.peer(op.dst);
+            lock(&peer.awaiting_fin).retain(|_, o| !Arc::ptr_eq(o, op));
+            for w in WIRES {
+                w.withdraw_send(self, peer, op);
+            }
+        }
+        op.comp.complete(Err(err));
+    }
+
+    /// A single-copy message: copy it out of the sender's memory into its posted receive and
+    /// tell the sender it may reuse its buffer (or, when it came through our ring, ask the
+    /// sender to stream it, see `stream`); with no receive posted, park it (see
+    /// [`park_limit`]).
+    pub(super) fn on_rts(&self, peer: &Peer, hdr: Header, rts: Rts, via_ring: bool, events: &mut Vec<Event>) {
+        let parked = Parked { cookie: rts.cookie, addr: rts.addr, len: rts.len as usize, since: Instant::now() };
+        let mut m = lock(&self.matcher);
+        let Some(op) = claim_posted(&mut m, hdr.ctx, peer.rank, hdr.tag) else {
+            m.push_unexpected(hdr.ctx, Unexpected { src: peer.rank, tag: hdr.tag, check: hdr.check, content: Content::InSender(parked) });
+            drop(m);
+            // The progress thread fetches it if no receive comes in time.
+            self.wake_progress();
+            return;
+        };
+        drop(m);
+        if via_ring {
+            lock(&peer.streams_in).push(StreamIn::new(parked.cookie, op, peer.rank, hdr.tag, hdr.check, parked.len));
+            events.push(Event::SendCts { cookie: parked.cookie });
+            return;
+        }
+        // The op is ours: taken from the posted queue, and a canceller waits for this
+        // connection's lock, which we hold.
+        let ok = self.read_into(&op, peer, hdr.tag, hdr.check, &parked);
+        op.filling_from.store(u32::MAX, Ordering::Release);
+        events.push(Event::SendFin { cookie: parked.cookie, ok });
+    }
+
+    /// Completes `op` (which nobody else may touch meanwhile) with a single-copy message of
+    /// `peer` read from its memory; whether the read worked (the sender's `Fin` says so).
+    pub(super) fn read_into(&self, op: &RecvOp, peer: &Peer, tag: u64, check: u32, parked: &Parked) -> bool {
+        let (keep, result) = verdict(op, peer.rank, tag, check, parked.len);
+        // SAFETY: keep <= op.buf.len(), and the caller owns the op.
+        let r = unsafe { cma::read(peer.cma_pid.unwrap_or(-1), parked.addr, op.buf.as_ptr(), keep) };
+        let ok = r.is_ok();
+        op.comp.complete(r.map_err(|e| cma_failed(peer.rank, e)).and(result));
+        ok
+    }
+
+    /// Copies the parked messages that receives claimed into those receives: all of them when a
+    /// waiting caller helps, those claimed before `cutoff` in the progress thread. Waiters copy
+    /// first because the progress thread shares the caller's core when ranks fill the cores: it
+    /// would hold up whatever the caller does next (such as its own send) for the whole copy.
+    pub fn copy_claimed(&self, cutoff: Option<Instant>) {
+        if self.claimed_n.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        loop {
+            let mut q = lock(&self.claimed);
+            match q.front() {
+                Some(c) if cutoff.is_none_or(|t| c.since <= t) => {}
+                _ => return,
+            }
+            let Some(c) = q.pop_front() else { return };
+            self.claimed_n.fetch_sub(1, Ordering::Release);
+            if let Some(p) = c.msg.parked() {
+                // Nobody else knows the op yet; a canceller waits for `claimed`, which we hold.
+                let peer = self.peer(c.msg.src);
+                let ok = self.read_into(&c.op, peer, c.msg.tag, c.msg.check, p);
+                self.release_sender(peer, p.cookie, ok);
+            }
+        }
+    }
+
+    /// Copies out every message parked longer than [`park_limit`]; returns how long until the
+    /// next parked or claimed one is due.
+    pub(super) fn fetch_overdue(&self) -> Option<Duration> {
+        let now = Instant::now();
+        let mut released = Vec::new();
+        let mut m = lock(&self.matcher);
+        m.fetch_parked(now - park_limit(), |src, p| {
+            let peer = self.peer(src);
+            let mut data = Vec::new();
+            // The length is the sender's word (capped when it came): room is asked for, not
+            // assumed.
+            let r = match data.try_reserve_exact(p.len) {
+                // SAFETY: reading p.len bytes into reserved capacity, then setting the length.
+                Ok(()) => unsafe { cma::read(peer.cma_pid.unwrap_or(-1), p.addr, data.as_mut_ptr(), p.len) },
+                Err(e) => Err(io::Error::new(io::ErrorKind::OutOfMemory, format!("no memory for its {} bytes: {e}", p.len))),
+            };
+            released.push((src, p.cookie, r.is_ok()));
+            match r {
+                Ok(()) => {
+                    unsafe { data.set_len(p.len) };
+                    Some(data)
+                }
+                Err(e) => {
+                    dc_log!(Level::Warn, Some(self.rank as usize), "{}", cma_failed(src, e).msg);
+                    None
+                }
+            }
+        });
+        let oldest = m.oldest_parked();
+        drop(m);
+        let oldest = match (oldest, lock(&self.claimed).front().map(|c| c.since)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let next = oldest.map(|t| (t + park_limit()).saturating_duration_since(now));
+        for (src, cookie, ok) in released {
+            self.release_sender(self.peer(src), cookie, ok);
+        }
+        next
+    }
+
+    /// Tells the sender of a single-copy message that we are done with its buffer.
+    pub(super) fn release_sender(&self, peer: &Arc<Peer>, cookie: u64, ok: bool) {
+        self.reply(peer, Header { check: u32::from(!ok), tag: cookie, ..Header::control(FrameKind::Fin, 0) });
+    }
+
+    /// Sends a control frame that needs no order (`Fin`, `Cts`) over the peer's wire.
+    pub(super) fn reply(&self, peer: &Arc<Peer>, hdr: Header) {
+        self.wire(peer).reply(self, peer, hdr)
+    }
+}
