@@ -10,8 +10,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 /// The sites where `arm` can inject a panic: a collective's run (`collective`), a non-blocking
-/// collective's job on the comm's worker (`worker`), the RPC request listener (`rpc`).
-pub const SITES: [&str; 3] = ["collective", "worker", "rpc"];
+/// collective's job on the comm's worker (`worker`), the RPC request listener (`rpc`), the
+/// transport's progress thread (`progress`).
+pub const SITES: [&str; 4] = ["collective", "worker", "rpc", "progress"];
 
 static ARMED: AtomicBool = AtomicBool::new(false);
 static SITE: Mutex<Option<&'static str>> = Mutex::new(None);

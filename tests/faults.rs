@@ -1102,7 +1102,15 @@ fn child_panic() -> i32 {
     let (rank, _) = rank_size(w);
     assert_eq!(unsafe { dc_barrier(w) }, OK, "{}", last_error());
     if rank == 1 {
-        distcomm::panics::arm(Some(if site == "worker" { "worker" } else { "collective" }));
+        distcomm::panics::arm(Some(match site.as_str() {
+            "worker" => "worker",
+            "progress" => "progress",
+            _ => "collective",
+        }));
+        if site == "progress" {
+            // The progress thread loops at least every second: let it reach the site.
+            std::thread::sleep(Duration::from_millis(1500));
+        }
     }
     let send = [1.0f32; 4];
     let mut recv = [0.0f32; 4];
@@ -1133,14 +1141,18 @@ fn child_panic() -> i32 {
 
 #[test]
 fn a_panic_in_a_collective_aborts_the_comm_and_names_the_panic() {
-    for (site, transport) in [("collective", "auto"), ("collective", "socket"), ("worker", "auto"), ("worker", "socket")] {
+    for (site, transport) in [("collective", "auto"), ("collective", "socket"), ("worker", "auto"), ("worker", "socket"), ("progress", "socket")] {
         let o = Job::new("panic", 3, 20_000).env("PANIC_SITE", site).env("DC_TRANSPORT", transport).start_all().wait(Duration::from_secs(60));
         for r in 0..3 {
             assert_eq!(o.codes[&r], Some(0), "{site}/{transport}: rank {r}\n{}", o.logs);
             let l = o.one(r, "panic");
             // Well within the 20 s timeout: nobody waits for the panicked rank.
             assert!(l.num("ms") < 3000, "{site}/{transport}: rank {r} took {} ms\n{}", l.num("ms"), o.logs);
-            if r == 1 {
+            if r == 1 && site == "progress" {
+                // Its communicators were aborted when its progress thread panicked.
+                assert_eq!(l.status(), ABORTED, "{site}/{transport}: {}", l.msg());
+                assert!(l.msg().contains("a panic in the progress thread"), "{site}/{transport}: {}", l.msg());
+            } else if r == 1 {
                 assert_eq!(l.status(), INTERNAL, "{site}/{transport}: {}", l.msg());
                 assert!(l.msg().contains("a panic in") && l.msg().contains("injected at site"), "{site}/{transport}: {}", l.msg());
             } else {

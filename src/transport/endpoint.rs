@@ -277,7 +277,12 @@ impl SocketTransport {
         let t2 = t.clone();
         let handle = std::thread::Builder::new()
             .name(format!("dc-progress-r{}", cfg.rank))
-            .spawn(move || t2.progress_loop())
+            .spawn(move || {
+                let t3 = t2.clone();
+                if let Err(e) = crate::panics::catch("the progress thread", move || t3.progress_loop()) {
+                    t2.progress_failed(e);
+                }
+            })
             .map_err(|e| Error::system("spawn progress thread", e))?;
         *lock(&t.thread) = Some(handle);
         dc_log!(Level::Info, Some(cfg.rank as usize), "socket transport: {} peers, connected on demand", n.saturating_sub(1));
@@ -474,11 +479,27 @@ impl SocketTransport {
         }
     }
 
+    /// The progress thread panicked: nothing reads the connections any more. Every context is
+    /// aborted with the panic's text (its waiters return at once) and the peers we talk to are
+    /// told, instead of everyone waiting out the timeout.
+    fn progress_failed(&self, e: Error) {
+        let msg = format!("rank {}: {}", self.rank, e.msg);
+        dc_log!(Level::Warn, Some(self.rank as usize), "{msg}; every communicator of this process is aborted");
+        let ctxs: Vec<Arc<CtxState>> = lock(&self.ctxs).values().filter_map(|w| w.upgrade()).collect();
+        let peers: Vec<u32> = self.active().iter().map(|p| p.rank).collect();
+        for ctx in ctxs {
+            self.abort_ctx(&ctx, &peers, ABORT_PANIC, || {
+                ctx.abort(&msg);
+            });
+        }
+    }
+
     pub(super) fn progress_loop(self: Arc<Self>) {
         let mut pfds: Vec<libc::pollfd> = Vec::new();
         let mut who: Vec<Arc<Peer>> = Vec::new();
         let mut events = Vec::new();
         while !self.stop.load(Ordering::Acquire) {
+            crate::panics::inject("progress");
             pfds.clear();
             who.clear();
             pfds.push(libc::pollfd { fd: self.wake.as_raw_fd(), events: libc::POLLIN, revents: 0 });
