@@ -1,0 +1,1066 @@
+//! The supported functions. Each `name` here is the export `MPI_Name` (see abi_gen.rs, which
+//! wraps the int-returning ones in `err::guard`: an `Err` goes to the communicator's handler).
+//!
+//! # Safety
+//! Every function takes the C caller's pointers as the MPI standard specifies them; they are
+//! checked for NULL where the standard gives an error class for it, and otherwise trusted.
+
+use crate::abi_gen::*;
+use crate::datatype::{self, Dt};
+use crate::err::{self, MpiErr, Res};
+use crate::mpi_err;
+use crate::op::{self, Local, Plan};
+use crate::request::{self, Req};
+use crate::state::{self, MpiComm};
+use distcomm::buffer::{ConstBuf, MutBuf};
+use distcomm::collective::CollArgs;
+use distcomm::DType;
+use std::ffi::{c_char, c_int, c_void};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// The largest tag (MPI_TAG_UB's value): the engine's user tags are 32 bits.
+pub const TAG_UB: c_int = c_int::MAX;
+
+fn active() -> Res {
+    state::check_active()
+}
+
+fn comm(h: MPI_Comm) -> Result<Arc<MpiComm>, MpiErr> {
+    state::check_active()?;
+    state::get_comm(h)
+}
+
+fn out<'a, T>(p: *mut T, what: &str) -> Result<&'a mut T, MpiErr> {
+    // SAFETY: a non-NULL out-pointer from the caller is writable (the standard's contract).
+    unsafe { p.as_mut() }.ok_or_else(|| MpiErr::new(MPI_ERR_ARG, format!("{what} is NULL")))
+}
+
+fn write_status(st: *mut MPI_Status, s: MPI_Status) {
+    if let Some(p) = unsafe { st.as_mut() } {
+        // MPI_ERROR is left alone by single-completion calls (the standard says so).
+        let e = p.MPI_ERROR;
+        *p = s;
+        p.MPI_ERROR = e;
+    }
+}
+
+/// Copies a Rust string into a caller's char buffer of `max` bytes, NUL-terminated.
+fn put_str(s: &str, buf: *mut c_char, len: *mut c_int, max: usize) -> Res {
+    if buf.is_null() {
+        return mpi_err!(MPI_ERR_ARG, "string buffer is NULL");
+    }
+    let b = s.as_bytes();
+    let n = b.len().min(max - 1);
+    // SAFETY: the caller's buffer holds at least `max` bytes (MPI_MAX_* of the call).
+    unsafe {
+        std::ptr::copy_nonoverlapping(b.as_ptr(), buf as *mut u8, n);
+        *buf.add(n) = 0;
+    }
+    if let Some(l) = unsafe { len.as_mut() } {
+        *l = n as c_int;
+    }
+    Ok(())
+}
+
+// ---- environment ------------------------------------------------------------------------------
+
+pub unsafe fn init(_argc: *mut c_int, _argv: *mut *mut *mut c_char) -> Res {
+    state::init(MPI_THREAD_SINGLE).map(|_| ())
+}
+
+pub unsafe fn init_thread(_argc: *mut c_int, _argv: *mut *mut *mut c_char, required: c_int, provided: *mut c_int) -> Res {
+    let p = out(provided, "provided")?;
+    *p = state::init(required)?;
+    Ok(())
+}
+
+pub unsafe fn initialized(flag: *mut c_int) -> Res {
+    *out(flag, "flag")? = state::initialized() as c_int;
+    Ok(())
+}
+
+pub unsafe fn finalized(flag: *mut c_int) -> Res {
+    *out(flag, "flag")? = state::finalized() as c_int;
+    Ok(())
+}
+
+pub unsafe fn finalize() -> Res {
+    state::finalize()
+}
+
+pub unsafe fn abort(c: MPI_Comm, errorcode: c_int) -> Res {
+    eprintln!("{}: MPI_Abort(comm {c:#x}, {errorcode}) called: ending the job", state::who());
+    state::abort_job(c, errorcode)
+}
+
+pub unsafe fn query_thread(provided: *mut c_int) -> Res {
+    *out(provided, "provided")? = state::THREAD_LEVEL.load(Ordering::Relaxed);
+    Ok(())
+}
+
+pub unsafe fn is_thread_main(flag: *mut c_int) -> Res {
+    active()?;
+    *out(flag, "flag")? = state::is_main_thread() as c_int;
+    Ok(())
+}
+
+pub unsafe fn get_version(version: *mut c_int, subversion: *mut c_int) -> Res {
+    *out(version, "version")? = MPI_VERSION;
+    *out(subversion, "subversion")? = MPI_SUBVERSION;
+    Ok(())
+}
+
+pub unsafe fn abi_get_version(major: *mut c_int, minor: *mut c_int) -> Res {
+    *out(major, "abi_major")? = MPI_ABI_VERSION;
+    *out(minor, "abi_minor")? = MPI_ABI_SUBVERSION;
+    Ok(())
+}
+
+pub fn library_version() -> String {
+    format!(
+        "distcomm MPI library {} (libmpi_abi.so.1: MPI {MPI_VERSION}.{MPI_SUBVERSION} standard ABI {MPI_ABI_VERSION}.{MPI_ABI_SUBVERSION}, on the distcomm engine)",
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
+pub unsafe fn get_library_version(version: *mut c_char, resultlen: *mut c_int) -> Res {
+    put_str(&library_version(), version, resultlen, MPI_MAX_LIBRARY_VERSION_STRING as usize)
+}
+
+pub unsafe fn get_processor_name(name: *mut c_char, resultlen: *mut c_int) -> Res {
+    put_str(&distcomm::log::hostname(), name, resultlen, MPI_MAX_PROCESSOR_NAME as usize)
+}
+
+pub unsafe fn wtime() -> f64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: ts is a valid timespec to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
+pub unsafe fn wtick() -> f64 {
+    1e-9
+}
+
+pub unsafe fn aint_add(base: MPI_Aint, disp: MPI_Aint) -> MPI_Aint {
+    base.wrapping_add(disp)
+}
+
+pub unsafe fn aint_diff(a: MPI_Aint, b: MPI_Aint) -> MPI_Aint {
+    a.wrapping_sub(b)
+}
+
+// ---- handle conversions: every handle of this library is an integer already ---------------------
+
+macro_rules! int_conv {
+    ($to:ident, $from:ident) => {
+        pub unsafe fn $to(h: usize) -> c_int {
+            h as c_int
+        }
+        pub unsafe fn $from(i: c_int) -> usize {
+            i as u32 as usize
+        }
+    };
+}
+int_conv!(comm_toint, comm_fromint);
+int_conv!(errhandler_toint, errhandler_fromint);
+int_conv!(file_toint, file_fromint);
+int_conv!(group_toint, group_fromint);
+int_conv!(info_toint, info_fromint);
+int_conv!(message_toint, message_fromint);
+int_conv!(op_toint, op_fromint);
+int_conv!(request_toint, request_fromint);
+int_conv!(session_toint, session_fromint);
+int_conv!(type_toint, type_fromint);
+int_conv!(win_toint, win_fromint);
+
+// ---- errors ----------------------------------------------------------------------------------------
+
+pub unsafe fn error_class(code: c_int, class: *mut c_int) -> Res {
+    let c = out(class, "errorclass")?;
+    match err::class_of(code) {
+        Some(k) => {
+            *c = k;
+            Ok(())
+        }
+        None => mpi_err!(MPI_ERR_ARG, "{code} is not an error code"),
+    }
+}
+
+pub unsafe fn error_string(code: c_int, string: *mut c_char, resultlen: *mut c_int) -> Res {
+    match err::code_string(code) {
+        Some(s) => put_str(&s, string, resultlen, MPI_MAX_ERROR_STRING as usize),
+        None => mpi_err!(MPI_ERR_ARG, "{code} is not an error code"),
+    }
+}
+
+pub unsafe fn comm_set_errhandler(c: MPI_Comm, eh: MPI_Errhandler) -> Res {
+    let mc = comm(c)?;
+    if !err::valid_errhandler(eh) {
+        return Err(MpiErr::new(MPI_ERR_ARG, format!("{eh:#x} is not a valid error handler")).on(c));
+    }
+    mc.errhandler.store(eh, Ordering::Relaxed);
+    Ok(())
+}
+
+pub unsafe fn comm_get_errhandler(c: MPI_Comm, eh: *mut MPI_Errhandler) -> Res {
+    let mc = comm(c)?;
+    *out(eh, "errhandler").map_err(|e| e.on(c))? = mc.errhandler.load(Ordering::Relaxed);
+    Ok(())
+}
+
+pub unsafe fn comm_create_errhandler(f: Option<MPI_Comm_errhandler_function>, eh: *mut MPI_Errhandler) -> Res {
+    let Some(f) = f else { return mpi_err!(MPI_ERR_ARG, "comm_errhandler_fn is NULL") };
+    *out(eh, "errhandler")? = err::new_user_handler(f);
+    Ok(())
+}
+
+pub unsafe fn comm_call_errhandler(c: MPI_Comm, code: c_int) -> Res {
+    let _ = comm(c)?;
+    let class = err::class_of(code).unwrap_or(MPI_ERR_UNKNOWN);
+    if class == MPI_SUCCESS {
+        return Ok(());
+    }
+    Err(MpiErr::new(class, err::code_string(code).unwrap_or_default()).on(c))
+}
+
+pub unsafe fn errhandler_free(eh: *mut MPI_Errhandler) -> Res {
+    let h = out(eh, "errhandler")?;
+    if !err::valid_errhandler(*h) {
+        return mpi_err!(MPI_ERR_ARG, "{:#x} is not a valid error handler", *h);
+    }
+    *h = MPI_ERRHANDLER_NULL;
+    Ok(())
+}
+
+// ---- communicators -------------------------------------------------------------------------------
+
+pub unsafe fn comm_size(c: MPI_Comm, size: *mut c_int) -> Res {
+    let mc = comm(c)?;
+    *out(size, "size").map_err(|e| e.on(c))? = mc.size() as c_int;
+    Ok(())
+}
+
+pub unsafe fn comm_rank(c: MPI_Comm, rank: *mut c_int) -> Res {
+    let mc = comm(c)?;
+    *out(rank, "rank").map_err(|e| e.on(c))? = mc.rank() as c_int;
+    Ok(())
+}
+
+pub unsafe fn comm_dup(c: MPI_Comm, newcomm: *mut MPI_Comm) -> Res {
+    let mc = comm(c)?;
+    let o = out(newcomm, "newcomm").map_err(|e| e.on(c))?;
+    let all: Vec<usize> = (0..mc.size()).collect();
+    let child = mc.comm.new_group(&all).map_err(|e| MpiErr::from(e).on(c))?.expect("every rank is a member of its dup");
+    *o = state::add_comm(child, mc.errhandler.load(Ordering::Relaxed));
+    Ok(())
+}
+
+pub unsafe fn comm_split(c: MPI_Comm, color: c_int, key: c_int, newcomm: *mut MPI_Comm) -> Res {
+    let mc = comm(c)?;
+    let o = out(newcomm, "newcomm").map_err(|e| e.on(c))?;
+    if color < 0 && color != MPI_UNDEFINED {
+        return Err(MpiErr::new(MPI_ERR_ARG, format!("color {color} is negative (only MPI_UNDEFINED may be)")).on(c));
+    }
+    let color = if color == MPI_UNDEFINED { -1 } else { color };
+    *o = match mc.comm.split(color, key).map_err(|e| MpiErr::from(e).on(c))? {
+        Some(child) => state::add_comm(child, mc.errhandler.load(Ordering::Relaxed)),
+        None => MPI_COMM_NULL,
+    };
+    Ok(())
+}
+
+pub unsafe fn comm_free(c: *mut MPI_Comm) -> Res {
+    active()?;
+    let h = out(c, "comm")?;
+    let mc = state::remove_comm(*h)?;
+    mc.comm.destroy();
+    *h = MPI_COMM_NULL;
+    Ok(())
+}
+
+pub unsafe fn comm_compare(a: MPI_Comm, b: MPI_Comm, result: *mut c_int) -> Res {
+    let (ca, cb) = (comm(a)?, comm(b)?);
+    let r = out(result, "result").map_err(|e| e.on(a))?;
+    let (ma, mb) = (ca.comm.members(), cb.comm.members());
+    *r = if Arc::ptr_eq(&ca, &cb) {
+        MPI_IDENT
+    } else if ma == mb {
+        MPI_CONGRUENT
+    } else {
+        let (mut sa, mut sb) = (ma.to_vec(), mb.to_vec());
+        sa.sort_unstable();
+        sb.sort_unstable();
+        if sa == sb {
+            MPI_SIMILAR
+        } else {
+            MPI_UNEQUAL
+        }
+    };
+    Ok(())
+}
+
+static ATTR_TAG_UB: c_int = TAG_UB;
+static ATTR_FALSE: c_int = 0;
+static ATTR_IO: c_int = MPI_ANY_SOURCE;
+static ATTR_HOST: c_int = MPI_PROC_NULL;
+static ATTR_LASTUSEDCODE: c_int = MPI_ERR_LASTCODE;
+static ATTR_APPNUM: c_int = 0;
+static ATTR_UNIVERSE: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(1);
+
+pub unsafe fn comm_get_attr(c: MPI_Comm, keyval: c_int, value: *mut c_void, flag: *mut c_int) -> Res {
+    let _mc = comm(c)?;
+    let f = out(flag, "flag").map_err(|e| e.on(c))?;
+    let v = out(value as *mut *const c_int, "attribute_val").map_err(|e| e.on(c))?;
+    let p: &'static c_int = match keyval {
+        MPI_TAG_UB => &ATTR_TAG_UB,
+        MPI_WTIME_IS_GLOBAL => &ATTR_FALSE,
+        MPI_IO => &ATTR_IO,
+        MPI_HOST => &ATTR_HOST,
+        MPI_LASTUSEDCODE => &ATTR_LASTUSEDCODE,
+        MPI_APPNUM => &ATTR_APPNUM,
+        MPI_UNIVERSE_SIZE => {
+            ATTR_UNIVERSE.store(state::get_comm(MPI_COMM_WORLD)?.size() as c_int, Ordering::Relaxed);
+            // SAFETY: an AtomicI32 has the layout of an int; it is only written before this read.
+            unsafe { &*(ATTR_UNIVERSE.as_ptr() as *const c_int) }
+        }
+        _ => return Err(MpiErr::new(MPI_ERR_KEYVAL, format!("keyval {keyval} is not a valid attribute key (user attributes are not supported yet)")).on(c)),
+    };
+    *v = p;
+    *f = 1;
+    Ok(())
+}
+
+// ---- datatypes ---------------------------------------------------------------------------------------
+
+pub unsafe fn type_size(dt: MPI_Datatype, size: *mut c_int) -> Res {
+    *out(size, "size")? = datatype::type_size(dt)?;
+    Ok(())
+}
+
+pub unsafe fn type_size_c(dt: MPI_Datatype, size: *mut MPI_Count) -> Res {
+    *out(size, "size")? = datatype::type_size(dt)? as MPI_Count;
+    Ok(())
+}
+
+fn count_in(st: *const MPI_Status, dt: MPI_Datatype) -> Result<i64, MpiErr> {
+    let d = datatype::get(dt)?;
+    let s = unsafe { st.as_ref() }.ok_or_else(|| MpiErr::new(MPI_ERR_ARG, "status is NULL (MPI_STATUS_IGNORE has no count)"))?;
+    let bytes = request::count_of(s);
+    if d.extent == 0 {
+        return Ok(0);
+    }
+    Ok(if bytes % d.extent as u64 == 0 { (bytes / d.extent as u64) as i64 } else { MPI_UNDEFINED as i64 })
+}
+
+pub unsafe fn get_count(st: *const MPI_Status, dt: MPI_Datatype, count: *mut c_int) -> Res {
+    let n = count_in(st, dt)?;
+    *out(count, "count")? = if n > c_int::MAX as i64 { MPI_UNDEFINED } else { n as c_int };
+    Ok(())
+}
+
+pub unsafe fn get_count_c(st: *const MPI_Status, dt: MPI_Datatype, count: *mut MPI_Count) -> Res {
+    *out(count, "count")? = count_in(st, dt)?;
+    Ok(())
+}
+
+// ---- point to point ----------------------------------------------------------------------------
+
+struct P2p {
+    mc: Arc<MpiComm>,
+    bytes: usize,
+}
+
+fn check_buf(buf: *const c_void, bytes: usize, what: &str) -> Res {
+    if buf.is_null() && bytes > 0 {
+        return mpi_err!(MPI_ERR_BUFFER, "{what} is NULL with a non-zero count");
+    }
+    Ok(())
+}
+
+fn p2p_args(buf: *const c_void, count: i64, dt: MPI_Datatype, peer: c_int, tag: c_int, c: MPI_Comm, recv: bool) -> Result<P2p, MpiErr> {
+    let mc = comm(c)?;
+    let on = |e: MpiErr| e.on(c);
+    let d = datatype::get(dt).map_err(on)?;
+    let bytes = d.bytes(count).map_err(on)?;
+    check_buf(buf, bytes, "buf").map_err(on)?;
+    let n = mc.size() as c_int;
+    let peer_ok = (0..n).contains(&peer) || peer == MPI_PROC_NULL || (recv && peer == MPI_ANY_SOURCE);
+    if !peer_ok {
+        let what = if recv { "source" } else { "dest" };
+        return Err(MpiErr::new(MPI_ERR_RANK, format!("{what} {peer} is not a rank of the communicator (size {n})")).on(c));
+    }
+    let tag_ok = (0..=TAG_UB).contains(&tag) || (recv && tag == MPI_ANY_TAG);
+    if !tag_ok {
+        return Err(MpiErr::new(MPI_ERR_TAG, format!("tag {tag} is outside [0, MPI_TAG_UB = {TAG_UB}]")).on(c));
+    }
+    Ok(P2p { mc, bytes })
+}
+
+fn start_send(buf: *const c_void, count: i64, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm) -> Result<Req, MpiErr> {
+    let a = p2p_args(buf, count, dt, dest, tag, c, false)?;
+    if dest == MPI_PROC_NULL {
+        return Ok(Req::Done(request::proc_null_status()));
+    }
+    // SAFETY: the caller's buffer holds `bytes` bytes until the send completes (MPI's rule).
+    let b = unsafe { ConstBuf::new(buf as *const u8, a.bytes) };
+    let op = a.mc.comm.post_send(b, dest as usize, tag as u32).map_err(|e| MpiErr::from(e).on(c))?;
+    Ok(Req::Send { comm: a.mc, op })
+}
+
+fn start_recv(buf: *mut c_void, count: i64, dt: MPI_Datatype, src: c_int, tag: c_int, c: MPI_Comm) -> Result<Req, MpiErr> {
+    let a = p2p_args(buf, count, dt, src, tag, c, true)?;
+    if src == MPI_PROC_NULL {
+        return Ok(Req::Done(request::proc_null_status()));
+    }
+    // SAFETY: the caller's buffer holds `bytes` writable bytes until the receive completes.
+    let b = unsafe { MutBuf::new(buf as *mut u8, a.bytes) };
+    let src = (src != MPI_ANY_SOURCE).then_some(src as usize);
+    let tag = (tag != MPI_ANY_TAG).then_some(tag as u32);
+    let op = a.mc.comm.post_recv(b, src, tag).map_err(|e| MpiErr::from(e).on(c))?;
+    Ok(Req::Recv { comm: a.mc, op })
+}
+
+pub unsafe fn send_c(buf: *const c_void, count: MPI_Count, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm) -> Res {
+    start_send(buf, count, dt, dest, tag, c)?.finish().map(|_| ())
+}
+
+pub unsafe fn send(buf: *const c_void, count: c_int, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm) -> Res {
+    send_c(buf, count as MPI_Count, dt, dest, tag, c)
+}
+
+pub unsafe fn recv_c(buf: *mut c_void, count: MPI_Count, dt: MPI_Datatype, src: c_int, tag: c_int, c: MPI_Comm, st: *mut MPI_Status) -> Res {
+    let s = start_recv(buf, count, dt, src, tag, c)?.finish()?;
+    write_status(st, s);
+    Ok(())
+}
+
+pub unsafe fn recv(buf: *mut c_void, count: c_int, dt: MPI_Datatype, src: c_int, tag: c_int, c: MPI_Comm, st: *mut MPI_Status) -> Res {
+    recv_c(buf, count as MPI_Count, dt, src, tag, c, st)
+}
+
+pub unsafe fn isend_c(buf: *const c_void, count: MPI_Count, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm, req: *mut MPI_Request) -> Res {
+    let r = out(req, "request").map_err(|e| e.on(c))?;
+    *r = request::add(start_send(buf, count, dt, dest, tag, c)?);
+    Ok(())
+}
+
+pub unsafe fn isend(buf: *const c_void, count: c_int, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm, req: *mut MPI_Request) -> Res {
+    isend_c(buf, count as MPI_Count, dt, dest, tag, c, req)
+}
+
+pub unsafe fn irecv_c(buf: *mut c_void, count: MPI_Count, dt: MPI_Datatype, src: c_int, tag: c_int, c: MPI_Comm, req: *mut MPI_Request) -> Res {
+    let r = out(req, "request").map_err(|e| e.on(c))?;
+    *r = request::add(start_recv(buf, count, dt, src, tag, c)?);
+    Ok(())
+}
+
+pub unsafe fn irecv(buf: *mut c_void, count: c_int, dt: MPI_Datatype, src: c_int, tag: c_int, c: MPI_Comm, req: *mut MPI_Request) -> Res {
+    irecv_c(buf, count as MPI_Count, dt, src, tag, c, req)
+}
+
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn sendrecv_c(
+    sbuf: *const c_void,
+    scount: MPI_Count,
+    sdt: MPI_Datatype,
+    dest: c_int,
+    stag: c_int,
+    rbuf: *mut c_void,
+    rcount: MPI_Count,
+    rdt: MPI_Datatype,
+    src: c_int,
+    rtag: c_int,
+    c: MPI_Comm,
+    st: *mut MPI_Status,
+) -> Res {
+    let r = start_recv(rbuf, rcount, rdt, src, rtag, c)?;
+    let s = start_send(sbuf, scount, sdt, dest, stag, c)?;
+    let sent = s.finish();
+    let got = r.finish()?;
+    sent?;
+    write_status(st, got);
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn sendrecv(
+    sbuf: *const c_void,
+    scount: c_int,
+    sdt: MPI_Datatype,
+    dest: c_int,
+    stag: c_int,
+    rbuf: *mut c_void,
+    rcount: c_int,
+    rdt: MPI_Datatype,
+    src: c_int,
+    rtag: c_int,
+    c: MPI_Comm,
+    st: *mut MPI_Status,
+) -> Res {
+    sendrecv_c(sbuf, scount as MPI_Count, sdt, dest, stag, rbuf, rcount as MPI_Count, rdt, src, rtag, c, st)
+}
+
+// ---- completion ---------------------------------------------------------------------------------
+
+/// Errors of a request go to its communicator's handler (MPI_COMM_WORLD's before it has one).
+pub unsafe fn wait(req: *mut MPI_Request, st: *mut MPI_Status) -> Res {
+    active()?;
+    let h = out(req, "request")?;
+    if *h == MPI_REQUEST_NULL {
+        write_status(st, request::empty_status());
+        return Ok(());
+    }
+    let r = request::take(*h)?;
+    *h = MPI_REQUEST_NULL;
+    write_status(st, r.finish()?);
+    Ok(())
+}
+
+pub unsafe fn test(req: *mut MPI_Request, flag: *mut c_int, st: *mut MPI_Status) -> Res {
+    active()?;
+    let h = out(req, "request")?;
+    let f = out(flag, "flag")?;
+    if *h == MPI_REQUEST_NULL {
+        *f = 1;
+        write_status(st, request::empty_status());
+        return Ok(());
+    }
+    let r = request::take(*h)?;
+    if !r.is_done() {
+        request::put_back(*h, r);
+        *f = 0;
+        return Ok(());
+    }
+    *h = MPI_REQUEST_NULL;
+    *f = 1;
+    write_status(st, r.finish()?);
+    Ok(())
+}
+
+pub unsafe fn request_free(req: *mut MPI_Request) -> Res {
+    active()?;
+    let h = out(req, "request")?;
+    if *h == MPI_REQUEST_NULL {
+        return mpi_err!(MPI_ERR_REQUEST, "MPI_REQUEST_NULL cannot be freed");
+    }
+    // The operation goes on (the engine holds what it needs); nobody will look at its result.
+    let r = request::take(*h)?;
+    *h = MPI_REQUEST_NULL;
+    match r {
+        Req::Coll { req, after, .. } => {
+            // A collective's follow-up (e.g. a copy into the caller's buffer) still has to run.
+            std::thread::spawn(move || {
+                if req.wait().is_ok() {
+                    if let Some(f) = after {
+                        f();
+                    }
+                }
+            });
+        }
+        other => drop(other),
+    }
+    Ok(())
+}
+
+fn reqs<'a>(n: c_int, p: *mut MPI_Request) -> Result<&'a mut [MPI_Request], MpiErr> {
+    if n < 0 {
+        return mpi_err!(MPI_ERR_COUNT, "count {n} is negative");
+    }
+    if n == 0 {
+        return Ok(&mut []);
+    }
+    if p.is_null() {
+        return mpi_err!(MPI_ERR_ARG, "array_of_requests is NULL");
+    }
+    // SAFETY: the caller's array holds `n` requests.
+    Ok(unsafe { std::slice::from_raw_parts_mut(p, n as usize) })
+}
+
+fn status_at(sts: *mut MPI_Status, i: usize) -> *mut MPI_Status {
+    if sts.is_null() {
+        sts
+    } else {
+        // SAFETY: the caller's status array has one entry per request.
+        unsafe { sts.add(i) }
+    }
+}
+
+fn timeout_of(hs: &[MPI_Request]) -> i64 {
+    let _ = hs;
+    state::get_comm(MPI_COMM_WORLD).map(|w| w.comm.timeout_ms()).unwrap_or(300_000)
+}
+
+pub unsafe fn waitall(n: c_int, rq: *mut MPI_Request, sts: *mut MPI_Status) -> Res {
+    active()?;
+    let hs = reqs(n, rq)?;
+    let mut failed: Option<MpiErr> = None;
+    // Take every request first: an invalid handle fails the call before anything is waited on.
+    for (i, h) in hs.iter_mut().enumerate() {
+        if *h == MPI_REQUEST_NULL {
+            write_status(status_at(sts, i), request::empty_status());
+            continue;
+        }
+        let r = request::take(*h)?;
+        *h = MPI_REQUEST_NULL;
+        match r.finish() {
+            Ok(s) => {
+                if let Some(p) = unsafe { status_at(sts, i).as_mut() } {
+                    *p = s;
+                    p.MPI_ERROR = MPI_SUCCESS;
+                }
+            }
+            Err(e) => {
+                if let Some(p) = unsafe { status_at(sts, i).as_mut() } {
+                    p.MPI_ERROR = e.class;
+                }
+                failed.get_or_insert(e);
+            }
+        }
+    }
+    match failed {
+        None => Ok(()),
+        Some(e) if sts.is_null() => Err(e),
+        Some(e) => Err(MpiErr { class: MPI_ERR_IN_STATUS, msg: format!("a request failed (see the statuses): {}", e.msg), comm: e.comm }),
+    }
+}
+
+pub unsafe fn testall(n: c_int, rq: *mut MPI_Request, flag: *mut c_int, sts: *mut MPI_Status) -> Res {
+    active()?;
+    let hs = reqs(n, rq)?;
+    let f = out(flag, "flag")?;
+    // Complete only when all are done (the standard: none is completed otherwise).
+    for &h in hs.iter() {
+        if h == MPI_REQUEST_NULL {
+            continue;
+        }
+        let r = request::take(h)?;
+        let done = r.is_done();
+        request::put_back(h, r);
+        if !done {
+            *f = 0;
+            return Ok(());
+        }
+    }
+    *f = 1;
+    waitall(n, rq, sts)
+}
+
+/// Index of a completed request among `hs` (after polling every active one), or None if none
+/// is active; `block` waits until one completes.
+fn any(hs: &mut [MPI_Request], block: bool) -> Result<Option<Option<usize>>, MpiErr> {
+    let mut backoff = request::Backoff::new(timeout_of(hs));
+    loop {
+        let mut active_seen = false;
+        for (i, &h) in hs.iter().enumerate() {
+            if h == MPI_REQUEST_NULL {
+                continue;
+            }
+            active_seen = true;
+            let r = request::take(h)?;
+            let done = r.is_done();
+            request::put_back(h, r);
+            if done {
+                return Ok(Some(Some(i)));
+            }
+        }
+        if !active_seen {
+            return Ok(Some(None));
+        }
+        if !block {
+            return Ok(None);
+        }
+        backoff.pause()?;
+    }
+}
+
+pub unsafe fn waitany(n: c_int, rq: *mut MPI_Request, index: *mut c_int, st: *mut MPI_Status) -> Res {
+    active()?;
+    let hs = reqs(n, rq)?;
+    let idx = out(index, "index")?;
+    match any(hs, true)?.flatten() {
+        None => {
+            *idx = MPI_UNDEFINED;
+            write_status(st, request::empty_status());
+            Ok(())
+        }
+        Some(i) => {
+            *idx = i as c_int;
+            let r = request::take(hs[i])?;
+            hs[i] = MPI_REQUEST_NULL;
+            write_status(st, r.finish()?);
+            Ok(())
+        }
+    }
+}
+
+pub unsafe fn testany(n: c_int, rq: *mut MPI_Request, index: *mut c_int, flag: *mut c_int, st: *mut MPI_Status) -> Res {
+    active()?;
+    let hs = reqs(n, rq)?;
+    let idx = out(index, "index")?;
+    let f = out(flag, "flag")?;
+    match any(hs, false)? {
+        None => {
+            *f = 0;
+            *idx = MPI_UNDEFINED;
+            Ok(())
+        }
+        Some(None) => {
+            *f = 1;
+            *idx = MPI_UNDEFINED;
+            write_status(st, request::empty_status());
+            Ok(())
+        }
+        Some(Some(i)) => {
+            *f = 1;
+            *idx = i as c_int;
+            let r = request::take(hs[i])?;
+            hs[i] = MPI_REQUEST_NULL;
+            write_status(st, r.finish()?);
+            Ok(())
+        }
+    }
+}
+
+// ---- collectives ----------------------------------------------------------------------------------
+
+fn in_place(p: *const c_void) -> bool {
+    p as usize == MPI_IN_PLACE
+}
+
+fn run(mc: &MpiComm, args: CollArgs) -> Res {
+    mc.comm.collective(args).map_err(|e| MpiErr::from(e).on(mc.handle))
+}
+
+fn cb(p: *const c_void, n: usize) -> ConstBuf {
+    // SAFETY: the caller's buffer holds `n` bytes (checked non-NULL where n > 0).
+    unsafe { ConstBuf::new(p as *const u8, n) }
+}
+
+fn mb(p: *mut c_void, n: usize) -> MutBuf {
+    // SAFETY: the caller's buffer holds `n` writable bytes.
+    unsafe { MutBuf::new(p as *mut u8, n) }
+}
+
+fn root_ok(mc: &MpiComm, root: c_int) -> Res {
+    if root < 0 || root as usize >= mc.size() {
+        return Err(MpiErr::new(MPI_ERR_ROOT, format!("root {root} is not a rank of the communicator (size {})", mc.size())).on(mc.handle));
+    }
+    Ok(())
+}
+
+struct Coll {
+    mc: Arc<MpiComm>,
+}
+
+impl Coll {
+    fn new(c: MPI_Comm) -> Result<Coll, MpiErr> {
+        Ok(Coll { mc: comm(c)? })
+    }
+    fn on(&self) -> impl Fn(MpiErr) -> MpiErr + '_ {
+        move |e| e.on(self.mc.handle)
+    }
+    fn dt(&self, h: MPI_Datatype) -> Result<Dt, MpiErr> {
+        datatype::get(h).map_err(self.on())
+    }
+    fn bytes(&self, d: &Dt, count: i64) -> Result<usize, MpiErr> {
+        d.bytes(count).map_err(self.on())
+    }
+    fn buf(&self, p: *const c_void, n: usize, what: &str) -> Res {
+        check_buf(p, n, what).map_err(self.on())
+    }
+    fn size(&self) -> usize {
+        self.mc.size()
+    }
+    fn rank(&self) -> usize {
+        self.mc.rank()
+    }
+}
+
+pub unsafe fn barrier(c: MPI_Comm) -> Res {
+    let k = Coll::new(c)?;
+    run(&k.mc, CollArgs::Barrier)
+}
+
+pub unsafe fn bcast_c(buf: *mut c_void, count: MPI_Count, dt: MPI_Datatype, root: c_int, c: MPI_Comm) -> Res {
+    let k = Coll::new(c)?;
+    let d = k.dt(dt)?;
+    let n = k.bytes(&d, count)?;
+    root_ok(&k.mc, root)?;
+    k.buf(buf, n, "buffer")?;
+    run(&k.mc, CollArgs::Broadcast { buf: mb(buf, n), dt: DType::Uint8, root: root as usize })
+}
+
+pub unsafe fn bcast(buf: *mut c_void, count: c_int, dt: MPI_Datatype, root: c_int, c: MPI_Comm) -> Res {
+    bcast_c(buf, count as MPI_Count, dt, root, c)
+}
+
+/// Gathers every rank's `mine` at `root` (a Vec of size * len at the root, empty elsewhere).
+fn gather_bytes(k: &Coll, mine: &[u8], root: usize) -> Result<Vec<u8>, MpiErr> {
+    let mut all = if k.rank() == root { vec![0u8; mine.len() * k.size()] } else { Vec::new() };
+    let recv = (k.rank() == root).then(|| MutBuf::from_slice(&mut all));
+    run(&k.mc, CollArgs::Gather { send: ConstBuf::from_slice(mine), recv, dt: DType::Uint8, root })?;
+    Ok(all)
+}
+
+/// A reduction applied here: contributions gathered at `root` and folded in rank order.
+fn reduce_here(k: &Coll, l: &Local, count: usize, mine: &[u8], out: Option<&mut [u8]>, root: usize) -> Res {
+    let all = gather_bytes(k, mine, root)?;
+    if let Some(out) = out {
+        op::fold_ranks(l, count, mine.len(), &all, out);
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn reduce_c(sbuf: *const c_void, rbuf: *mut c_void, count: MPI_Count, dt: MPI_Datatype, o: MPI_Op, root: c_int, c: MPI_Comm) -> Res {
+    let k = Coll::new(c)?;
+    let d = k.dt(dt)?;
+    let n = k.bytes(&d, count)?;
+    root_ok(&k.mc, root)?;
+    let plan = op::plan(o, &d).map_err(k.on())?;
+    let is_root = k.rank() == root as usize;
+    let inplace = in_place(sbuf);
+    if inplace && !is_root {
+        return Err(MpiErr::new(MPI_ERR_BUFFER, "MPI_IN_PLACE is only allowed at the root of MPI_Reduce").on(c));
+    }
+    if !inplace {
+        k.buf(sbuf, n, "sendbuf")?;
+    }
+    if is_root {
+        k.buf(rbuf, n, "recvbuf")?;
+    }
+    match plan {
+        Plan::Engine(edt, eop) => run(
+            &k.mc,
+            CollArgs::Reduce {
+                send: (!inplace).then(|| cb(sbuf, n)),
+                recv: is_root.then(|| mb(rbuf, n)),
+                bytes: n,
+                dt: edt,
+                op: eop,
+                root: root as usize,
+            },
+        ),
+        Plan::Local(l) => {
+            let src = if inplace { rbuf as *const c_void } else { sbuf };
+            let mine = std::slice::from_raw_parts(if n == 0 { std::ptr::NonNull::dangling().as_ptr() } else { src as *const u8 }, n).to_vec();
+            let out = is_root.then(|| std::slice::from_raw_parts_mut(if n == 0 { std::ptr::NonNull::dangling().as_ptr() } else { rbuf as *mut u8 }, n));
+            reduce_here(&k, &l, count as usize, &mine, out, root as usize)
+        }
+    }
+}
+
+pub unsafe fn reduce(sbuf: *const c_void, rbuf: *mut c_void, count: c_int, dt: MPI_Datatype, o: MPI_Op, root: c_int, c: MPI_Comm) -> Res {
+    reduce_c(sbuf, rbuf, count as MPI_Count, dt, o, root, c)
+}
+
+fn slice<'a>(p: *const c_void, n: usize) -> &'a [u8] {
+    // SAFETY: callers pass a checked buffer of `n` bytes.
+    unsafe { std::slice::from_raw_parts(if n == 0 { std::ptr::NonNull::dangling().as_ptr() } else { p as *const u8 }, n) }
+}
+
+fn slice_mut<'a>(p: *mut c_void, n: usize) -> &'a mut [u8] {
+    // SAFETY: callers pass a checked writable buffer of `n` bytes.
+    unsafe { std::slice::from_raw_parts_mut(if n == 0 { std::ptr::NonNull::dangling().as_ptr() } else { p as *mut u8 }, n) }
+}
+
+pub unsafe fn allreduce_c(sbuf: *const c_void, rbuf: *mut c_void, count: MPI_Count, dt: MPI_Datatype, o: MPI_Op, c: MPI_Comm) -> Res {
+    let k = Coll::new(c)?;
+    let d = k.dt(dt)?;
+    let n = k.bytes(&d, count)?;
+    let plan = op::plan(o, &d).map_err(k.on())?;
+    let inplace = in_place(sbuf);
+    if !inplace {
+        k.buf(sbuf, n, "sendbuf")?;
+    }
+    k.buf(rbuf, n, "recvbuf")?;
+    match plan {
+        Plan::Engine(edt, eop) => run(&k.mc, CollArgs::Allreduce { send: (!inplace).then(|| cb(sbuf, n)), recv: mb(rbuf, n), dt: edt, op: eop }),
+        Plan::Local(l) => {
+            let mine = slice(if inplace { rbuf } else { sbuf }, n).to_vec();
+            let out = (k.rank() == 0).then(|| slice_mut(rbuf, n));
+            reduce_here(&k, &l, count as usize, &mine, out, 0)?;
+            run(&k.mc, CollArgs::Broadcast { buf: mb(rbuf, n), dt: DType::Uint8, root: 0 })
+        }
+    }
+}
+
+pub unsafe fn allreduce(sbuf: *const c_void, rbuf: *mut c_void, count: c_int, dt: MPI_Datatype, o: MPI_Op, c: MPI_Comm) -> Res {
+    allreduce_c(sbuf, rbuf, count as MPI_Count, dt, o, c)
+}
+
+/// The byte size of one rank's block as the sender and the receiver describe it; they must
+/// agree (MPI requires matching type signatures; this library moves bytes).
+fn block(k: &Coll, scount: i64, sdt: MPI_Datatype, rcount: i64, rdt: MPI_Datatype, send_used: bool, recv_used: bool) -> Result<(usize, usize), MpiErr> {
+    let sb = if send_used { k.bytes(&k.dt(sdt)?, scount)? } else { 0 };
+    let rb = if recv_used { k.bytes(&k.dt(rdt)?, rcount)? } else { 0 };
+    if send_used && recv_used && sb != rb {
+        let class = if rb < sb { MPI_ERR_TRUNCATE } else { MPI_ERR_ARG };
+        return Err(MpiErr::new(class, format!("send block of {sb} bytes but receive block of {rb} bytes")).on(k.mc.handle));
+    }
+    Ok((sb, rb))
+}
+
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn gather_c(sbuf: *const c_void, scount: MPI_Count, sdt: MPI_Datatype, rbuf: *mut c_void, rcount: MPI_Count, rdt: MPI_Datatype, root: c_int, c: MPI_Comm) -> Res {
+    let k = Coll::new(c)?;
+    root_ok(&k.mc, root)?;
+    let is_root = k.rank() == root as usize;
+    let inplace = in_place(sbuf);
+    if inplace && !is_root {
+        return Err(MpiErr::new(MPI_ERR_BUFFER, "MPI_IN_PLACE is only allowed at the root of MPI_Gather").on(c));
+    }
+    let (sb, rb) = block(&k, scount, sdt, rcount, rdt, !inplace, is_root)?;
+    let bsz = if is_root { rb } else { sb };
+    let total = bsz * k.size();
+    if !inplace {
+        k.buf(sbuf, sb, "sendbuf")?;
+    }
+    if is_root {
+        k.buf(rbuf, total, "recvbuf")?;
+    }
+    // In place: the root's block is already where it belongs; the engine sends a copy of it.
+    let own: Vec<u8>;
+    let send = if inplace {
+        own = slice(rbuf, total)[k.rank() * bsz..(k.rank() + 1) * bsz].to_vec();
+        ConstBuf::from_slice(&own)
+    } else {
+        cb(sbuf, sb)
+    };
+    run(&k.mc, CollArgs::Gather { send, recv: is_root.then(|| mb(rbuf, total)), dt: DType::Uint8, root: root as usize })
+}
+
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn gather(sbuf: *const c_void, scount: c_int, sdt: MPI_Datatype, rbuf: *mut c_void, rcount: c_int, rdt: MPI_Datatype, root: c_int, c: MPI_Comm) -> Res {
+    gather_c(sbuf, scount as MPI_Count, sdt, rbuf, rcount as MPI_Count, rdt, root, c)
+}
+
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn scatter_c(sbuf: *const c_void, scount: MPI_Count, sdt: MPI_Datatype, rbuf: *mut c_void, rcount: MPI_Count, rdt: MPI_Datatype, root: c_int, c: MPI_Comm) -> Res {
+    let k = Coll::new(c)?;
+    root_ok(&k.mc, root)?;
+    let is_root = k.rank() == root as usize;
+    let inplace = in_place(rbuf);
+    if inplace && !is_root {
+        return Err(MpiErr::new(MPI_ERR_BUFFER, "MPI_IN_PLACE is only allowed at the root of MPI_Scatter").on(c));
+    }
+    let (sb, rb) = block(&k, scount, sdt, rcount, rdt, is_root, !inplace)?;
+    let bsz = if is_root { sb } else { rb };
+    let total = bsz * k.size();
+    if is_root {
+        k.buf(sbuf, total, "sendbuf")?;
+    }
+    if !inplace {
+        k.buf(rbuf, rb, "recvbuf")?;
+    }
+    // In place: the root keeps its block where it is; the engine writes its copy aside.
+    let mut scratch: Vec<u8>;
+    let recv = if inplace {
+        scratch = vec![0u8; bsz];
+        MutBuf::from_slice(&mut scratch)
+    } else {
+        mb(rbuf, rb)
+    };
+    run(&k.mc, CollArgs::Scatter { send: is_root.then(|| cb(sbuf, total)), recv, dt: DType::Uint8, root: root as usize })
+}
+
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn scatter(sbuf: *const c_void, scount: c_int, sdt: MPI_Datatype, rbuf: *mut c_void, rcount: c_int, rdt: MPI_Datatype, root: c_int, c: MPI_Comm) -> Res {
+    scatter_c(sbuf, scount as MPI_Count, sdt, rbuf, rcount as MPI_Count, rdt, root, c)
+}
+
+pub unsafe fn allgather_c(sbuf: *const c_void, scount: MPI_Count, sdt: MPI_Datatype, rbuf: *mut c_void, rcount: MPI_Count, rdt: MPI_Datatype, c: MPI_Comm) -> Res {
+    let k = Coll::new(c)?;
+    let inplace = in_place(sbuf);
+    let (sb, rb) = block(&k, scount, sdt, rcount, rdt, !inplace, true)?;
+    let total = rb * k.size();
+    if !inplace {
+        k.buf(sbuf, sb, "sendbuf")?;
+    }
+    k.buf(rbuf, total, "recvbuf")?;
+    run(&k.mc, CollArgs::Allgather { send: (!inplace).then(|| cb(sbuf, sb)), recv: mb(rbuf, total), dt: DType::Uint8 })
+}
+
+pub unsafe fn allgather(sbuf: *const c_void, scount: c_int, sdt: MPI_Datatype, rbuf: *mut c_void, rcount: c_int, rdt: MPI_Datatype, c: MPI_Comm) -> Res {
+    allgather_c(sbuf, scount as MPI_Count, sdt, rbuf, rcount as MPI_Count, rdt, c)
+}
+
+pub unsafe fn alltoall_c(sbuf: *const c_void, scount: MPI_Count, sdt: MPI_Datatype, rbuf: *mut c_void, rcount: MPI_Count, rdt: MPI_Datatype, c: MPI_Comm) -> Res {
+    let k = Coll::new(c)?;
+    let inplace = in_place(sbuf);
+    let (_, rb) = block(&k, scount, sdt, rcount, rdt, !inplace, true)?;
+    let total = rb * k.size();
+    if !inplace {
+        k.buf(sbuf, total, "sendbuf")?;
+    }
+    k.buf(rbuf, total, "recvbuf")?;
+    // In place: the receive buffer is also what is sent; the engine sends from a copy.
+    let copy: Vec<u8>;
+    let send = if inplace {
+        copy = slice(rbuf, total).to_vec();
+        ConstBuf::from_slice(&copy)
+    } else {
+        cb(sbuf, total)
+    };
+    run(&k.mc, CollArgs::Alltoall { send, recv: mb(rbuf, total), dt: DType::Uint8 })
+}
+
+pub unsafe fn alltoall(sbuf: *const c_void, scount: c_int, sdt: MPI_Datatype, rbuf: *mut c_void, rcount: c_int, rdt: MPI_Datatype, c: MPI_Comm) -> Res {
+    alltoall_c(sbuf, scount as MPI_Count, sdt, rbuf, rcount as MPI_Count, rdt, c)
+}
+
+pub unsafe fn reduce_scatter_block_c(sbuf: *const c_void, rbuf: *mut c_void, rcount: MPI_Count, dt: MPI_Datatype, o: MPI_Op, c: MPI_Comm) -> Res {
+    let k = Coll::new(c)?;
+    let d = k.dt(dt)?;
+    let n = k.bytes(&d, rcount)?;
+    let plan = op::plan(o, &d).map_err(k.on())?;
+    let total = n * k.size();
+    let inplace = in_place(sbuf);
+    if !inplace {
+        k.buf(sbuf, total, "sendbuf")?;
+    }
+    k.buf(rbuf, if inplace { total } else { n }, "recvbuf")?;
+    match plan {
+        Plan::Engine(edt, eop) => {
+            if inplace {
+                // The engine leaves the result in block `rank`; MPI wants it at the start.
+                run(&k.mc, CollArgs::ReduceScatter { send: None, recv: mb(rbuf, total), dt: edt, op: eop })?;
+                let r = k.rank();
+                if r != 0 && n > 0 {
+                    std::ptr::copy(((rbuf as *mut u8).add(r * n)) as *const u8, rbuf as *mut u8, n);
+                }
+                Ok(())
+            } else {
+                run(&k.mc, CollArgs::ReduceScatter { send: Some(cb(sbuf, total)), recv: mb(rbuf, n), dt: edt, op: eop })
+            }
+        }
+        Plan::Local(l) => {
+            let mine = slice(if inplace { rbuf } else { sbuf }, total).to_vec();
+            let mut whole = if k.rank() == 0 { vec![0u8; total] } else { Vec::new() };
+            let out = (k.rank() == 0).then_some(whole.as_mut_slice());
+            reduce_here(&k, &l, rcount as usize * k.size(), &mine, out, 0)?;
+            run(&k.mc, CollArgs::Scatter { send: (k.rank() == 0).then(|| ConstBuf::from_slice(&whole)), recv: mb(rbuf, n), dt: DType::Uint8, root: 0 })
+        }
+    }
+}
+
+pub unsafe fn reduce_scatter_block(sbuf: *const c_void, rbuf: *mut c_void, rcount: c_int, dt: MPI_Datatype, o: MPI_Op, c: MPI_Comm) -> Res {
+    reduce_scatter_block_c(sbuf, rbuf, rcount as MPI_Count, dt, o, c)
+}
+
+// ---- user operations ---------------------------------------------------------------------------
+
+pub unsafe fn op_create(f: Option<MPI_User_function>, commute: c_int, o: *mut MPI_Op) -> Res {
+    let p = out(o, "op")?;
+    *p = op::create(f, commute != 0)?;
+    Ok(())
+}
+
+pub unsafe fn op_free(o: *mut MPI_Op) -> Res {
+    let p = out(o, "op")?;
+    op::free(*p)?;
+    *p = MPI_OP_NULL;
+    Ok(())
+}

@@ -1,0 +1,176 @@
+//! Datatypes: the standard's predefined ones (size, extent, what reductions see).
+
+use crate::abi_gen::*;
+use crate::err::MpiErr;
+use distcomm::DType;
+use std::ffi::c_int;
+
+/// What an element is, for reductions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    I8,
+    U8,
+    I16,
+    U16,
+    I32,
+    U32,
+    I64,
+    U64,
+    F16,
+    F32,
+    F64,
+    /// C _Bool / C++ bool / Fortran LOGICAL of this many bytes.
+    Bool(u8),
+    Byte,
+    /// (value, int index) pairs for MINLOC/MAXLOC: value kind, offset of the int.
+    Pair(PairVal, u8),
+    /// Complex, long double, wchar and the like: moved, not reduced here.
+    Other,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PairVal {
+    F32,
+    F64,
+    I64,
+    I32,
+    I16,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Dt {
+    pub handle: MPI_Datatype,
+    /// Bytes of data in one element (MPI_Type_size).
+    pub size: usize,
+    /// Bytes one element spans in memory (MPI_Type_get_extent): what messages move.
+    pub extent: usize,
+    pub kind: Kind,
+    pub name: &'static str,
+}
+
+macro_rules! dt {
+    ($h:expr, $size:expr, $ext:expr, $kind:expr, $name:expr) => {
+        Some(Dt { handle: $h, size: $size, extent: $ext, kind: $kind, name: $name })
+    };
+}
+
+/// The predefined datatype behind a handle.
+pub fn predefined(h: MPI_Datatype) -> Option<Dt> {
+    use Kind::*;
+    match h {
+        MPI_AINT => dt!(h, 8, 8, I64, "MPI_AINT"),
+        MPI_COUNT => dt!(h, 8, 8, I64, "MPI_COUNT"),
+        MPI_OFFSET => dt!(h, 8, 8, I64, "MPI_OFFSET"),
+        MPI_PACKED => dt!(h, 1, 1, Byte, "MPI_PACKED"),
+        MPI_SHORT => dt!(h, 2, 2, I16, "MPI_SHORT"),
+        MPI_INT => dt!(h, 4, 4, I32, "MPI_INT"),
+        MPI_LONG => dt!(h, 8, 8, I64, "MPI_LONG"),
+        MPI_LONG_LONG => dt!(h, 8, 8, I64, "MPI_LONG_LONG"),
+        MPI_UNSIGNED_SHORT => dt!(h, 2, 2, U16, "MPI_UNSIGNED_SHORT"),
+        MPI_UNSIGNED => dt!(h, 4, 4, U32, "MPI_UNSIGNED"),
+        MPI_UNSIGNED_LONG => dt!(h, 8, 8, U64, "MPI_UNSIGNED_LONG"),
+        MPI_UNSIGNED_LONG_LONG => dt!(h, 8, 8, U64, "MPI_UNSIGNED_LONG_LONG"),
+        MPI_FLOAT => dt!(h, 4, 4, F32, "MPI_FLOAT"),
+        MPI_C_FLOAT_COMPLEX => dt!(h, 8, 8, Other, "MPI_C_FLOAT_COMPLEX"),
+        MPI_CXX_FLOAT_COMPLEX => dt!(h, 8, 8, Other, "MPI_CXX_FLOAT_COMPLEX"),
+        MPI_DOUBLE => dt!(h, 8, 8, F64, "MPI_DOUBLE"),
+        MPI_C_DOUBLE_COMPLEX => dt!(h, 16, 16, Other, "MPI_C_DOUBLE_COMPLEX"),
+        MPI_CXX_DOUBLE_COMPLEX => dt!(h, 16, 16, Other, "MPI_CXX_DOUBLE_COMPLEX"),
+        MPI_LOGICAL => dt!(h, 4, 4, Bool(4), "MPI_LOGICAL"),
+        MPI_INTEGER => dt!(h, 4, 4, I32, "MPI_INTEGER"),
+        MPI_REAL => dt!(h, 4, 4, F32, "MPI_REAL"),
+        MPI_COMPLEX => dt!(h, 8, 8, Other, "MPI_COMPLEX"),
+        MPI_DOUBLE_PRECISION => dt!(h, 8, 8, F64, "MPI_DOUBLE_PRECISION"),
+        MPI_DOUBLE_COMPLEX => dt!(h, 16, 16, Other, "MPI_DOUBLE_COMPLEX"),
+        MPI_CHARACTER => dt!(h, 1, 1, Other, "MPI_CHARACTER"),
+        MPI_LONG_DOUBLE => dt!(h, 16, 16, Other, "MPI_LONG_DOUBLE"),
+        MPI_C_LONG_DOUBLE_COMPLEX => dt!(h, 32, 32, Other, "MPI_C_LONG_DOUBLE_COMPLEX"),
+        MPI_CXX_LONG_DOUBLE_COMPLEX => dt!(h, 32, 32, Other, "MPI_CXX_LONG_DOUBLE_COMPLEX"),
+        MPI_FLOAT_INT => dt!(h, 8, 8, Pair(PairVal::F32, 4), "MPI_FLOAT_INT"),
+        MPI_DOUBLE_INT => dt!(h, 12, 16, Pair(PairVal::F64, 8), "MPI_DOUBLE_INT"),
+        MPI_LONG_INT => dt!(h, 12, 16, Pair(PairVal::I64, 8), "MPI_LONG_INT"),
+        MPI_2INT => dt!(h, 8, 8, Pair(PairVal::I32, 4), "MPI_2INT"),
+        MPI_SHORT_INT => dt!(h, 6, 8, Pair(PairVal::I16, 4), "MPI_SHORT_INT"),
+        MPI_LONG_DOUBLE_INT => dt!(h, 20, 32, Other, "MPI_LONG_DOUBLE_INT"),
+        MPI_2REAL => dt!(h, 8, 8, Other, "MPI_2REAL"),
+        MPI_2DOUBLE_PRECISION => dt!(h, 16, 16, Other, "MPI_2DOUBLE_PRECISION"),
+        MPI_2INTEGER => dt!(h, 8, 8, Pair(PairVal::I32, 4), "MPI_2INTEGER"),
+        MPI_C_BOOL => dt!(h, 1, 1, Bool(1), "MPI_C_BOOL"),
+        MPI_CXX_BOOL => dt!(h, 1, 1, Bool(1), "MPI_CXX_BOOL"),
+        MPI_WCHAR => dt!(h, 4, 4, Other, "MPI_WCHAR"),
+        MPI_INT8_T => dt!(h, 1, 1, I8, "MPI_INT8_T"),
+        MPI_UINT8_T => dt!(h, 1, 1, U8, "MPI_UINT8_T"),
+        MPI_CHAR => dt!(h, 1, 1, Other, "MPI_CHAR"),
+        MPI_SIGNED_CHAR => dt!(h, 1, 1, I8, "MPI_SIGNED_CHAR"),
+        MPI_UNSIGNED_CHAR => dt!(h, 1, 1, U8, "MPI_UNSIGNED_CHAR"),
+        MPI_BYTE => dt!(h, 1, 1, Byte, "MPI_BYTE"),
+        MPI_INT16_T => dt!(h, 2, 2, I16, "MPI_INT16_T"),
+        MPI_UINT16_T => dt!(h, 2, 2, U16, "MPI_UINT16_T"),
+        MPI_INT32_T => dt!(h, 4, 4, I32, "MPI_INT32_T"),
+        MPI_UINT32_T => dt!(h, 4, 4, U32, "MPI_UINT32_T"),
+        MPI_INT64_T => dt!(h, 8, 8, I64, "MPI_INT64_T"),
+        MPI_UINT64_T => dt!(h, 8, 8, U64, "MPI_UINT64_T"),
+        MPI_LOGICAL1 => dt!(h, 1, 1, Bool(1), "MPI_LOGICAL1"),
+        MPI_INTEGER1 => dt!(h, 1, 1, I8, "MPI_INTEGER1"),
+        MPI_LOGICAL2 => dt!(h, 2, 2, Bool(2), "MPI_LOGICAL2"),
+        MPI_INTEGER2 => dt!(h, 2, 2, I16, "MPI_INTEGER2"),
+        MPI_REAL2 => dt!(h, 2, 2, F16, "MPI_REAL2"),
+        MPI_LOGICAL4 => dt!(h, 4, 4, Bool(4), "MPI_LOGICAL4"),
+        MPI_INTEGER4 => dt!(h, 4, 4, I32, "MPI_INTEGER4"),
+        MPI_REAL4 => dt!(h, 4, 4, F32, "MPI_REAL4"),
+        MPI_COMPLEX4 => dt!(h, 4, 4, Other, "MPI_COMPLEX4"),
+        MPI_LOGICAL8 => dt!(h, 8, 8, Bool(8), "MPI_LOGICAL8"),
+        MPI_INTEGER8 => dt!(h, 8, 8, I64, "MPI_INTEGER8"),
+        MPI_REAL8 => dt!(h, 8, 8, F64, "MPI_REAL8"),
+        MPI_COMPLEX8 => dt!(h, 8, 8, Other, "MPI_COMPLEX8"),
+        MPI_LOGICAL16 => dt!(h, 16, 16, Other, "MPI_LOGICAL16"),
+        MPI_INTEGER16 => dt!(h, 16, 16, Other, "MPI_INTEGER16"),
+        MPI_REAL16 => dt!(h, 16, 16, Other, "MPI_REAL16"),
+        MPI_COMPLEX16 => dt!(h, 16, 16, Other, "MPI_COMPLEX16"),
+        MPI_COMPLEX32 => dt!(h, 32, 32, Other, "MPI_COMPLEX32"),
+        _ => None,
+    }
+}
+
+/// The datatype behind a handle, or MPI_ERR_TYPE.
+pub fn get(h: MPI_Datatype) -> Result<Dt, MpiErr> {
+    match predefined(h) {
+        Some(d) => Ok(d),
+        None if h == MPI_DATATYPE_NULL => crate::mpi_err!(MPI_ERR_TYPE, "MPI_DATATYPE_NULL is not a datatype"),
+        None => crate::mpi_err!(MPI_ERR_TYPE, "{h:#x} is not a valid datatype (derived datatypes are not supported yet)"),
+    }
+}
+
+impl Dt {
+    /// Bytes that `count` elements span, or MPI_ERR_COUNT.
+    pub fn bytes(&self, count: i64) -> Result<usize, MpiErr> {
+        if count < 0 {
+            return crate::mpi_err!(MPI_ERR_COUNT, "count {count} is negative");
+        }
+        (count as u64)
+            .checked_mul(self.extent as u64)
+            .filter(|&b| b <= isize::MAX as u64)
+            .map(|b| b as usize)
+            .ok_or_else(|| MpiErr::new(MPI_ERR_COUNT, format!("count {count} of {} overflows", self.name)))
+    }
+
+    /// The engine's element type for this datatype, where it has one.
+    pub fn engine(&self) -> Option<DType> {
+        Some(match self.kind {
+            Kind::I8 => DType::Int8,
+            Kind::U8 => DType::Uint8,
+            Kind::I32 => DType::Int32,
+            Kind::U32 => DType::Uint32,
+            Kind::I64 => DType::Int64,
+            Kind::U64 => DType::Uint64,
+            Kind::F16 => DType::Float16,
+            Kind::F32 => DType::Float32,
+            Kind::F64 => DType::Float64,
+            _ => return None,
+        })
+    }
+}
+
+pub fn type_size(h: MPI_Datatype) -> Result<c_int, MpiErr> {
+    Ok(get(h)?.size as c_int)
+}

@@ -1,0 +1,38 @@
+//! How a process finds its job at MPI_Init: under distcomm's mpiexec/dcrun (or torchrun,
+//! Slurm, Open MPI: whatever the engine's env:// reads) the world comes from the environment;
+//! with no launcher at all the process is a singleton (a world of size 1).
+
+use crate::abi_gen::*;
+use crate::err::MpiErr;
+use distcomm::comm::Comm;
+use distcomm::rendezvous::InitOptions;
+use std::sync::Arc;
+
+/// Variables by which some launcher says how large the job is.
+const SIZE_VARS: [&str; 5] = ["WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PADDLE_TRAINERS_NUM"];
+
+fn set(name: &str) -> bool {
+    std::env::var_os(name).is_some_and(|v| !v.is_empty())
+}
+
+pub fn init_world() -> Result<Arc<Comm>, MpiErr> {
+    // MPICH's Hydra talks PMI-1 over PMI_FD; env:// alone cannot form that job.
+    if set("PMI_FD") && !set("MASTER_ADDR") {
+        return crate::mpi_err!(
+            MPI_ERR_UNSUPPORTED_OPERATION,
+            "started by a PMI-1 launcher (MPICH's Hydra mpiexec: PMI_FD is set), which distcomm's MPI library does not speak yet; start the job with distcomm's mpiexec (or dcrun)"
+        );
+    }
+    let opts = if SIZE_VARS.iter().any(|v| set(v)) {
+        InitOptions::from_env()
+    } else {
+        // No launcher: a singleton. Its store listens on loopback, on a port of the OS's choosing.
+        InitOptions { init_method: Some("tcp://127.0.0.1:0".into()), rank: 0, world_size: 1, ..InitOptions::from_env() }
+    };
+    distcomm::init::init(&opts).map_err(|e| {
+        let mut m = MpiErr::from(e);
+        m.class = MPI_ERR_OTHER;
+        m.msg = format!("could not form the job: {}", m.msg);
+        m
+    })
+}
