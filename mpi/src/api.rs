@@ -90,7 +90,7 @@ pub unsafe fn finalize() -> Res {
 }
 
 pub unsafe fn abort(c: MPI_Comm, errorcode: c_int) -> Res {
-    eprintln!("{}: MPI_Abort(comm {c:#x}, {errorcode}) called: ending the job", state::who());
+    state::say(&format!("{}: MPI_Abort(comm {c:#x}, {errorcode}) called: ending the job\n", state::who()));
     state::abort_job(c, errorcode)
 }
 

@@ -261,7 +261,7 @@ fn raise(func: &str, e: MpiErr) -> c_int {
         }
         _ => {
             // MPI_ERRORS_ARE_FATAL (the default) and MPI_ERRORS_ABORT: the job ends.
-            eprintln!("{}: fatal MPI error: {text}", state::who());
+            state::say(&format!("{}: fatal MPI error: {text}\n", state::who()));
             state::abort_job(comm, 1)
         }
     }

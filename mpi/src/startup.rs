@@ -26,8 +26,12 @@ pub fn init_world() -> Result<Arc<Comm>, MpiErr> {
     let opts = if SIZE_VARS.iter().any(|v| set(v)) {
         InitOptions::from_env()
     } else {
-        // No launcher: a singleton. Its store listens on loopback, on a port of the OS's choosing.
-        InitOptions { init_method: Some("tcp://127.0.0.1:0".into()), rank: 0, world_size: 1, ..InitOptions::from_env() }
+        // No launcher: a singleton. Its store listens on loopback, on a port the OS just gave us.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .map_err(|e| MpiErr::new(MPI_ERR_OTHER, format!("singleton start: no free loopback port: {e}")))?;
+        InitOptions { init_method: Some(format!("tcp://127.0.0.1:{port}")), rank: 0, world_size: 1, ..InitOptions::from_env() }
     };
     distcomm::init::init(&opts).map_err(|e| {
         let mut m = MpiErr::from(e);

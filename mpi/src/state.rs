@@ -72,6 +72,12 @@ pub fn who() -> String {
     }
 }
 
+/// Writes `line` to stderr in one write (lines of several ranks do not interleave).
+pub fn say(line: &str) {
+    // SAFETY: writes the bytes of a live string to fd 2.
+    unsafe { libc::write(2, line.as_ptr() as *const libc::c_void, line.len()) };
+}
+
 /// MPI_SUCCESS once the library is initialized and not finalized, else MPI_ERR_OTHER.
 pub fn check_active() -> Result<(), MpiErr> {
     if !initialized() {
@@ -209,6 +215,10 @@ pub fn abort_job(comm: MPI_Comm, code: c_int) -> ! {
         0 => 1,
         s => s,
     };
-    // SAFETY: _exit ends the process without running the engine's (aborted) destructors.
-    unsafe { libc::_exit(status) }
+    // SAFETY: fflush(NULL) writes out the program's stdio buffers (what it printed before the
+    // error); _exit ends the process without running the engine's (aborted) destructors.
+    unsafe {
+        libc::fflush(std::ptr::null_mut());
+        libc::_exit(status)
+    }
 }
