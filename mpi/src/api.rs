@@ -217,12 +217,21 @@ pub unsafe fn comm_create_errhandler(f: Option<MPI_Comm_errhandler_function>, eh
 }
 
 pub unsafe fn comm_call_errhandler(c: MPI_Comm, code: c_int) -> Res {
-    let _ = comm(c)?;
+    let mc = comm(c)?;
     let class = err::class_of(code).unwrap_or(MPI_ERR_UNKNOWN);
     if class == MPI_SUCCESS {
         return Ok(());
     }
-    Err(MpiErr::new(class, err::code_string(code).unwrap_or_default()).on(c))
+    let msg = err::code_string(code).unwrap_or_default();
+    match mc.errhandler.load(Ordering::Relaxed) {
+        // A user handler is called and the call succeeds (the standard's words); with
+        // MPI_ERRORS_RETURN the code comes back; the fatal handlers end the job.
+        h if h >= err::ERRH_BASE => {
+            err::call_user_handler(h, c, code);
+            Ok(())
+        }
+        _ => Err(MpiErr::new(class, msg).on(c)),
+    }
 }
 
 pub unsafe fn errhandler_free(eh: *mut MPI_Errhandler) -> Res {

@@ -239,6 +239,16 @@ pub fn valid_errhandler(h: MPI_Errhandler) -> bool {
         || (h >= ERRH_BASE && h - ERRH_BASE < lock(&USER_HANDLERS).len())
 }
 
+/// Calls the user error handler `h` for `code` on `comm`.
+pub fn call_user_handler(h: MPI_Errhandler, mut comm: MPI_Comm, code: c_int) {
+    let f = lock(&USER_HANDLERS).get(h.wrapping_sub(ERRH_BASE)).copied();
+    if let Some(f) = f {
+        let mut c = code;
+        // SAFETY: the user's handler, called as the standard says (comm, code, ...).
+        unsafe { f(&mut comm, &mut c) };
+    }
+}
+
 /// Raises `e` (already logged) on its communicator's handler; returns the code to give back.
 fn raise(func: &str, e: MpiErr) -> c_int {
     let text = format!("{func}: {}: {}", class_name(e.class).unwrap_or("MPI_ERR_UNKNOWN"), e.msg);
@@ -246,17 +256,12 @@ fn raise(func: &str, e: MpiErr) -> c_int {
         distcomm::log::write(Level::Warn, state::world_rank(), format_args!("{text}"));
     }
     let code = make_code(e.class, text.clone());
-    let mut comm = e.comm;
+    let comm = e.comm;
     let handler = state::errhandler_of(comm);
     match handler {
         MPI_ERRORS_RETURN => code,
         h if h >= ERRH_BASE => {
-            let f = lock(&USER_HANDLERS).get(h - ERRH_BASE).copied();
-            if let Some(f) = f {
-                let mut c = code;
-                // SAFETY: the user's handler, called as the standard says (comm, code, ...).
-                unsafe { f(&mut comm, &mut c) };
-            }
+            call_user_handler(h, comm, code);
             code
         }
         _ => {
