@@ -267,6 +267,11 @@ fn raise(func: &str, e: MpiErr) -> c_int {
         _ => {
             // MPI_ERRORS_ARE_FATAL (the default) and MPI_ERRORS_ABORT: the job ends.
             state::say(&format!("{}: fatal MPI error: {text}\n", state::who()));
+            if e.class == MPI_ERR_PROC_ABORTED {
+                // Another rank aborted (MPI_Abort or its own fatal error) and is exiting with
+                // its code: let it go first, so that the launcher reports its status, not ours.
+                std::thread::sleep(std::time::Duration::from_millis(500));
+            }
             state::abort_job(comm, 1)
         }
     }
