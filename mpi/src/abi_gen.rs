@@ -462,8 +462,8 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Allgather_c", true),
     ("MPI_Allgather_init", false),
     ("MPI_Allgather_init_c", false),
-    ("MPI_Allgatherv", false),
-    ("MPI_Allgatherv_c", false),
+    ("MPI_Allgatherv", true),
+    ("MPI_Allgatherv_c", true),
     ("MPI_Allgatherv_init", false),
     ("MPI_Allgatherv_init_c", false),
     ("MPI_Alloc_mem", false),
@@ -475,8 +475,8 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Alltoall_c", true),
     ("MPI_Alltoall_init", false),
     ("MPI_Alltoall_init_c", false),
-    ("MPI_Alltoallv", false),
-    ("MPI_Alltoallv_c", false),
+    ("MPI_Alltoallv", true),
+    ("MPI_Alltoallv_c", true),
     ("MPI_Alltoallv_init", false),
     ("MPI_Alltoallv_init_c", false),
     ("MPI_Alltoallw", false),
@@ -565,8 +565,8 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Errhandler_free", true),
     ("MPI_Error_class", true),
     ("MPI_Error_string", true),
-    ("MPI_Exscan", false),
-    ("MPI_Exscan_c", false),
+    ("MPI_Exscan", true),
+    ("MPI_Exscan_c", true),
     ("MPI_Exscan_init", false),
     ("MPI_Exscan_init_c", false),
     ("MPI_Fetch_and_op", false),
@@ -666,8 +666,8 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Gather_c", true),
     ("MPI_Gather_init", false),
     ("MPI_Gather_init_c", false),
-    ("MPI_Gatherv", false),
-    ("MPI_Gatherv_c", false),
+    ("MPI_Gatherv", true),
+    ("MPI_Gatherv_c", true),
     ("MPI_Gatherv_init", false),
     ("MPI_Gatherv_init_c", false),
     ("MPI_Get", false),
@@ -705,29 +705,29 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Group_size", false),
     ("MPI_Group_translate_ranks", false),
     ("MPI_Group_union", false),
-    ("MPI_Iallgather", false),
-    ("MPI_Iallgather_c", false),
-    ("MPI_Iallgatherv", false),
-    ("MPI_Iallgatherv_c", false),
-    ("MPI_Iallreduce", false),
-    ("MPI_Iallreduce_c", false),
-    ("MPI_Ialltoall", false),
-    ("MPI_Ialltoall_c", false),
-    ("MPI_Ialltoallv", false),
-    ("MPI_Ialltoallv_c", false),
+    ("MPI_Iallgather", true),
+    ("MPI_Iallgather_c", true),
+    ("MPI_Iallgatherv", true),
+    ("MPI_Iallgatherv_c", true),
+    ("MPI_Iallreduce", true),
+    ("MPI_Iallreduce_c", true),
+    ("MPI_Ialltoall", true),
+    ("MPI_Ialltoall_c", true),
+    ("MPI_Ialltoallv", true),
+    ("MPI_Ialltoallv_c", true),
     ("MPI_Ialltoallw", false),
     ("MPI_Ialltoallw_c", false),
-    ("MPI_Ibarrier", false),
-    ("MPI_Ibcast", false),
-    ("MPI_Ibcast_c", false),
+    ("MPI_Ibarrier", true),
+    ("MPI_Ibcast", true),
+    ("MPI_Ibcast_c", true),
     ("MPI_Ibsend", false),
     ("MPI_Ibsend_c", false),
-    ("MPI_Iexscan", false),
-    ("MPI_Iexscan_c", false),
-    ("MPI_Igather", false),
-    ("MPI_Igather_c", false),
-    ("MPI_Igatherv", false),
-    ("MPI_Igatherv_c", false),
+    ("MPI_Iexscan", true),
+    ("MPI_Iexscan_c", true),
+    ("MPI_Igather", true),
+    ("MPI_Igather_c", true),
+    ("MPI_Igatherv", true),
+    ("MPI_Igatherv_c", true),
     ("MPI_Improbe", false),
     ("MPI_Imrecv", false),
     ("MPI_Imrecv_c", false),
@@ -761,21 +761,21 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Iprobe", false),
     ("MPI_Irecv", true),
     ("MPI_Irecv_c", true),
-    ("MPI_Ireduce", false),
-    ("MPI_Ireduce_c", false),
-    ("MPI_Ireduce_scatter", false),
-    ("MPI_Ireduce_scatter_c", false),
-    ("MPI_Ireduce_scatter_block", false),
-    ("MPI_Ireduce_scatter_block_c", false),
+    ("MPI_Ireduce", true),
+    ("MPI_Ireduce_c", true),
+    ("MPI_Ireduce_scatter", true),
+    ("MPI_Ireduce_scatter_c", true),
+    ("MPI_Ireduce_scatter_block", true),
+    ("MPI_Ireduce_scatter_block_c", true),
     ("MPI_Irsend", false),
     ("MPI_Irsend_c", false),
     ("MPI_Is_thread_main", true),
-    ("MPI_Iscan", false),
-    ("MPI_Iscan_c", false),
-    ("MPI_Iscatter", false),
-    ("MPI_Iscatter_c", false),
-    ("MPI_Iscatterv", false),
-    ("MPI_Iscatterv_c", false),
+    ("MPI_Iscan", true),
+    ("MPI_Iscan_c", true),
+    ("MPI_Iscatter", true),
+    ("MPI_Iscatter_c", true),
+    ("MPI_Iscatterv", true),
+    ("MPI_Iscatterv_c", true),
     ("MPI_Isend", true),
     ("MPI_Isend_c", true),
     ("MPI_Isendrecv", false),
@@ -846,10 +846,10 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Reduce_c", true),
     ("MPI_Reduce_init", false),
     ("MPI_Reduce_init_c", false),
-    ("MPI_Reduce_local", false),
-    ("MPI_Reduce_local_c", false),
-    ("MPI_Reduce_scatter", false),
-    ("MPI_Reduce_scatter_c", false),
+    ("MPI_Reduce_local", true),
+    ("MPI_Reduce_local_c", true),
+    ("MPI_Reduce_scatter", true),
+    ("MPI_Reduce_scatter_c", true),
     ("MPI_Reduce_scatter_block", true),
     ("MPI_Reduce_scatter_block_c", true),
     ("MPI_Reduce_scatter_block_init", false),
@@ -876,16 +876,16 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Rsend_c", false),
     ("MPI_Rsend_init", false),
     ("MPI_Rsend_init_c", false),
-    ("MPI_Scan", false),
-    ("MPI_Scan_c", false),
+    ("MPI_Scan", true),
+    ("MPI_Scan_c", true),
     ("MPI_Scan_init", false),
     ("MPI_Scan_init_c", false),
     ("MPI_Scatter", true),
     ("MPI_Scatter_c", true),
     ("MPI_Scatter_init", false),
     ("MPI_Scatter_init_c", false),
-    ("MPI_Scatterv", false),
-    ("MPI_Scatterv_c", false),
+    ("MPI_Scatterv", true),
+    ("MPI_Scatterv_c", true),
     ("MPI_Scatterv_init", false),
     ("MPI_Scatterv_init_c", false),
     ("MPI_Send", true),
@@ -1245,19 +1245,19 @@ pub unsafe extern "C" fn PMPI_Allgather_init_c(sendbuf: *const c_void, sendcount
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Allgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Allgatherv", comm)
+    crate::err::guard("MPI_Allgatherv", || unsafe { crate::api::allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Allgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Allgatherv", comm)
+    crate::err::guard("MPI_Allgatherv", || unsafe { crate::api::allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Allgatherv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Allgatherv_c", comm)
+    crate::err::guard("MPI_Allgatherv_c", || unsafe { crate::api::allgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Allgatherv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Allgatherv_c", comm)
+    crate::err::guard("MPI_Allgatherv_c", || unsafe { crate::api::allgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Allgatherv_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
@@ -1349,19 +1349,19 @@ pub unsafe extern "C" fn PMPI_Alltoall_init_c(sendbuf: *const c_void, sendcount:
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Alltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Alltoallv", comm)
+    crate::err::guard("MPI_Alltoallv", || unsafe { crate::api::alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Alltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Alltoallv", comm)
+    crate::err::guard("MPI_Alltoallv", || unsafe { crate::api::alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Alltoallv_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Alltoallv_c", comm)
+    crate::err::guard("MPI_Alltoallv_c", || unsafe { crate::api::alltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Alltoallv_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Alltoallv_c", comm)
+    crate::err::guard("MPI_Alltoallv_c", || unsafe { crate::api::alltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Alltoallv_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
@@ -2069,19 +2069,19 @@ pub unsafe extern "C" fn PMPI_Error_string(errorcode: c_int, string: *mut c_char
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Exscan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Exscan", comm)
+    crate::err::guard("MPI_Exscan", || unsafe { crate::api::exscan(sendbuf, recvbuf, count, datatype, op, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Exscan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Exscan", comm)
+    crate::err::guard("MPI_Exscan", || unsafe { crate::api::exscan(sendbuf, recvbuf, count, datatype, op, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Exscan_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Exscan_c", comm)
+    crate::err::guard("MPI_Exscan_c", || unsafe { crate::api::exscan_c(sendbuf, recvbuf, count, datatype, op, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Exscan_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Exscan_c", comm)
+    crate::err::guard("MPI_Exscan_c", || unsafe { crate::api::exscan_c(sendbuf, recvbuf, count, datatype, op, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Exscan_init(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
@@ -2877,19 +2877,19 @@ pub unsafe extern "C" fn PMPI_Gather_init_c(sendbuf: *const c_void, sendcount: M
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Gatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Gatherv", comm)
+    crate::err::guard("MPI_Gatherv", || unsafe { crate::api::gatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Gatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Gatherv", comm)
+    crate::err::guard("MPI_Gatherv", || unsafe { crate::api::gatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Gatherv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Gatherv_c", comm)
+    crate::err::guard("MPI_Gatherv_c", || unsafe { crate::api::gatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Gatherv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Gatherv_c", comm)
+    crate::err::guard("MPI_Gatherv_c", || unsafe { crate::api::gatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Gatherv_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
@@ -3189,83 +3189,83 @@ pub unsafe extern "C" fn PMPI_Group_union(group1: MPI_Group, group2: MPI_Group, 
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Iallgather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Iallgather", comm)
+    crate::err::guard("MPI_Iallgather", || unsafe { crate::api::iallgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Iallgather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Iallgather", comm)
+    crate::err::guard("MPI_Iallgather", || unsafe { crate::api::iallgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Iallgather_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Iallgather_c", comm)
+    crate::err::guard("MPI_Iallgather_c", || unsafe { crate::api::iallgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Iallgather_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Iallgather_c", comm)
+    crate::err::guard("MPI_Iallgather_c", || unsafe { crate::api::iallgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Iallgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Iallgatherv", comm)
+    crate::err::guard("MPI_Iallgatherv", || unsafe { crate::api::iallgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Iallgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Iallgatherv", comm)
+    crate::err::guard("MPI_Iallgatherv", || unsafe { crate::api::iallgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Iallgatherv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Iallgatherv_c", comm)
+    crate::err::guard("MPI_Iallgatherv_c", || unsafe { crate::api::iallgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Iallgatherv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Iallgatherv_c", comm)
+    crate::err::guard("MPI_Iallgatherv_c", || unsafe { crate::api::iallgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Iallreduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Iallreduce", comm)
+    crate::err::guard("MPI_Iallreduce", || unsafe { crate::api::iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Iallreduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Iallreduce", comm)
+    crate::err::guard("MPI_Iallreduce", || unsafe { crate::api::iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Iallreduce_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Iallreduce_c", comm)
+    crate::err::guard("MPI_Iallreduce_c", || unsafe { crate::api::iallreduce_c(sendbuf, recvbuf, count, datatype, op, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Iallreduce_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Iallreduce_c", comm)
+    crate::err::guard("MPI_Iallreduce_c", || unsafe { crate::api::iallreduce_c(sendbuf, recvbuf, count, datatype, op, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ialltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ialltoall", comm)
+    crate::err::guard("MPI_Ialltoall", || unsafe { crate::api::ialltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ialltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ialltoall", comm)
+    crate::err::guard("MPI_Ialltoall", || unsafe { crate::api::ialltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ialltoall_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ialltoall_c", comm)
+    crate::err::guard("MPI_Ialltoall_c", || unsafe { crate::api::ialltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ialltoall_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ialltoall_c", comm)
+    crate::err::guard("MPI_Ialltoall_c", || unsafe { crate::api::ialltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ialltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ialltoallv", comm)
+    crate::err::guard("MPI_Ialltoallv", || unsafe { crate::api::ialltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ialltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ialltoallv", comm)
+    crate::err::guard("MPI_Ialltoallv", || unsafe { crate::api::ialltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ialltoallv_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ialltoallv_c", comm)
+    crate::err::guard("MPI_Ialltoallv_c", || unsafe { crate::api::ialltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ialltoallv_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ialltoallv_c", comm)
+    crate::err::guard("MPI_Ialltoallv_c", || unsafe { crate::api::ialltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ialltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
@@ -3285,27 +3285,27 @@ pub unsafe extern "C" fn PMPI_Ialltoallw_c(sendbuf: *const c_void, sendcounts: *
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ibarrier(comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ibarrier", comm)
+    crate::err::guard("MPI_Ibarrier", || unsafe { crate::api::ibarrier(comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ibarrier(comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ibarrier", comm)
+    crate::err::guard("MPI_Ibarrier", || unsafe { crate::api::ibarrier(comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ibcast(buffer: *mut c_void, count: c_int, datatype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ibcast", comm)
+    crate::err::guard("MPI_Ibcast", || unsafe { crate::api::ibcast(buffer, count, datatype, root, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ibcast(buffer: *mut c_void, count: c_int, datatype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ibcast", comm)
+    crate::err::guard("MPI_Ibcast", || unsafe { crate::api::ibcast(buffer, count, datatype, root, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ibcast_c(buffer: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ibcast_c", comm)
+    crate::err::guard("MPI_Ibcast_c", || unsafe { crate::api::ibcast_c(buffer, count, datatype, root, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ibcast_c(buffer: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ibcast_c", comm)
+    crate::err::guard("MPI_Ibcast_c", || unsafe { crate::api::ibcast_c(buffer, count, datatype, root, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ibsend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
@@ -3325,51 +3325,51 @@ pub unsafe extern "C" fn PMPI_Ibsend_c(buf: *const c_void, count: MPI_Count, dat
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Iexscan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Iexscan", comm)
+    crate::err::guard("MPI_Iexscan", || unsafe { crate::api::iexscan(sendbuf, recvbuf, count, datatype, op, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Iexscan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Iexscan", comm)
+    crate::err::guard("MPI_Iexscan", || unsafe { crate::api::iexscan(sendbuf, recvbuf, count, datatype, op, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Iexscan_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Iexscan_c", comm)
+    crate::err::guard("MPI_Iexscan_c", || unsafe { crate::api::iexscan_c(sendbuf, recvbuf, count, datatype, op, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Iexscan_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Iexscan_c", comm)
+    crate::err::guard("MPI_Iexscan_c", || unsafe { crate::api::iexscan_c(sendbuf, recvbuf, count, datatype, op, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Igather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Igather", comm)
+    crate::err::guard("MPI_Igather", || unsafe { crate::api::igather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Igather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Igather", comm)
+    crate::err::guard("MPI_Igather", || unsafe { crate::api::igather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Igather_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Igather_c", comm)
+    crate::err::guard("MPI_Igather_c", || unsafe { crate::api::igather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Igather_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Igather_c", comm)
+    crate::err::guard("MPI_Igather_c", || unsafe { crate::api::igather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Igatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Igatherv", comm)
+    crate::err::guard("MPI_Igatherv", || unsafe { crate::api::igatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Igatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Igatherv", comm)
+    crate::err::guard("MPI_Igatherv", || unsafe { crate::api::igatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Igatherv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Igatherv_c", comm)
+    crate::err::guard("MPI_Igatherv_c", || unsafe { crate::api::igatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Igatherv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Igatherv_c", comm)
+    crate::err::guard("MPI_Igatherv_c", || unsafe { crate::api::igatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Improbe(source: c_int, tag: c_int, comm: MPI_Comm, flag: *mut c_int, message: *mut MPI_Message, status: *mut MPI_Status) -> c_int {
@@ -3637,51 +3637,51 @@ pub unsafe extern "C" fn PMPI_Irecv_c(buf: *mut c_void, count: MPI_Count, dataty
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ireduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ireduce", comm)
+    crate::err::guard("MPI_Ireduce", || unsafe { crate::api::ireduce(sendbuf, recvbuf, count, datatype, op, root, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ireduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ireduce", comm)
+    crate::err::guard("MPI_Ireduce", || unsafe { crate::api::ireduce(sendbuf, recvbuf, count, datatype, op, root, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ireduce_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ireduce_c", comm)
+    crate::err::guard("MPI_Ireduce_c", || unsafe { crate::api::ireduce_c(sendbuf, recvbuf, count, datatype, op, root, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ireduce_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ireduce_c", comm)
+    crate::err::guard("MPI_Ireduce_c", || unsafe { crate::api::ireduce_c(sendbuf, recvbuf, count, datatype, op, root, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ireduce_scatter(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ireduce_scatter", comm)
+    crate::err::guard("MPI_Ireduce_scatter", || unsafe { crate::api::ireduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ireduce_scatter(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ireduce_scatter", comm)
+    crate::err::guard("MPI_Ireduce_scatter", || unsafe { crate::api::ireduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ireduce_scatter_c(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ireduce_scatter_c", comm)
+    crate::err::guard("MPI_Ireduce_scatter_c", || unsafe { crate::api::ireduce_scatter_c(sendbuf, recvbuf, recvcounts, datatype, op, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ireduce_scatter_c(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ireduce_scatter_c", comm)
+    crate::err::guard("MPI_Ireduce_scatter_c", || unsafe { crate::api::ireduce_scatter_c(sendbuf, recvbuf, recvcounts, datatype, op, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ireduce_scatter_block(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ireduce_scatter_block", comm)
+    crate::err::guard("MPI_Ireduce_scatter_block", || unsafe { crate::api::ireduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ireduce_scatter_block(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ireduce_scatter_block", comm)
+    crate::err::guard("MPI_Ireduce_scatter_block", || unsafe { crate::api::ireduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ireduce_scatter_block_c(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ireduce_scatter_block_c", comm)
+    crate::err::guard("MPI_Ireduce_scatter_block_c", || unsafe { crate::api::ireduce_scatter_block_c(sendbuf, recvbuf, recvcount, datatype, op, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ireduce_scatter_block_c(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ireduce_scatter_block_c", comm)
+    crate::err::guard("MPI_Ireduce_scatter_block_c", || unsafe { crate::api::ireduce_scatter_block_c(sendbuf, recvbuf, recvcount, datatype, op, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Irsend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
@@ -3709,51 +3709,51 @@ pub unsafe extern "C" fn PMPI_Is_thread_main(flag: *mut c_int) -> c_int {
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Iscan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Iscan", comm)
+    crate::err::guard("MPI_Iscan", || unsafe { crate::api::iscan(sendbuf, recvbuf, count, datatype, op, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Iscan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Iscan", comm)
+    crate::err::guard("MPI_Iscan", || unsafe { crate::api::iscan(sendbuf, recvbuf, count, datatype, op, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Iscan_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Iscan_c", comm)
+    crate::err::guard("MPI_Iscan_c", || unsafe { crate::api::iscan_c(sendbuf, recvbuf, count, datatype, op, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Iscan_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Iscan_c", comm)
+    crate::err::guard("MPI_Iscan_c", || unsafe { crate::api::iscan_c(sendbuf, recvbuf, count, datatype, op, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Iscatter(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Iscatter", comm)
+    crate::err::guard("MPI_Iscatter", || unsafe { crate::api::iscatter(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Iscatter(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Iscatter", comm)
+    crate::err::guard("MPI_Iscatter", || unsafe { crate::api::iscatter(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Iscatter_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Iscatter_c", comm)
+    crate::err::guard("MPI_Iscatter_c", || unsafe { crate::api::iscatter_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Iscatter_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Iscatter_c", comm)
+    crate::err::guard("MPI_Iscatter_c", || unsafe { crate::api::iscatter_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Iscatterv(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Iscatterv", comm)
+    crate::err::guard("MPI_Iscatterv", || unsafe { crate::api::iscatterv(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Iscatterv(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Iscatterv", comm)
+    crate::err::guard("MPI_Iscatterv", || unsafe { crate::api::iscatterv(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Iscatterv_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, displs: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Iscatterv_c", comm)
+    crate::err::guard("MPI_Iscatterv_c", || unsafe { crate::api::iscatterv_c(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Iscatterv_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, displs: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Iscatterv_c", comm)
+    crate::err::guard("MPI_Iscatterv_c", || unsafe { crate::api::iscatterv_c(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Isend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
@@ -4317,35 +4317,35 @@ pub unsafe extern "C" fn PMPI_Reduce_init_c(sendbuf: *const c_void, recvbuf: *mu
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Reduce_local(inbuf: *const c_void, inoutbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op) -> c_int {
-    crate::err::unsupported("MPI_Reduce_local", MPI_COMM_SELF)
+    crate::err::guard("MPI_Reduce_local", || unsafe { crate::api::reduce_local(inbuf, inoutbuf, count, datatype, op) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Reduce_local(inbuf: *const c_void, inoutbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op) -> c_int {
-    crate::err::unsupported("MPI_Reduce_local", MPI_COMM_SELF)
+    crate::err::guard("MPI_Reduce_local", || unsafe { crate::api::reduce_local(inbuf, inoutbuf, count, datatype, op) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Reduce_local_c(inbuf: *const c_void, inoutbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op) -> c_int {
-    crate::err::unsupported("MPI_Reduce_local_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Reduce_local_c", || unsafe { crate::api::reduce_local_c(inbuf, inoutbuf, count, datatype, op) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Reduce_local_c(inbuf: *const c_void, inoutbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op) -> c_int {
-    crate::err::unsupported("MPI_Reduce_local_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Reduce_local_c", || unsafe { crate::api::reduce_local_c(inbuf, inoutbuf, count, datatype, op) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Reduce_scatter(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Reduce_scatter", comm)
+    crate::err::guard("MPI_Reduce_scatter", || unsafe { crate::api::reduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Reduce_scatter(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Reduce_scatter", comm)
+    crate::err::guard("MPI_Reduce_scatter", || unsafe { crate::api::reduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Reduce_scatter_c(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Reduce_scatter_c", comm)
+    crate::err::guard("MPI_Reduce_scatter_c", || unsafe { crate::api::reduce_scatter_c(sendbuf, recvbuf, recvcounts, datatype, op, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Reduce_scatter_c(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Reduce_scatter_c", comm)
+    crate::err::guard("MPI_Reduce_scatter_c", || unsafe { crate::api::reduce_scatter_c(sendbuf, recvbuf, recvcounts, datatype, op, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Reduce_scatter_block(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
@@ -4557,19 +4557,19 @@ pub unsafe extern "C" fn PMPI_Rsend_init_c(buf: *const c_void, count: MPI_Count,
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Scan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Scan", comm)
+    crate::err::guard("MPI_Scan", || unsafe { crate::api::scan(sendbuf, recvbuf, count, datatype, op, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Scan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Scan", comm)
+    crate::err::guard("MPI_Scan", || unsafe { crate::api::scan(sendbuf, recvbuf, count, datatype, op, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Scan_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Scan_c", comm)
+    crate::err::guard("MPI_Scan_c", || unsafe { crate::api::scan_c(sendbuf, recvbuf, count, datatype, op, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Scan_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Scan_c", comm)
+    crate::err::guard("MPI_Scan_c", || unsafe { crate::api::scan_c(sendbuf, recvbuf, count, datatype, op, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Scan_init(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
@@ -4621,19 +4621,19 @@ pub unsafe extern "C" fn PMPI_Scatter_init_c(sendbuf: *const c_void, sendcount: 
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Scatterv(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Scatterv", comm)
+    crate::err::guard("MPI_Scatterv", || unsafe { crate::api::scatterv(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Scatterv(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Scatterv", comm)
+    crate::err::guard("MPI_Scatterv", || unsafe { crate::api::scatterv(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Scatterv_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, displs: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Scatterv_c", comm)
+    crate::err::guard("MPI_Scatterv_c", || unsafe { crate::api::scatterv_c(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Scatterv_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, displs: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Scatterv_c", comm)
+    crate::err::guard("MPI_Scatterv_c", || unsafe { crate::api::scatterv_c(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Scatterv_init(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {

@@ -6,6 +6,7 @@
 
 pub mod abi_gen;
 pub mod api;
+pub mod colls;
 pub mod datatype;
 pub mod err;
 pub mod op;
