@@ -466,7 +466,7 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Allgatherv_c", true),
     ("MPI_Allgatherv_init", false),
     ("MPI_Allgatherv_init_c", false),
-    ("MPI_Alloc_mem", false),
+    ("MPI_Alloc_mem", true),
     ("MPI_Allreduce", true),
     ("MPI_Allreduce_c", true),
     ("MPI_Allreduce_init", false),
@@ -518,7 +518,7 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Comm_call_errhandler", true),
     ("MPI_Comm_compare", true),
     ("MPI_Comm_connect", false),
-    ("MPI_Comm_create", false),
+    ("MPI_Comm_create", true),
     ("MPI_Comm_create_errhandler", true),
     ("MPIX_Comm_create_errhandler_x", false),
     ("MPI_Comm_create_from_group", false),
@@ -536,9 +536,9 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Comm_get_attr", true),
     ("MPI_Comm_get_errhandler", true),
     ("MPI_Comm_get_info", false),
-    ("MPI_Comm_get_name", false),
+    ("MPI_Comm_get_name", true),
     ("MPI_Comm_get_parent", false),
-    ("MPI_Comm_group", false),
+    ("MPI_Comm_group", true),
     ("MPI_Comm_idup", false),
     ("MPI_Comm_idup_with_info", false),
     ("MPI_Comm_iflush_buffer", false),
@@ -549,13 +549,13 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Comm_set_attr", false),
     ("MPI_Comm_set_errhandler", true),
     ("MPI_Comm_set_info", false),
-    ("MPI_Comm_set_name", false),
+    ("MPI_Comm_set_name", true),
     ("MPI_Comm_size", true),
     ("MPI_Comm_spawn", false),
     ("MPI_Comm_spawn_multiple", false),
     ("MPI_Comm_split", true),
-    ("MPI_Comm_split_type", false),
-    ("MPI_Comm_test_inter", false),
+    ("MPI_Comm_split_type", true),
+    ("MPI_Comm_test_inter", true),
     ("MPI_Compare_and_swap", false),
     ("MPI_Dims_create", false),
     ("MPI_Dist_graph_create", false),
@@ -661,7 +661,7 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_File_write_shared_c", false),
     ("MPI_Finalize", true),
     ("MPI_Finalized", true),
-    ("MPI_Free_mem", false),
+    ("MPI_Free_mem", true),
     ("MPI_Gather", true),
     ("MPI_Gather_c", true),
     ("MPI_Gather_init", false),
@@ -677,8 +677,8 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Get_address", false),
     ("MPI_Get_count", true),
     ("MPI_Get_count_c", true),
-    ("MPI_Get_elements", false),
-    ("MPI_Get_elements_c", false),
+    ("MPI_Get_elements", true),
+    ("MPI_Get_elements_c", true),
     ("MPI_Get_elements_x", false),
     ("MPI_Get_hw_resource_info", false),
     ("MPI_Get_library_version", true),
@@ -692,18 +692,18 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Graphdims_get", false),
     ("MPI_Grequest_complete", false),
     ("MPI_Grequest_start", false),
-    ("MPI_Group_compare", false),
+    ("MPI_Group_compare", true),
     ("MPI_Group_difference", false),
-    ("MPI_Group_excl", false),
-    ("MPI_Group_free", false),
+    ("MPI_Group_excl", true),
+    ("MPI_Group_free", true),
     ("MPI_Group_from_session_pset", false),
-    ("MPI_Group_incl", false),
+    ("MPI_Group_incl", true),
     ("MPI_Group_intersection", false),
     ("MPI_Group_range_excl", false),
     ("MPI_Group_range_incl", false),
-    ("MPI_Group_rank", false),
-    ("MPI_Group_size", false),
-    ("MPI_Group_translate_ranks", false),
+    ("MPI_Group_rank", true),
+    ("MPI_Group_size", true),
+    ("MPI_Group_translate_ranks", true),
     ("MPI_Group_union", false),
     ("MPI_Iallgather", true),
     ("MPI_Iallgather_c", true),
@@ -862,7 +862,7 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Remove_error_code", false),
     ("MPI_Remove_error_string", false),
     ("MPI_Request_free", true),
-    ("MPI_Request_get_status", false),
+    ("MPI_Request_get_status", true),
     ("MPI_Request_get_status_all", false),
     ("MPI_Request_get_status_any", false),
     ("MPI_Request_get_status_some", false),
@@ -894,8 +894,8 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Send_init_c", false),
     ("MPI_Sendrecv", true),
     ("MPI_Sendrecv_c", true),
-    ("MPI_Sendrecv_replace", false),
-    ("MPI_Sendrecv_replace_c", false),
+    ("MPI_Sendrecv_replace", true),
+    ("MPI_Sendrecv_replace_c", true),
     ("MPI_Session_attach_buffer", false),
     ("MPI_Session_attach_buffer_c", false),
     ("MPI_Session_call_errhandler", false),
@@ -922,18 +922,18 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Status_get_error", false),
     ("MPI_Status_get_source", false),
     ("MPI_Status_get_tag", false),
-    ("MPI_Status_set_cancelled", false),
-    ("MPI_Status_set_elements", false),
-    ("MPI_Status_set_elements_c", false),
+    ("MPI_Status_set_cancelled", true),
+    ("MPI_Status_set_elements", true),
+    ("MPI_Status_set_elements_c", true),
     ("MPI_Status_set_elements_x", false),
     ("MPI_Status_set_error", false),
     ("MPI_Status_set_source", false),
     ("MPI_Status_set_tag", false),
     ("MPI_Test", true),
-    ("MPI_Test_cancelled", false),
+    ("MPI_Test_cancelled", true),
     ("MPI_Testall", true),
     ("MPI_Testany", true),
-    ("MPI_Testsome", false),
+    ("MPI_Testsome", true),
     ("MPI_Topo_test", false),
     ("MPI_Type_commit", false),
     ("MPI_Type_contiguous", false),
@@ -967,12 +967,12 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Type_get_contents_c", false),
     ("MPI_Type_get_envelope", false),
     ("MPI_Type_get_envelope_c", false),
-    ("MPI_Type_get_extent", false),
-    ("MPI_Type_get_extent_c", false),
+    ("MPI_Type_get_extent", true),
+    ("MPI_Type_get_extent_c", true),
     ("MPI_Type_get_extent_x", false),
-    ("MPI_Type_get_name", false),
-    ("MPI_Type_get_true_extent", false),
-    ("MPI_Type_get_true_extent_c", false),
+    ("MPI_Type_get_name", true),
+    ("MPI_Type_get_true_extent", true),
+    ("MPI_Type_get_true_extent_c", true),
     ("MPI_Type_get_true_extent_x", false),
     ("MPI_Type_get_value_index", false),
     ("MPI_Type_indexed", false),
@@ -993,7 +993,7 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Wait", true),
     ("MPI_Waitall", true),
     ("MPI_Waitany", true),
-    ("MPI_Waitsome", false),
+    ("MPI_Waitsome", true),
     ("MPI_Win_allocate", false),
     ("MPI_Win_allocate_c", false),
     ("MPI_Win_allocate_shared", false),
@@ -1277,11 +1277,11 @@ pub unsafe extern "C" fn PMPI_Allgatherv_init_c(sendbuf: *const c_void, sendcoun
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Alloc_mem(size: MPI_Aint, info: MPI_Info, baseptr: *mut c_void) -> c_int {
-    crate::err::unsupported("MPI_Alloc_mem", MPI_COMM_SELF)
+    crate::err::guard("MPI_Alloc_mem", || unsafe { crate::api::alloc_mem(size, info, baseptr) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Alloc_mem(size: MPI_Aint, info: MPI_Info, baseptr: *mut c_void) -> c_int {
-    crate::err::unsupported("MPI_Alloc_mem", MPI_COMM_SELF)
+    crate::err::guard("MPI_Alloc_mem", || unsafe { crate::api::alloc_mem(size, info, baseptr) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Allreduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
@@ -1693,11 +1693,11 @@ pub unsafe extern "C" fn PMPI_Comm_connect(port_name: *const c_char, info: MPI_I
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_create(comm: MPI_Comm, group: MPI_Group, newcomm: *mut MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Comm_create", comm)
+    crate::err::guard("MPI_Comm_create", || unsafe { crate::api::comm_create(comm, group, newcomm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_create(comm: MPI_Comm, group: MPI_Group, newcomm: *mut MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Comm_create", comm)
+    crate::err::guard("MPI_Comm_create", || unsafe { crate::api::comm_create(comm, group, newcomm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_create_errhandler(comm_errhandler_fn: Option<MPI_Comm_errhandler_function>, errhandler: *mut MPI_Errhandler) -> c_int {
@@ -1837,11 +1837,11 @@ pub unsafe extern "C" fn PMPI_Comm_get_info(comm: MPI_Comm, info_used: *mut MPI_
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_get_name(comm: MPI_Comm, comm_name: *mut c_char, resultlen: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Comm_get_name", comm)
+    crate::err::guard("MPI_Comm_get_name", || unsafe { crate::api::comm_get_name(comm, comm_name, resultlen) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_get_name(comm: MPI_Comm, comm_name: *mut c_char, resultlen: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Comm_get_name", comm)
+    crate::err::guard("MPI_Comm_get_name", || unsafe { crate::api::comm_get_name(comm, comm_name, resultlen) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_get_parent(parent: *mut MPI_Comm) -> c_int {
@@ -1853,11 +1853,11 @@ pub unsafe extern "C" fn PMPI_Comm_get_parent(parent: *mut MPI_Comm) -> c_int {
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_group(comm: MPI_Comm, group: *mut MPI_Group) -> c_int {
-    crate::err::unsupported("MPI_Comm_group", comm)
+    crate::err::guard("MPI_Comm_group", || unsafe { crate::api::comm_group(comm, group) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_group(comm: MPI_Comm, group: *mut MPI_Group) -> c_int {
-    crate::err::unsupported("MPI_Comm_group", comm)
+    crate::err::guard("MPI_Comm_group", || unsafe { crate::api::comm_group(comm, group) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_idup(comm: MPI_Comm, newcomm: *mut MPI_Comm, request: *mut MPI_Request) -> c_int {
@@ -1941,11 +1941,11 @@ pub unsafe extern "C" fn PMPI_Comm_set_info(comm: MPI_Comm, info: MPI_Info) -> c
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_set_name(comm: MPI_Comm, comm_name: *const c_char) -> c_int {
-    crate::err::unsupported("MPI_Comm_set_name", comm)
+    crate::err::guard("MPI_Comm_set_name", || unsafe { crate::api::comm_set_name(comm, comm_name) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_set_name(comm: MPI_Comm, comm_name: *const c_char) -> c_int {
-    crate::err::unsupported("MPI_Comm_set_name", comm)
+    crate::err::guard("MPI_Comm_set_name", || unsafe { crate::api::comm_set_name(comm, comm_name) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_size(comm: MPI_Comm, size: *mut c_int) -> c_int {
@@ -1981,19 +1981,19 @@ pub unsafe extern "C" fn PMPI_Comm_split(comm: MPI_Comm, color: c_int, key: c_in
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_split_type(comm: MPI_Comm, split_type: c_int, key: c_int, info: MPI_Info, newcomm: *mut MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Comm_split_type", comm)
+    crate::err::guard("MPI_Comm_split_type", || unsafe { crate::api::comm_split_type(comm, split_type, key, info, newcomm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_split_type(comm: MPI_Comm, split_type: c_int, key: c_int, info: MPI_Info, newcomm: *mut MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Comm_split_type", comm)
+    crate::err::guard("MPI_Comm_split_type", || unsafe { crate::api::comm_split_type(comm, split_type, key, info, newcomm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_test_inter(comm: MPI_Comm, flag: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Comm_test_inter", comm)
+    crate::err::guard("MPI_Comm_test_inter", || unsafe { crate::api::comm_test_inter(comm, flag) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_test_inter(comm: MPI_Comm, flag: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Comm_test_inter", comm)
+    crate::err::guard("MPI_Comm_test_inter", || unsafe { crate::api::comm_test_inter(comm, flag) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Compare_and_swap(origin_addr: *const c_void, compare_addr: *const c_void, result_addr: *mut c_void, datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, win: MPI_Win) -> c_int {
@@ -2837,11 +2837,11 @@ pub unsafe extern "C" fn PMPI_Finalized(flag: *mut c_int) -> c_int {
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Free_mem(base: *mut c_void) -> c_int {
-    crate::err::unsupported("MPI_Free_mem", MPI_COMM_SELF)
+    crate::err::guard("MPI_Free_mem", || unsafe { crate::api::free_mem(base) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Free_mem(base: *mut c_void) -> c_int {
-    crate::err::unsupported("MPI_Free_mem", MPI_COMM_SELF)
+    crate::err::guard("MPI_Free_mem", || unsafe { crate::api::free_mem(base) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Gather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) -> c_int {
@@ -2965,19 +2965,19 @@ pub unsafe extern "C" fn PMPI_Get_count_c(status: *const MPI_Status, datatype: M
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Get_elements(status: *const MPI_Status, datatype: MPI_Datatype, count: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Get_elements", MPI_COMM_SELF)
+    crate::err::guard("MPI_Get_elements", || unsafe { crate::api::get_elements(status, datatype, count) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Get_elements(status: *const MPI_Status, datatype: MPI_Datatype, count: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Get_elements", MPI_COMM_SELF)
+    crate::err::guard("MPI_Get_elements", || unsafe { crate::api::get_elements(status, datatype, count) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Get_elements_c(status: *const MPI_Status, datatype: MPI_Datatype, count: *mut MPI_Count) -> c_int {
-    crate::err::unsupported("MPI_Get_elements_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Get_elements_c", || unsafe { crate::api::get_elements_c(status, datatype, count) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Get_elements_c(status: *const MPI_Status, datatype: MPI_Datatype, count: *mut MPI_Count) -> c_int {
-    crate::err::unsupported("MPI_Get_elements_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Get_elements_c", || unsafe { crate::api::get_elements_c(status, datatype, count) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Get_elements_x(status: *const MPI_Status, datatype: MPI_Datatype, count: *mut MPI_Count) -> c_int {
@@ -3085,11 +3085,11 @@ pub unsafe extern "C" fn PMPI_Grequest_start(query_fn: Option<MPI_Grequest_query
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Group_compare(group1: MPI_Group, group2: MPI_Group, result: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Group_compare", MPI_COMM_SELF)
+    crate::err::guard("MPI_Group_compare", || unsafe { crate::api::group_compare(group1, group2, result) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Group_compare(group1: MPI_Group, group2: MPI_Group, result: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Group_compare", MPI_COMM_SELF)
+    crate::err::guard("MPI_Group_compare", || unsafe { crate::api::group_compare(group1, group2, result) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Group_difference(group1: MPI_Group, group2: MPI_Group, newgroup: *mut MPI_Group) -> c_int {
@@ -3101,19 +3101,19 @@ pub unsafe extern "C" fn PMPI_Group_difference(group1: MPI_Group, group2: MPI_Gr
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Group_excl(group: MPI_Group, n: c_int, ranks: *const c_int, newgroup: *mut MPI_Group) -> c_int {
-    crate::err::unsupported("MPI_Group_excl", MPI_COMM_SELF)
+    crate::err::guard("MPI_Group_excl", || unsafe { crate::api::group_excl(group, n, ranks, newgroup) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Group_excl(group: MPI_Group, n: c_int, ranks: *const c_int, newgroup: *mut MPI_Group) -> c_int {
-    crate::err::unsupported("MPI_Group_excl", MPI_COMM_SELF)
+    crate::err::guard("MPI_Group_excl", || unsafe { crate::api::group_excl(group, n, ranks, newgroup) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Group_free(group: *mut MPI_Group) -> c_int {
-    crate::err::unsupported("MPI_Group_free", MPI_COMM_SELF)
+    crate::err::guard("MPI_Group_free", || unsafe { crate::api::group_free(group) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Group_free(group: *mut MPI_Group) -> c_int {
-    crate::err::unsupported("MPI_Group_free", MPI_COMM_SELF)
+    crate::err::guard("MPI_Group_free", || unsafe { crate::api::group_free(group) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Group_from_session_pset(session: MPI_Session, pset_name: *const c_char, newgroup: *mut MPI_Group) -> c_int {
@@ -3125,11 +3125,11 @@ pub unsafe extern "C" fn PMPI_Group_from_session_pset(session: MPI_Session, pset
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Group_incl(group: MPI_Group, n: c_int, ranks: *const c_int, newgroup: *mut MPI_Group) -> c_int {
-    crate::err::unsupported("MPI_Group_incl", MPI_COMM_SELF)
+    crate::err::guard("MPI_Group_incl", || unsafe { crate::api::group_incl(group, n, ranks, newgroup) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Group_incl(group: MPI_Group, n: c_int, ranks: *const c_int, newgroup: *mut MPI_Group) -> c_int {
-    crate::err::unsupported("MPI_Group_incl", MPI_COMM_SELF)
+    crate::err::guard("MPI_Group_incl", || unsafe { crate::api::group_incl(group, n, ranks, newgroup) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Group_intersection(group1: MPI_Group, group2: MPI_Group, newgroup: *mut MPI_Group) -> c_int {
@@ -3157,27 +3157,27 @@ pub unsafe extern "C" fn PMPI_Group_range_incl(group: MPI_Group, n: c_int, range
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Group_rank(group: MPI_Group, rank: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Group_rank", MPI_COMM_SELF)
+    crate::err::guard("MPI_Group_rank", || unsafe { crate::api::group_rank(group, rank) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Group_rank(group: MPI_Group, rank: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Group_rank", MPI_COMM_SELF)
+    crate::err::guard("MPI_Group_rank", || unsafe { crate::api::group_rank(group, rank) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Group_size(group: MPI_Group, size: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Group_size", MPI_COMM_SELF)
+    crate::err::guard("MPI_Group_size", || unsafe { crate::api::group_size(group, size) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Group_size(group: MPI_Group, size: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Group_size", MPI_COMM_SELF)
+    crate::err::guard("MPI_Group_size", || unsafe { crate::api::group_size(group, size) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Group_translate_ranks(group1: MPI_Group, n: c_int, ranks1: *const c_int, group2: MPI_Group, ranks2: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Group_translate_ranks", MPI_COMM_SELF)
+    crate::err::guard("MPI_Group_translate_ranks", || unsafe { crate::api::group_translate_ranks(group1, n, ranks1, group2, ranks2) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Group_translate_ranks(group1: MPI_Group, n: c_int, ranks1: *const c_int, group2: MPI_Group, ranks2: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Group_translate_ranks", MPI_COMM_SELF)
+    crate::err::guard("MPI_Group_translate_ranks", || unsafe { crate::api::group_translate_ranks(group1, n, ranks1, group2, ranks2) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Group_union(group1: MPI_Group, group2: MPI_Group, newgroup: *mut MPI_Group) -> c_int {
@@ -4445,11 +4445,11 @@ pub unsafe extern "C" fn PMPI_Request_free(request: *mut MPI_Request) -> c_int {
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Request_get_status(request: MPI_Request, flag: *mut c_int, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_Request_get_status", MPI_COMM_SELF)
+    crate::err::guard("MPI_Request_get_status", || unsafe { crate::api::request_get_status(request, flag, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Request_get_status(request: MPI_Request, flag: *mut c_int, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_Request_get_status", MPI_COMM_SELF)
+    crate::err::guard("MPI_Request_get_status", || unsafe { crate::api::request_get_status(request, flag, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Request_get_status_all(count: c_int, array_of_requests: *const MPI_Request, flag: *mut c_int, array_of_statuses: *mut MPI_Status) -> c_int {
@@ -4701,19 +4701,19 @@ pub unsafe extern "C" fn PMPI_Sendrecv_c(sendbuf: *const c_void, sendcount: MPI_
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Sendrecv_replace(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, sendtag: c_int, source: c_int, recvtag: c_int, comm: MPI_Comm, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_Sendrecv_replace", comm)
+    crate::err::guard("MPI_Sendrecv_replace", || unsafe { crate::api::sendrecv_replace(buf, count, datatype, dest, sendtag, source, recvtag, comm, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Sendrecv_replace(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, sendtag: c_int, source: c_int, recvtag: c_int, comm: MPI_Comm, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_Sendrecv_replace", comm)
+    crate::err::guard("MPI_Sendrecv_replace", || unsafe { crate::api::sendrecv_replace(buf, count, datatype, dest, sendtag, source, recvtag, comm, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Sendrecv_replace_c(buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, sendtag: c_int, source: c_int, recvtag: c_int, comm: MPI_Comm, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_Sendrecv_replace_c", comm)
+    crate::err::guard("MPI_Sendrecv_replace_c", || unsafe { crate::api::sendrecv_replace_c(buf, count, datatype, dest, sendtag, source, recvtag, comm, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Sendrecv_replace_c(buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, sendtag: c_int, source: c_int, recvtag: c_int, comm: MPI_Comm, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_Sendrecv_replace_c", comm)
+    crate::err::guard("MPI_Sendrecv_replace_c", || unsafe { crate::api::sendrecv_replace_c(buf, count, datatype, dest, sendtag, source, recvtag, comm, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Session_attach_buffer(session: MPI_Session, buffer: *mut c_void, size: c_int) -> c_int {
@@ -4925,27 +4925,27 @@ pub unsafe extern "C" fn PMPI_Status_get_tag(status: *const MPI_Status, tag: *mu
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Status_set_cancelled(status: *mut MPI_Status, flag: c_int) -> c_int {
-    crate::err::unsupported("MPI_Status_set_cancelled", MPI_COMM_SELF)
+    crate::err::guard("MPI_Status_set_cancelled", || unsafe { crate::api::status_set_cancelled(status, flag) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Status_set_cancelled(status: *mut MPI_Status, flag: c_int) -> c_int {
-    crate::err::unsupported("MPI_Status_set_cancelled", MPI_COMM_SELF)
+    crate::err::guard("MPI_Status_set_cancelled", || unsafe { crate::api::status_set_cancelled(status, flag) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Status_set_elements(status: *mut MPI_Status, datatype: MPI_Datatype, count: c_int) -> c_int {
-    crate::err::unsupported("MPI_Status_set_elements", MPI_COMM_SELF)
+    crate::err::guard("MPI_Status_set_elements", || unsafe { crate::api::status_set_elements(status, datatype, count) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Status_set_elements(status: *mut MPI_Status, datatype: MPI_Datatype, count: c_int) -> c_int {
-    crate::err::unsupported("MPI_Status_set_elements", MPI_COMM_SELF)
+    crate::err::guard("MPI_Status_set_elements", || unsafe { crate::api::status_set_elements(status, datatype, count) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Status_set_elements_c(status: *mut MPI_Status, datatype: MPI_Datatype, count: MPI_Count) -> c_int {
-    crate::err::unsupported("MPI_Status_set_elements_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Status_set_elements_c", || unsafe { crate::api::status_set_elements_c(status, datatype, count) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Status_set_elements_c(status: *mut MPI_Status, datatype: MPI_Datatype, count: MPI_Count) -> c_int {
-    crate::err::unsupported("MPI_Status_set_elements_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Status_set_elements_c", || unsafe { crate::api::status_set_elements_c(status, datatype, count) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Status_set_elements_x(status: *mut MPI_Status, datatype: MPI_Datatype, count: MPI_Count) -> c_int {
@@ -4989,11 +4989,11 @@ pub unsafe extern "C" fn PMPI_Test(request: *mut MPI_Request, flag: *mut c_int, 
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Test_cancelled(status: *const MPI_Status, flag: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Test_cancelled", MPI_COMM_SELF)
+    crate::err::guard("MPI_Test_cancelled", || unsafe { crate::api::test_cancelled(status, flag) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Test_cancelled(status: *const MPI_Status, flag: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Test_cancelled", MPI_COMM_SELF)
+    crate::err::guard("MPI_Test_cancelled", || unsafe { crate::api::test_cancelled(status, flag) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Testall(count: c_int, array_of_requests: *mut MPI_Request, flag: *mut c_int, array_of_statuses: *mut MPI_Status) -> c_int {
@@ -5013,11 +5013,11 @@ pub unsafe extern "C" fn PMPI_Testany(count: c_int, array_of_requests: *mut MPI_
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Testsome(incount: c_int, array_of_requests: *mut MPI_Request, outcount: *mut c_int, array_of_indices: *mut c_int, array_of_statuses: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_Testsome", MPI_COMM_SELF)
+    crate::err::guard("MPI_Testsome", || unsafe { crate::api::testsome(incount, array_of_requests, outcount, array_of_indices, array_of_statuses) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Testsome(incount: c_int, array_of_requests: *mut MPI_Request, outcount: *mut c_int, array_of_indices: *mut c_int, array_of_statuses: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_Testsome", MPI_COMM_SELF)
+    crate::err::guard("MPI_Testsome", || unsafe { crate::api::testsome(incount, array_of_requests, outcount, array_of_indices, array_of_statuses) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Topo_test(comm: MPI_Comm, status: *mut c_int) -> c_int {
@@ -5285,19 +5285,19 @@ pub unsafe extern "C" fn PMPI_Type_get_envelope_c(datatype: MPI_Datatype, num_in
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_get_extent(datatype: MPI_Datatype, lb: *mut MPI_Aint, extent: *mut MPI_Aint) -> c_int {
-    crate::err::unsupported("MPI_Type_get_extent", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_get_extent", || unsafe { crate::api::type_get_extent(datatype, lb, extent) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_get_extent(datatype: MPI_Datatype, lb: *mut MPI_Aint, extent: *mut MPI_Aint) -> c_int {
-    crate::err::unsupported("MPI_Type_get_extent", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_get_extent", || unsafe { crate::api::type_get_extent(datatype, lb, extent) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_get_extent_c(datatype: MPI_Datatype, lb: *mut MPI_Count, extent: *mut MPI_Count) -> c_int {
-    crate::err::unsupported("MPI_Type_get_extent_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_get_extent_c", || unsafe { crate::api::type_get_extent_c(datatype, lb, extent) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_get_extent_c(datatype: MPI_Datatype, lb: *mut MPI_Count, extent: *mut MPI_Count) -> c_int {
-    crate::err::unsupported("MPI_Type_get_extent_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_get_extent_c", || unsafe { crate::api::type_get_extent_c(datatype, lb, extent) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_get_extent_x(datatype: MPI_Datatype, lb: *mut MPI_Count, extent: *mut MPI_Count) -> c_int {
@@ -5309,27 +5309,27 @@ pub unsafe extern "C" fn PMPI_Type_get_extent_x(datatype: MPI_Datatype, lb: *mut
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_get_name(datatype: MPI_Datatype, type_name: *mut c_char, resultlen: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Type_get_name", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_get_name", || unsafe { crate::api::type_get_name(datatype, type_name, resultlen) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_get_name(datatype: MPI_Datatype, type_name: *mut c_char, resultlen: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Type_get_name", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_get_name", || unsafe { crate::api::type_get_name(datatype, type_name, resultlen) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_get_true_extent(datatype: MPI_Datatype, true_lb: *mut MPI_Aint, true_extent: *mut MPI_Aint) -> c_int {
-    crate::err::unsupported("MPI_Type_get_true_extent", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_get_true_extent", || unsafe { crate::api::type_get_true_extent(datatype, true_lb, true_extent) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_get_true_extent(datatype: MPI_Datatype, true_lb: *mut MPI_Aint, true_extent: *mut MPI_Aint) -> c_int {
-    crate::err::unsupported("MPI_Type_get_true_extent", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_get_true_extent", || unsafe { crate::api::type_get_true_extent(datatype, true_lb, true_extent) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_get_true_extent_c(datatype: MPI_Datatype, true_lb: *mut MPI_Count, true_extent: *mut MPI_Count) -> c_int {
-    crate::err::unsupported("MPI_Type_get_true_extent_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_get_true_extent_c", || unsafe { crate::api::type_get_true_extent_c(datatype, true_lb, true_extent) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_get_true_extent_c(datatype: MPI_Datatype, true_lb: *mut MPI_Count, true_extent: *mut MPI_Count) -> c_int {
-    crate::err::unsupported("MPI_Type_get_true_extent_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_get_true_extent_c", || unsafe { crate::api::type_get_true_extent_c(datatype, true_lb, true_extent) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_get_true_extent_x(datatype: MPI_Datatype, true_lb: *mut MPI_Count, true_extent: *mut MPI_Count) -> c_int {
@@ -5493,11 +5493,11 @@ pub unsafe extern "C" fn PMPI_Waitany(count: c_int, array_of_requests: *mut MPI_
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Waitsome(incount: c_int, array_of_requests: *mut MPI_Request, outcount: *mut c_int, array_of_indices: *mut c_int, array_of_statuses: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_Waitsome", MPI_COMM_SELF)
+    crate::err::guard("MPI_Waitsome", || unsafe { crate::api::waitsome(incount, array_of_requests, outcount, array_of_indices, array_of_statuses) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Waitsome(incount: c_int, array_of_requests: *mut MPI_Request, outcount: *mut c_int, array_of_indices: *mut c_int, array_of_statuses: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_Waitsome", MPI_COMM_SELF)
+    crate::err::guard("MPI_Waitsome", || unsafe { crate::api::waitsome(incount, array_of_requests, outcount, array_of_indices, array_of_statuses) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_allocate(size: MPI_Aint, disp_unit: c_int, info: MPI_Info, comm: MPI_Comm, baseptr: *mut c_void, win: *mut MPI_Win) -> c_int {

@@ -748,3 +748,416 @@ pub unsafe fn op_free(o: *mut MPI_Op) -> Res {
     *p = MPI_OP_NULL;
     Ok(())
 }
+
+// ---- more environment, datatypes, statuses ----------------------------------------------------
+
+pub unsafe fn alloc_mem(size: MPI_Aint, _info: MPI_Info, baseptr: *mut c_void) -> Res {
+    let out = out(baseptr as *mut *mut c_void, "baseptr")?;
+    if size < 0 {
+        return mpi_err!(MPI_ERR_SIZE, "size {size} is negative");
+    }
+    // SAFETY: malloc of at least one byte; freed by MPI_Free_mem.
+    let p = unsafe { libc::malloc((size as usize).max(1)) };
+    if p.is_null() {
+        return mpi_err!(MPI_ERR_NO_MEM, "cannot allocate {size} bytes");
+    }
+    *out = p;
+    Ok(())
+}
+
+pub unsafe fn free_mem(base: *mut c_void) -> Res {
+    // SAFETY: memory from MPI_Alloc_mem (malloc), or NULL.
+    unsafe { libc::free(base) };
+    Ok(())
+}
+
+pub unsafe fn get_elements(st: *const MPI_Status, dt: MPI_Datatype, count: *mut c_int) -> Res {
+    get_count(st, dt, count)
+}
+
+pub unsafe fn get_elements_c(st: *const MPI_Status, dt: MPI_Datatype, count: *mut MPI_Count) -> Res {
+    get_count_c(st, dt, count)
+}
+
+pub unsafe fn status_set_elements_c(st: *mut MPI_Status, dt: MPI_Datatype, count: MPI_Count) -> Res {
+    let d = datatype::get(dt)?;
+    let n = d.bytes(count)?;
+    request::set_count(out(st, "status")?, n);
+    Ok(())
+}
+
+pub unsafe fn status_set_elements(st: *mut MPI_Status, dt: MPI_Datatype, count: c_int) -> Res {
+    status_set_elements_c(st, dt, count as MPI_Count)
+}
+
+pub unsafe fn status_set_cancelled(st: *mut MPI_Status, flag: c_int) -> Res {
+    out(st, "status")?.MPI_internal[2] = (flag != 0) as c_int;
+    Ok(())
+}
+
+pub unsafe fn test_cancelled(st: *const MPI_Status, flag: *mut c_int) -> Res {
+    let s = unsafe { st.as_ref() }.ok_or_else(|| MpiErr::new(MPI_ERR_ARG, "status is NULL"))?;
+    *out(flag, "flag")? = (s.MPI_internal[2] != 0) as c_int;
+    Ok(())
+}
+
+pub unsafe fn type_get_name(dt: MPI_Datatype, name: *mut c_char, len: *mut c_int) -> Res {
+    let d = datatype::get(dt)?;
+    put_str(d.name, name, len, MPI_MAX_OBJECT_NAME as usize)
+}
+
+pub unsafe fn type_get_extent_c(dt: MPI_Datatype, lb: *mut MPI_Count, extent: *mut MPI_Count) -> Res {
+    let d = datatype::get(dt)?;
+    *out(lb, "lb")? = 0;
+    *out(extent, "extent")? = d.extent as MPI_Count;
+    Ok(())
+}
+
+pub unsafe fn type_get_extent(dt: MPI_Datatype, lb: *mut MPI_Aint, extent: *mut MPI_Aint) -> Res {
+    let d = datatype::get(dt)?;
+    *out(lb, "lb")? = 0;
+    *out(extent, "extent")? = d.extent as MPI_Aint;
+    Ok(())
+}
+
+pub unsafe fn type_get_true_extent_c(dt: MPI_Datatype, lb: *mut MPI_Count, extent: *mut MPI_Count) -> Res {
+    let d = datatype::get(dt)?;
+    *out(lb, "true_lb")? = 0;
+    *out(extent, "true_extent")? = d.size as MPI_Count;
+    Ok(())
+}
+
+pub unsafe fn type_get_true_extent(dt: MPI_Datatype, lb: *mut MPI_Aint, extent: *mut MPI_Aint) -> Res {
+    let d = datatype::get(dt)?;
+    *out(lb, "true_lb")? = 0;
+    *out(extent, "true_extent")? = d.size as MPI_Aint;
+    Ok(())
+}
+
+// ---- more completion ------------------------------------------------------------------------------
+
+pub unsafe fn request_get_status(h: MPI_Request, flag: *mut c_int, st: *mut MPI_Status) -> Res {
+    active()?;
+    let f = out(flag, "flag")?;
+    if h == MPI_REQUEST_NULL {
+        *f = 1;
+        write_status(st, request::empty_status());
+        return Ok(());
+    }
+    let mut r = request::take(h)?;
+    let got = r.peek();
+    request::put_back(h, r);
+    match got {
+        None => *f = 0,
+        Some(res) => {
+            *f = 1;
+            write_status(st, res?);
+        }
+    }
+    Ok(())
+}
+
+/// Waitsome/Testsome: completes every request that is done (at least one when `block`).
+fn some(n: c_int, rq: *mut MPI_Request, outcount: *mut c_int, indices: *mut c_int, sts: *mut MPI_Status, block: bool) -> Res {
+    active()?;
+    let hs = reqs(n, rq)?;
+    let oc = out(outcount, "outcount")?;
+    let mut backoff = request::Backoff::new(timeout_of(hs));
+    loop {
+        let mut active_seen = false;
+        let mut done = Vec::new();
+        for (i, &h) in hs.iter().enumerate() {
+            if h == MPI_REQUEST_NULL {
+                continue;
+            }
+            active_seen = true;
+            let r = request::take(h)?;
+            if r.is_done() {
+                done.push((i, r));
+            } else {
+                request::put_back(h, r);
+            }
+        }
+        if !active_seen {
+            *oc = MPI_UNDEFINED;
+            return Ok(());
+        }
+        if !done.is_empty() || !block {
+            if !done.is_empty() && indices.is_null() {
+                return mpi_err!(MPI_ERR_ARG, "array_of_indices is NULL");
+            }
+            *oc = done.len() as c_int;
+            let mut failed = None;
+            for (k, (i, r)) in done.into_iter().enumerate() {
+                hs[i] = MPI_REQUEST_NULL;
+                // SAFETY: the caller's index array holds incount entries.
+                unsafe { *indices.add(k) = i as c_int };
+                match r.finish() {
+                    Ok(s) => {
+                        if let Some(p) = unsafe { status_at(sts, k).as_mut() } {
+                            *p = s;
+                            p.MPI_ERROR = MPI_SUCCESS;
+                        }
+                    }
+                    Err(e) => {
+                        if let Some(p) = unsafe { status_at(sts, k).as_mut() } {
+                            p.MPI_ERROR = e.class;
+                        }
+                        failed.get_or_insert(e);
+                    }
+                }
+            }
+            return match failed {
+                None => Ok(()),
+                Some(e) if sts.is_null() => Err(e),
+                Some(e) => Err(MpiErr { class: MPI_ERR_IN_STATUS, msg: format!("a request failed (see the statuses): {}", e.msg), comm: e.comm }),
+            };
+        }
+        backoff.pause()?;
+    }
+}
+
+pub unsafe fn waitsome(n: c_int, rq: *mut MPI_Request, outcount: *mut c_int, indices: *mut c_int, sts: *mut MPI_Status) -> Res {
+    some(n, rq, outcount, indices, sts, true)
+}
+
+pub unsafe fn testsome(n: c_int, rq: *mut MPI_Request, outcount: *mut c_int, indices: *mut c_int, sts: *mut MPI_Status) -> Res {
+    some(n, rq, outcount, indices, sts, false)
+}
+
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn sendrecv_replace_c(buf: *mut c_void, count: MPI_Count, dt: MPI_Datatype, dest: c_int, stag: c_int, src: c_int, rtag: c_int, c: MPI_Comm, st: *mut MPI_Status) -> Res {
+    let d = datatype::get(dt).map_err(|e| e.on(c))?;
+    let n = d.bytes(count).map_err(|e| e.on(c))?;
+    check_buf(buf, n, "buf").map_err(|e| e.on(c))?;
+    // Receive into a buffer of our own; the send goes out of the caller's; then copy back.
+    let mut tmp = vec![0u8; n];
+    let r = start_recv(tmp.as_mut_ptr() as *mut c_void, count, dt, src, rtag, c)?;
+    let s = start_send(buf, count, dt, dest, stag, c)?;
+    let sent = s.finish();
+    let got = r.finish()?;
+    sent?;
+    let bytes = request::count_of(&got) as usize;
+    if bytes > 0 {
+        // SAFETY: the caller's buffer holds n >= bytes bytes.
+        unsafe { std::ptr::copy_nonoverlapping(tmp.as_ptr(), buf as *mut u8, bytes) };
+    }
+    write_status(st, got);
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn sendrecv_replace(buf: *mut c_void, count: c_int, dt: MPI_Datatype, dest: c_int, stag: c_int, src: c_int, rtag: c_int, c: MPI_Comm, st: *mut MPI_Status) -> Res {
+    sendrecv_replace_c(buf, count as MPI_Count, dt, dest, stag, src, rtag, c, st)
+}
+
+// ---- more communicators, groups --------------------------------------------------------------
+
+pub unsafe fn comm_set_name(c: MPI_Comm, name: *const c_char) -> Res {
+    let mc = comm(c)?;
+    if name.is_null() {
+        return Err(MpiErr::new(MPI_ERR_ARG, "comm_name is NULL").on(c));
+    }
+    // SAFETY: a NUL-terminated string from the caller.
+    let s = unsafe { std::ffi::CStr::from_ptr(name) }.to_string_lossy();
+    let max = MPI_MAX_OBJECT_NAME as usize - 1;
+    let mut s = s.into_owned();
+    if s.len() > max {
+        let mut end = max;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+    }
+    *mc.name.lock().unwrap_or_else(|p| p.into_inner()) = s;
+    Ok(())
+}
+
+pub unsafe fn comm_get_name(c: MPI_Comm, name: *mut c_char, len: *mut c_int) -> Res {
+    let mc = comm(c)?;
+    let s = mc.name.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    put_str(&s, name, len, MPI_MAX_OBJECT_NAME as usize).map_err(|e| e.on(c))
+}
+
+pub unsafe fn comm_test_inter(c: MPI_Comm, flag: *mut c_int) -> Res {
+    let _ = comm(c)?;
+    *out(flag, "flag").map_err(|e| e.on(c))? = 0;
+    Ok(())
+}
+
+pub unsafe fn comm_group(c: MPI_Comm, g: *mut MPI_Group) -> Res {
+    let mc = comm(c)?;
+    *out(g, "group").map_err(|e| e.on(c))? = crate::group::add(mc.comm.members().to_vec());
+    Ok(())
+}
+
+fn my_world_rank() -> Result<u32, MpiErr> {
+    Ok(state::get_comm(MPI_COMM_WORLD)?.rank() as u32)
+}
+
+pub unsafe fn group_size(g: MPI_Group, size: *mut c_int) -> Res {
+    active()?;
+    *out(size, "size")? = crate::group::get(g)?.len() as c_int;
+    Ok(())
+}
+
+pub unsafe fn group_rank(g: MPI_Group, rank: *mut c_int) -> Res {
+    active()?;
+    let m = crate::group::get(g)?;
+    let me = my_world_rank()?;
+    *out(rank, "rank")? = m.iter().position(|&w| w == me).map_or(MPI_UNDEFINED, |r| r as c_int);
+    Ok(())
+}
+
+fn rank_list<'a>(n: c_int, ranks: *const c_int, gsize: usize) -> Result<&'a [c_int], MpiErr> {
+    if n < 0 {
+        return mpi_err!(MPI_ERR_ARG, "n = {n} is negative");
+    }
+    if n == 0 {
+        return Ok(&[]);
+    }
+    if ranks.is_null() {
+        return mpi_err!(MPI_ERR_ARG, "ranks is NULL");
+    }
+    // SAFETY: the caller's array holds n ranks.
+    let r = unsafe { std::slice::from_raw_parts(ranks, n as usize) };
+    for (i, &x) in r.iter().enumerate() {
+        if x < 0 || x as usize >= gsize {
+            return mpi_err!(MPI_ERR_RANK, "ranks[{i}] = {x} is not a rank of the group (size {gsize})");
+        }
+        if r[..i].contains(&x) {
+            return mpi_err!(MPI_ERR_RANK, "rank {x} is listed twice");
+        }
+    }
+    Ok(r)
+}
+
+pub unsafe fn group_incl(g: MPI_Group, n: c_int, ranks: *const c_int, newgroup: *mut MPI_Group) -> Res {
+    active()?;
+    let m = crate::group::get(g)?;
+    let o = out(newgroup, "newgroup")?;
+    let r = rank_list(n, ranks, m.len())?;
+    *o = crate::group::add(r.iter().map(|&i| m[i as usize]).collect());
+    Ok(())
+}
+
+pub unsafe fn group_excl(g: MPI_Group, n: c_int, ranks: *const c_int, newgroup: *mut MPI_Group) -> Res {
+    active()?;
+    let m = crate::group::get(g)?;
+    let o = out(newgroup, "newgroup")?;
+    let r = rank_list(n, ranks, m.len())?;
+    *o = crate::group::add(m.iter().enumerate().filter(|(i, _)| !r.contains(&(*i as c_int))).map(|(_, &w)| w).collect());
+    Ok(())
+}
+
+pub unsafe fn group_translate_ranks(g1: MPI_Group, n: c_int, r1: *const c_int, g2: MPI_Group, r2: *mut c_int) -> Res {
+    active()?;
+    let (m1, m2) = (crate::group::get(g1)?, crate::group::get(g2)?);
+    if n < 0 {
+        return mpi_err!(MPI_ERR_ARG, "n = {n} is negative");
+    }
+    if n > 0 && (r1.is_null() || r2.is_null()) {
+        return mpi_err!(MPI_ERR_ARG, "ranks1 or ranks2 is NULL");
+    }
+    for i in 0..n as usize {
+        // SAFETY: both caller arrays hold n entries.
+        let x = unsafe { *r1.add(i) };
+        let y = if x == MPI_PROC_NULL {
+            MPI_PROC_NULL
+        } else if x < 0 || x as usize >= m1.len() {
+            return mpi_err!(MPI_ERR_RANK, "ranks1[{i}] = {x} is not a rank of group1 (size {})", m1.len());
+        } else {
+            m2.iter().position(|&w| w == m1[x as usize]).map_or(MPI_UNDEFINED, |p| p as c_int)
+        };
+        unsafe { *r2.add(i) = y };
+    }
+    Ok(())
+}
+
+pub unsafe fn group_compare(g1: MPI_Group, g2: MPI_Group, result: *mut c_int) -> Res {
+    active()?;
+    let (a, b) = (crate::group::get(g1)?, crate::group::get(g2)?);
+    let r = out(result, "result")?;
+    *r = if a == b {
+        MPI_IDENT
+    } else {
+        let (mut x, mut y) = (a.to_vec(), b.to_vec());
+        x.sort_unstable();
+        y.sort_unstable();
+        if x == y {
+            MPI_SIMILAR
+        } else {
+            MPI_UNEQUAL
+        }
+    };
+    Ok(())
+}
+
+pub unsafe fn group_free(g: *mut MPI_Group) -> Res {
+    active()?;
+    let h = out(g, "group")?;
+    crate::group::free(*h)?;
+    *h = MPI_GROUP_NULL;
+    Ok(())
+}
+
+/// MPI_Comm_create: collective over `c`; the group must be a subset of its members.
+pub unsafe fn comm_create(c: MPI_Comm, g: MPI_Group, newcomm: *mut MPI_Comm) -> Res {
+    let mc = comm(c)?;
+    let o = out(newcomm, "newcomm").map_err(|e| e.on(c))?;
+    let m = crate::group::get(g).map_err(|e| e.on(c))?;
+    let members = mc.comm.members();
+    let mut ranks = Vec::with_capacity(m.len());
+    for &w in m.iter() {
+        match members.iter().position(|&x| x == w) {
+            Some(r) => ranks.push(r),
+            None => return Err(MpiErr::new(MPI_ERR_GROUP, format!("world rank {w} of the group is not a member of the communicator")).on(c)),
+        }
+    }
+    *o = if ranks.is_empty() {
+        // Still collective: every rank of the comm takes part.
+        mc.comm.collective(distcomm::collective::CollArgs::Barrier).map_err(|e| MpiErr::from(e).on(c))?;
+        MPI_COMM_NULL
+    } else {
+        match mc.comm.new_group(&ranks).map_err(|e| MpiErr::from(e).on(c))? {
+            Some(child) => state::add_comm(child, mc.errhandler.load(Ordering::Relaxed)),
+            None => MPI_COMM_NULL,
+        }
+    };
+    Ok(())
+}
+
+/// MPI_Comm_split_type: MPI_COMM_TYPE_SHARED groups the ranks of one host (by host name).
+pub unsafe fn comm_split_type(c: MPI_Comm, split_type: c_int, key: c_int, _info: MPI_Info, newcomm: *mut MPI_Comm) -> Res {
+    let mc = comm(c)?;
+    let o = out(newcomm, "newcomm").map_err(|e| e.on(c))?;
+    let color = match split_type {
+        MPI_UNDEFINED => -1,
+        MPI_COMM_TYPE_SHARED => {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            distcomm::log::hostname().hash(&mut h);
+            let mine = h.finish().to_le_bytes();
+            let mut all = vec![0u8; 8 * mc.size()];
+            mc.comm
+                .collective(distcomm::collective::CollArgs::Allgather {
+                    send: Some(distcomm::buffer::ConstBuf::from_slice(&mine)),
+                    recv: distcomm::buffer::MutBuf::from_slice(&mut all),
+                    dt: distcomm::DType::Uint64,
+                })
+                .map_err(|e| MpiErr::from(e).on(c))?;
+            // Color: the lowest rank on my host.
+            all.chunks_exact(8).position(|x| x == mine).unwrap_or(0) as c_int
+        }
+        other => {
+            // Still collective: take part with no color, then report.
+            let _ = mc.comm.split(-1, key);
+            return Err(MpiErr::new(MPI_ERR_UNSUPPORTED_OPERATION, format!("split_type {other} is not supported (MPI_COMM_TYPE_SHARED and MPI_UNDEFINED are)")).on(c));
+        }
+    };
+    *o = match mc.comm.split(color, key).map_err(|e| MpiErr::from(e).on(c))? {
+        Some(child) => state::add_comm(child, mc.errhandler.load(Ordering::Relaxed)),
+        None => MPI_COMM_NULL,
+    };
+    Ok(())
+}

@@ -9,6 +9,7 @@ pub mod api;
 pub mod colls;
 pub mod datatype;
 pub mod err;
+pub mod group;
 pub mod op;
 pub mod request;
 pub mod startup;

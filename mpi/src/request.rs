@@ -90,6 +90,40 @@ impl Req {
         }
     }
 
+    /// MPI_Request_get_status: the status if the request has completed, without freeing it
+    /// (a collective's follow-up step runs now, so its buffers are final).
+    pub fn peek(&mut self) -> Option<Result<MPI_Status, MpiErr>> {
+        if !self.is_done() {
+            return None;
+        }
+        let mut st = empty_status();
+        match self {
+            Req::Done(s) => return Some(Ok(*s)),
+            Req::Send { comm, op } => {
+                if let Some(Err(e)) = comm.comm.p2p_result(op) {
+                    return Some(Err(from_engine(&e).on(comm.handle)));
+                }
+            }
+            Req::Recv { comm, op } => match comm.comm.p2p_result(op)? {
+                Err(e) => return Some(Err(recv_error(e).on(comm.handle))),
+                Ok(d) => {
+                    st.MPI_SOURCE = comm.comm.comm_rank_of(d.source);
+                    st.MPI_TAG = d.tag as c_int;
+                    set_count(&mut st, d.bytes);
+                }
+            },
+            Req::Coll { comm, req, after } => {
+                if let Err(e) = req.wait() {
+                    return Some(Err(from_engine(&e).on(comm.handle)));
+                }
+                if let Some(f) = after.take() {
+                    f();
+                }
+            }
+        }
+        Some(Ok(st))
+    }
+
     /// Waits (up to the comm's timeout) and gives the status, or the error routed to the comm.
     pub fn finish(self) -> Result<MPI_Status, MpiErr> {
         let mut st = empty_status();

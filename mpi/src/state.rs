@@ -18,6 +18,8 @@ pub struct MpiComm {
     pub comm: Arc<Comm>,
     pub errhandler: AtomicUsize,
     pub handle: MPI_Comm,
+    /// MPI_Comm_set_name / get_name.
+    pub name: Mutex<String>,
 }
 
 impl MpiComm {
@@ -90,7 +92,12 @@ pub fn check_active() -> Result<(), MpiErr> {
 }
 
 fn wrap(comm: Arc<Comm>, handle: MPI_Comm) -> Arc<MpiComm> {
-    Arc::new(MpiComm { comm, errhandler: AtomicUsize::new(MPI_ERRORS_ARE_FATAL), handle })
+    let name = match handle {
+        MPI_COMM_WORLD => "MPI_COMM_WORLD",
+        MPI_COMM_SELF => "MPI_COMM_SELF",
+        _ => "",
+    };
+    Arc::new(MpiComm { comm, errhandler: AtomicUsize::new(MPI_ERRORS_ARE_FATAL), handle, name: Mutex::new(name.to_string()) })
 }
 
 /// Forms the world (the engine's init) and MPI_COMM_SELF; `provided` is the thread level.
