@@ -935,9 +935,9 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Testany", true),
     ("MPI_Testsome", true),
     ("MPI_Topo_test", false),
-    ("MPI_Type_commit", false),
-    ("MPI_Type_contiguous", false),
-    ("MPI_Type_contiguous_c", false),
+    ("MPI_Type_commit", true),
+    ("MPI_Type_contiguous", true),
+    ("MPI_Type_contiguous_c", true),
     ("MPI_Type_create_darray", false),
     ("MPI_Type_create_darray_c", false),
     ("MPI_Type_create_f90_complex", false),
@@ -959,8 +959,8 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Type_create_subarray", false),
     ("MPI_Type_create_subarray_c", false),
     ("MPI_Type_delete_attr", false),
-    ("MPI_Type_dup", false),
-    ("MPI_Type_free", false),
+    ("MPI_Type_dup", true),
+    ("MPI_Type_free", true),
     ("MPI_Type_free_keyval", false),
     ("MPI_Type_get_attr", false),
     ("MPI_Type_get_contents", false),
@@ -5029,27 +5029,27 @@ pub unsafe extern "C" fn PMPI_Topo_test(comm: MPI_Comm, status: *mut c_int) -> c
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_commit(datatype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_commit", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_commit", || unsafe { crate::api::type_commit(datatype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_commit(datatype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_commit", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_commit", || unsafe { crate::api::type_commit(datatype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_contiguous(count: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_contiguous", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_contiguous", || unsafe { crate::api::type_contiguous(count, oldtype, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_contiguous(count: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_contiguous", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_contiguous", || unsafe { crate::api::type_contiguous(count, oldtype, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_contiguous_c(count: MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_contiguous_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_contiguous_c", || unsafe { crate::api::type_contiguous_c(count, oldtype, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_contiguous_c(count: MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_contiguous_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_contiguous_c", || unsafe { crate::api::type_contiguous_c(count, oldtype, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_darray(size: c_int, rank: c_int, ndims: c_int, array_of_gsizes: *const c_int, array_of_distribs: *const c_int, array_of_dargs: *const c_int, array_of_psizes: *const c_int, order: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
@@ -5221,19 +5221,19 @@ pub unsafe extern "C" fn PMPI_Type_delete_attr(datatype: MPI_Datatype, type_keyv
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_dup(oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_dup", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_dup", || unsafe { crate::api::type_dup(oldtype, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_dup(oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_dup", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_dup", || unsafe { crate::api::type_dup(oldtype, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_free(datatype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_free", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_free", || unsafe { crate::api::type_free(datatype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_free(datatype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_free", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_free", || unsafe { crate::api::type_free(datatype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_free_keyval(type_keyval: *mut c_int) -> c_int {

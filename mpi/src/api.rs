@@ -342,7 +342,8 @@ pub unsafe fn comm_get_attr(c: MPI_Comm, keyval: c_int, value: *mut c_void, flag
 // ---- datatypes ---------------------------------------------------------------------------------------
 
 pub unsafe fn type_size(dt: MPI_Datatype, size: *mut c_int) -> Res {
-    *out(size, "size")? = datatype::type_size(dt)?;
+    let n = datatype::type_size(dt)?;
+    *out(size, "size")? = if n > c_int::MAX as i64 { MPI_UNDEFINED } else { n as c_int };
     Ok(())
 }
 
@@ -771,12 +772,26 @@ pub unsafe fn free_mem(base: *mut c_void) -> Res {
     Ok(())
 }
 
+/// Basic elements in a status: bytes over the bytes of one predefined element of `dt`.
+fn elements_in(st: *const MPI_Status, dt: MPI_Datatype) -> Result<i64, MpiErr> {
+    let d = datatype::get(dt)?;
+    let s = unsafe { st.as_ref() }.ok_or_else(|| MpiErr::new(MPI_ERR_ARG, "status is NULL (MPI_STATUS_IGNORE has no count)"))?;
+    let bytes = request::count_of(s);
+    if d.elem == 0 {
+        return Ok(0);
+    }
+    Ok(if bytes % d.elem as u64 == 0 { (bytes / d.elem as u64) as i64 } else { MPI_UNDEFINED as i64 })
+}
+
 pub unsafe fn get_elements(st: *const MPI_Status, dt: MPI_Datatype, count: *mut c_int) -> Res {
-    get_count(st, dt, count)
+    let n = elements_in(st, dt)?;
+    *out(count, "count")? = if n > c_int::MAX as i64 { MPI_UNDEFINED } else { n as c_int };
+    Ok(())
 }
 
 pub unsafe fn get_elements_c(st: *const MPI_Status, dt: MPI_Datatype, count: *mut MPI_Count) -> Res {
-    get_count_c(st, dt, count)
+    *out(count, "count")? = elements_in(st, dt)?;
+    Ok(())
 }
 
 pub unsafe fn status_set_elements_c(st: *mut MPI_Status, dt: MPI_Datatype, count: MPI_Count) -> Res {
@@ -802,33 +817,33 @@ pub unsafe fn test_cancelled(st: *const MPI_Status, flag: *mut c_int) -> Res {
 }
 
 pub unsafe fn type_get_name(dt: MPI_Datatype, name: *mut c_char, len: *mut c_int) -> Res {
-    let d = datatype::get(dt)?;
+    let d = datatype::get_any(dt)?.0;
     put_str(d.name, name, len, MPI_MAX_OBJECT_NAME as usize)
 }
 
 pub unsafe fn type_get_extent_c(dt: MPI_Datatype, lb: *mut MPI_Count, extent: *mut MPI_Count) -> Res {
-    let d = datatype::get(dt)?;
+    let d = datatype::get_any(dt)?.0;
     *out(lb, "lb")? = 0;
     *out(extent, "extent")? = d.extent as MPI_Count;
     Ok(())
 }
 
 pub unsafe fn type_get_extent(dt: MPI_Datatype, lb: *mut MPI_Aint, extent: *mut MPI_Aint) -> Res {
-    let d = datatype::get(dt)?;
+    let d = datatype::get_any(dt)?.0;
     *out(lb, "lb")? = 0;
     *out(extent, "extent")? = d.extent as MPI_Aint;
     Ok(())
 }
 
 pub unsafe fn type_get_true_extent_c(dt: MPI_Datatype, lb: *mut MPI_Count, extent: *mut MPI_Count) -> Res {
-    let d = datatype::get(dt)?;
+    let d = datatype::get_any(dt)?.0;
     *out(lb, "true_lb")? = 0;
     *out(extent, "true_extent")? = d.size as MPI_Count;
     Ok(())
 }
 
 pub unsafe fn type_get_true_extent(dt: MPI_Datatype, lb: *mut MPI_Aint, extent: *mut MPI_Aint) -> Res {
-    let d = datatype::get(dt)?;
+    let d = datatype::get_any(dt)?.0;
     *out(lb, "true_lb")? = 0;
     *out(extent, "true_extent")? = d.size as MPI_Aint;
     Ok(())
@@ -1159,5 +1174,34 @@ pub unsafe fn comm_split_type(c: MPI_Comm, split_type: c_int, key: c_int, _info:
         Some(child) => state::add_comm(child, mc.errhandler.load(Ordering::Relaxed)),
         None => MPI_COMM_NULL,
     };
+    Ok(())
+}
+
+// ---- derived datatypes (contiguous ones) ----------------------------------------------------------
+
+pub unsafe fn type_contiguous_c(count: MPI_Count, old: MPI_Datatype, new: *mut MPI_Datatype) -> Res {
+    let o = out(new, "newtype")?;
+    *o = datatype::contiguous(count, old)?;
+    Ok(())
+}
+
+pub unsafe fn type_contiguous(count: c_int, old: MPI_Datatype, new: *mut MPI_Datatype) -> Res {
+    type_contiguous_c(count as MPI_Count, old, new)
+}
+
+pub unsafe fn type_dup(old: MPI_Datatype, new: *mut MPI_Datatype) -> Res {
+    let o = out(new, "newtype")?;
+    *o = datatype::dup(old)?;
+    Ok(())
+}
+
+pub unsafe fn type_commit(dt: *mut MPI_Datatype) -> Res {
+    datatype::commit(*out(dt, "datatype")?)
+}
+
+pub unsafe fn type_free(dt: *mut MPI_Datatype) -> Res {
+    let h = out(dt, "datatype")?;
+    datatype::free(*h)?;
+    *h = MPI_DATATYPE_NULL;
     Ok(())
 }

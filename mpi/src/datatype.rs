@@ -3,7 +3,23 @@
 use crate::abi_gen::*;
 use crate::err::MpiErr;
 use distcomm::DType;
-use std::ffi::c_int;
+use std::sync::Mutex;
+
+/// Handles of derived datatypes: TYPE_BASE + slot.
+pub const TYPE_BASE: usize = 0x6000_0000;
+
+/// A derived datatype: this library makes only contiguous ones (MPI_Type_contiguous, a dup),
+/// which are a predefined element repeated, so they move and reduce like their element.
+struct Derived {
+    dt: Dt,
+    committed: bool,
+}
+
+static DERIVED: Mutex<Vec<Option<Derived>>> = Mutex::new(Vec::new());
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// What an element is, for reductions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,11 +62,13 @@ pub struct Dt {
     pub extent: usize,
     pub kind: Kind,
     pub name: &'static str,
+    /// Bytes one basic (predefined) element spans: MPI_Get_elements counts these.
+    pub elem: usize,
 }
 
 macro_rules! dt {
     ($h:expr, $size:expr, $ext:expr, $kind:expr, $name:expr) => {
-        Some(Dt { handle: $h, size: $size, extent: $ext, kind: $kind, name: $name })
+        Some(Dt { handle: $h, size: $size, extent: $ext, kind: $kind, name: $name, elem: $ext })
     };
 }
 
@@ -132,13 +150,84 @@ pub fn predefined(h: MPI_Datatype) -> Option<Dt> {
     }
 }
 
-/// The datatype behind a handle, or MPI_ERR_TYPE.
-pub fn get(h: MPI_Datatype) -> Result<Dt, MpiErr> {
-    match predefined(h) {
-        Some(d) => Ok(d),
-        None if h == MPI_DATATYPE_NULL => crate::mpi_err!(MPI_ERR_TYPE, "MPI_DATATYPE_NULL is not a datatype"),
-        None => crate::mpi_err!(MPI_ERR_TYPE, "{h:#x} is not a valid datatype (derived datatypes are not supported yet)"),
+/// The datatype behind a handle, committed or not (for the type queries), or MPI_ERR_TYPE.
+pub fn get_any(h: MPI_Datatype) -> Result<(Dt, bool), MpiErr> {
+    if let Some(d) = predefined(h) {
+        return Ok((d, true));
     }
+    if h >= TYPE_BASE {
+        if let Some(Some(d)) = lock(&DERIVED).get(h - TYPE_BASE) {
+            return Ok((d.dt, d.committed));
+        }
+    }
+    if h == MPI_DATATYPE_NULL {
+        return crate::mpi_err!(MPI_ERR_TYPE, "MPI_DATATYPE_NULL is not a datatype");
+    }
+    crate::mpi_err!(MPI_ERR_TYPE, "{h:#x} is not a valid datatype (never made, or freed)")
+}
+
+/// The datatype behind a handle for communication: it must be committed.
+pub fn get(h: MPI_Datatype) -> Result<Dt, MpiErr> {
+    match get_any(h)? {
+        (d, true) => Ok(d),
+        (_, false) => crate::mpi_err!(MPI_ERR_TYPE, "datatype {h:#x} is not committed (MPI_Type_commit)"),
+    }
+}
+
+/// MPI_Type_contiguous: `count` elements of `old` back to back.
+pub fn contiguous(count: i64, old: MPI_Datatype) -> Result<MPI_Datatype, MpiErr> {
+    if count < 0 {
+        return crate::mpi_err!(MPI_ERR_COUNT, "count {count} is negative");
+    }
+    let (o, _) = get_any(old)?;
+    let n = count as usize;
+    let (size, extent) = (o.size.checked_mul(n), o.extent.checked_mul(n));
+    let (Some(size), Some(extent)) = (size, extent) else { return crate::mpi_err!(MPI_ERR_COUNT, "count {count} overflows") };
+    // MINLOC/MAXLOC are defined on the predefined pair types only.
+    let kind = if matches!(o.kind, Kind::Pair(..)) { Kind::Other } else { o.kind };
+    Ok(add(Dt { handle: 0, size, extent, kind, name: "", elem: o.elem }))
+}
+
+/// MPI_Type_dup: the same type under a new handle (committed if the old one is).
+pub fn dup(old: MPI_Datatype) -> Result<MPI_Datatype, MpiErr> {
+    let (o, committed) = get_any(old)?;
+    let h = add(Dt { name: if old >= TYPE_BASE { o.name } else { "" }, ..o });
+    if committed {
+        commit(h)?;
+    }
+    Ok(h)
+}
+
+fn add(mut d: Dt) -> MPI_Datatype {
+    let mut v = lock(&DERIVED);
+    let slot = v.iter().position(|s| s.is_none()).unwrap_or_else(|| {
+        v.push(None);
+        v.len() - 1
+    });
+    d.handle = TYPE_BASE + slot;
+    v[slot] = Some(Derived { dt: d, committed: false });
+    d.handle
+}
+
+pub fn commit(h: MPI_Datatype) -> Result<(), MpiErr> {
+    if predefined(h).is_some() {
+        return Ok(());
+    }
+    get_any(h)?;
+    if let Some(Some(d)) = lock(&DERIVED).get_mut(h - TYPE_BASE) {
+        d.committed = true;
+    }
+    Ok(())
+}
+
+/// MPI_Type_free: derived types only (operations in flight keep what they need).
+pub fn free(h: MPI_Datatype) -> Result<(), MpiErr> {
+    if predefined(h).is_some() {
+        return crate::mpi_err!(MPI_ERR_TYPE, "predefined datatypes cannot be freed");
+    }
+    get_any(h)?;
+    lock(&DERIVED)[h - TYPE_BASE] = None;
+    Ok(())
 }
 
 impl Dt {
@@ -171,6 +260,7 @@ impl Dt {
     }
 }
 
-pub fn type_size(h: MPI_Datatype) -> Result<c_int, MpiErr> {
-    Ok(get(h)?.size as c_int)
+/// MPI_Type_size (MPI_UNDEFINED when it does not fit an int).
+pub fn type_size(h: MPI_Datatype) -> Result<i64, MpiErr> {
+    Ok(get_any(h)?.0.size as i64)
 }

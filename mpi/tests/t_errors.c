@@ -55,6 +55,18 @@ int main(int argc, char **argv) {
   OK(MPI_Allreduce(&x, &y, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
   CHECK(y == size);
 
+  /* An uncommitted and a freed datatype. */
+  MPI_Datatype pair, kept_t;
+  OK(MPI_Type_contiguous(2, MPI_INT, &pair));
+  FAILS(MPI_Send(four, 1, pair, rank, 0, MPI_COMM_WORLD), MPI_ERR_TYPE);
+  OK(MPI_Type_commit(&pair));
+  kept_t = pair;
+  OK(MPI_Type_free(&pair));
+  if (expect_distcomm()) /* (MPICH may still find the freed handle valid) */
+    FAILS(MPI_Send(four, 1, kept_t, rank, 0, MPI_COMM_WORLD), MPI_ERR_TYPE);
+  MPI_Datatype predef = MPI_INT;
+  FAILS(MPI_Type_free(&predef), MPI_ERR_TYPE);
+
   /* A freed communicator. */
   MPI_Comm dup, kept;
   OK(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
