@@ -264,3 +264,37 @@ impl Dt {
 pub fn type_size(h: MPI_Datatype) -> Result<i64, MpiErr> {
     Ok(get_any(h)?.0.size as i64)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn predefined_sizes_match_c() {
+        assert_eq!(predefined(MPI_INT).unwrap().size, std::mem::size_of::<std::ffi::c_int>());
+        assert_eq!(predefined(MPI_LONG).unwrap().size, std::mem::size_of::<std::ffi::c_long>());
+        assert_eq!(predefined(MPI_DOUBLE_INT).unwrap().extent, 16);
+        assert_eq!(predefined(MPI_DOUBLE_INT).unwrap().size, 12);
+        assert!(predefined(MPI_DATATYPE_NULL).is_none());
+        assert_eq!(get(0x7777).err().map(|e| e.class), Some(MPI_ERR_TYPE));
+        assert_eq!(predefined(MPI_INT).unwrap().bytes(-1).err().map(|e| e.class), Some(MPI_ERR_COUNT));
+        assert_eq!(predefined(MPI_INT).unwrap().bytes(i64::MAX).err().map(|e| e.class), Some(MPI_ERR_COUNT));
+    }
+
+    #[test]
+    fn contiguous_types_need_a_commit() {
+        let t = contiguous(3, MPI_DOUBLE).unwrap();
+        assert_eq!(get(t).err().map(|e| e.class), Some(MPI_ERR_TYPE));
+        let (d, committed) = get_any(t).unwrap();
+        assert!(!committed);
+        assert_eq!((d.size, d.extent, d.elem, d.kind), (24, 24, 8, Kind::F64));
+        commit(t).unwrap();
+        assert_eq!(get(t).unwrap().engine(), Some(DType::Float64));
+        let u = dup(t).unwrap();
+        assert_eq!(get(u).unwrap().size, 24);
+        free(t).unwrap();
+        assert!(get_any(t).is_err());
+        assert!(free(MPI_INT).is_err());
+        free(u).unwrap();
+    }
+}

@@ -302,3 +302,38 @@ pub fn unsupported_tool(func: &str) -> c_int {
     }
     MPI_T_ERR_NOT_SUPPORTED
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_remember_class_and_message() {
+        let code = make_code(MPI_ERR_RANK, "MPI_Send: MPI_ERR_RANK: dest 9".into());
+        assert!(code > MPI_ERR_LASTCODE);
+        assert_eq!(class_of(code), Some(MPI_ERR_RANK));
+        assert_eq!(code_string(code).as_deref(), Some("MPI_Send: MPI_ERR_RANK: dest 9"));
+        // A class is its own code, with the standard's description.
+        assert_eq!(class_of(MPI_ERR_TRUNCATE), Some(MPI_ERR_TRUNCATE));
+        assert!(code_string(MPI_ERR_TRUNCATE).unwrap().starts_with("MPI_ERR_TRUNCATE: message truncated"));
+        assert_eq!(class_of(-1), None);
+        assert_eq!(class_of(9999), None);
+        assert!(code_string(MPI_SUCCESS).unwrap().starts_with("MPI_SUCCESS"));
+    }
+
+    #[test]
+    fn every_class_of_the_abi_has_a_name() {
+        for c in 0..=MPI_ERR_ABI {
+            assert!(class_name(c).is_some(), "class {c}");
+        }
+        assert!(class_name(MPI_ERR_ABI + 1).is_none());
+    }
+
+    #[test]
+    fn engine_statuses_map_to_classes() {
+        let e = distcomm::Error::new(distcomm::Status::Aborted, "x");
+        assert_eq!(from_engine(&e).class, MPI_ERR_PROC_ABORTED);
+        let e = distcomm::Error::new(distcomm::Status::Internal, "x");
+        assert_eq!(from_engine(&e).class, MPI_ERR_INTERN);
+    }
+}

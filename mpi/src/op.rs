@@ -241,3 +241,81 @@ pub fn fold_ranks(l: &Local, count: usize, block: usize, all: &[u8], out: &mut [
         apply(l, count, &all[i * block..(i + 1) * block], &mut out[..block]);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::datatype::predefined;
+
+    fn ints(v: &[i32]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn plans_use_the_engine_where_it_has_the_op_and_type() {
+        let int = predefined(MPI_INT).unwrap();
+        assert!(matches!(plan(MPI_SUM, &int), Ok(Plan::Engine(distcomm::DType::Int32, ReduceOp::Sum))));
+        assert!(matches!(plan(MPI_LAND, &int), Ok(Plan::Local(_))));
+        let short = predefined(MPI_SHORT).unwrap();
+        assert!(matches!(plan(MPI_SUM, &short), Ok(Plan::Local(_))));
+        let float = predefined(MPI_FLOAT).unwrap();
+        assert_eq!(plan(MPI_BXOR, &float).err().map(|e| e.class), Some(MPI_ERR_OP));
+        assert_eq!(plan(MPI_MINLOC, &int).err().map(|e| e.class), Some(MPI_ERR_OP));
+        assert_eq!(plan(MPI_REPLACE, &int).err().map(|e| e.class), Some(MPI_ERR_OP));
+        assert_eq!(plan(MPI_OP_NULL, &int).err().map(|e| e.class), Some(MPI_ERR_OP));
+        let cplx = predefined(MPI_C_DOUBLE_COMPLEX).unwrap();
+        assert_eq!(plan(MPI_SUM, &cplx).err().map(|e| e.class), Some(MPI_ERR_UNSUPPORTED_OPERATION));
+    }
+
+    #[test]
+    fn local_kernels() {
+        let int = predefined(MPI_INT).unwrap();
+        let mut io = ints(&[5, 0, -3]);
+        apply(&Local::Predef(MPI_LAND, int), 3, &ints(&[1, 1, 0]), &mut io);
+        assert_eq!(io, ints(&[1, 0, 0]));
+        let mut io = ints(&[5, 0, -3]);
+        apply(&Local::Predef(MPI_LXOR, int), 3, &ints(&[1, 1, 0]), &mut io);
+        assert_eq!(io, ints(&[0, 1, 1]));
+        let mut io = ints(&[i32::MAX]);
+        apply(&Local::Predef(MPI_SUM, int), 1, &ints(&[1]), &mut io);
+        assert_eq!(io, ints(&[i32::MIN]), "integer sums wrap");
+        // MINLOC on MPI_2INT: the smaller value, and the smaller index on a tie.
+        let pair = predefined(MPI_2INT).unwrap();
+        let mut io = ints(&[3, 7, 2, 5]);
+        apply(&Local::Predef(MPI_MINLOC, pair), 2, &ints(&[3, 4, 9, 1]), &mut io);
+        assert_eq!(io, ints(&[3, 4, 2, 5]));
+        let mut io = ints(&[3, 7]);
+        apply(&Local::Predef(MPI_MAXLOC, pair), 1, &ints(&[8, 9]), &mut io);
+        assert_eq!(io, ints(&[8, 9]));
+    }
+
+    unsafe extern "C" fn digits(inv: *mut c_void, inout: *mut c_void, len: *mut c_int, _dt: *mut MPI_Datatype) {
+        // inout = the decimal digits of in, then those of inout: associative, not
+        // commutative, so the result shows the order of application.
+        unsafe {
+            let (a, b) = (inv as *const i32, inout as *mut i32);
+            for i in 0..*len as usize {
+                let y = *b.add(i);
+                let shift = 10i32.pow(y.max(1).ilog10() + 1);
+                *b.add(i) = *a.add(i) * shift + y;
+            }
+        }
+    }
+
+    #[test]
+    fn fold_is_in_rank_order() {
+        let int = predefined(MPI_INT).unwrap();
+        // Contributions of ranks 0..4 are 1, 2, 3, 4: x0 op x1 op x2 op x3 = 1234.
+        let all = ints(&[1, 2, 3, 4]);
+        let mut out = vec![0u8; 4];
+        fold_ranks(&Local::User(digits, int), 1, 4, &all, &mut out);
+        assert_eq!(out, ints(&[1234]));
+        let h = create(Some(digits), false).unwrap();
+        assert!(h >= OP_BASE && valid_handle(h));
+        assert!(matches!(plan(h, &int), Ok(Plan::Local(Local::User(..)))));
+        free(h).unwrap();
+        assert!(!valid_handle(h));
+        assert_eq!(plan(h, &int).err().map(|e| e.class), Some(MPI_ERR_OP));
+        assert_eq!(free(MPI_SUM).err().map(|e| e.class), Some(MPI_ERR_OP));
+    }
+}
