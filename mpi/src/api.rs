@@ -359,7 +359,7 @@ fn count_in(st: *const MPI_Status, dt: MPI_Datatype) -> Result<i64, MpiErr> {
     if d.extent == 0 {
         return Ok(0);
     }
-    Ok(if bytes % d.extent as u64 == 0 { (bytes / d.extent as u64) as i64 } else { MPI_UNDEFINED as i64 })
+    Ok(if bytes.is_multiple_of(d.extent as u64) { (bytes / d.extent as u64) as i64 } else { MPI_UNDEFINED as i64 })
 }
 
 pub unsafe fn get_count(st: *const MPI_Status, dt: MPI_Datatype, count: *mut c_int) -> Res {
@@ -780,7 +780,7 @@ fn elements_in(st: *const MPI_Status, dt: MPI_Datatype) -> Result<i64, MpiErr> {
     if d.elem == 0 {
         return Ok(0);
     }
-    Ok(if bytes % d.elem as u64 == 0 { (bytes / d.elem as u64) as i64 } else { MPI_UNDEFINED as i64 })
+    Ok(if bytes.is_multiple_of(d.elem as u64) { (bytes / d.elem as u64) as i64 } else { MPI_UNDEFINED as i64 })
 }
 
 pub unsafe fn get_elements(st: *const MPI_Status, dt: MPI_Datatype, count: *mut c_int) -> Res {

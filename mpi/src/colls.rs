@@ -284,22 +284,26 @@ fn build_reduce(k: &Coll, sbuf: *const c_void, rbuf: *mut c_void, count: i64, dt
 
 macro_rules! reduction_forms {
     ($build:ident, $blocking:ident, $blocking_c:ident, $nb:ident, $nb_c:ident, ($($a:ident: $t:ty),*), ($($ac:ident: $tc:ty),*)) => {
+        #[allow(clippy::too_many_arguments)]
         pub unsafe fn $blocking_c($($ac: $tc,)* c: MPI_Comm) -> Res {
             let k = Coll::new(c)?;
             let b = $build(&k, $($ac as _),*)?;
             k.go(b, None)
         }
+        #[allow(clippy::too_many_arguments)]
         pub unsafe fn $blocking($($a: $t,)* c: MPI_Comm) -> Res {
             let k = Coll::new(c)?;
             let b = $build(&k, $($a as _),*)?;
             k.go(b, None)
         }
+        #[allow(clippy::too_many_arguments)]
         pub unsafe fn $nb_c($($ac: $tc,)* c: MPI_Comm, r: *mut MPI_Request) -> Res {
             let k = Coll::new(c)?;
             let r = req_out(r, c)?;
             let b = $build(&k, $($ac as _),*)?;
             k.go(b, Some(r))
         }
+        #[allow(clippy::too_many_arguments)]
         pub unsafe fn $nb($($a: $t,)* c: MPI_Comm, r: *mut MPI_Request) -> Res {
             let k = Coll::new(c)?;
             let r = req_out(r, c)?;
