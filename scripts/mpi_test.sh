@@ -12,7 +12,8 @@
 #      installed mpiexec at 1 to 4 ranks, and t_env/t_coll as singletons (no launcher);
 #      DC_DEBUG=WARN names an unsupported function; ERRORS_ARE_FATAL and MPI_Abort end the job
 #   6. the same sources built with MPICH's mpicc_abi, run on our library (LD_LIBRARY_PATH) by
-#      our mpiexec; and our binaries run on MPICH's library by MPICH's mpiexec
+#      our mpiexec; our library started by MPICH's Hydra mpiexec (PMI-1); and our binaries
+#      run on MPICH's library by MPICH's mpiexec
 #
 # usage: scripts/mpi_test.sh [PREFIX]   (PREFIX: an installed distcomm; default: make install
 #                                        into a temporary prefix)
@@ -154,6 +155,19 @@ for t in "${TESTS[@]}"; do
     run "MPICH-built $t -n $n on distcomm" "$n" env LD_LIBRARY_PATH="$PREFIX/lib" EXPECT_DISTCOMM=1 "$PREFIX/bin/mpiexec" -n "$n" "$TMP/mpich/$t"
   done
 done
+
+step "distcomm's library started by MPICH's Hydra mpiexec (PMI-1)"
+for t in "${TESTS[@]}"; do
+  for n in 1 3; do
+    run "$t -n $n under Hydra" "$n" env LD_LIBRARY_PATH="$PREFIX/lib" EXPECT_DISTCOMM=1 "$MPICH_VENV/bin/mpiexec" -n "$n" "$TMP/ours/$t"
+  done
+done
+set +e
+LD_LIBRARY_PATH="$PREFIX/lib" timeout 60 "$MPICH_VENV/bin/mpiexec" -n 3 "$TMP/ours/t_fatal" abort > "$TMP/fatal.txt" 2>&1
+rc=$?
+set -e
+[ "$rc" = 3 ] || { cat "$TMP/fatal.txt"; fail "MPI_Abort under Hydra: exit status $rc, expected 3"; }
+echo "ok t_fatal abort under Hydra (exit 3)"
 
 step "our binaries on MPICH's library (its mpiexec, FI_PROVIDER=shm)"
 for t in "${TESTS[@]}"; do

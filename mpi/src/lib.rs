@@ -15,6 +15,7 @@ pub mod datatype;
 pub mod err;
 pub mod group;
 pub mod op;
+pub mod pmi;
 pub mod request;
 pub mod startup;
 pub mod state;

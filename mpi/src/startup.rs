@@ -1,6 +1,7 @@
 //! How a process finds its job at MPI_Init: under distcomm's mpiexec/dcrun (or torchrun,
 //! Slurm, Open MPI: whatever the engine's env:// reads) the world comes from the environment;
-//! with no launcher at all the process is a singleton (a world of size 1).
+//! under a PMI-1 launcher (MPICH's Hydra `mpiexec`) through PMI (see `pmi`); with no launcher at
+//! all the process is a singleton (a world of size 1).
 
 use crate::abi_gen::*;
 use crate::err::MpiErr;
@@ -16,12 +17,17 @@ fn set(name: &str) -> bool {
 }
 
 pub fn init_world() -> Result<Arc<Comm>, MpiErr> {
-    // MPICH's Hydra talks PMI-1 over PMI_FD; env:// alone cannot form that job.
-    if set("PMI_FD") && !set("MASTER_ADDR") {
-        return crate::mpi_err!(
-            MPI_ERR_UNSUPPORTED_OPERATION,
-            "started by a PMI-1 launcher (MPICH's Hydra mpiexec: PMI_FD is set), which distcomm's MPI library does not speak yet; start the job with distcomm's mpiexec (or dcrun)"
-        );
+    // Under a PMI-1 launcher (MPICH's Hydra mpiexec: PMI_FD), the job is formed through it.
+    if let Some(mut p) = crate::pmi::Pmi::connect()? {
+        let addr = crate::pmi::store_address(&mut p)?;
+        let opts = InitOptions { init_method: Some(format!("tcp://{addr}")), rank: p.rank as i32, world_size: p.size as i32, ..InitOptions::from_env() };
+        *crate::pmi::PMI.lock().unwrap_or_else(|e| e.into_inner()) = Some(p);
+        return distcomm::init::init(&opts).map_err(|e| {
+            let mut m = MpiErr::from(e);
+            m.class = MPI_ERR_OTHER;
+            m.msg = format!("could not form the job (PMI-1, store at {addr}): {}", m.msg);
+            m
+        });
     }
     let opts = if SIZE_VARS.iter().any(|v| set(v)) {
         InitOptions::from_env()

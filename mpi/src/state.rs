@@ -147,6 +147,9 @@ pub fn finalize() -> Result<(), MpiErr> {
     if let Some(w) = w {
         w.comm.destroy();
     }
+    if let Some(p) = crate::pmi::PMI.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+        p.finalize();
+    }
     FINALIZED.store(true, Ordering::Release);
     Ok(())
 }
@@ -216,6 +219,11 @@ pub fn abort_job(comm: MPI_Comm, code: c_int) -> ! {
     }
     if let Ok(w) = get_comm(MPI_COMM_WORLD) {
         w.comm.abort();
+    }
+    if let Ok(mut g) = crate::pmi::PMI.try_lock() {
+        if let Some(p) = g.as_mut() {
+            p.abort(code, "MPI job aborted");
+        }
     }
     // An exit status of 0 would tell the launcher this rank succeeded: the job must end.
     let status = match code & 0xff {
