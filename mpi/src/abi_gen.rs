@@ -492,15 +492,15 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Bcast_c", true),
     ("MPI_Bcast_init", false),
     ("MPI_Bcast_init_c", false),
-    ("MPI_Bsend", false),
-    ("MPI_Bsend_c", false),
+    ("MPI_Bsend", true),
+    ("MPI_Bsend_c", true),
     ("MPI_Bsend_init", false),
     ("MPI_Bsend_init_c", false),
-    ("MPI_Buffer_attach", false),
-    ("MPI_Buffer_attach_c", false),
-    ("MPI_Buffer_detach", false),
-    ("MPI_Buffer_detach_c", false),
-    ("MPI_Buffer_flush", false),
+    ("MPI_Buffer_attach", true),
+    ("MPI_Buffer_attach_c", true),
+    ("MPI_Buffer_detach", true),
+    ("MPI_Buffer_detach_c", true),
+    ("MPI_Buffer_flush", true),
     ("MPI_Buffer_iflush", false),
     ("MPI_Cancel", false),
     ("MPI_Cart_coords", false),
@@ -720,8 +720,8 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Ibarrier", true),
     ("MPI_Ibcast", true),
     ("MPI_Ibcast_c", true),
-    ("MPI_Ibsend", false),
-    ("MPI_Ibsend_c", false),
+    ("MPI_Ibsend", true),
+    ("MPI_Ibsend_c", true),
     ("MPI_Iexscan", true),
     ("MPI_Iexscan_c", true),
     ("MPI_Igather", true),
@@ -767,8 +767,8 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Ireduce_scatter_c", true),
     ("MPI_Ireduce_scatter_block", true),
     ("MPI_Ireduce_scatter_block_c", true),
-    ("MPI_Irsend", false),
-    ("MPI_Irsend_c", false),
+    ("MPI_Irsend", true),
+    ("MPI_Irsend_c", true),
     ("MPI_Is_thread_main", true),
     ("MPI_Iscan", true),
     ("MPI_Iscan_c", true),
@@ -872,8 +872,8 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Rget_accumulate_c", false),
     ("MPI_Rput", false),
     ("MPI_Rput_c", false),
-    ("MPI_Rsend", false),
-    ("MPI_Rsend_c", false),
+    ("MPI_Rsend", true),
+    ("MPI_Rsend_c", true),
     ("MPI_Rsend_init", false),
     ("MPI_Rsend_init_c", false),
     ("MPI_Scan", true),
@@ -1485,19 +1485,19 @@ pub unsafe extern "C" fn PMPI_Bcast_init_c(buffer: *mut c_void, count: MPI_Count
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Bsend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Bsend", comm)
+    crate::err::guard("MPI_Bsend", || unsafe { crate::api::bsend(buf, count, datatype, dest, tag, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Bsend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Bsend", comm)
+    crate::err::guard("MPI_Bsend", || unsafe { crate::api::bsend(buf, count, datatype, dest, tag, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Bsend_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Bsend_c", comm)
+    crate::err::guard("MPI_Bsend_c", || unsafe { crate::api::bsend_c(buf, count, datatype, dest, tag, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Bsend_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Bsend_c", comm)
+    crate::err::guard("MPI_Bsend_c", || unsafe { crate::api::bsend_c(buf, count, datatype, dest, tag, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Bsend_init(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
@@ -1517,43 +1517,43 @@ pub unsafe extern "C" fn PMPI_Bsend_init_c(buf: *const c_void, count: MPI_Count,
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Buffer_attach(buffer: *mut c_void, size: c_int) -> c_int {
-    crate::err::unsupported("MPI_Buffer_attach", MPI_COMM_SELF)
+    crate::err::guard("MPI_Buffer_attach", || unsafe { crate::api::buffer_attach(buffer, size) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Buffer_attach(buffer: *mut c_void, size: c_int) -> c_int {
-    crate::err::unsupported("MPI_Buffer_attach", MPI_COMM_SELF)
+    crate::err::guard("MPI_Buffer_attach", || unsafe { crate::api::buffer_attach(buffer, size) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Buffer_attach_c(buffer: *mut c_void, size: MPI_Count) -> c_int {
-    crate::err::unsupported("MPI_Buffer_attach_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Buffer_attach_c", || unsafe { crate::api::buffer_attach_c(buffer, size) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Buffer_attach_c(buffer: *mut c_void, size: MPI_Count) -> c_int {
-    crate::err::unsupported("MPI_Buffer_attach_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Buffer_attach_c", || unsafe { crate::api::buffer_attach_c(buffer, size) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Buffer_detach(buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Buffer_detach", MPI_COMM_SELF)
+    crate::err::guard("MPI_Buffer_detach", || unsafe { crate::api::buffer_detach(buffer_addr, size) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Buffer_detach(buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Buffer_detach", MPI_COMM_SELF)
+    crate::err::guard("MPI_Buffer_detach", || unsafe { crate::api::buffer_detach(buffer_addr, size) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Buffer_detach_c(buffer_addr: *mut c_void, size: *mut MPI_Count) -> c_int {
-    crate::err::unsupported("MPI_Buffer_detach_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Buffer_detach_c", || unsafe { crate::api::buffer_detach_c(buffer_addr, size) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Buffer_detach_c(buffer_addr: *mut c_void, size: *mut MPI_Count) -> c_int {
-    crate::err::unsupported("MPI_Buffer_detach_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Buffer_detach_c", || unsafe { crate::api::buffer_detach_c(buffer_addr, size) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Buffer_flush() -> c_int {
-    crate::err::unsupported("MPI_Buffer_flush", MPI_COMM_SELF)
+    crate::err::guard("MPI_Buffer_flush", || unsafe { crate::api::buffer_flush() })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Buffer_flush() -> c_int {
-    crate::err::unsupported("MPI_Buffer_flush", MPI_COMM_SELF)
+    crate::err::guard("MPI_Buffer_flush", || unsafe { crate::api::buffer_flush() })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Buffer_iflush(request: *mut MPI_Request) -> c_int {
@@ -3309,19 +3309,19 @@ pub unsafe extern "C" fn PMPI_Ibcast_c(buffer: *mut c_void, count: MPI_Count, da
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ibsend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ibsend", comm)
+    crate::err::guard("MPI_Ibsend", || unsafe { crate::api::ibsend(buf, count, datatype, dest, tag, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ibsend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ibsend", comm)
+    crate::err::guard("MPI_Ibsend", || unsafe { crate::api::ibsend(buf, count, datatype, dest, tag, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ibsend_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ibsend_c", comm)
+    crate::err::guard("MPI_Ibsend_c", || unsafe { crate::api::ibsend_c(buf, count, datatype, dest, tag, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ibsend_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ibsend_c", comm)
+    crate::err::guard("MPI_Ibsend_c", || unsafe { crate::api::ibsend_c(buf, count, datatype, dest, tag, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Iexscan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
@@ -3685,19 +3685,19 @@ pub unsafe extern "C" fn PMPI_Ireduce_scatter_block_c(sendbuf: *const c_void, re
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Irsend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Irsend", comm)
+    crate::err::guard("MPI_Irsend", || unsafe { crate::api::irsend(buf, count, datatype, dest, tag, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Irsend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Irsend", comm)
+    crate::err::guard("MPI_Irsend", || unsafe { crate::api::irsend(buf, count, datatype, dest, tag, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Irsend_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Irsend_c", comm)
+    crate::err::guard("MPI_Irsend_c", || unsafe { crate::api::irsend_c(buf, count, datatype, dest, tag, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Irsend_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Irsend_c", comm)
+    crate::err::guard("MPI_Irsend_c", || unsafe { crate::api::irsend_c(buf, count, datatype, dest, tag, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Is_thread_main(flag: *mut c_int) -> c_int {
@@ -4525,19 +4525,19 @@ pub unsafe extern "C" fn PMPI_Rput_c(origin_addr: *const c_void, origin_count: M
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Rsend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Rsend", comm)
+    crate::err::guard("MPI_Rsend", || unsafe { crate::api::rsend(buf, count, datatype, dest, tag, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Rsend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Rsend", comm)
+    crate::err::guard("MPI_Rsend", || unsafe { crate::api::rsend(buf, count, datatype, dest, tag, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Rsend_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Rsend_c", comm)
+    crate::err::guard("MPI_Rsend_c", || unsafe { crate::api::rsend_c(buf, count, datatype, dest, tag, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Rsend_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Rsend_c", comm)
+    crate::err::guard("MPI_Rsend_c", || unsafe { crate::api::rsend_c(buf, count, datatype, dest, tag, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Rsend_init(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {

@@ -1205,3 +1205,133 @@ pub unsafe fn type_free(dt: *mut MPI_Datatype) -> Res {
     *h = MPI_DATATYPE_NULL;
     Ok(())
 }
+
+// ---- ready and buffered sends ---------------------------------------------------------------------
+
+// A ready send may be a standard send (the standard: it differs only in what the program
+// promises, that the receive is posted).
+pub unsafe fn rsend_c(buf: *const c_void, count: MPI_Count, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm) -> Res {
+    send_c(buf, count, dt, dest, tag, c)
+}
+pub unsafe fn rsend(buf: *const c_void, count: c_int, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm) -> Res {
+    send_c(buf, count as MPI_Count, dt, dest, tag, c)
+}
+pub unsafe fn irsend_c(buf: *const c_void, count: MPI_Count, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm, req: *mut MPI_Request) -> Res {
+    isend_c(buf, count, dt, dest, tag, c, req)
+}
+pub unsafe fn irsend(buf: *const c_void, count: c_int, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm, req: *mut MPI_Request) -> Res {
+    isend_c(buf, count as MPI_Count, dt, dest, tag, c, req)
+}
+
+/// The buffer of MPI_Buffer_attach, and the buffered sends still in flight. A buffered send
+/// copies the message (into memory of ours; the attached buffer only limits how much may be
+/// in flight, as the standard accounts it: size + MPI_BSEND_OVERHEAD per message) and sends
+/// from the copy, so it never waits for the receiver.
+struct Bsend {
+    attached: Option<(usize, usize)>,
+    pending: Vec<(Req, Vec<u8>)>,
+}
+
+static BSEND: std::sync::Mutex<Bsend> = std::sync::Mutex::new(Bsend { attached: None, pending: Vec::new() });
+
+fn bsend_lock() -> std::sync::MutexGuard<'static, Bsend> {
+    BSEND.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Waits for every buffered send (MPI_Buffer_detach, MPI_Buffer_flush, MPI_Finalize).
+pub fn bsend_flush() -> Res {
+    let pending = std::mem::take(&mut bsend_lock().pending);
+    let mut first = None;
+    for (r, data) in pending {
+        if let Err(e) = r.finish() {
+            first.get_or_insert(e);
+        }
+        drop(data);
+    }
+    first.map_or(Ok(()), Err)
+}
+
+fn start_bsend(buf: *const c_void, count: MPI_Count, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm) -> Res {
+    let d = datatype::get(dt).map_err(|e| e.on(c))?;
+    let n = d.bytes(count).map_err(|e| e.on(c))?;
+    check_buf(buf, n, "buf").map_err(|e| e.on(c))?;
+    let mut b = bsend_lock();
+    // Finished ones give their space back.
+    let mut i = 0;
+    while i < b.pending.len() {
+        if b.pending[i].0.is_done() {
+            let (r, _data) = b.pending.swap_remove(i);
+            r.finish()?;
+        } else {
+            i += 1;
+        }
+    }
+    let Some((addr, size)) = b.attached else {
+        return Err(MpiErr::new(MPI_ERR_BUFFER, "no buffer is attached (MPI_Buffer_attach) for a buffered send").on(c));
+    };
+    if addr != MPI_BUFFER_AUTOMATIC {
+        let used: usize = b.pending.iter().map(|(_, v)| v.len() + MPI_BSEND_OVERHEAD as usize).sum();
+        if used + n + MPI_BSEND_OVERHEAD as usize > size {
+            return Err(MpiErr::new(MPI_ERR_BUFFER, format!("the attached buffer ({size} bytes, {used} in use) has no room for {n} bytes + MPI_BSEND_OVERHEAD")).on(c));
+        }
+    }
+    let data = if n == 0 { Vec::new() } else { unsafe { std::slice::from_raw_parts(buf as *const u8, n) }.to_vec() };
+    let r = start_send(data.as_ptr() as *const c_void, count, dt, dest, tag, c)?;
+    b.pending.push((r, data));
+    Ok(())
+}
+
+pub unsafe fn bsend_c(buf: *const c_void, count: MPI_Count, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm) -> Res {
+    start_bsend(buf, count, dt, dest, tag, c)
+}
+pub unsafe fn bsend(buf: *const c_void, count: c_int, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm) -> Res {
+    start_bsend(buf, count as MPI_Count, dt, dest, tag, c)
+}
+/// The request of a buffered send is complete once the message is buffered, i.e. at once.
+pub unsafe fn ibsend_c(buf: *const c_void, count: MPI_Count, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm, req: *mut MPI_Request) -> Res {
+    let r = out(req, "request").map_err(|e| e.on(c))?;
+    start_bsend(buf, count, dt, dest, tag, c)?;
+    *r = request::add(Req::Done(request::empty_status()));
+    Ok(())
+}
+pub unsafe fn ibsend(buf: *const c_void, count: c_int, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm, req: *mut MPI_Request) -> Res {
+    ibsend_c(buf, count as MPI_Count, dt, dest, tag, c, req)
+}
+
+pub unsafe fn buffer_attach_c(buffer: *mut c_void, size: MPI_Count) -> Res {
+    if size < 0 {
+        return mpi_err!(MPI_ERR_ARG, "size {size} is negative");
+    }
+    if buffer.is_null() && size > 0 {
+        return mpi_err!(MPI_ERR_BUFFER, "buffer is NULL");
+    }
+    let mut b = bsend_lock();
+    if b.attached.is_some() {
+        return mpi_err!(MPI_ERR_BUFFER, "a buffer is already attached (MPI_Buffer_detach it first)");
+    }
+    b.attached = Some((buffer as usize, size as usize));
+    Ok(())
+}
+pub unsafe fn buffer_attach(buffer: *mut c_void, size: c_int) -> Res {
+    buffer_attach_c(buffer, size as MPI_Count)
+}
+
+pub unsafe fn buffer_detach_c(addr: *mut c_void, size: *mut MPI_Count) -> Res {
+    let a = out(addr as *mut *mut c_void, "buffer_addr")?;
+    let s = out(size, "size")?;
+    bsend_flush()?;
+    let Some((p, n)) = bsend_lock().attached.take() else { return mpi_err!(MPI_ERR_BUFFER, "no buffer is attached") };
+    *a = p as *mut c_void;
+    *s = n as MPI_Count;
+    Ok(())
+}
+pub unsafe fn buffer_detach(addr: *mut c_void, size: *mut c_int) -> Res {
+    let mut n: MPI_Count = 0;
+    buffer_detach_c(addr, &mut n)?;
+    *out(size, "size")? = n.min(c_int::MAX as MPI_Count) as c_int;
+    Ok(())
+}
+
+pub unsafe fn buffer_flush() -> Res {
+    bsend_flush()
+}

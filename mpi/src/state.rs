@@ -132,6 +132,8 @@ pub fn finalize() -> Result<(), MpiErr> {
     let _g = INIT_LOCK.lock().unwrap_or_else(|p| p.into_inner());
     check_active()?;
     let world = get_comm(MPI_COMM_WORLD)?;
+    // Buffered sends still in flight are delivered first (the standard's Finalize does so).
+    crate::api::bsend_flush()?;
     // Every rank arrives before anyone leaves: messages in flight are delivered.
     world.comm.collective(distcomm::collective::CollArgs::Barrier).map_err(|e| MpiErr::from(e).on(MPI_COMM_WORLD))?;
     let (w, s, slots) = {

@@ -55,6 +55,17 @@ int main(int argc, char **argv) {
   OK(MPI_Allreduce(&x, &y, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
   CHECK(y == size);
 
+  /* Buffered sends: none without a buffer, none beyond its size. */
+  FAILS(MPI_Bsend(&x, 1, MPI_INT, rank, 0, MPI_COMM_WORLD), MPI_ERR_BUFFER);
+  char small[MPI_BSEND_OVERHEAD + 8];
+  OK(MPI_Buffer_attach(small, sizeof small));
+  int many[256] = {0};
+  FAILS(MPI_Bsend(many, 256, MPI_INT, rank, 0, MPI_COMM_WORLD), MPI_ERR_BUFFER);
+  void *det;
+  int dsz;
+  OK(MPI_Buffer_detach(&det, &dsz));
+  CHECK(det == (void *)small && dsz == (int)sizeof small);
+
   /* An uncommitted and a freed datatype. */
   MPI_Datatype pair, kept_t;
   OK(MPI_Type_contiguous(2, MPI_INT, &pair));

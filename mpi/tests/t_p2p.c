@@ -155,6 +155,39 @@ int main(int argc, char **argv) {
   OK(MPI_Get_count(&st, MPI_INT, &count));
   CHECK(count == MPI_UNDEFINED);
 
+  /* Buffered sends: everyone sends a large message before anyone receives (with standard
+   * sends this order may wait for the receiver); Ibsend completes at once; detach returns the
+   * buffer. Ready send: the receive is posted first (then a barrier). */
+  {
+    int big_n = 200000, bsize = 2 * (big_n * (int)sizeof(int) + MPI_BSEND_OVERHEAD) + 64;
+    int *bo = malloc(sizeof(int) * big_n), *bi = malloc(sizeof(int) * big_n);
+    for (int i = 0; i < big_n; i++) bo[i] = rank + i;
+    char *attached = malloc(bsize);
+    OK(MPI_Buffer_attach(attached, bsize));
+    OK(MPI_Bsend(bo, big_n, MPI_INT, next, 60, MPI_COMM_WORLD));
+    MPI_Request bq;
+    int small = 5 + rank, sg = -1;
+    OK(MPI_Ibsend(&small, 1, MPI_INT, next, 61, MPI_COMM_WORLD, &bq));
+    OK(MPI_Wait(&bq, MPI_STATUS_IGNORE));
+    OK(MPI_Recv(bi, big_n, MPI_INT, prev, 60, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    OK(MPI_Recv(&sg, 1, MPI_INT, prev, 61, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    CHECK(bi[0] == prev && bi[big_n - 1] == prev + big_n - 1 && sg == 5 + prev);
+    void *det = NULL;
+    int dsize = 0;
+    OK(MPI_Buffer_detach(&det, &dsize));
+    CHECK(det == attached && dsize == bsize);
+    free(attached);
+    int rv = -1, rs = 70 + rank;
+    MPI_Request rr;
+    OK(MPI_Irecv(&rv, 1, MPI_INT, prev, 62, MPI_COMM_WORLD, &rr));
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    OK(MPI_Rsend(&rs, 1, MPI_INT, next, 62, MPI_COMM_WORLD));
+    OK(MPI_Wait(&rr, MPI_STATUS_IGNORE));
+    CHECK(rv == 70 + prev);
+    free(bo);
+    free(bi);
+  }
+
   /* Large-count forms. */
   int64_t big[4] = {rank, rank + 1, rank + 2, rank + 3}, bin[4];
   MPI_Request lr;
