@@ -523,16 +523,16 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPIX_Comm_create_errhandler_x", false),
     ("MPI_Comm_create_from_group", false),
     ("MPI_Comm_create_group", false),
-    ("MPI_Comm_create_keyval", false),
-    ("MPI_Comm_delete_attr", false),
+    ("MPI_Comm_create_keyval", true),
+    ("MPI_Comm_delete_attr", true),
     ("MPI_Comm_detach_buffer", false),
     ("MPI_Comm_detach_buffer_c", false),
     ("MPI_Comm_disconnect", false),
     ("MPI_Comm_dup", true),
-    ("MPI_Comm_dup_with_info", false),
+    ("MPI_Comm_dup_with_info", true),
     ("MPI_Comm_flush_buffer", false),
     ("MPI_Comm_free", true),
-    ("MPI_Comm_free_keyval", false),
+    ("MPI_Comm_free_keyval", true),
     ("MPI_Comm_get_attr", true),
     ("MPI_Comm_get_errhandler", true),
     ("MPI_Comm_get_info", false),
@@ -546,7 +546,7 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Comm_rank", true),
     ("MPI_Comm_remote_group", false),
     ("MPI_Comm_remote_size", false),
-    ("MPI_Comm_set_attr", false),
+    ("MPI_Comm_set_attr", true),
     ("MPI_Comm_set_errhandler", true),
     ("MPI_Comm_set_info", false),
     ("MPI_Comm_set_name", true),
@@ -741,17 +741,17 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Ineighbor_alltoallv_c", false),
     ("MPI_Ineighbor_alltoallw", false),
     ("MPI_Ineighbor_alltoallw_c", false),
-    ("MPI_Info_create", false),
+    ("MPI_Info_create", true),
     ("MPI_Info_create_env", false),
-    ("MPI_Info_delete", false),
-    ("MPI_Info_dup", false),
-    ("MPI_Info_free", false),
-    ("MPI_Info_get", false),
-    ("MPI_Info_get_nkeys", false),
-    ("MPI_Info_get_nthkey", false),
-    ("MPI_Info_get_string", false),
-    ("MPI_Info_get_valuelen", false),
-    ("MPI_Info_set", false),
+    ("MPI_Info_delete", true),
+    ("MPI_Info_dup", true),
+    ("MPI_Info_free", true),
+    ("MPI_Info_get", true),
+    ("MPI_Info_get_nkeys", true),
+    ("MPI_Info_get_nthkey", true),
+    ("MPI_Info_get_string", true),
+    ("MPI_Info_get_valuelen", true),
+    ("MPI_Info_set", true),
     ("MPI_Init", true),
     ("MPI_Init_thread", true),
     ("MPI_Initialized", true),
@@ -1733,19 +1733,19 @@ pub unsafe extern "C" fn PMPI_Comm_create_group(comm: MPI_Comm, group: MPI_Group
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_create_keyval(comm_copy_attr_fn: Option<MPI_Comm_copy_attr_function>, comm_delete_attr_fn: Option<MPI_Comm_delete_attr_function>, comm_keyval: *mut c_int, extra_state: *mut c_void) -> c_int {
-    crate::err::unsupported("MPI_Comm_create_keyval", MPI_COMM_SELF)
+    crate::err::guard("MPI_Comm_create_keyval", || unsafe { crate::api::comm_create_keyval(comm_copy_attr_fn, comm_delete_attr_fn, comm_keyval, extra_state) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_create_keyval(comm_copy_attr_fn: Option<MPI_Comm_copy_attr_function>, comm_delete_attr_fn: Option<MPI_Comm_delete_attr_function>, comm_keyval: *mut c_int, extra_state: *mut c_void) -> c_int {
-    crate::err::unsupported("MPI_Comm_create_keyval", MPI_COMM_SELF)
+    crate::err::guard("MPI_Comm_create_keyval", || unsafe { crate::api::comm_create_keyval(comm_copy_attr_fn, comm_delete_attr_fn, comm_keyval, extra_state) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_delete_attr(comm: MPI_Comm, comm_keyval: c_int) -> c_int {
-    crate::err::unsupported("MPI_Comm_delete_attr", comm)
+    crate::err::guard("MPI_Comm_delete_attr", || unsafe { crate::api::comm_delete_attr(comm, comm_keyval) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_delete_attr(comm: MPI_Comm, comm_keyval: c_int) -> c_int {
-    crate::err::unsupported("MPI_Comm_delete_attr", comm)
+    crate::err::guard("MPI_Comm_delete_attr", || unsafe { crate::api::comm_delete_attr(comm, comm_keyval) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_detach_buffer(comm: MPI_Comm, buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
@@ -1781,11 +1781,11 @@ pub unsafe extern "C" fn PMPI_Comm_dup(comm: MPI_Comm, newcomm: *mut MPI_Comm) -
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_dup_with_info(comm: MPI_Comm, info: MPI_Info, newcomm: *mut MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Comm_dup_with_info", comm)
+    crate::err::guard("MPI_Comm_dup_with_info", || unsafe { crate::api::comm_dup_with_info(comm, info, newcomm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_dup_with_info(comm: MPI_Comm, info: MPI_Info, newcomm: *mut MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Comm_dup_with_info", comm)
+    crate::err::guard("MPI_Comm_dup_with_info", || unsafe { crate::api::comm_dup_with_info(comm, info, newcomm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_flush_buffer(comm: MPI_Comm) -> c_int {
@@ -1805,11 +1805,11 @@ pub unsafe extern "C" fn PMPI_Comm_free(comm: *mut MPI_Comm) -> c_int {
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_free_keyval(comm_keyval: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Comm_free_keyval", MPI_COMM_SELF)
+    crate::err::guard("MPI_Comm_free_keyval", || unsafe { crate::api::comm_free_keyval(comm_keyval) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_free_keyval(comm_keyval: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Comm_free_keyval", MPI_COMM_SELF)
+    crate::err::guard("MPI_Comm_free_keyval", || unsafe { crate::api::comm_free_keyval(comm_keyval) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_get_attr(comm: MPI_Comm, comm_keyval: c_int, attribute_val: *mut c_void, flag: *mut c_int) -> c_int {
@@ -1917,11 +1917,11 @@ pub unsafe extern "C" fn PMPI_Comm_remote_size(comm: MPI_Comm, size: *mut c_int)
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_set_attr(comm: MPI_Comm, comm_keyval: c_int, attribute_val: *mut c_void) -> c_int {
-    crate::err::unsupported("MPI_Comm_set_attr", comm)
+    crate::err::guard("MPI_Comm_set_attr", || unsafe { crate::api::comm_set_attr(comm, comm_keyval, attribute_val) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_set_attr(comm: MPI_Comm, comm_keyval: c_int, attribute_val: *mut c_void) -> c_int {
-    crate::err::unsupported("MPI_Comm_set_attr", comm)
+    crate::err::guard("MPI_Comm_set_attr", || unsafe { crate::api::comm_set_attr(comm, comm_keyval, attribute_val) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_set_errhandler(comm: MPI_Comm, errhandler: MPI_Errhandler) -> c_int {
@@ -3477,11 +3477,11 @@ pub unsafe extern "C" fn PMPI_Ineighbor_alltoallw_c(sendbuf: *const c_void, send
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Info_create(info: *mut MPI_Info) -> c_int {
-    crate::err::unsupported("MPI_Info_create", MPI_COMM_SELF)
+    crate::err::guard("MPI_Info_create", || unsafe { crate::api::info_create(info) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Info_create(info: *mut MPI_Info) -> c_int {
-    crate::err::unsupported("MPI_Info_create", MPI_COMM_SELF)
+    crate::err::guard("MPI_Info_create", || unsafe { crate::api::info_create(info) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Info_create_env(argc: c_int, argv: *mut *mut c_char, info: *mut MPI_Info) -> c_int {
@@ -3493,75 +3493,75 @@ pub unsafe extern "C" fn PMPI_Info_create_env(argc: c_int, argv: *mut *mut c_cha
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Info_delete(info: MPI_Info, key: *const c_char) -> c_int {
-    crate::err::unsupported("MPI_Info_delete", MPI_COMM_SELF)
+    crate::err::guard("MPI_Info_delete", || unsafe { crate::api::info_delete(info, key) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Info_delete(info: MPI_Info, key: *const c_char) -> c_int {
-    crate::err::unsupported("MPI_Info_delete", MPI_COMM_SELF)
+    crate::err::guard("MPI_Info_delete", || unsafe { crate::api::info_delete(info, key) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Info_dup(info: MPI_Info, newinfo: *mut MPI_Info) -> c_int {
-    crate::err::unsupported("MPI_Info_dup", MPI_COMM_SELF)
+    crate::err::guard("MPI_Info_dup", || unsafe { crate::api::info_dup(info, newinfo) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Info_dup(info: MPI_Info, newinfo: *mut MPI_Info) -> c_int {
-    crate::err::unsupported("MPI_Info_dup", MPI_COMM_SELF)
+    crate::err::guard("MPI_Info_dup", || unsafe { crate::api::info_dup(info, newinfo) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Info_free(info: *mut MPI_Info) -> c_int {
-    crate::err::unsupported("MPI_Info_free", MPI_COMM_SELF)
+    crate::err::guard("MPI_Info_free", || unsafe { crate::api::info_free(info) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Info_free(info: *mut MPI_Info) -> c_int {
-    crate::err::unsupported("MPI_Info_free", MPI_COMM_SELF)
+    crate::err::guard("MPI_Info_free", || unsafe { crate::api::info_free(info) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Info_get(info: MPI_Info, key: *const c_char, valuelen: c_int, value: *mut c_char, flag: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Info_get", MPI_COMM_SELF)
+    crate::err::guard("MPI_Info_get", || unsafe { crate::api::info_get(info, key, valuelen, value, flag) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Info_get(info: MPI_Info, key: *const c_char, valuelen: c_int, value: *mut c_char, flag: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Info_get", MPI_COMM_SELF)
+    crate::err::guard("MPI_Info_get", || unsafe { crate::api::info_get(info, key, valuelen, value, flag) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Info_get_nkeys(info: MPI_Info, nkeys: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Info_get_nkeys", MPI_COMM_SELF)
+    crate::err::guard("MPI_Info_get_nkeys", || unsafe { crate::api::info_get_nkeys(info, nkeys) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Info_get_nkeys(info: MPI_Info, nkeys: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Info_get_nkeys", MPI_COMM_SELF)
+    crate::err::guard("MPI_Info_get_nkeys", || unsafe { crate::api::info_get_nkeys(info, nkeys) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Info_get_nthkey(info: MPI_Info, n: c_int, key: *mut c_char) -> c_int {
-    crate::err::unsupported("MPI_Info_get_nthkey", MPI_COMM_SELF)
+    crate::err::guard("MPI_Info_get_nthkey", || unsafe { crate::api::info_get_nthkey(info, n, key) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Info_get_nthkey(info: MPI_Info, n: c_int, key: *mut c_char) -> c_int {
-    crate::err::unsupported("MPI_Info_get_nthkey", MPI_COMM_SELF)
+    crate::err::guard("MPI_Info_get_nthkey", || unsafe { crate::api::info_get_nthkey(info, n, key) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Info_get_string(info: MPI_Info, key: *const c_char, buflen: *mut c_int, value: *mut c_char, flag: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Info_get_string", MPI_COMM_SELF)
+    crate::err::guard("MPI_Info_get_string", || unsafe { crate::api::info_get_string(info, key, buflen, value, flag) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Info_get_string(info: MPI_Info, key: *const c_char, buflen: *mut c_int, value: *mut c_char, flag: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Info_get_string", MPI_COMM_SELF)
+    crate::err::guard("MPI_Info_get_string", || unsafe { crate::api::info_get_string(info, key, buflen, value, flag) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Info_get_valuelen(info: MPI_Info, key: *const c_char, valuelen: *mut c_int, flag: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Info_get_valuelen", MPI_COMM_SELF)
+    crate::err::guard("MPI_Info_get_valuelen", || unsafe { crate::api::info_get_valuelen(info, key, valuelen, flag) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Info_get_valuelen(info: MPI_Info, key: *const c_char, valuelen: *mut c_int, flag: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Info_get_valuelen", MPI_COMM_SELF)
+    crate::err::guard("MPI_Info_get_valuelen", || unsafe { crate::api::info_get_valuelen(info, key, valuelen, flag) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Info_set(info: MPI_Info, key: *const c_char, value: *const c_char) -> c_int {
-    crate::err::unsupported("MPI_Info_set", MPI_COMM_SELF)
+    crate::err::guard("MPI_Info_set", || unsafe { crate::api::info_set(info, key, value) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Info_set(info: MPI_Info, key: *const c_char, value: *const c_char) -> c_int {
-    crate::err::unsupported("MPI_Info_set", MPI_COMM_SELF)
+    crate::err::guard("MPI_Info_set", || unsafe { crate::api::info_set(info, key, value) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Init(argc: *mut c_int, argv: *mut *mut *mut c_char) -> c_int {

@@ -259,9 +259,15 @@ pub unsafe fn comm_dup(c: MPI_Comm, newcomm: *mut MPI_Comm) -> Res {
     let mc = comm(c)?;
     let o = out(newcomm, "newcomm").map_err(|e| e.on(c))?;
     let all: Vec<usize> = (0..mc.size()).collect();
+    let attrs = crate::info::copied_attrs(&mc).map_err(|e| e.on(c))?;
     let child = mc.comm.new_group(&all).map_err(|e| MpiErr::from(e).on(c))?.expect("every rank is a member of its dup");
     *o = state::add_comm(child, mc.errhandler.load(Ordering::Relaxed));
+    state::set_attrs(*o, attrs);
     Ok(())
+}
+
+pub unsafe fn comm_dup_with_info(c: MPI_Comm, _info: MPI_Info, newcomm: *mut MPI_Comm) -> Res {
+    comm_dup(c, newcomm)
 }
 
 pub unsafe fn comm_split(c: MPI_Comm, color: c_int, key: c_int, newcomm: *mut MPI_Comm) -> Res {
@@ -282,6 +288,7 @@ pub unsafe fn comm_free(c: *mut MPI_Comm) -> Res {
     active()?;
     let h = out(c, "comm")?;
     let mc = state::remove_comm(*h)?;
+    crate::info::delete_all(&mc);
     mc.comm.destroy();
     *h = MPI_COMM_NULL;
     Ok(())
@@ -332,7 +339,17 @@ pub unsafe fn comm_get_attr(c: MPI_Comm, keyval: c_int, value: *mut c_void, flag
             // SAFETY: an AtomicI32 has the layout of an int; it is only written before this read.
             unsafe { &*(ATTR_UNIVERSE.as_ptr() as *const c_int) }
         }
-        _ => return Err(MpiErr::new(MPI_ERR_KEYVAL, format!("keyval {keyval} is not a valid attribute key (user attributes are not supported yet)")).on(c)),
+        k if crate::info::is_user_keyval(k) => {
+            match crate::info::get_user_attr(&_mc, k) {
+                Some(v) => {
+                    *(value as *mut usize) = v;
+                    *f = 1;
+                }
+                None => *f = 0,
+            }
+            return Ok(());
+        }
+        _ => return Err(MpiErr::new(MPI_ERR_KEYVAL, format!("keyval {keyval} is not a valid attribute key")).on(c)),
     };
     *v = p;
     *f = 1;
@@ -1335,3 +1352,10 @@ pub unsafe fn buffer_detach(addr: *mut c_void, size: *mut c_int) -> Res {
 pub unsafe fn buffer_flush() -> Res {
     bsend_flush()
 }
+
+// ---- info and attributes: see info.rs -------------------------------------------------------------
+
+pub use crate::info::{
+    comm_create_keyval, comm_delete_attr, comm_free_keyval, comm_set_attr, info_create, info_delete, info_dup, info_free, info_get,
+    info_get_nkeys, info_get_nthkey, info_get_string, info_get_valuelen, info_set,
+};

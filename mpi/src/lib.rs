@@ -14,6 +14,7 @@ pub mod colls;
 pub mod datatype;
 pub mod err;
 pub mod group;
+pub mod info;
 pub mod op;
 pub mod pmi;
 pub mod request;

@@ -20,6 +20,8 @@ pub struct MpiComm {
     pub handle: MPI_Comm,
     /// MPI_Comm_set_name / get_name.
     pub name: Mutex<String>,
+    /// User attributes: (keyval, value).
+    pub attrs: Mutex<Vec<(c_int, usize)>>,
 }
 
 impl MpiComm {
@@ -97,7 +99,7 @@ fn wrap(comm: Arc<Comm>, handle: MPI_Comm) -> Arc<MpiComm> {
         MPI_COMM_SELF => "MPI_COMM_SELF",
         _ => "",
     };
-    Arc::new(MpiComm { comm, errhandler: AtomicUsize::new(MPI_ERRORS_ARE_FATAL), handle, name: Mutex::new(name.to_string()) })
+    Arc::new(MpiComm { comm, errhandler: AtomicUsize::new(MPI_ERRORS_ARE_FATAL), handle, name: Mutex::new(name.to_string()), attrs: Mutex::new(Vec::new()) })
 }
 
 /// Forms the world (the engine's init) and MPI_COMM_SELF; `provided` is the thread level.
@@ -141,9 +143,11 @@ pub fn finalize() -> Result<(), MpiErr> {
         (c.world.take(), c.selfc.take(), std::mem::take(&mut c.slots))
     };
     for c in slots.into_iter().flatten() {
+        crate::info::delete_all(&c);
         c.comm.destroy();
     }
     if let Some(s) = s {
+        crate::info::delete_all(&s);
         s.comm.destroy();
     }
     if let Some(w) = w {
@@ -193,6 +197,13 @@ pub fn add_comm(comm: Arc<Comm>, errhandler: MPI_Errhandler) -> MPI_Comm {
     mc.errhandler.store(errhandler, Ordering::Relaxed);
     c.slots[slot] = Some(mc);
     h
+}
+
+/// Sets the attributes a new communicator starts with (a dup's copies).
+pub fn set_attrs(h: MPI_Comm, attrs: Vec<(c_int, usize)>) {
+    if let Ok(c) = get_comm(h) {
+        *c.attrs.lock().unwrap_or_else(|p| p.into_inner()) = attrs;
+    }
 }
 
 /// Removes a user communicator's handle (MPI_Comm_free); predefined ones cannot be freed.

@@ -2,6 +2,20 @@
  * Request_get_status, extents, status helpers. */
 #include "common.h"
 
+static int deleted = 0, copied = 0;
+static int copy_fn(MPI_Comm c, int k, void *extra, void *in, void *out, int *flag) {
+  (void)c; (void)k; (void)extra;
+  copied++;
+  *(void **)out = (char *)in + 1;
+  *flag = 1;
+  return MPI_SUCCESS;
+}
+static int delete_fn(MPI_Comm c, int k, void *val, void *extra) {
+  (void)c; (void)k; (void)val;
+  deleted += *(int *)extra;
+  return MPI_SUCCESS;
+}
+
 int main(int argc, char **argv) {
   int rank, size, r, s, res, flag;
   OK(MPI_Init(&argc, &argv));
@@ -173,6 +187,61 @@ int main(int argc, char **argv) {
   CHECK(sent == MPI_DATATYPE_NULL);
   OK(MPI_Type_free(&tri2));
   OK(MPI_Type_free(&tri));
+  /* Info objects. */
+  MPI_Info info, info2;
+  OK(MPI_Info_create(&info));
+  OK(MPI_Info_set(info, "alpha", "1"));
+  OK(MPI_Info_set(info, "beta", "two"));
+  OK(MPI_Info_set(info, "alpha", "one"));
+  int nkeys = -1, vlen = 0;
+  OK(MPI_Info_get_nkeys(info, &nkeys));
+  CHECK(nkeys == 2);
+  char key[MPI_MAX_INFO_KEY], val[MPI_MAX_INFO_VAL];
+  OK(MPI_Info_get_nthkey(info, 1, key));
+  CHECK(strcmp(key, "beta") == 0);
+  int buflen = sizeof val;
+  OK(MPI_Info_get_string(info, "alpha", &buflen, val, &flag));
+  CHECK(flag == 1 && strcmp(val, "one") == 0 && buflen == 4);
+  OK(MPI_Info_get_valuelen(info, "beta", &vlen, &flag));
+  CHECK(flag == 1 && vlen == 3);
+  OK(MPI_Info_dup(info, &info2));
+  OK(MPI_Info_delete(info, "beta"));
+  buflen = sizeof val;
+  OK(MPI_Info_get_string(info, "beta", &buflen, val, &flag));
+  CHECK(flag == 0);
+  OK(MPI_Info_get_string(info2, "beta", &buflen, val, &flag));
+  CHECK(flag == 1 && strcmp(val, "two") == 0);
+  OK(MPI_Info_free(&info));
+  OK(MPI_Info_free(&info2));
+  CHECK(info == MPI_INFO_NULL);
+
+  /* Attributes: set, get, copied on dup by the copy callback, deleted on free. */
+  int kv1, kv2, extra = 1;
+  static char payload[4];
+  OK(MPI_Comm_create_keyval(copy_fn, delete_fn, &kv1, &extra));
+  OK(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, MPI_COMM_NULL_DELETE_FN, &kv2, NULL));
+  OK(MPI_Comm_set_attr(d, kv1, payload));
+  OK(MPI_Comm_set_attr(d, kv2, payload + 2));
+  void *got_attr = NULL;
+  OK(MPI_Comm_get_attr(d, kv1, &got_attr, &flag));
+  CHECK(flag == 1 && got_attr == payload);
+  MPI_Comm d2;
+  OK(MPI_Comm_dup(d, &d2));
+  CHECK(copied == 1);
+  OK(MPI_Comm_get_attr(d2, kv1, &got_attr, &flag));
+  CHECK(flag == 1 && got_attr == payload + 1);
+  OK(MPI_Comm_get_attr(d2, kv2, &got_attr, &flag));
+  CHECK(flag == 0);
+  OK(MPI_Comm_free(&d2));
+  CHECK(deleted == 1);
+  OK(MPI_Comm_delete_attr(d, kv1));
+  CHECK(deleted == 2);
+  OK(MPI_Comm_get_attr(d, kv1, &got_attr, &flag));
+  CHECK(flag == 0);
+  OK(MPI_Comm_free_keyval(&kv1));
+  OK(MPI_Comm_free_keyval(&kv2));
+  CHECK(kv1 == MPI_KEYVAL_INVALID);
+
   OK(MPI_Comm_free(&d));
   free(ranks);
   free(out);
