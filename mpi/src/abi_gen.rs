@@ -535,7 +535,7 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Comm_free_keyval", true),
     ("MPI_Comm_get_attr", true),
     ("MPI_Comm_get_errhandler", true),
-    ("MPI_Comm_get_info", false),
+    ("MPI_Comm_get_info", true),
     ("MPI_Comm_get_name", true),
     ("MPI_Comm_get_parent", false),
     ("MPI_Comm_group", true),
@@ -548,7 +548,7 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Comm_remote_size", false),
     ("MPI_Comm_set_attr", true),
     ("MPI_Comm_set_errhandler", true),
-    ("MPI_Comm_set_info", false),
+    ("MPI_Comm_set_info", true),
     ("MPI_Comm_set_name", true),
     ("MPI_Comm_size", true),
     ("MPI_Comm_spawn", false),
@@ -825,7 +825,7 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Pack_size", false),
     ("MPI_Pack_size_c", false),
     ("MPI_Parrived", false),
-    ("MPI_Pcontrol", false),
+    ("MPI_Pcontrol", true),
     ("MPI_Pready", false),
     ("MPI_Pready_list", false),
     ("MPI_Pready_range", false),
@@ -1829,11 +1829,11 @@ pub unsafe extern "C" fn PMPI_Comm_get_errhandler(comm: MPI_Comm, errhandler: *m
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_get_info(comm: MPI_Comm, info_used: *mut MPI_Info) -> c_int {
-    crate::err::unsupported("MPI_Comm_get_info", comm)
+    crate::err::guard("MPI_Comm_get_info", || unsafe { crate::api::comm_get_info(comm, info_used) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_get_info(comm: MPI_Comm, info_used: *mut MPI_Info) -> c_int {
-    crate::err::unsupported("MPI_Comm_get_info", comm)
+    crate::err::guard("MPI_Comm_get_info", || unsafe { crate::api::comm_get_info(comm, info_used) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_get_name(comm: MPI_Comm, comm_name: *mut c_char, resultlen: *mut c_int) -> c_int {
@@ -1933,11 +1933,11 @@ pub unsafe extern "C" fn PMPI_Comm_set_errhandler(comm: MPI_Comm, errhandler: MP
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_set_info(comm: MPI_Comm, info: MPI_Info) -> c_int {
-    crate::err::unsupported("MPI_Comm_set_info", comm)
+    crate::err::guard("MPI_Comm_set_info", || unsafe { crate::api::comm_set_info(comm, info) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_set_info(comm: MPI_Comm, info: MPI_Info) -> c_int {
-    crate::err::unsupported("MPI_Comm_set_info", comm)
+    crate::err::guard("MPI_Comm_set_info", || unsafe { crate::api::comm_set_info(comm, info) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_set_name(comm: MPI_Comm, comm_name: *const c_char) -> c_int {
@@ -4149,11 +4149,11 @@ pub unsafe extern "C" fn PMPI_Parrived(request: MPI_Request, partition: c_int, f
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Pcontrol(level: c_int) -> c_int {
-    crate::err::unsupported("MPI_Pcontrol", MPI_COMM_SELF)
+    crate::err::guard("MPI_Pcontrol", || unsafe { crate::api::pcontrol(level) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Pcontrol(level: c_int) -> c_int {
-    crate::err::unsupported("MPI_Pcontrol", MPI_COMM_SELF)
+    crate::err::guard("MPI_Pcontrol", || unsafe { crate::api::pcontrol(level) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Pready(partition: c_int, request: MPI_Request) -> c_int {

@@ -1359,3 +1359,22 @@ pub use crate::info::{
     comm_create_keyval, comm_delete_attr, comm_free_keyval, comm_set_attr, info_create, info_delete, info_dup, info_free, info_get,
     info_get_nkeys, info_get_nthkey, info_get_string, info_get_valuelen, info_set,
 };
+
+/// MPI_Pcontrol: profiling control; this library has no profiling levels, so it is a no-op
+/// (the standard lets an implementation ignore it).
+pub unsafe fn pcontrol(_level: c_int) -> Res {
+    Ok(())
+}
+
+/// MPI_Comm_get_info: a new info object with the hints in use (none are read yet).
+pub unsafe fn comm_get_info(c: MPI_Comm, info: *mut MPI_Info) -> Res {
+    let _ = comm(c)?;
+    crate::info::info_create(info).map_err(|e| e.on(c))
+}
+
+/// MPI_Comm_set_info: hints may be ignored (the standard's words); the info must be valid.
+pub unsafe fn comm_set_info(c: MPI_Comm, info: MPI_Info) -> Res {
+    let _ = comm(c)?;
+    let mut n = 0;
+    crate::info::info_get_nkeys(info, &mut n).map_err(|e| e.on(c))
+}

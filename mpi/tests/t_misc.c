@@ -211,6 +211,11 @@ int main(int argc, char **argv) {
   CHECK(flag == 0);
   OK(MPI_Info_get_string(info2, "beta", &buflen, val, &flag));
   CHECK(flag == 1 && strcmp(val, "two") == 0);
+  OK(MPI_Comm_set_info(d, info));
+  MPI_Info used;
+  OK(MPI_Comm_get_info(d, &used));
+  OK(MPI_Info_free(&used));
+  OK(MPI_Pcontrol(1));
   OK(MPI_Info_free(&info));
   OK(MPI_Info_free(&info2));
   CHECK(info == MPI_INFO_NULL);
