@@ -91,10 +91,25 @@ impl Pmi {
     }
 }
 
-/// The store address every rank should use: rank 0 picks a free port and publishes it.
+/// A fresh random job token (hex), for DC_TOKEN.
+pub fn random_token() -> String {
+    use std::io::Read;
+    let mut b = [0u8; 16];
+    if std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b)).is_err() {
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+        b[..16].copy_from_slice(&(t ^ ((std::process::id() as u128) << 64)).to_le_bytes());
+    }
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The store address every rank should use: rank 0 picks a free port and publishes it, with a
+/// fresh job token (the launcher's key-value space is private to the job), which becomes
+/// DC_TOKEN unless the environment sets one already.
 pub fn store_address(p: &mut Pmi) -> Result<String, MpiErr> {
     const KEY: &str = "distcomm-store";
+    const TOKEN: &str = "distcomm-token";
     if p.rank == 0 {
+        p.put(TOKEN, &random_token())?;
         // One host (all ranks local): loopback; else this host's name, which the others resolve.
         let local = std::env::var("MPI_LOCALNRANKS").ok().and_then(|v| v.parse::<usize>().ok()) == Some(p.size);
         let host = if local { "127.0.0.1".to_string() } else { distcomm::log::hostname() };
@@ -105,5 +120,10 @@ pub fn store_address(p: &mut Pmi) -> Result<String, MpiErr> {
         p.put(KEY, &format!("{host}:{port}"))?;
     }
     p.barrier()?;
+    if std::env::var_os("DC_TOKEN").is_none_or(|t| t.is_empty()) {
+        let t = p.get(TOKEN)?;
+        // MPI_Init runs before the program starts threads that read the environment.
+        std::env::set_var("DC_TOKEN", t);
+    }
     p.get(KEY)
 }

@@ -32,7 +32,11 @@ pub fn init_world() -> Result<Arc<Comm>, MpiErr> {
     let opts = if SIZE_VARS.iter().any(|v| set(v)) {
         InitOptions::from_env()
     } else {
-        // No launcher: a singleton. Its store listens on loopback, on a port the OS just gave us.
+        // No launcher: a singleton. Its store listens on loopback, on a port the OS just gave
+        // us, with a token of its own.
+        if std::env::var_os("DC_TOKEN").is_none_or(|t| t.is_empty()) {
+            std::env::set_var("DC_TOKEN", crate::pmi::random_token());
+        }
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map(|a| a.port())
