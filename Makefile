@@ -5,6 +5,8 @@
 #   make uninstall PREFIX=...
 #   make header               regenerate include/distcomm.h (fails if cbindgen fails)
 #   make test                 every test: scripts/test.sh (Rust tests, install, C tests via CMake)
+#   make mpi                  libmpi_abi.so.1 (distcomm's MPI, mpi/) from the mpi crate's static library
+#   make mpi-header           regenerate include/mpi.h and mpi/src/abi_gen.rs from mpi/abi/*.txt
 
 CARGO   ?= cargo
 PREFIX  ?= /usr/local
@@ -29,12 +31,31 @@ CMAKEDIR   := $(LIBDIR)/cmake/distcomm
 PCDIR      := $(LIBDIR)/pkgconfig
 SUBST      := sed -e 's|@VERSION@|$(VERSION)|g' -e 's|@MAJOR@|$(MAJOR)|g' -e 's|@PREFIX@|$(ABS_PREFIX)|g'
 
-.PHONY: all build install uninstall header test clean version example
+.PHONY: all build install uninstall header test clean version example mpi mpi-link mpi-header
 
 all: build
 
 build:
 	$(CARGO) build --release
+	$(MAKE) --no-print-directory mpi-link
+
+# libmpi_abi.so.1 is linked here from the mpi crate's static library, not by cargo as a cdylib:
+# cargo hands distcomm's cdylib link arguments (its soname and version script) to every cdylib
+# that depends on it (rust-lang/cargo#9562), and the last -soname would win.
+MPI_LIBS := -ldl -lgcc_s -lutil -lrt -lpthread -lm -lc
+mpi:
+	$(CARGO) build --release -p distcomm-mpi
+	$(MAKE) --no-print-directory mpi-link
+
+mpi-link: $(RELEASE)/libmpi_abi.so.1
+
+$(RELEASE)/libmpi_abi.so.1: $(RELEASE)/libmpi_abi.a mpi/exports.map
+	$(CC) -shared -o $@ -Wl,-soname,libmpi_abi.so.1 -Wl,--version-script=mpi/exports.map \
+	  -Wl,--whole-archive $(RELEASE)/libmpi_abi.a -Wl,--no-whole-archive $(MPI_LIBS)
+	ln -sfn libmpi_abi.so.1 $(RELEASE)/libmpi_abi.so
+
+mpi-header:
+	python3 mpi/abi/gen.py
 
 version:
 	@echo $(VERSION)
@@ -56,13 +77,26 @@ install: build
 	    install -m 0755 $(RELEASE)/$$b $(BINDIR)/$$b || exit 1; \
 	  fi; \
 	done
+	@if [ -f $(RELEASE)/libmpi_abi.so.1 ]; then \
+	  echo "install MPI: lib/libmpi_abi.so.1, include/mpi.h, bin/mpicc mpicxx mpiexec mpirun" && \
+	  install -d $(BINDIR) && \
+	  install -m 0755 $(RELEASE)/libmpi_abi.so.1 $(LIBDIR)/libmpi_abi.so.1 && \
+	  ln -sfn libmpi_abi.so.1 $(LIBDIR)/libmpi_abi.so && \
+	  install -m 0644 include/mpi.h $(INCDIR)/mpi.h && \
+	  install -m 0755 mpi/bin/mpicc $(BINDIR)/mpicc && \
+	  install -m 0755 mpi/bin/mpicxx $(BINDIR)/mpicxx && \
+	  install -m 0755 mpi/bin/mpiexec $(BINDIR)/mpiexec && \
+	  ln -sfn mpiexec $(BINDIR)/mpirun || exit 1; \
+	fi
 	@echo "installed distcomm $(VERSION) into $(DESTDIR)$(ABS_PREFIX)"
 
 uninstall:
 	rm -f $(LIBDIR)/libdistcomm.so.$(VERSION) $(LIBDIR)/libdistcomm.so.$(MAJOR) \
 	      $(LIBDIR)/libdistcomm.so $(LIBDIR)/libdistcomm.a $(INCDIR)/distcomm.h \
 	      $(CMAKEDIR)/distcommConfig.cmake $(CMAKEDIR)/distcommConfigVersion.cmake \
-	      $(PCDIR)/distcomm.pc $(addprefix $(BINDIR)/,$(BINS))
+	      $(PCDIR)/distcomm.pc $(addprefix $(BINDIR)/,$(BINS)) \
+	      $(LIBDIR)/libmpi_abi.so.1 $(LIBDIR)/libmpi_abi.so $(INCDIR)/mpi.h \
+	      $(addprefix $(BINDIR)/,mpicc mpicxx mpiexec mpirun)
 	-rmdir $(CMAKEDIR) 2>/dev/null
 
 # build.rs writes the header on every build that changes src/; touching cbindgen.toml makes it

@@ -15,6 +15,9 @@
 #   9. scripts/multihost_test.sh: the C tests and Python examples over network-namespace
 #      hosts, and 8 hosts x 16 ranks running every collective (prints SKIP and passes where it
 #      lacks the privileges)
+#  10. scripts/mpi_test.sh: the MPI library (libmpi_abi.so.1): its ABI against MPICH 5.0.2's
+#      mpi_abi.h (installed from PyPI into build/venv-mpich if missing), its C tests at 1-4 ranks
+#      through the installed mpicc/mpiexec, MPICH-built binaries on it and ours on MPICH
 #
 # Release everywhere: the installed library must be a release build anyway, so one optimised
 # build serves the tests and the install (a debug test build would compile everything twice).
@@ -71,6 +74,11 @@ rm -rf build/c_tests
 cmake -S c_tests -B build/c_tests -DCMAKE_PREFIX_PATH="$PREFIX" -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build build/c_tests --parallel 2
 (cd build/c_tests && ctest --output-on-failure) 2>&1 | tee "$TMP/ctest.log"
+
+# ---------------------------------------------------------------------------------------------
+banner "MPI library: ABI against MPICH 5.0.2, C tests through mpicc/mpiexec (scripts/mpi_test.sh)"
+scripts/mpi_test.sh "$PREFIX" 2>&1 | tee "$TMP/mpi.log"
+[ "${PIPESTATUS[0]}" -eq 0 ]
 
 # ---------------------------------------------------------------------------------------------
 banner "C tests under valgrind (memcheck, 2 ranks)"

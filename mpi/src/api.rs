@@ -1,0 +1,1380 @@
+//! The supported functions. Each `name` here is the export `MPI_Name` (see abi_gen.rs, which
+//! wraps the int-returning ones in `err::guard`: an `Err` goes to the communicator's handler).
+//!
+//! # Safety
+//! Every function takes the C caller's pointers as the MPI standard specifies them; they are
+//! checked for NULL where the standard gives an error class for it, and otherwise trusted.
+
+use crate::abi_gen::*;
+use crate::datatype;
+use crate::err::{self, MpiErr, Res};
+use crate::mpi_err;
+use crate::op;
+use crate::request::{self, Req};
+use crate::state::{self, MpiComm};
+use distcomm::buffer::{ConstBuf, MutBuf};
+use std::ffi::{c_char, c_int, c_void};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// The largest tag (MPI_TAG_UB's value): the engine's user tags are 32 bits.
+pub const TAG_UB: c_int = c_int::MAX;
+
+fn active() -> Res {
+    state::check_active()
+}
+
+fn comm(h: MPI_Comm) -> Result<Arc<MpiComm>, MpiErr> {
+    state::check_active()?;
+    state::get_comm(h)
+}
+
+fn out<'a, T>(p: *mut T, what: &str) -> Result<&'a mut T, MpiErr> {
+    // SAFETY: a non-NULL out-pointer from the caller is writable (the standard's contract).
+    unsafe { p.as_mut() }.ok_or_else(|| MpiErr::new(MPI_ERR_ARG, format!("{what} is NULL")))
+}
+
+fn write_status(st: *mut MPI_Status, s: MPI_Status) {
+    if let Some(p) = unsafe { st.as_mut() } {
+        // MPI_ERROR is left alone by single-completion calls (the standard says so).
+        let e = p.MPI_ERROR;
+        *p = s;
+        p.MPI_ERROR = e;
+    }
+}
+
+/// Copies a Rust string into a caller's char buffer of `max` bytes, NUL-terminated.
+fn put_str(s: &str, buf: *mut c_char, len: *mut c_int, max: usize) -> Res {
+    if buf.is_null() {
+        return mpi_err!(MPI_ERR_ARG, "string buffer is NULL");
+    }
+    let b = s.as_bytes();
+    let n = b.len().min(max - 1);
+    // SAFETY: the caller's buffer holds at least `max` bytes (MPI_MAX_* of the call).
+    unsafe {
+        std::ptr::copy_nonoverlapping(b.as_ptr(), buf as *mut u8, n);
+        *buf.add(n) = 0;
+    }
+    if let Some(l) = unsafe { len.as_mut() } {
+        *l = n as c_int;
+    }
+    Ok(())
+}
+
+// ---- environment ------------------------------------------------------------------------------
+
+pub unsafe fn init(_argc: *mut c_int, _argv: *mut *mut *mut c_char) -> Res {
+    state::init(MPI_THREAD_SINGLE).map(|_| ())
+}
+
+pub unsafe fn init_thread(_argc: *mut c_int, _argv: *mut *mut *mut c_char, required: c_int, provided: *mut c_int) -> Res {
+    let p = out(provided, "provided")?;
+    *p = state::init(required)?;
+    Ok(())
+}
+
+pub unsafe fn initialized(flag: *mut c_int) -> Res {
+    *out(flag, "flag")? = state::initialized() as c_int;
+    Ok(())
+}
+
+pub unsafe fn finalized(flag: *mut c_int) -> Res {
+    *out(flag, "flag")? = state::finalized() as c_int;
+    Ok(())
+}
+
+pub unsafe fn finalize() -> Res {
+    state::finalize()
+}
+
+pub unsafe fn abort(c: MPI_Comm, errorcode: c_int) -> Res {
+    state::say(&format!("{}: MPI_Abort(comm {c:#x}, {errorcode}) called: ending the job\n", state::who()));
+    state::abort_job(c, errorcode)
+}
+
+pub unsafe fn query_thread(provided: *mut c_int) -> Res {
+    *out(provided, "provided")? = state::THREAD_LEVEL.load(Ordering::Relaxed);
+    Ok(())
+}
+
+pub unsafe fn is_thread_main(flag: *mut c_int) -> Res {
+    active()?;
+    *out(flag, "flag")? = state::is_main_thread() as c_int;
+    Ok(())
+}
+
+pub unsafe fn get_version(version: *mut c_int, subversion: *mut c_int) -> Res {
+    *out(version, "version")? = MPI_VERSION;
+    *out(subversion, "subversion")? = MPI_SUBVERSION;
+    Ok(())
+}
+
+pub unsafe fn abi_get_version(major: *mut c_int, minor: *mut c_int) -> Res {
+    *out(major, "abi_major")? = MPI_ABI_VERSION;
+    *out(minor, "abi_minor")? = MPI_ABI_SUBVERSION;
+    Ok(())
+}
+
+pub fn library_version() -> String {
+    format!(
+        "distcomm MPI library {} (libmpi_abi.so.1: MPI {MPI_VERSION}.{MPI_SUBVERSION} standard ABI {MPI_ABI_VERSION}.{MPI_ABI_SUBVERSION}, on the distcomm engine)",
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
+pub unsafe fn get_library_version(version: *mut c_char, resultlen: *mut c_int) -> Res {
+    put_str(&library_version(), version, resultlen, MPI_MAX_LIBRARY_VERSION_STRING as usize)
+}
+
+pub unsafe fn get_processor_name(name: *mut c_char, resultlen: *mut c_int) -> Res {
+    put_str(&distcomm::log::hostname(), name, resultlen, MPI_MAX_PROCESSOR_NAME as usize)
+}
+
+pub unsafe fn wtime() -> f64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: ts is a valid timespec to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
+pub unsafe fn wtick() -> f64 {
+    1e-9
+}
+
+pub unsafe fn aint_add(base: MPI_Aint, disp: MPI_Aint) -> MPI_Aint {
+    base.wrapping_add(disp)
+}
+
+pub unsafe fn aint_diff(a: MPI_Aint, b: MPI_Aint) -> MPI_Aint {
+    a.wrapping_sub(b)
+}
+
+// ---- handle conversions: every handle of this library is an integer already ---------------------
+
+macro_rules! int_conv {
+    ($to:ident, $from:ident) => {
+        pub unsafe fn $to(h: usize) -> c_int {
+            h as c_int
+        }
+        pub unsafe fn $from(i: c_int) -> usize {
+            i as u32 as usize
+        }
+    };
+}
+int_conv!(comm_toint, comm_fromint);
+int_conv!(errhandler_toint, errhandler_fromint);
+int_conv!(file_toint, file_fromint);
+int_conv!(group_toint, group_fromint);
+int_conv!(info_toint, info_fromint);
+int_conv!(message_toint, message_fromint);
+int_conv!(op_toint, op_fromint);
+int_conv!(request_toint, request_fromint);
+int_conv!(session_toint, session_fromint);
+int_conv!(type_toint, type_fromint);
+int_conv!(win_toint, win_fromint);
+
+// ---- errors ----------------------------------------------------------------------------------------
+
+pub unsafe fn error_class(code: c_int, class: *mut c_int) -> Res {
+    let c = out(class, "errorclass")?;
+    match err::class_of(code) {
+        Some(k) => {
+            *c = k;
+            Ok(())
+        }
+        None => mpi_err!(MPI_ERR_ARG, "{code} is not an error code"),
+    }
+}
+
+pub unsafe fn error_string(code: c_int, string: *mut c_char, resultlen: *mut c_int) -> Res {
+    match err::code_string(code) {
+        Some(s) => put_str(&s, string, resultlen, MPI_MAX_ERROR_STRING as usize),
+        None => mpi_err!(MPI_ERR_ARG, "{code} is not an error code"),
+    }
+}
+
+pub unsafe fn comm_set_errhandler(c: MPI_Comm, eh: MPI_Errhandler) -> Res {
+    let mc = comm(c)?;
+    if !err::valid_errhandler(eh) {
+        return Err(MpiErr::new(MPI_ERR_ARG, format!("{eh:#x} is not a valid error handler")).on(c));
+    }
+    mc.errhandler.store(eh, Ordering::Relaxed);
+    Ok(())
+}
+
+pub unsafe fn comm_get_errhandler(c: MPI_Comm, eh: *mut MPI_Errhandler) -> Res {
+    let mc = comm(c)?;
+    *out(eh, "errhandler").map_err(|e| e.on(c))? = mc.errhandler.load(Ordering::Relaxed);
+    Ok(())
+}
+
+pub unsafe fn comm_create_errhandler(f: Option<MPI_Comm_errhandler_function>, eh: *mut MPI_Errhandler) -> Res {
+    let Some(f) = f else { return mpi_err!(MPI_ERR_ARG, "comm_errhandler_fn is NULL") };
+    *out(eh, "errhandler")? = err::new_user_handler(f);
+    Ok(())
+}
+
+pub unsafe fn comm_call_errhandler(c: MPI_Comm, code: c_int) -> Res {
+    let mc = comm(c)?;
+    let class = err::class_of(code).unwrap_or(MPI_ERR_UNKNOWN);
+    if class == MPI_SUCCESS {
+        return Ok(());
+    }
+    let msg = err::code_string(code).unwrap_or_default();
+    match mc.errhandler.load(Ordering::Relaxed) {
+        // A user handler is called and the call succeeds (the standard's words); with
+        // MPI_ERRORS_RETURN the code comes back; the fatal handlers end the job.
+        h if h >= err::ERRH_BASE => {
+            err::call_user_handler(h, c, code);
+            Ok(())
+        }
+        _ => Err(MpiErr::new(class, msg).on(c)),
+    }
+}
+
+pub unsafe fn errhandler_free(eh: *mut MPI_Errhandler) -> Res {
+    let h = out(eh, "errhandler")?;
+    if !err::valid_errhandler(*h) {
+        return mpi_err!(MPI_ERR_ARG, "{:#x} is not a valid error handler", *h);
+    }
+    *h = MPI_ERRHANDLER_NULL;
+    Ok(())
+}
+
+// ---- communicators -------------------------------------------------------------------------------
+
+pub unsafe fn comm_size(c: MPI_Comm, size: *mut c_int) -> Res {
+    let mc = comm(c)?;
+    *out(size, "size").map_err(|e| e.on(c))? = mc.size() as c_int;
+    Ok(())
+}
+
+pub unsafe fn comm_rank(c: MPI_Comm, rank: *mut c_int) -> Res {
+    let mc = comm(c)?;
+    *out(rank, "rank").map_err(|e| e.on(c))? = mc.rank() as c_int;
+    Ok(())
+}
+
+pub unsafe fn comm_dup(c: MPI_Comm, newcomm: *mut MPI_Comm) -> Res {
+    let mc = comm(c)?;
+    let o = out(newcomm, "newcomm").map_err(|e| e.on(c))?;
+    let all: Vec<usize> = (0..mc.size()).collect();
+    let attrs = crate::info::copied_attrs(&mc).map_err(|e| e.on(c))?;
+    let child = mc.comm.new_group(&all).map_err(|e| MpiErr::from(e).on(c))?.expect("every rank is a member of its dup");
+    *o = state::add_comm(child, mc.errhandler.load(Ordering::Relaxed));
+    state::set_attrs(*o, attrs);
+    Ok(())
+}
+
+pub unsafe fn comm_dup_with_info(c: MPI_Comm, _info: MPI_Info, newcomm: *mut MPI_Comm) -> Res {
+    comm_dup(c, newcomm)
+}
+
+pub unsafe fn comm_split(c: MPI_Comm, color: c_int, key: c_int, newcomm: *mut MPI_Comm) -> Res {
+    let mc = comm(c)?;
+    let o = out(newcomm, "newcomm").map_err(|e| e.on(c))?;
+    if color < 0 && color != MPI_UNDEFINED {
+        return Err(MpiErr::new(MPI_ERR_ARG, format!("color {color} is negative (only MPI_UNDEFINED may be)")).on(c));
+    }
+    let color = if color == MPI_UNDEFINED { -1 } else { color };
+    *o = match mc.comm.split(color, key).map_err(|e| MpiErr::from(e).on(c))? {
+        Some(child) => state::add_comm(child, mc.errhandler.load(Ordering::Relaxed)),
+        None => MPI_COMM_NULL,
+    };
+    Ok(())
+}
+
+pub unsafe fn comm_free(c: *mut MPI_Comm) -> Res {
+    active()?;
+    let h = out(c, "comm")?;
+    let mc = state::remove_comm(*h)?;
+    crate::info::delete_all(&mc);
+    mc.comm.destroy();
+    *h = MPI_COMM_NULL;
+    Ok(())
+}
+
+pub unsafe fn comm_compare(a: MPI_Comm, b: MPI_Comm, result: *mut c_int) -> Res {
+    let (ca, cb) = (comm(a)?, comm(b)?);
+    let r = out(result, "result").map_err(|e| e.on(a))?;
+    let (ma, mb) = (ca.comm.members(), cb.comm.members());
+    *r = if Arc::ptr_eq(&ca, &cb) {
+        MPI_IDENT
+    } else if ma == mb {
+        MPI_CONGRUENT
+    } else {
+        let (mut sa, mut sb) = (ma.to_vec(), mb.to_vec());
+        sa.sort_unstable();
+        sb.sort_unstable();
+        if sa == sb {
+            MPI_SIMILAR
+        } else {
+            MPI_UNEQUAL
+        }
+    };
+    Ok(())
+}
+
+static ATTR_TAG_UB: c_int = TAG_UB;
+static ATTR_FALSE: c_int = 0;
+static ATTR_IO: c_int = MPI_ANY_SOURCE;
+static ATTR_HOST: c_int = MPI_PROC_NULL;
+static ATTR_LASTUSEDCODE: c_int = MPI_ERR_LASTCODE;
+static ATTR_APPNUM: c_int = 0;
+static ATTR_UNIVERSE: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(1);
+
+pub unsafe fn comm_get_attr(c: MPI_Comm, keyval: c_int, value: *mut c_void, flag: *mut c_int) -> Res {
+    let _mc = comm(c)?;
+    let f = out(flag, "flag").map_err(|e| e.on(c))?;
+    let v = out(value as *mut *const c_int, "attribute_val").map_err(|e| e.on(c))?;
+    let p: &'static c_int = match keyval {
+        MPI_TAG_UB => &ATTR_TAG_UB,
+        MPI_WTIME_IS_GLOBAL => &ATTR_FALSE,
+        MPI_IO => &ATTR_IO,
+        MPI_HOST => &ATTR_HOST,
+        MPI_LASTUSEDCODE => &ATTR_LASTUSEDCODE,
+        MPI_APPNUM => &ATTR_APPNUM,
+        MPI_UNIVERSE_SIZE => {
+            ATTR_UNIVERSE.store(state::get_comm(MPI_COMM_WORLD)?.size() as c_int, Ordering::Relaxed);
+            // SAFETY: an AtomicI32 has the layout of an int; it is only written before this read.
+            unsafe { &*(ATTR_UNIVERSE.as_ptr() as *const c_int) }
+        }
+        k if crate::info::is_user_keyval(k) => {
+            match crate::info::get_user_attr(&_mc, k) {
+                Some(v) => {
+                    *(value as *mut usize) = v;
+                    *f = 1;
+                }
+                None => *f = 0,
+            }
+            return Ok(());
+        }
+        _ => return Err(MpiErr::new(MPI_ERR_KEYVAL, format!("keyval {keyval} is not a valid attribute key")).on(c)),
+    };
+    *v = p;
+    *f = 1;
+    Ok(())
+}
+
+// ---- datatypes ---------------------------------------------------------------------------------------
+
+pub unsafe fn type_size(dt: MPI_Datatype, size: *mut c_int) -> Res {
+    let n = datatype::type_size(dt)?;
+    *out(size, "size")? = if n > c_int::MAX as i64 { MPI_UNDEFINED } else { n as c_int };
+    Ok(())
+}
+
+pub unsafe fn type_size_c(dt: MPI_Datatype, size: *mut MPI_Count) -> Res {
+    *out(size, "size")? = datatype::type_size(dt)? as MPI_Count;
+    Ok(())
+}
+
+fn count_in(st: *const MPI_Status, dt: MPI_Datatype) -> Result<i64, MpiErr> {
+    let d = datatype::get(dt)?;
+    let s = unsafe { st.as_ref() }.ok_or_else(|| MpiErr::new(MPI_ERR_ARG, "status is NULL (MPI_STATUS_IGNORE has no count)"))?;
+    let bytes = request::count_of(s);
+    if d.extent == 0 {
+        return Ok(0);
+    }
+    Ok(if bytes.is_multiple_of(d.extent as u64) { (bytes / d.extent as u64) as i64 } else { MPI_UNDEFINED as i64 })
+}
+
+pub unsafe fn get_count(st: *const MPI_Status, dt: MPI_Datatype, count: *mut c_int) -> Res {
+    let n = count_in(st, dt)?;
+    *out(count, "count")? = if n > c_int::MAX as i64 { MPI_UNDEFINED } else { n as c_int };
+    Ok(())
+}
+
+pub unsafe fn get_count_c(st: *const MPI_Status, dt: MPI_Datatype, count: *mut MPI_Count) -> Res {
+    *out(count, "count")? = count_in(st, dt)?;
+    Ok(())
+}
+
+// ---- point to point ----------------------------------------------------------------------------
+
+struct P2p {
+    mc: Arc<MpiComm>,
+    bytes: usize,
+}
+
+fn check_buf(buf: *const c_void, bytes: usize, what: &str) -> Res {
+    if buf.is_null() && bytes > 0 {
+        return mpi_err!(MPI_ERR_BUFFER, "{what} is NULL with a non-zero count");
+    }
+    Ok(())
+}
+
+fn p2p_args(buf: *const c_void, count: i64, dt: MPI_Datatype, peer: c_int, tag: c_int, c: MPI_Comm, recv: bool) -> Result<P2p, MpiErr> {
+    let mc = comm(c)?;
+    let on = |e: MpiErr| e.on(c);
+    let d = datatype::get(dt).map_err(on)?;
+    let bytes = d.bytes(count).map_err(on)?;
+    check_buf(buf, bytes, "buf").map_err(on)?;
+    let n = mc.size() as c_int;
+    let peer_ok = (0..n).contains(&peer) || peer == MPI_PROC_NULL || (recv && peer == MPI_ANY_SOURCE);
+    if !peer_ok {
+        let what = if recv { "source" } else { "dest" };
+        return Err(MpiErr::new(MPI_ERR_RANK, format!("{what} {peer} is not a rank of the communicator (size {n})")).on(c));
+    }
+    let tag_ok = (0..=TAG_UB).contains(&tag) || (recv && tag == MPI_ANY_TAG);
+    if !tag_ok {
+        return Err(MpiErr::new(MPI_ERR_TAG, format!("tag {tag} is outside [0, MPI_TAG_UB = {TAG_UB}]")).on(c));
+    }
+    Ok(P2p { mc, bytes })
+}
+
+fn start_send(buf: *const c_void, count: i64, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm) -> Result<Req, MpiErr> {
+    let a = p2p_args(buf, count, dt, dest, tag, c, false)?;
+    if dest == MPI_PROC_NULL {
+        return Ok(Req::Done(request::proc_null_status()));
+    }
+    // SAFETY: the caller's buffer holds `bytes` bytes until the send completes (MPI's rule).
+    let b = unsafe { ConstBuf::new(buf as *const u8, a.bytes) };
+    let op = a.mc.comm.post_send(b, dest as usize, tag as u32).map_err(|e| MpiErr::from(e).on(c))?;
+    Ok(Req::Send { comm: a.mc, op })
+}
+
+fn start_recv(buf: *mut c_void, count: i64, dt: MPI_Datatype, src: c_int, tag: c_int, c: MPI_Comm) -> Result<Req, MpiErr> {
+    let a = p2p_args(buf, count, dt, src, tag, c, true)?;
+    if src == MPI_PROC_NULL {
+        return Ok(Req::Done(request::proc_null_status()));
+    }
+    // SAFETY: the caller's buffer holds `bytes` writable bytes until the receive completes.
+    let b = unsafe { MutBuf::new(buf as *mut u8, a.bytes) };
+    let src = (src != MPI_ANY_SOURCE).then_some(src as usize);
+    let tag = (tag != MPI_ANY_TAG).then_some(tag as u32);
+    let op = a.mc.comm.post_recv(b, src, tag).map_err(|e| MpiErr::from(e).on(c))?;
+    Ok(Req::Recv { comm: a.mc, op })
+}
+
+pub unsafe fn send_c(buf: *const c_void, count: MPI_Count, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm) -> Res {
+    start_send(buf, count, dt, dest, tag, c)?.finish().map(|_| ())
+}
+
+pub unsafe fn send(buf: *const c_void, count: c_int, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm) -> Res {
+    send_c(buf, count as MPI_Count, dt, dest, tag, c)
+}
+
+pub unsafe fn recv_c(buf: *mut c_void, count: MPI_Count, dt: MPI_Datatype, src: c_int, tag: c_int, c: MPI_Comm, st: *mut MPI_Status) -> Res {
+    let s = start_recv(buf, count, dt, src, tag, c)?.finish()?;
+    write_status(st, s);
+    Ok(())
+}
+
+pub unsafe fn recv(buf: *mut c_void, count: c_int, dt: MPI_Datatype, src: c_int, tag: c_int, c: MPI_Comm, st: *mut MPI_Status) -> Res {
+    recv_c(buf, count as MPI_Count, dt, src, tag, c, st)
+}
+
+pub unsafe fn isend_c(buf: *const c_void, count: MPI_Count, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm, req: *mut MPI_Request) -> Res {
+    let r = out(req, "request").map_err(|e| e.on(c))?;
+    *r = request::add(start_send(buf, count, dt, dest, tag, c)?);
+    Ok(())
+}
+
+pub unsafe fn isend(buf: *const c_void, count: c_int, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm, req: *mut MPI_Request) -> Res {
+    isend_c(buf, count as MPI_Count, dt, dest, tag, c, req)
+}
+
+pub unsafe fn irecv_c(buf: *mut c_void, count: MPI_Count, dt: MPI_Datatype, src: c_int, tag: c_int, c: MPI_Comm, req: *mut MPI_Request) -> Res {
+    let r = out(req, "request").map_err(|e| e.on(c))?;
+    *r = request::add(start_recv(buf, count, dt, src, tag, c)?);
+    Ok(())
+}
+
+pub unsafe fn irecv(buf: *mut c_void, count: c_int, dt: MPI_Datatype, src: c_int, tag: c_int, c: MPI_Comm, req: *mut MPI_Request) -> Res {
+    irecv_c(buf, count as MPI_Count, dt, src, tag, c, req)
+}
+
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn sendrecv_c(
+    sbuf: *const c_void,
+    scount: MPI_Count,
+    sdt: MPI_Datatype,
+    dest: c_int,
+    stag: c_int,
+    rbuf: *mut c_void,
+    rcount: MPI_Count,
+    rdt: MPI_Datatype,
+    src: c_int,
+    rtag: c_int,
+    c: MPI_Comm,
+    st: *mut MPI_Status,
+) -> Res {
+    let r = start_recv(rbuf, rcount, rdt, src, rtag, c)?;
+    let s = start_send(sbuf, scount, sdt, dest, stag, c)?;
+    let sent = s.finish();
+    let got = r.finish()?;
+    sent?;
+    write_status(st, got);
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn sendrecv(
+    sbuf: *const c_void,
+    scount: c_int,
+    sdt: MPI_Datatype,
+    dest: c_int,
+    stag: c_int,
+    rbuf: *mut c_void,
+    rcount: c_int,
+    rdt: MPI_Datatype,
+    src: c_int,
+    rtag: c_int,
+    c: MPI_Comm,
+    st: *mut MPI_Status,
+) -> Res {
+    sendrecv_c(sbuf, scount as MPI_Count, sdt, dest, stag, rbuf, rcount as MPI_Count, rdt, src, rtag, c, st)
+}
+
+// ---- completion ---------------------------------------------------------------------------------
+
+/// Errors of a request go to its communicator's handler (MPI_COMM_WORLD's before it has one).
+pub unsafe fn wait(req: *mut MPI_Request, st: *mut MPI_Status) -> Res {
+    active()?;
+    let h = out(req, "request")?;
+    if *h == MPI_REQUEST_NULL {
+        write_status(st, request::empty_status());
+        return Ok(());
+    }
+    let r = request::take(*h)?;
+    *h = MPI_REQUEST_NULL;
+    write_status(st, r.finish()?);
+    Ok(())
+}
+
+pub unsafe fn test(req: *mut MPI_Request, flag: *mut c_int, st: *mut MPI_Status) -> Res {
+    active()?;
+    let h = out(req, "request")?;
+    let f = out(flag, "flag")?;
+    if *h == MPI_REQUEST_NULL {
+        *f = 1;
+        write_status(st, request::empty_status());
+        return Ok(());
+    }
+    let r = request::take(*h)?;
+    if !r.is_done() {
+        request::put_back(*h, r);
+        *f = 0;
+        return Ok(());
+    }
+    *h = MPI_REQUEST_NULL;
+    *f = 1;
+    write_status(st, r.finish()?);
+    Ok(())
+}
+
+pub unsafe fn request_free(req: *mut MPI_Request) -> Res {
+    active()?;
+    let h = out(req, "request")?;
+    if *h == MPI_REQUEST_NULL {
+        return mpi_err!(MPI_ERR_REQUEST, "MPI_REQUEST_NULL cannot be freed");
+    }
+    // The operation goes on (the engine holds what it needs); nobody will look at its result.
+    let r = request::take(*h)?;
+    *h = MPI_REQUEST_NULL;
+    match r {
+        Req::Coll { req, after, .. } => {
+            // A collective's follow-up (e.g. a copy into the caller's buffer) still has to run.
+            std::thread::spawn(move || {
+                if req.wait().is_ok() {
+                    if let Some(f) = after {
+                        f();
+                    }
+                }
+            });
+        }
+        other => drop(other),
+    }
+    Ok(())
+}
+
+fn reqs<'a>(n: c_int, p: *mut MPI_Request) -> Result<&'a mut [MPI_Request], MpiErr> {
+    if n < 0 {
+        return mpi_err!(MPI_ERR_COUNT, "count {n} is negative");
+    }
+    if n == 0 {
+        return Ok(&mut []);
+    }
+    if p.is_null() {
+        return mpi_err!(MPI_ERR_ARG, "array_of_requests is NULL");
+    }
+    // SAFETY: the caller's array holds `n` requests.
+    Ok(unsafe { std::slice::from_raw_parts_mut(p, n as usize) })
+}
+
+fn status_at(sts: *mut MPI_Status, i: usize) -> *mut MPI_Status {
+    if sts.is_null() {
+        sts
+    } else {
+        // SAFETY: the caller's status array has one entry per request.
+        unsafe { sts.add(i) }
+    }
+}
+
+fn timeout_of(hs: &[MPI_Request]) -> i64 {
+    let _ = hs;
+    state::get_comm(MPI_COMM_WORLD).map(|w| w.comm.timeout_ms()).unwrap_or(300_000)
+}
+
+pub unsafe fn waitall(n: c_int, rq: *mut MPI_Request, sts: *mut MPI_Status) -> Res {
+    active()?;
+    let hs = reqs(n, rq)?;
+    let mut failed: Option<MpiErr> = None;
+    // Take every request first: an invalid handle fails the call before anything is waited on.
+    for (i, h) in hs.iter_mut().enumerate() {
+        if *h == MPI_REQUEST_NULL {
+            write_status(status_at(sts, i), request::empty_status());
+            continue;
+        }
+        let r = request::take(*h)?;
+        *h = MPI_REQUEST_NULL;
+        match r.finish() {
+            Ok(s) => {
+                if let Some(p) = unsafe { status_at(sts, i).as_mut() } {
+                    *p = s;
+                    p.MPI_ERROR = MPI_SUCCESS;
+                }
+            }
+            Err(e) => {
+                if let Some(p) = unsafe { status_at(sts, i).as_mut() } {
+                    p.MPI_ERROR = e.class;
+                }
+                failed.get_or_insert(e);
+            }
+        }
+    }
+    match failed {
+        None => Ok(()),
+        Some(e) if sts.is_null() => Err(e),
+        Some(e) => Err(MpiErr { class: MPI_ERR_IN_STATUS, msg: format!("a request failed (see the statuses): {}", e.msg), comm: e.comm }),
+    }
+}
+
+pub unsafe fn testall(n: c_int, rq: *mut MPI_Request, flag: *mut c_int, sts: *mut MPI_Status) -> Res {
+    active()?;
+    let hs = reqs(n, rq)?;
+    let f = out(flag, "flag")?;
+    // Complete only when all are done (the standard: none is completed otherwise).
+    for &h in hs.iter() {
+        if h == MPI_REQUEST_NULL {
+            continue;
+        }
+        let r = request::take(h)?;
+        let done = r.is_done();
+        request::put_back(h, r);
+        if !done {
+            *f = 0;
+            return Ok(());
+        }
+    }
+    *f = 1;
+    waitall(n, rq, sts)
+}
+
+/// Index of a completed request among `hs` (after polling every active one), or None if none
+/// is active; `block` waits until one completes.
+fn any(hs: &mut [MPI_Request], block: bool) -> Result<Option<Option<usize>>, MpiErr> {
+    let mut backoff = request::Backoff::new(timeout_of(hs));
+    loop {
+        let mut active_seen = false;
+        for (i, &h) in hs.iter().enumerate() {
+            if h == MPI_REQUEST_NULL {
+                continue;
+            }
+            active_seen = true;
+            let r = request::take(h)?;
+            let done = r.is_done();
+            request::put_back(h, r);
+            if done {
+                return Ok(Some(Some(i)));
+            }
+        }
+        if !active_seen {
+            return Ok(Some(None));
+        }
+        if !block {
+            return Ok(None);
+        }
+        backoff.pause()?;
+    }
+}
+
+pub unsafe fn waitany(n: c_int, rq: *mut MPI_Request, index: *mut c_int, st: *mut MPI_Status) -> Res {
+    active()?;
+    let hs = reqs(n, rq)?;
+    let idx = out(index, "index")?;
+    match any(hs, true)?.flatten() {
+        None => {
+            *idx = MPI_UNDEFINED;
+            write_status(st, request::empty_status());
+            Ok(())
+        }
+        Some(i) => {
+            *idx = i as c_int;
+            let r = request::take(hs[i])?;
+            hs[i] = MPI_REQUEST_NULL;
+            write_status(st, r.finish()?);
+            Ok(())
+        }
+    }
+}
+
+pub unsafe fn testany(n: c_int, rq: *mut MPI_Request, index: *mut c_int, flag: *mut c_int, st: *mut MPI_Status) -> Res {
+    active()?;
+    let hs = reqs(n, rq)?;
+    let idx = out(index, "index")?;
+    let f = out(flag, "flag")?;
+    match any(hs, false)? {
+        None => {
+            *f = 0;
+            *idx = MPI_UNDEFINED;
+            Ok(())
+        }
+        Some(None) => {
+            *f = 1;
+            *idx = MPI_UNDEFINED;
+            write_status(st, request::empty_status());
+            Ok(())
+        }
+        Some(Some(i)) => {
+            *f = 1;
+            *idx = i as c_int;
+            let r = request::take(hs[i])?;
+            hs[i] = MPI_REQUEST_NULL;
+            write_status(st, r.finish()?);
+            Ok(())
+        }
+    }
+}
+
+// ---- collectives: see colls.rs ------------------------------------------------------------------
+
+pub use crate::colls::*;
+
+// ---- user operations ---------------------------------------------------------------------------
+
+pub unsafe fn op_create(f: Option<MPI_User_function>, commute: c_int, o: *mut MPI_Op) -> Res {
+    let p = out(o, "op")?;
+    *p = op::create(f, commute != 0)?;
+    Ok(())
+}
+
+pub unsafe fn op_free(o: *mut MPI_Op) -> Res {
+    let p = out(o, "op")?;
+    op::free(*p)?;
+    *p = MPI_OP_NULL;
+    Ok(())
+}
+
+// ---- more environment, datatypes, statuses ----------------------------------------------------
+
+pub unsafe fn alloc_mem(size: MPI_Aint, _info: MPI_Info, baseptr: *mut c_void) -> Res {
+    let out = out(baseptr as *mut *mut c_void, "baseptr")?;
+    if size < 0 {
+        return mpi_err!(MPI_ERR_SIZE, "size {size} is negative");
+    }
+    // SAFETY: malloc of at least one byte; freed by MPI_Free_mem.
+    let p = unsafe { libc::malloc((size as usize).max(1)) };
+    if p.is_null() {
+        return mpi_err!(MPI_ERR_NO_MEM, "cannot allocate {size} bytes");
+    }
+    *out = p;
+    Ok(())
+}
+
+pub unsafe fn free_mem(base: *mut c_void) -> Res {
+    // SAFETY: memory from MPI_Alloc_mem (malloc), or NULL.
+    unsafe { libc::free(base) };
+    Ok(())
+}
+
+/// Basic elements in a status: bytes over the bytes of one predefined element of `dt`.
+fn elements_in(st: *const MPI_Status, dt: MPI_Datatype) -> Result<i64, MpiErr> {
+    let d = datatype::get(dt)?;
+    let s = unsafe { st.as_ref() }.ok_or_else(|| MpiErr::new(MPI_ERR_ARG, "status is NULL (MPI_STATUS_IGNORE has no count)"))?;
+    let bytes = request::count_of(s);
+    if d.elem == 0 {
+        return Ok(0);
+    }
+    Ok(if bytes.is_multiple_of(d.elem as u64) { (bytes / d.elem as u64) as i64 } else { MPI_UNDEFINED as i64 })
+}
+
+pub unsafe fn get_elements(st: *const MPI_Status, dt: MPI_Datatype, count: *mut c_int) -> Res {
+    let n = elements_in(st, dt)?;
+    *out(count, "count")? = if n > c_int::MAX as i64 { MPI_UNDEFINED } else { n as c_int };
+    Ok(())
+}
+
+pub unsafe fn get_elements_c(st: *const MPI_Status, dt: MPI_Datatype, count: *mut MPI_Count) -> Res {
+    *out(count, "count")? = elements_in(st, dt)?;
+    Ok(())
+}
+
+pub unsafe fn status_set_elements_c(st: *mut MPI_Status, dt: MPI_Datatype, count: MPI_Count) -> Res {
+    let d = datatype::get(dt)?;
+    let n = d.bytes(count)?;
+    request::set_count(out(st, "status")?, n);
+    Ok(())
+}
+
+pub unsafe fn status_set_elements(st: *mut MPI_Status, dt: MPI_Datatype, count: c_int) -> Res {
+    status_set_elements_c(st, dt, count as MPI_Count)
+}
+
+pub unsafe fn status_set_cancelled(st: *mut MPI_Status, flag: c_int) -> Res {
+    out(st, "status")?.MPI_internal[2] = (flag != 0) as c_int;
+    Ok(())
+}
+
+pub unsafe fn test_cancelled(st: *const MPI_Status, flag: *mut c_int) -> Res {
+    let s = unsafe { st.as_ref() }.ok_or_else(|| MpiErr::new(MPI_ERR_ARG, "status is NULL"))?;
+    *out(flag, "flag")? = (s.MPI_internal[2] != 0) as c_int;
+    Ok(())
+}
+
+pub unsafe fn type_get_name(dt: MPI_Datatype, name: *mut c_char, len: *mut c_int) -> Res {
+    let d = datatype::get_any(dt)?.0;
+    put_str(d.name, name, len, MPI_MAX_OBJECT_NAME as usize)
+}
+
+pub unsafe fn type_get_extent_c(dt: MPI_Datatype, lb: *mut MPI_Count, extent: *mut MPI_Count) -> Res {
+    let d = datatype::get_any(dt)?.0;
+    *out(lb, "lb")? = 0;
+    *out(extent, "extent")? = d.extent as MPI_Count;
+    Ok(())
+}
+
+pub unsafe fn type_get_extent(dt: MPI_Datatype, lb: *mut MPI_Aint, extent: *mut MPI_Aint) -> Res {
+    let d = datatype::get_any(dt)?.0;
+    *out(lb, "lb")? = 0;
+    *out(extent, "extent")? = d.extent as MPI_Aint;
+    Ok(())
+}
+
+pub unsafe fn type_get_true_extent_c(dt: MPI_Datatype, lb: *mut MPI_Count, extent: *mut MPI_Count) -> Res {
+    let d = datatype::get_any(dt)?.0;
+    *out(lb, "true_lb")? = 0;
+    *out(extent, "true_extent")? = d.size as MPI_Count;
+    Ok(())
+}
+
+pub unsafe fn type_get_true_extent(dt: MPI_Datatype, lb: *mut MPI_Aint, extent: *mut MPI_Aint) -> Res {
+    let d = datatype::get_any(dt)?.0;
+    *out(lb, "true_lb")? = 0;
+    *out(extent, "true_extent")? = d.size as MPI_Aint;
+    Ok(())
+}
+
+// ---- more completion ------------------------------------------------------------------------------
+
+pub unsafe fn request_get_status(h: MPI_Request, flag: *mut c_int, st: *mut MPI_Status) -> Res {
+    active()?;
+    let f = out(flag, "flag")?;
+    if h == MPI_REQUEST_NULL {
+        *f = 1;
+        write_status(st, request::empty_status());
+        return Ok(());
+    }
+    let mut r = request::take(h)?;
+    let got = r.peek();
+    request::put_back(h, r);
+    match got {
+        None => *f = 0,
+        Some(res) => {
+            *f = 1;
+            write_status(st, res?);
+        }
+    }
+    Ok(())
+}
+
+/// Waitsome/Testsome: completes every request that is done (at least one when `block`).
+fn some(n: c_int, rq: *mut MPI_Request, outcount: *mut c_int, indices: *mut c_int, sts: *mut MPI_Status, block: bool) -> Res {
+    active()?;
+    let hs = reqs(n, rq)?;
+    let oc = out(outcount, "outcount")?;
+    let mut backoff = request::Backoff::new(timeout_of(hs));
+    loop {
+        let mut active_seen = false;
+        let mut done = Vec::new();
+        for (i, &h) in hs.iter().enumerate() {
+            if h == MPI_REQUEST_NULL {
+                continue;
+            }
+            active_seen = true;
+            let r = request::take(h)?;
+            if r.is_done() {
+                done.push((i, r));
+            } else {
+                request::put_back(h, r);
+            }
+        }
+        if !active_seen {
+            *oc = MPI_UNDEFINED;
+            return Ok(());
+        }
+        if !done.is_empty() || !block {
+            if !done.is_empty() && indices.is_null() {
+                return mpi_err!(MPI_ERR_ARG, "array_of_indices is NULL");
+            }
+            *oc = done.len() as c_int;
+            let mut failed = None;
+            for (k, (i, r)) in done.into_iter().enumerate() {
+                hs[i] = MPI_REQUEST_NULL;
+                // SAFETY: the caller's index array holds incount entries.
+                unsafe { *indices.add(k) = i as c_int };
+                match r.finish() {
+                    Ok(s) => {
+                        if let Some(p) = unsafe { status_at(sts, k).as_mut() } {
+                            *p = s;
+                            p.MPI_ERROR = MPI_SUCCESS;
+                        }
+                    }
+                    Err(e) => {
+                        if let Some(p) = unsafe { status_at(sts, k).as_mut() } {
+                            p.MPI_ERROR = e.class;
+                        }
+                        failed.get_or_insert(e);
+                    }
+                }
+            }
+            return match failed {
+                None => Ok(()),
+                Some(e) if sts.is_null() => Err(e),
+                Some(e) => Err(MpiErr { class: MPI_ERR_IN_STATUS, msg: format!("a request failed (see the statuses): {}", e.msg), comm: e.comm }),
+            };
+        }
+        backoff.pause()?;
+    }
+}
+
+pub unsafe fn waitsome(n: c_int, rq: *mut MPI_Request, outcount: *mut c_int, indices: *mut c_int, sts: *mut MPI_Status) -> Res {
+    some(n, rq, outcount, indices, sts, true)
+}
+
+pub unsafe fn testsome(n: c_int, rq: *mut MPI_Request, outcount: *mut c_int, indices: *mut c_int, sts: *mut MPI_Status) -> Res {
+    some(n, rq, outcount, indices, sts, false)
+}
+
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn sendrecv_replace_c(buf: *mut c_void, count: MPI_Count, dt: MPI_Datatype, dest: c_int, stag: c_int, src: c_int, rtag: c_int, c: MPI_Comm, st: *mut MPI_Status) -> Res {
+    let d = datatype::get(dt).map_err(|e| e.on(c))?;
+    let n = d.bytes(count).map_err(|e| e.on(c))?;
+    check_buf(buf, n, "buf").map_err(|e| e.on(c))?;
+    // Receive into a buffer of our own; the send goes out of the caller's; then copy back.
+    let mut tmp = vec![0u8; n];
+    let r = start_recv(tmp.as_mut_ptr() as *mut c_void, count, dt, src, rtag, c)?;
+    let s = start_send(buf, count, dt, dest, stag, c)?;
+    let sent = s.finish();
+    let got = r.finish()?;
+    sent?;
+    let bytes = request::count_of(&got) as usize;
+    if bytes > 0 {
+        // SAFETY: the caller's buffer holds n >= bytes bytes.
+        unsafe { std::ptr::copy_nonoverlapping(tmp.as_ptr(), buf as *mut u8, bytes) };
+    }
+    write_status(st, got);
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn sendrecv_replace(buf: *mut c_void, count: c_int, dt: MPI_Datatype, dest: c_int, stag: c_int, src: c_int, rtag: c_int, c: MPI_Comm, st: *mut MPI_Status) -> Res {
+    sendrecv_replace_c(buf, count as MPI_Count, dt, dest, stag, src, rtag, c, st)
+}
+
+// ---- more communicators, groups --------------------------------------------------------------
+
+pub unsafe fn comm_set_name(c: MPI_Comm, name: *const c_char) -> Res {
+    let mc = comm(c)?;
+    if name.is_null() {
+        return Err(MpiErr::new(MPI_ERR_ARG, "comm_name is NULL").on(c));
+    }
+    // SAFETY: a NUL-terminated string from the caller.
+    let s = unsafe { std::ffi::CStr::from_ptr(name) }.to_string_lossy();
+    let max = MPI_MAX_OBJECT_NAME as usize - 1;
+    let mut s = s.into_owned();
+    if s.len() > max {
+        let mut end = max;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+    }
+    *mc.name.lock().unwrap_or_else(|p| p.into_inner()) = s;
+    Ok(())
+}
+
+pub unsafe fn comm_get_name(c: MPI_Comm, name: *mut c_char, len: *mut c_int) -> Res {
+    let mc = comm(c)?;
+    let s = mc.name.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    put_str(&s, name, len, MPI_MAX_OBJECT_NAME as usize).map_err(|e| e.on(c))
+}
+
+pub unsafe fn comm_test_inter(c: MPI_Comm, flag: *mut c_int) -> Res {
+    let _ = comm(c)?;
+    *out(flag, "flag").map_err(|e| e.on(c))? = 0;
+    Ok(())
+}
+
+pub unsafe fn comm_group(c: MPI_Comm, g: *mut MPI_Group) -> Res {
+    let mc = comm(c)?;
+    *out(g, "group").map_err(|e| e.on(c))? = crate::group::add(mc.comm.members().to_vec());
+    Ok(())
+}
+
+fn my_world_rank() -> Result<u32, MpiErr> {
+    Ok(state::get_comm(MPI_COMM_WORLD)?.rank() as u32)
+}
+
+pub unsafe fn group_size(g: MPI_Group, size: *mut c_int) -> Res {
+    active()?;
+    *out(size, "size")? = crate::group::get(g)?.len() as c_int;
+    Ok(())
+}
+
+pub unsafe fn group_rank(g: MPI_Group, rank: *mut c_int) -> Res {
+    active()?;
+    let m = crate::group::get(g)?;
+    let me = my_world_rank()?;
+    *out(rank, "rank")? = m.iter().position(|&w| w == me).map_or(MPI_UNDEFINED, |r| r as c_int);
+    Ok(())
+}
+
+fn rank_list<'a>(n: c_int, ranks: *const c_int, gsize: usize) -> Result<&'a [c_int], MpiErr> {
+    if n < 0 {
+        return mpi_err!(MPI_ERR_ARG, "n = {n} is negative");
+    }
+    if n == 0 {
+        return Ok(&[]);
+    }
+    if ranks.is_null() {
+        return mpi_err!(MPI_ERR_ARG, "ranks is NULL");
+    }
+    // SAFETY: the caller's array holds n ranks.
+    let r = unsafe { std::slice::from_raw_parts(ranks, n as usize) };
+    for (i, &x) in r.iter().enumerate() {
+        if x < 0 || x as usize >= gsize {
+            return mpi_err!(MPI_ERR_RANK, "ranks[{i}] = {x} is not a rank of the group (size {gsize})");
+        }
+        if r[..i].contains(&x) {
+            return mpi_err!(MPI_ERR_RANK, "rank {x} is listed twice");
+        }
+    }
+    Ok(r)
+}
+
+pub unsafe fn group_incl(g: MPI_Group, n: c_int, ranks: *const c_int, newgroup: *mut MPI_Group) -> Res {
+    active()?;
+    let m = crate::group::get(g)?;
+    let o = out(newgroup, "newgroup")?;
+    let r = rank_list(n, ranks, m.len())?;
+    *o = crate::group::add(r.iter().map(|&i| m[i as usize]).collect());
+    Ok(())
+}
+
+pub unsafe fn group_excl(g: MPI_Group, n: c_int, ranks: *const c_int, newgroup: *mut MPI_Group) -> Res {
+    active()?;
+    let m = crate::group::get(g)?;
+    let o = out(newgroup, "newgroup")?;
+    let r = rank_list(n, ranks, m.len())?;
+    *o = crate::group::add(m.iter().enumerate().filter(|(i, _)| !r.contains(&(*i as c_int))).map(|(_, &w)| w).collect());
+    Ok(())
+}
+
+pub unsafe fn group_translate_ranks(g1: MPI_Group, n: c_int, r1: *const c_int, g2: MPI_Group, r2: *mut c_int) -> Res {
+    active()?;
+    let (m1, m2) = (crate::group::get(g1)?, crate::group::get(g2)?);
+    if n < 0 {
+        return mpi_err!(MPI_ERR_ARG, "n = {n} is negative");
+    }
+    if n > 0 && (r1.is_null() || r2.is_null()) {
+        return mpi_err!(MPI_ERR_ARG, "ranks1 or ranks2 is NULL");
+    }
+    for i in 0..n as usize {
+        // SAFETY: both caller arrays hold n entries.
+        let x = unsafe { *r1.add(i) };
+        let y = if x == MPI_PROC_NULL {
+            MPI_PROC_NULL
+        } else if x < 0 || x as usize >= m1.len() {
+            return mpi_err!(MPI_ERR_RANK, "ranks1[{i}] = {x} is not a rank of group1 (size {})", m1.len());
+        } else {
+            m2.iter().position(|&w| w == m1[x as usize]).map_or(MPI_UNDEFINED, |p| p as c_int)
+        };
+        unsafe { *r2.add(i) = y };
+    }
+    Ok(())
+}
+
+pub unsafe fn group_compare(g1: MPI_Group, g2: MPI_Group, result: *mut c_int) -> Res {
+    active()?;
+    let (a, b) = (crate::group::get(g1)?, crate::group::get(g2)?);
+    let r = out(result, "result")?;
+    *r = if a == b {
+        MPI_IDENT
+    } else {
+        let (mut x, mut y) = (a.to_vec(), b.to_vec());
+        x.sort_unstable();
+        y.sort_unstable();
+        if x == y {
+            MPI_SIMILAR
+        } else {
+            MPI_UNEQUAL
+        }
+    };
+    Ok(())
+}
+
+pub unsafe fn group_free(g: *mut MPI_Group) -> Res {
+    active()?;
+    let h = out(g, "group")?;
+    crate::group::free(*h)?;
+    *h = MPI_GROUP_NULL;
+    Ok(())
+}
+
+/// MPI_Comm_create: collective over `c`; the group must be a subset of its members.
+pub unsafe fn comm_create(c: MPI_Comm, g: MPI_Group, newcomm: *mut MPI_Comm) -> Res {
+    let mc = comm(c)?;
+    let o = out(newcomm, "newcomm").map_err(|e| e.on(c))?;
+    let m = crate::group::get(g).map_err(|e| e.on(c))?;
+    let members = mc.comm.members();
+    let mut ranks = Vec::with_capacity(m.len());
+    for &w in m.iter() {
+        match members.iter().position(|&x| x == w) {
+            Some(r) => ranks.push(r),
+            None => return Err(MpiErr::new(MPI_ERR_GROUP, format!("world rank {w} of the group is not a member of the communicator")).on(c)),
+        }
+    }
+    *o = if ranks.is_empty() {
+        // Still collective: every rank of the comm takes part.
+        mc.comm.collective(distcomm::collective::CollArgs::Barrier).map_err(|e| MpiErr::from(e).on(c))?;
+        MPI_COMM_NULL
+    } else {
+        match mc.comm.new_group(&ranks).map_err(|e| MpiErr::from(e).on(c))? {
+            Some(child) => state::add_comm(child, mc.errhandler.load(Ordering::Relaxed)),
+            None => MPI_COMM_NULL,
+        }
+    };
+    Ok(())
+}
+
+/// MPI_Comm_split_type: MPI_COMM_TYPE_SHARED groups the ranks of one host (by host name).
+pub unsafe fn comm_split_type(c: MPI_Comm, split_type: c_int, key: c_int, _info: MPI_Info, newcomm: *mut MPI_Comm) -> Res {
+    let mc = comm(c)?;
+    let o = out(newcomm, "newcomm").map_err(|e| e.on(c))?;
+    let color = match split_type {
+        MPI_UNDEFINED => -1,
+        MPI_COMM_TYPE_SHARED => {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            distcomm::log::hostname().hash(&mut h);
+            let mine = h.finish().to_le_bytes();
+            let mut all = vec![0u8; 8 * mc.size()];
+            mc.comm
+                .collective(distcomm::collective::CollArgs::Allgather {
+                    send: Some(distcomm::buffer::ConstBuf::from_slice(&mine)),
+                    recv: distcomm::buffer::MutBuf::from_slice(&mut all),
+                    dt: distcomm::DType::Uint64,
+                })
+                .map_err(|e| MpiErr::from(e).on(c))?;
+            // Color: the lowest rank on my host.
+            all.chunks_exact(8).position(|x| x == mine).unwrap_or(0) as c_int
+        }
+        other => {
+            // Still collective: take part with no color, then report.
+            let _ = mc.comm.split(-1, key);
+            return Err(MpiErr::new(MPI_ERR_UNSUPPORTED_OPERATION, format!("split_type {other} is not supported (MPI_COMM_TYPE_SHARED and MPI_UNDEFINED are)")).on(c));
+        }
+    };
+    *o = match mc.comm.split(color, key).map_err(|e| MpiErr::from(e).on(c))? {
+        Some(child) => state::add_comm(child, mc.errhandler.load(Ordering::Relaxed)),
+        None => MPI_COMM_NULL,
+    };
+    Ok(())
+}
+
+// ---- derived datatypes (contiguous ones) ----------------------------------------------------------
+
+pub unsafe fn type_contiguous_c(count: MPI_Count, old: MPI_Datatype, new: *mut MPI_Datatype) -> Res {
+    let o = out(new, "newtype")?;
+    *o = datatype::contiguous(count, old)?;
+    Ok(())
+}
+
+pub unsafe fn type_contiguous(count: c_int, old: MPI_Datatype, new: *mut MPI_Datatype) -> Res {
+    type_contiguous_c(count as MPI_Count, old, new)
+}
+
+pub unsafe fn type_dup(old: MPI_Datatype, new: *mut MPI_Datatype) -> Res {
+    let o = out(new, "newtype")?;
+    *o = datatype::dup(old)?;
+    Ok(())
+}
+
+pub unsafe fn type_commit(dt: *mut MPI_Datatype) -> Res {
+    datatype::commit(*out(dt, "datatype")?)
+}
+
+pub unsafe fn type_free(dt: *mut MPI_Datatype) -> Res {
+    let h = out(dt, "datatype")?;
+    datatype::free(*h)?;
+    *h = MPI_DATATYPE_NULL;
+    Ok(())
+}
+
+// ---- ready and buffered sends ---------------------------------------------------------------------
+
+// A ready send may be a standard send (the standard: it differs only in what the program
+// promises, that the receive is posted).
+pub unsafe fn rsend_c(buf: *const c_void, count: MPI_Count, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm) -> Res {
+    send_c(buf, count, dt, dest, tag, c)
+}
+pub unsafe fn rsend(buf: *const c_void, count: c_int, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm) -> Res {
+    send_c(buf, count as MPI_Count, dt, dest, tag, c)
+}
+pub unsafe fn irsend_c(buf: *const c_void, count: MPI_Count, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm, req: *mut MPI_Request) -> Res {
+    isend_c(buf, count, dt, dest, tag, c, req)
+}
+pub unsafe fn irsend(buf: *const c_void, count: c_int, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm, req: *mut MPI_Request) -> Res {
+    isend_c(buf, count as MPI_Count, dt, dest, tag, c, req)
+}
+
+/// The buffer of MPI_Buffer_attach, and the buffered sends still in flight. A buffered send
+/// copies the message (into memory of ours; the attached buffer only limits how much may be
+/// in flight, as the standard accounts it: size + MPI_BSEND_OVERHEAD per message) and sends
+/// from the copy, so it never waits for the receiver.
+struct Bsend {
+    attached: Option<(usize, usize)>,
+    pending: Vec<(Req, Vec<u8>)>,
+}
+
+static BSEND: std::sync::Mutex<Bsend> = std::sync::Mutex::new(Bsend { attached: None, pending: Vec::new() });
+
+fn bsend_lock() -> std::sync::MutexGuard<'static, Bsend> {
+    BSEND.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Waits for every buffered send (MPI_Buffer_detach, MPI_Buffer_flush, MPI_Finalize).
+pub fn bsend_flush() -> Res {
+    let pending = std::mem::take(&mut bsend_lock().pending);
+    let mut first = None;
+    for (r, data) in pending {
+        if let Err(e) = r.finish() {
+            first.get_or_insert(e);
+        }
+        drop(data);
+    }
+    first.map_or(Ok(()), Err)
+}
+
+fn start_bsend(buf: *const c_void, count: MPI_Count, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm) -> Res {
+    let d = datatype::get(dt).map_err(|e| e.on(c))?;
+    let n = d.bytes(count).map_err(|e| e.on(c))?;
+    check_buf(buf, n, "buf").map_err(|e| e.on(c))?;
+    let mut b = bsend_lock();
+    // Finished ones give their space back.
+    let mut i = 0;
+    while i < b.pending.len() {
+        if b.pending[i].0.is_done() {
+            let (r, _data) = b.pending.swap_remove(i);
+            r.finish()?;
+        } else {
+            i += 1;
+        }
+    }
+    let Some((addr, size)) = b.attached else {
+        return Err(MpiErr::new(MPI_ERR_BUFFER, "no buffer is attached (MPI_Buffer_attach) for a buffered send").on(c));
+    };
+    if addr != MPI_BUFFER_AUTOMATIC {
+        let used: usize = b.pending.iter().map(|(_, v)| v.len() + MPI_BSEND_OVERHEAD as usize).sum();
+        if used + n + MPI_BSEND_OVERHEAD as usize > size {
+            return Err(MpiErr::new(MPI_ERR_BUFFER, format!("the attached buffer ({size} bytes, {used} in use) has no room for {n} bytes + MPI_BSEND_OVERHEAD")).on(c));
+        }
+    }
+    let data = if n == 0 { Vec::new() } else { unsafe { std::slice::from_raw_parts(buf as *const u8, n) }.to_vec() };
+    let r = start_send(data.as_ptr() as *const c_void, count, dt, dest, tag, c)?;
+    b.pending.push((r, data));
+    Ok(())
+}
+
+pub unsafe fn bsend_c(buf: *const c_void, count: MPI_Count, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm) -> Res {
+    start_bsend(buf, count, dt, dest, tag, c)
+}
+pub unsafe fn bsend(buf: *const c_void, count: c_int, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm) -> Res {
+    start_bsend(buf, count as MPI_Count, dt, dest, tag, c)
+}
+/// The request of a buffered send is complete once the message is buffered, i.e. at once.
+pub unsafe fn ibsend_c(buf: *const c_void, count: MPI_Count, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm, req: *mut MPI_Request) -> Res {
+    let r = out(req, "request").map_err(|e| e.on(c))?;
+    start_bsend(buf, count, dt, dest, tag, c)?;
+    *r = request::add(Req::Done(request::empty_status()));
+    Ok(())
+}
+pub unsafe fn ibsend(buf: *const c_void, count: c_int, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm, req: *mut MPI_Request) -> Res {
+    ibsend_c(buf, count as MPI_Count, dt, dest, tag, c, req)
+}
+
+pub unsafe fn buffer_attach_c(buffer: *mut c_void, size: MPI_Count) -> Res {
+    if size < 0 {
+        return mpi_err!(MPI_ERR_ARG, "size {size} is negative");
+    }
+    if buffer.is_null() && size > 0 {
+        return mpi_err!(MPI_ERR_BUFFER, "buffer is NULL");
+    }
+    let mut b = bsend_lock();
+    if b.attached.is_some() {
+        return mpi_err!(MPI_ERR_BUFFER, "a buffer is already attached (MPI_Buffer_detach it first)");
+    }
+    b.attached = Some((buffer as usize, size as usize));
+    Ok(())
+}
+pub unsafe fn buffer_attach(buffer: *mut c_void, size: c_int) -> Res {
+    buffer_attach_c(buffer, size as MPI_Count)
+}
+
+pub unsafe fn buffer_detach_c(addr: *mut c_void, size: *mut MPI_Count) -> Res {
+    let a = out(addr as *mut *mut c_void, "buffer_addr")?;
+    let s = out(size, "size")?;
+    bsend_flush()?;
+    let Some((p, n)) = bsend_lock().attached.take() else { return mpi_err!(MPI_ERR_BUFFER, "no buffer is attached") };
+    *a = p as *mut c_void;
+    *s = n as MPI_Count;
+    Ok(())
+}
+pub unsafe fn buffer_detach(addr: *mut c_void, size: *mut c_int) -> Res {
+    let mut n: MPI_Count = 0;
+    buffer_detach_c(addr, &mut n)?;
+    *out(size, "size")? = n.min(c_int::MAX as MPI_Count) as c_int;
+    Ok(())
+}
+
+pub unsafe fn buffer_flush() -> Res {
+    bsend_flush()
+}
+
+// ---- info and attributes: see info.rs -------------------------------------------------------------
+
+pub use crate::info::{
+    comm_create_keyval, comm_delete_attr, comm_free_keyval, comm_set_attr, info_create, info_delete, info_dup, info_free, info_get,
+    info_get_nkeys, info_get_nthkey, info_get_string, info_get_valuelen, info_set,
+};
+
+/// MPI_Pcontrol: profiling control; this library has no profiling levels, so it is a no-op
+/// (the standard lets an implementation ignore it).
+pub unsafe fn pcontrol(_level: c_int) -> Res {
+    Ok(())
+}
+
+/// MPI_Comm_get_info: a new info object with the hints in use (none are read yet).
+pub unsafe fn comm_get_info(c: MPI_Comm, info: *mut MPI_Info) -> Res {
+    let _ = comm(c)?;
+    crate::info::info_create(info).map_err(|e| e.on(c))
+}
+
+/// MPI_Comm_set_info: hints may be ignored (the standard's words); the info must be valid.
+pub unsafe fn comm_set_info(c: MPI_Comm, info: MPI_Info) -> Res {
+    let _ = comm(c)?;
+    let mut n = 0;
+    crate::info::info_get_nkeys(info, &mut n).map_err(|e| e.on(c))
+}

@@ -1,0 +1,321 @@
+//! Reduction operations: the predefined ops (on the engine where it has the op and type, else
+//! applied here) and user ops from MPI_Op_create.
+
+use crate::abi_gen::*;
+use crate::datatype::{Dt, Kind, PairVal};
+use crate::err::MpiErr;
+use distcomm::ReduceOp;
+use std::ffi::{c_int, c_void};
+use std::sync::Mutex;
+
+pub const OP_BASE: usize = 0x2000_0000;
+
+#[derive(Clone, Copy)]
+struct UserOp {
+    f: MPI_User_function,
+    commute: bool,
+    live: bool,
+}
+
+static USER_OPS: Mutex<Vec<UserOp>> = Mutex::new(Vec::new());
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// How a reduction of `dt` with `op` runs.
+#[derive(Clone, Copy)]
+pub enum Plan {
+    /// On the engine's collectives.
+    Engine(distcomm::DType, ReduceOp),
+    /// Contributions gathered, then folded here in rank order.
+    Local(Local),
+}
+
+#[derive(Clone, Copy)]
+pub enum Local {
+    Predef(MPI_Op, Dt),
+    User(MPI_User_function, Dt),
+}
+
+fn op_name(op: MPI_Op) -> &'static str {
+    match op {
+        MPI_SUM => "MPI_SUM",
+        MPI_MIN => "MPI_MIN",
+        MPI_MAX => "MPI_MAX",
+        MPI_PROD => "MPI_PROD",
+        MPI_BAND => "MPI_BAND",
+        MPI_BOR => "MPI_BOR",
+        MPI_BXOR => "MPI_BXOR",
+        MPI_LAND => "MPI_LAND",
+        MPI_LOR => "MPI_LOR",
+        MPI_LXOR => "MPI_LXOR",
+        MPI_MINLOC => "MPI_MINLOC",
+        MPI_MAXLOC => "MPI_MAXLOC",
+        MPI_REPLACE => "MPI_REPLACE",
+        MPI_NO_OP => "MPI_NO_OP",
+        _ => "a user op",
+    }
+}
+
+fn is_int(k: Kind) -> bool {
+    matches!(k, Kind::I8 | Kind::U8 | Kind::I16 | Kind::U16 | Kind::I32 | Kind::U32 | Kind::I64 | Kind::U64)
+}
+fn is_float(k: Kind) -> bool {
+    matches!(k, Kind::F16 | Kind::F32 | Kind::F64)
+}
+
+/// Whether the standard allows `op` on `dt` (and this library can apply it).
+fn allowed(op: MPI_Op, dt: &Dt) -> Result<(), MpiErr> {
+    let k = dt.kind;
+    let ok = match op {
+        MPI_SUM | MPI_PROD | MPI_MIN | MPI_MAX => is_int(k) || is_float(k),
+        MPI_LAND | MPI_LOR | MPI_LXOR => is_int(k) || matches!(k, Kind::Bool(_)),
+        MPI_BAND | MPI_BOR | MPI_BXOR => is_int(k) || k == Kind::Byte,
+        MPI_MINLOC | MPI_MAXLOC => matches!(k, Kind::Pair(..)),
+        MPI_REPLACE | MPI_NO_OP => return crate::mpi_err!(MPI_ERR_OP, "{} is only for one-sided accumulate operations", op_name(op)),
+        _ => return crate::mpi_err!(MPI_ERR_OP, "{op:#x} is not a valid operation"),
+    };
+    if ok {
+        Ok(())
+    } else if k == Kind::Other && matches!(op, MPI_SUM | MPI_PROD) {
+        crate::mpi_err!(MPI_ERR_UNSUPPORTED_OPERATION, "{} on {} is not supported yet", op_name(op), dt.name)
+    } else {
+        crate::mpi_err!(MPI_ERR_OP, "{} is not defined on {}", op_name(op), dt.name)
+    }
+}
+
+/// Chooses how `op` on `dt` runs; MPI_ERR_OP for a combination the standard does not define.
+pub fn plan(op: MPI_Op, dt: &Dt) -> Result<Plan, MpiErr> {
+    if op >= OP_BASE {
+        let u = lock(&USER_OPS).get(op - OP_BASE).copied().filter(|u| u.live);
+        let Some(u) = u else { return crate::mpi_err!(MPI_ERR_OP, "{op:#x} is not a valid operation (never made, or freed)") };
+        let _ = u.commute;
+        return Ok(Plan::Local(Local::User(u.f, *dt)));
+    }
+    allowed(op, dt)?;
+    let engine_op = match op {
+        MPI_SUM => Some(ReduceOp::Sum),
+        MPI_PROD => Some(ReduceOp::Prod),
+        MPI_MIN => Some(ReduceOp::Min),
+        MPI_MAX => Some(ReduceOp::Max),
+        MPI_BAND => Some(ReduceOp::Band),
+        MPI_BOR => Some(ReduceOp::Bor),
+        MPI_BXOR => Some(ReduceOp::Bxor),
+        _ => None,
+    };
+    match (dt.engine(), engine_op) {
+        (Some(d), Some(o)) if o.valid_for(d) => Ok(Plan::Engine(d, o)),
+        _ => Ok(Plan::Local(Local::Predef(op, *dt))),
+    }
+}
+
+pub fn create(f: Option<MPI_User_function>, commute: bool) -> Result<MPI_Op, MpiErr> {
+    let Some(f) = f else { return crate::mpi_err!(MPI_ERR_ARG, "user_fn is NULL") };
+    let mut v = lock(&USER_OPS);
+    v.push(UserOp { f, commute, live: true });
+    Ok(OP_BASE + v.len() - 1)
+}
+
+pub fn free(op: MPI_Op) -> Result<(), MpiErr> {
+    let mut v = lock(&USER_OPS);
+    match op.checked_sub(OP_BASE).and_then(|i| v.get_mut(i)) {
+        Some(u) if u.live => {
+            u.live = false;
+            Ok(())
+        }
+        _ => crate::mpi_err!(MPI_ERR_OP, "{op:#x} is not a user operation (predefined ones cannot be freed)"),
+    }
+}
+
+pub fn valid_handle(op: MPI_Op) -> bool {
+    (MPI_SUM..=MPI_NO_OP).contains(&op) && op_name(op) != "a user op" || (op >= OP_BASE && lock(&USER_OPS).get(op - OP_BASE).is_some_and(|u| u.live))
+}
+
+// ---- applying an op here ------------------------------------------------------------------------
+
+fn fold<T: Copy>(inv: &[u8], inout: &mut [u8], f: impl Fn(T, T) -> T) {
+    let n = std::mem::size_of::<T>();
+    for (a, b) in inv.chunks_exact(n).zip(inout.chunks_exact_mut(n)) {
+        // SAFETY: both chunks hold exactly size_of::<T>() bytes; unaligned reads and writes.
+        unsafe {
+            let x = std::ptr::read_unaligned(a.as_ptr() as *const T);
+            let y = std::ptr::read_unaligned(b.as_ptr() as *const T);
+            std::ptr::write_unaligned(b.as_mut_ptr() as *mut T, f(x, y));
+        }
+    }
+}
+
+macro_rules! int_op {
+    ($t:ty, $op:expr, $inv:expr, $inout:expr) => {
+        match $op {
+            MPI_SUM => fold::<$t>($inv, $inout, |a, b| a.wrapping_add(b)),
+            MPI_PROD => fold::<$t>($inv, $inout, |a, b| a.wrapping_mul(b)),
+            MPI_MIN => fold::<$t>($inv, $inout, |a, b| a.min(b)),
+            MPI_MAX => fold::<$t>($inv, $inout, |a, b| a.max(b)),
+            MPI_BAND => fold::<$t>($inv, $inout, |a, b| a & b),
+            MPI_BOR => fold::<$t>($inv, $inout, |a, b| a | b),
+            MPI_BXOR => fold::<$t>($inv, $inout, |a, b| a ^ b),
+            MPI_LAND => fold::<$t>($inv, $inout, |a, b| (a != 0 && b != 0) as $t),
+            MPI_LOR => fold::<$t>($inv, $inout, |a, b| (a != 0 || b != 0) as $t),
+            MPI_LXOR => fold::<$t>($inv, $inout, |a, b| ((a != 0) != (b != 0)) as $t),
+            _ => unreachable!("checked by plan"),
+        }
+    };
+}
+
+macro_rules! float_op {
+    ($t:ty, $op:expr, $inv:expr, $inout:expr) => {
+        match $op {
+            MPI_SUM => fold::<$t>($inv, $inout, |a, b| a + b),
+            MPI_PROD => fold::<$t>($inv, $inout, |a, b| a * b),
+            MPI_MIN => fold::<$t>($inv, $inout, |a, b| a.min(b)),
+            MPI_MAX => fold::<$t>($inv, $inout, |a, b| a.max(b)),
+            _ => unreachable!("checked by plan"),
+        }
+    };
+}
+
+/// (value, index) pairs: MINLOC/MAXLOC keep the smaller/larger value, and on a tie the
+/// smaller index. `V` is the value type, the int sits `off` bytes into the element.
+fn pair_op<V: Copy + PartialOrd>(min: bool, off: usize, ext: usize, inv: &[u8], inout: &mut [u8]) {
+    for (a, b) in inv.chunks_exact(ext).zip(inout.chunks_exact_mut(ext)) {
+        // SAFETY: each chunk is one element: a V at 0 and an int at `off` (within `ext`).
+        unsafe {
+            let (va, vb) = (std::ptr::read_unaligned(a.as_ptr() as *const V), std::ptr::read_unaligned(b.as_ptr() as *const V));
+            let (ia, ib) = (std::ptr::read_unaligned(a.as_ptr().add(off) as *const c_int), std::ptr::read_unaligned(b.as_ptr().add(off) as *const c_int));
+            let better = if min { va < vb } else { va > vb };
+            if better {
+                std::ptr::write_unaligned(b.as_mut_ptr() as *mut V, va);
+                std::ptr::write_unaligned(b.as_mut_ptr().add(off) as *mut c_int, ia);
+            } else if va == vb && ia < ib {
+                std::ptr::write_unaligned(b.as_mut_ptr().add(off) as *mut c_int, ia);
+            }
+        }
+    }
+}
+
+/// inout = in (op) inout, for `count` elements.
+pub fn apply(l: &Local, count: usize, inv: &[u8], inout: &mut [u8]) {
+    match *l {
+        Local::User(f, dt) => {
+            let mut len = count as c_int;
+            let mut h = dt.handle;
+            // SAFETY: the user's function, called as MPI_User_function is specified.
+            unsafe { f(inv.as_ptr() as *mut c_void, inout.as_mut_ptr() as *mut c_void, &mut len, &mut h) };
+        }
+        Local::Predef(op, dt) => match dt.kind {
+            Kind::I8 => int_op!(i8, op, inv, inout),
+            Kind::U8 | Kind::Byte | Kind::Bool(1) => int_op!(u8, op, inv, inout),
+            Kind::I16 => int_op!(i16, op, inv, inout),
+            Kind::U16 | Kind::Bool(2) => int_op!(u16, op, inv, inout),
+            Kind::I32 => int_op!(i32, op, inv, inout),
+            Kind::U32 | Kind::Bool(4) => int_op!(u32, op, inv, inout),
+            Kind::I64 => int_op!(i64, op, inv, inout),
+            Kind::U64 | Kind::Bool(8) => int_op!(u64, op, inv, inout),
+            Kind::F32 => float_op!(f32, op, inv, inout),
+            Kind::F64 => float_op!(f64, op, inv, inout),
+            Kind::Pair(v, off) => {
+                let (min, off, ext) = (op == MPI_MINLOC, off as usize, dt.extent);
+                match v {
+                    PairVal::F32 => pair_op::<f32>(min, off, ext, inv, inout),
+                    PairVal::F64 => pair_op::<f64>(min, off, ext, inv, inout),
+                    PairVal::I64 => pair_op::<i64>(min, off, ext, inv, inout),
+                    PairVal::I32 => pair_op::<i32>(min, off, ext, inv, inout),
+                    PairVal::I16 => pair_op::<i16>(min, off, ext, inv, inout),
+                }
+            }
+            Kind::F16 | Kind::Bool(_) | Kind::Other => unreachable!("checked by plan"),
+        },
+    }
+}
+
+/// Folds `n` contributions of `block` bytes each (rank order) into `out`: x0 op x1 op ... .
+pub fn fold_ranks(l: &Local, count: usize, block: usize, all: &[u8], out: &mut [u8]) {
+    let n = all.len() / block.max(1);
+    if block == 0 || n == 0 {
+        return;
+    }
+    out[..block].copy_from_slice(&all[(n - 1) * block..n * block]);
+    for i in (0..n - 1).rev() {
+        apply(l, count, &all[i * block..(i + 1) * block], &mut out[..block]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::datatype::predefined;
+
+    fn ints(v: &[i32]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn plans_use_the_engine_where_it_has_the_op_and_type() {
+        let int = predefined(MPI_INT).unwrap();
+        assert!(matches!(plan(MPI_SUM, &int), Ok(Plan::Engine(distcomm::DType::Int32, ReduceOp::Sum))));
+        assert!(matches!(plan(MPI_LAND, &int), Ok(Plan::Local(_))));
+        let short = predefined(MPI_SHORT).unwrap();
+        assert!(matches!(plan(MPI_SUM, &short), Ok(Plan::Local(_))));
+        let float = predefined(MPI_FLOAT).unwrap();
+        assert_eq!(plan(MPI_BXOR, &float).err().map(|e| e.class), Some(MPI_ERR_OP));
+        assert_eq!(plan(MPI_MINLOC, &int).err().map(|e| e.class), Some(MPI_ERR_OP));
+        assert_eq!(plan(MPI_REPLACE, &int).err().map(|e| e.class), Some(MPI_ERR_OP));
+        assert_eq!(plan(MPI_OP_NULL, &int).err().map(|e| e.class), Some(MPI_ERR_OP));
+        let cplx = predefined(MPI_C_DOUBLE_COMPLEX).unwrap();
+        assert_eq!(plan(MPI_SUM, &cplx).err().map(|e| e.class), Some(MPI_ERR_UNSUPPORTED_OPERATION));
+    }
+
+    #[test]
+    fn local_kernels() {
+        let int = predefined(MPI_INT).unwrap();
+        let mut io = ints(&[5, 0, -3]);
+        apply(&Local::Predef(MPI_LAND, int), 3, &ints(&[1, 1, 0]), &mut io);
+        assert_eq!(io, ints(&[1, 0, 0]));
+        let mut io = ints(&[5, 0, -3]);
+        apply(&Local::Predef(MPI_LXOR, int), 3, &ints(&[1, 1, 0]), &mut io);
+        assert_eq!(io, ints(&[0, 1, 1]));
+        let mut io = ints(&[i32::MAX]);
+        apply(&Local::Predef(MPI_SUM, int), 1, &ints(&[1]), &mut io);
+        assert_eq!(io, ints(&[i32::MIN]), "integer sums wrap");
+        // MINLOC on MPI_2INT: the smaller value, and the smaller index on a tie.
+        let pair = predefined(MPI_2INT).unwrap();
+        let mut io = ints(&[3, 7, 2, 5]);
+        apply(&Local::Predef(MPI_MINLOC, pair), 2, &ints(&[3, 4, 9, 1]), &mut io);
+        assert_eq!(io, ints(&[3, 4, 2, 5]));
+        let mut io = ints(&[3, 7]);
+        apply(&Local::Predef(MPI_MAXLOC, pair), 1, &ints(&[8, 9]), &mut io);
+        assert_eq!(io, ints(&[8, 9]));
+    }
+
+    unsafe extern "C" fn digits(inv: *mut c_void, inout: *mut c_void, len: *mut c_int, _dt: *mut MPI_Datatype) {
+        // inout = the decimal digits of in, then those of inout: associative, not
+        // commutative, so the result shows the order of application.
+        unsafe {
+            let (a, b) = (inv as *const i32, inout as *mut i32);
+            for i in 0..*len as usize {
+                let y = *b.add(i);
+                let shift = 10i32.pow(y.max(1).ilog10() + 1);
+                *b.add(i) = *a.add(i) * shift + y;
+            }
+        }
+    }
+
+    #[test]
+    fn fold_is_in_rank_order() {
+        let int = predefined(MPI_INT).unwrap();
+        // Contributions of ranks 0..4 are 1, 2, 3, 4: x0 op x1 op x2 op x3 = 1234.
+        let all = ints(&[1, 2, 3, 4]);
+        let mut out = vec![0u8; 4];
+        fold_ranks(&Local::User(digits, int), 1, 4, &all, &mut out);
+        assert_eq!(out, ints(&[1234]));
+        let h = create(Some(digits), false).unwrap();
+        assert!(h >= OP_BASE && valid_handle(h));
+        assert!(matches!(plan(h, &int), Ok(Plan::Local(Local::User(..)))));
+        free(h).unwrap();
+        assert!(!valid_handle(h));
+        assert_eq!(plan(h, &int).err().map(|e| e.class), Some(MPI_ERR_OP));
+        assert_eq!(free(MPI_SUM).err().map(|e| e.class), Some(MPI_ERR_OP));
+    }
+}

@@ -1,0 +1,185 @@
+//! MPI requests: integer handles (REQ_BASE + slot) for pending sends, receives and
+//! collectives; completion fills MPI_Status (source, tag, and the byte count in MPI_internal).
+
+use crate::abi_gen::*;
+use crate::err::{from_engine, MpiErr};
+use crate::state::MpiComm;
+use distcomm::comm::P2pOp;
+use std::ffi::c_int;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub const REQ_BASE: usize = 0x3000_0000;
+
+pub enum Req {
+    /// Finished when made (MPI_PROC_NULL): its status.
+    Done(MPI_Status),
+    Send { comm: Arc<MpiComm>, op: P2pOp },
+    Recv { comm: Arc<MpiComm>, op: P2pOp },
+    /// A non-blocking collective on the engine; `after` runs once it succeeded.
+    Coll { comm: Arc<MpiComm>, req: distcomm::request::Request, after: Option<Box<dyn FnOnce() + Send>> },
+}
+
+static SLOTS: Mutex<Vec<Option<Req>>> = Mutex::new(Vec::new());
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+pub fn add(r: Req) -> MPI_Request {
+    let mut s = lock(&SLOTS);
+    let slot = s.iter().position(|x| x.is_none()).unwrap_or_else(|| {
+        s.push(None);
+        s.len() - 1
+    });
+    s[slot] = Some(r);
+    REQ_BASE + slot
+}
+
+/// Takes the request out of its slot (the caller completes it or puts it back).
+pub fn take(h: MPI_Request) -> Result<Req, MpiErr> {
+    let mut s = lock(&SLOTS);
+    match h.checked_sub(REQ_BASE).and_then(|i| s.get_mut(i)).and_then(|x| x.take()) {
+        Some(r) => Ok(r),
+        None => crate::mpi_err!(MPI_ERR_REQUEST, "{h:#x} is not a valid request (never made, already completed or freed)"),
+    }
+}
+
+pub fn put_back(h: MPI_Request, r: Req) {
+    lock(&SLOTS)[h - REQ_BASE] = Some(r);
+}
+
+pub fn empty_status() -> MPI_Status {
+    MPI_Status { MPI_SOURCE: MPI_ANY_SOURCE, MPI_TAG: MPI_ANY_TAG, MPI_ERROR: MPI_SUCCESS, MPI_internal: [0; 5] }
+}
+
+pub fn set_count(st: &mut MPI_Status, bytes: usize) {
+    st.MPI_internal[0] = bytes as u32 as c_int;
+    st.MPI_internal[1] = ((bytes as u64) >> 32) as u32 as c_int;
+}
+
+pub fn count_of(st: &MPI_Status) -> u64 {
+    (st.MPI_internal[0] as u32 as u64) | ((st.MPI_internal[1] as u32 as u64) << 32)
+}
+
+pub fn proc_null_status() -> MPI_Status {
+    MPI_Status { MPI_SOURCE: MPI_PROC_NULL, MPI_TAG: MPI_ANY_TAG, MPI_ERROR: MPI_SUCCESS, MPI_internal: [0; 5] }
+}
+
+fn recv_error(e: distcomm::Error) -> MpiErr {
+    if e.status == distcomm::Status::InvalidArgument {
+        MpiErr::new(MPI_ERR_TRUNCATE, format!("message truncated: {}", e.msg))
+    } else {
+        from_engine(&e)
+    }
+}
+
+impl Req {
+    pub fn comm(&self) -> Option<&Arc<MpiComm>> {
+        match self {
+            Req::Done(_) => None,
+            Req::Send { comm, .. } | Req::Recv { comm, .. } | Req::Coll { comm, .. } => Some(comm),
+        }
+    }
+
+    pub fn is_done(&self) -> bool {
+        match self {
+            Req::Done(_) => true,
+            Req::Send { comm, op } | Req::Recv { comm, op } => comm.comm.p2p_is_done(op),
+            Req::Coll { req, .. } => req.is_completed(),
+        }
+    }
+
+    /// MPI_Request_get_status: the status if the request has completed, without freeing it
+    /// (a collective's follow-up step runs now, so its buffers are final).
+    pub fn peek(&mut self) -> Option<Result<MPI_Status, MpiErr>> {
+        if !self.is_done() {
+            return None;
+        }
+        let mut st = empty_status();
+        match self {
+            Req::Done(s) => return Some(Ok(*s)),
+            Req::Send { comm, op } => {
+                if let Some(Err(e)) = comm.comm.p2p_result(op) {
+                    return Some(Err(from_engine(&e).on(comm.handle)));
+                }
+            }
+            Req::Recv { comm, op } => match comm.comm.p2p_result(op)? {
+                Err(e) => return Some(Err(recv_error(e).on(comm.handle))),
+                Ok(d) => {
+                    st.MPI_SOURCE = comm.comm.comm_rank_of(d.source);
+                    st.MPI_TAG = d.tag as c_int;
+                    set_count(&mut st, d.bytes);
+                }
+            },
+            Req::Coll { comm, req, after } => {
+                if let Err(e) = req.wait() {
+                    return Some(Err(from_engine(&e).on(comm.handle)));
+                }
+                if let Some(f) = after.take() {
+                    f();
+                }
+            }
+        }
+        Some(Ok(st))
+    }
+
+    /// Waits (up to the comm's timeout) and gives the status, or the error routed to the comm.
+    pub fn finish(self) -> Result<MPI_Status, MpiErr> {
+        let mut st = empty_status();
+        match self {
+            Req::Done(s) => return Ok(s),
+            Req::Send { comm, mut op } => {
+                let r = comm.comm.wait_p2p_started(&op, &|| "MPI send".to_string());
+                op.release();
+                r.map_err(|e| from_engine(&e).on(comm.handle))?;
+            }
+            Req::Recv { comm, mut op } => {
+                let r = comm.comm.wait_p2p_started(&op, &|| "MPI receive".to_string());
+                op.release();
+                let d = r.map_err(|e| recv_error(e).on(comm.handle))?;
+                st.MPI_SOURCE = comm.comm.comm_rank_of(d.source);
+                st.MPI_TAG = d.tag as c_int;
+                set_count(&mut st, d.bytes);
+            }
+            Req::Coll { comm, req, after } => {
+                req.wait().map_err(|e| from_engine(&e).on(comm.handle))?;
+                drop(req);
+                if let Some(f) = after {
+                    f();
+                }
+            }
+        }
+        Ok(st)
+    }
+}
+
+/// A waiting loop over several requests: spins briefly, then sleeps in growing steps (up to
+/// 1 ms) so that a rank blocked for long does not hold a core; gives up at `deadline`.
+pub struct Backoff {
+    start: Instant,
+    deadline: Instant,
+    sleep: Duration,
+}
+
+impl Backoff {
+    pub fn new(timeout_ms: i64) -> Backoff {
+        let now = Instant::now();
+        let t = if timeout_ms <= 0 { Duration::from_secs(300) } else { Duration::from_millis(timeout_ms as u64) };
+        Backoff { start: now, deadline: now + t, sleep: Duration::from_micros(10) }
+    }
+
+    pub fn pause(&mut self) -> Result<(), MpiErr> {
+        let now = Instant::now();
+        if now >= self.deadline {
+            return crate::mpi_err!(MPI_ERR_OTHER, "timed out after {} ms waiting for requests (DC_TIMEOUT_MS)", (now - self.start).as_millis());
+        }
+        if now - self.start < Duration::from_micros(200) {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(self.sleep);
+            self.sleep = (self.sleep * 2).min(Duration::from_millis(1));
+        }
+        Ok(())
+    }
+}

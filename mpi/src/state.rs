@@ -1,0 +1,252 @@
+//! The library's global state: init/finalize, the world, communicator handles.
+//!
+//! Handles are integers (pointer-sized): predefined ones are the standard's small values,
+//! communicators made here are COMM_BASE + slot. A freed or never-made handle is found
+//! missing (MPI_ERR_COMM), never dereferenced.
+
+use crate::abi_gen::*;
+use crate::err::MpiErr;
+use distcomm::comm::Comm;
+use std::ffi::c_int;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+pub const COMM_BASE: usize = 0x1000_0000;
+
+/// An MPI communicator: the engine's comm plus what MPI attaches to it.
+pub struct MpiComm {
+    pub comm: Arc<Comm>,
+    pub errhandler: AtomicUsize,
+    pub handle: MPI_Comm,
+    /// MPI_Comm_set_name / get_name.
+    pub name: Mutex<String>,
+    /// User attributes: (keyval, value).
+    pub attrs: Mutex<Vec<(c_int, usize)>>,
+}
+
+impl MpiComm {
+    pub fn rank(&self) -> usize {
+        self.comm.rank()
+    }
+    pub fn size(&self) -> usize {
+        self.comm.size()
+    }
+}
+
+struct Comms {
+    world: Option<Arc<MpiComm>>,
+    selfc: Option<Arc<MpiComm>>,
+    slots: Vec<Option<Arc<MpiComm>>>,
+}
+
+static COMMS: RwLock<Comms> = RwLock::new(Comms { world: None, selfc: None, slots: Vec::new() });
+static INITIALIZED: AtomicBool = AtomicBool::new(false);
+static FINALIZED: AtomicBool = AtomicBool::new(false);
+static INIT_LOCK: Mutex<()> = Mutex::new(());
+pub static THREAD_LEVEL: AtomicI32 = AtomicI32::new(MPI_THREAD_SINGLE);
+static MAIN_THREAD: Mutex<Option<std::thread::ThreadId>> = Mutex::new(None);
+static WORLD_RANK: AtomicI32 = AtomicI32::new(-1);
+/// Errhandler of MPI_COMM_SELF and WORLD before init / after finalize.
+static DEFAULT_ERRH: AtomicUsize = AtomicUsize::new(MPI_ERRORS_ARE_FATAL);
+
+fn read() -> std::sync::RwLockReadGuard<'static, Comms> {
+    COMMS.read().unwrap_or_else(|p| p.into_inner())
+}
+fn write() -> std::sync::RwLockWriteGuard<'static, Comms> {
+    COMMS.write().unwrap_or_else(|p| p.into_inner())
+}
+
+pub fn initialized() -> bool {
+    INITIALIZED.load(Ordering::Acquire)
+}
+pub fn finalized() -> bool {
+    FINALIZED.load(Ordering::Acquire)
+}
+
+pub fn world_rank() -> Option<usize> {
+    let r = WORLD_RANK.load(Ordering::Relaxed);
+    (r >= 0).then_some(r as usize)
+}
+
+/// "rank R" (or "process PID" before init) for messages.
+pub fn who() -> String {
+    match world_rank() {
+        Some(r) => format!("distcomm MPI rank {r}"),
+        None => format!("distcomm MPI process {}", std::process::id()),
+    }
+}
+
+/// Writes `line` to stderr in one write (lines of several ranks do not interleave).
+pub fn say(line: &str) {
+    // SAFETY: writes the bytes of a live string to fd 2.
+    unsafe { libc::write(2, line.as_ptr() as *const libc::c_void, line.len()) };
+}
+
+/// MPI_SUCCESS once the library is initialized and not finalized, else MPI_ERR_OTHER.
+pub fn check_active() -> Result<(), MpiErr> {
+    if !initialized() {
+        return crate::mpi_err!(MPI_ERR_OTHER, "MPI is not initialized (call MPI_Init or MPI_Init_thread first)");
+    }
+    if finalized() {
+        return crate::mpi_err!(MPI_ERR_OTHER, "MPI has been finalized");
+    }
+    Ok(())
+}
+
+fn wrap(comm: Arc<Comm>, handle: MPI_Comm) -> Arc<MpiComm> {
+    let name = match handle {
+        MPI_COMM_WORLD => "MPI_COMM_WORLD",
+        MPI_COMM_SELF => "MPI_COMM_SELF",
+        _ => "",
+    };
+    Arc::new(MpiComm { comm, errhandler: AtomicUsize::new(MPI_ERRORS_ARE_FATAL), handle, name: Mutex::new(name.to_string()), attrs: Mutex::new(Vec::new()) })
+}
+
+/// Forms the world (the engine's init) and MPI_COMM_SELF; `provided` is the thread level.
+pub fn init(required: c_int) -> Result<c_int, MpiErr> {
+    let _g = INIT_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    if initialized() {
+        return crate::mpi_err!(MPI_ERR_OTHER, "MPI is already initialized (MPI_Init may be called once)");
+    }
+    let world = crate::startup::init_world().map_err(|e| e.on(MPI_COMM_SELF))?;
+    WORLD_RANK.store(world.rank() as i32, Ordering::Relaxed);
+    // MPI_COMM_SELF: a comm of this rank alone (collective over the world, once).
+    let me = world.split(world.rank() as i32, 0).map_err(MpiErr::from)?.expect("own color");
+    {
+        let mut c = write();
+        c.world = Some(wrap(world, MPI_COMM_WORLD));
+        c.selfc = Some(wrap(me, MPI_COMM_SELF));
+    }
+    *MAIN_THREAD.lock().unwrap_or_else(|p| p.into_inner()) = Some(std::thread::current().id());
+    // MPI_THREAD_MULTIPLE is not offered yet (see README): SERIALIZED at most.
+    let provided = required.clamp(MPI_THREAD_SINGLE, MPI_THREAD_SERIALIZED);
+    THREAD_LEVEL.store(provided, Ordering::Relaxed);
+    INITIALIZED.store(true, Ordering::Release);
+    Ok(provided)
+}
+
+pub fn is_main_thread() -> bool {
+    *MAIN_THREAD.lock().unwrap_or_else(|p| p.into_inner()) == Some(std::thread::current().id())
+}
+
+/// Frees every communicator and leaves the job (collective over the world).
+pub fn finalize() -> Result<(), MpiErr> {
+    let _g = INIT_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    check_active()?;
+    let world = get_comm(MPI_COMM_WORLD)?;
+    // Buffered sends still in flight are delivered first (the standard's Finalize does so).
+    crate::api::bsend_flush()?;
+    // Every rank arrives before anyone leaves: messages in flight are delivered.
+    world.comm.collective(distcomm::collective::CollArgs::Barrier).map_err(|e| MpiErr::from(e).on(MPI_COMM_WORLD))?;
+    let (w, s, slots) = {
+        let mut c = write();
+        (c.world.take(), c.selfc.take(), std::mem::take(&mut c.slots))
+    };
+    for c in slots.into_iter().flatten() {
+        crate::info::delete_all(&c);
+        c.comm.destroy();
+    }
+    if let Some(s) = s {
+        crate::info::delete_all(&s);
+        s.comm.destroy();
+    }
+    if let Some(w) = w {
+        w.comm.destroy();
+    }
+    if let Some(p) = crate::pmi::PMI.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+        p.finalize();
+    }
+    FINALIZED.store(true, Ordering::Release);
+    Ok(())
+}
+
+pub fn is_comm_handle(h: MPI_Comm) -> bool {
+    h == MPI_COMM_WORLD || h == MPI_COMM_SELF || get_comm(h).is_ok()
+}
+
+/// The communicator behind a handle, or MPI_ERR_COMM.
+pub fn get_comm(h: MPI_Comm) -> Result<Arc<MpiComm>, MpiErr> {
+    let c = read();
+    let found = match h {
+        MPI_COMM_WORLD => c.world.clone(),
+        MPI_COMM_SELF => c.selfc.clone(),
+        MPI_COMM_NULL => return crate::mpi_err!(MPI_ERR_COMM, "MPI_COMM_NULL is not a communicator"),
+        h if h >= COMM_BASE => c.slots.get(h - COMM_BASE).cloned().flatten(),
+        _ => None,
+    };
+    drop(c);
+    match found {
+        Some(x) => Ok(x),
+        None if !initialized() || finalized() => {
+            check_active()?;
+            unreachable!()
+        }
+        None => crate::mpi_err!(MPI_ERR_COMM, "{h:#x} is not a valid communicator (never made, or freed)"),
+    }
+}
+
+/// A new handle for `comm`, inheriting `errhandler`.
+pub fn add_comm(comm: Arc<Comm>, errhandler: MPI_Errhandler) -> MPI_Comm {
+    let mut c = write();
+    let slot = c.slots.iter().position(|s| s.is_none()).unwrap_or_else(|| {
+        c.slots.push(None);
+        c.slots.len() - 1
+    });
+    let h = COMM_BASE + slot;
+    let mc = wrap(comm, h);
+    mc.errhandler.store(errhandler, Ordering::Relaxed);
+    c.slots[slot] = Some(mc);
+    h
+}
+
+/// Sets the attributes a new communicator starts with (a dup's copies).
+pub fn set_attrs(h: MPI_Comm, attrs: Vec<(c_int, usize)>) {
+    if let Ok(c) = get_comm(h) {
+        *c.attrs.lock().unwrap_or_else(|p| p.into_inner()) = attrs;
+    }
+}
+
+/// Removes a user communicator's handle (MPI_Comm_free); predefined ones cannot be freed.
+pub fn remove_comm(h: MPI_Comm) -> Result<Arc<MpiComm>, MpiErr> {
+    if h == MPI_COMM_WORLD || h == MPI_COMM_SELF {
+        return crate::mpi_err!(MPI_ERR_COMM, "MPI_COMM_WORLD and MPI_COMM_SELF cannot be freed");
+    }
+    let _ = get_comm(h)?;
+    let mut c = write();
+    c.slots.get_mut(h - COMM_BASE).and_then(|s| s.take()).ok_or_else(|| MpiErr::new(MPI_ERR_COMM, "communicator freed twice"))
+}
+
+/// The error handler that errors on `comm` go to.
+pub fn errhandler_of(comm: MPI_Comm) -> MPI_Errhandler {
+    match get_comm(comm) {
+        Ok(c) => c.errhandler.load(Ordering::Relaxed),
+        Err(_) => DEFAULT_ERRH.load(Ordering::Relaxed),
+    }
+}
+
+/// Ends the whole job: aborts `comm` (its peers' pending calls fail, so they end too) and
+/// the world, then exits with `code`.
+pub fn abort_job(comm: MPI_Comm, code: c_int) -> ! {
+    if let Ok(c) = get_comm(comm) {
+        c.comm.abort();
+    }
+    if let Ok(w) = get_comm(MPI_COMM_WORLD) {
+        w.comm.abort();
+    }
+    if let Ok(mut g) = crate::pmi::PMI.try_lock() {
+        if let Some(p) = g.as_mut() {
+            p.abort(code, "MPI job aborted");
+        }
+    }
+    // An exit status of 0 would tell the launcher this rank succeeded: the job must end.
+    let status = match code & 0xff {
+        0 => 1,
+        s => s,
+    };
+    // SAFETY: fflush(NULL) writes out the program's stdio buffers (what it printed before the
+    // error); _exit ends the process without running the engine's (aborted) destructors.
+    unsafe {
+        libc::fflush(std::ptr::null_mut());
+        libc::_exit(status)
+    }
+}

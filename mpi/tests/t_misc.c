@@ -1,0 +1,256 @@
+/* Groups, Comm_create, Comm_split_type, names, Alloc_mem, Sendrecv_replace, Waitsome/Testsome,
+ * Request_get_status, extents, status helpers. */
+#include "common.h"
+
+static int deleted = 0, copied = 0;
+static int copy_fn(MPI_Comm c, int k, void *extra, void *in, void *out, int *flag) {
+  (void)c; (void)k; (void)extra;
+  copied++;
+  *(void **)out = (char *)in + 1;
+  *flag = 1;
+  return MPI_SUCCESS;
+}
+static int delete_fn(MPI_Comm c, int k, void *val, void *extra) {
+  (void)c; (void)k; (void)val;
+  deleted += *(int *)extra;
+  return MPI_SUCCESS;
+}
+
+int main(int argc, char **argv) {
+  int rank, size, r, s, res, flag;
+  OK(MPI_Init(&argc, &argv));
+  OK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  OK(MPI_Comm_size(MPI_COMM_WORLD, &size));
+  t_rank = rank;
+
+  /* Groups: the world's, reversed, the even ranks; translation and comparison. */
+  MPI_Group world, rev, even, empty;
+  OK(MPI_Comm_group(MPI_COMM_WORLD, &world));
+  OK(MPI_Group_size(world, &s));
+  OK(MPI_Group_rank(world, &r));
+  CHECK(s == size && r == rank);
+  int *ranks = malloc(sizeof(int) * size), *out = malloc(sizeof(int) * size);
+  for (int i = 0; i < size; i++) ranks[i] = size - 1 - i;
+  OK(MPI_Group_incl(world, size, ranks, &rev));
+  OK(MPI_Group_rank(rev, &r));
+  CHECK(r == size - 1 - rank);
+  OK(MPI_Group_compare(world, rev, &res));
+  CHECK(res == (size == 1 ? MPI_IDENT : MPI_SIMILAR));
+  OK(MPI_Group_compare(world, world, &res));
+  CHECK(res == MPI_IDENT);
+  for (int i = 0; i < size; i++) ranks[i] = i;
+  OK(MPI_Group_translate_ranks(world, size, ranks, rev, out));
+  for (int i = 0; i < size; i++) CHECK(out[i] == size - 1 - i);
+  int ne = 0;
+  for (int i = 1; i < size; i += 2) ranks[ne++] = i;
+  OK(MPI_Group_excl(world, ne, ranks, &even));
+  OK(MPI_Group_size(even, &s));
+  CHECK(s == (size + 1) / 2);
+  OK(MPI_Group_rank(even, &r));
+  CHECK(r == (rank % 2 ? MPI_UNDEFINED : rank / 2));
+  OK(MPI_Group_incl(world, 0, NULL, &empty));
+  OK(MPI_Group_size(empty, &s));
+  CHECK(s == 0);
+
+  /* Comm_create from the even group: members get a comm, the others MPI_COMM_NULL. */
+  MPI_Comm ce;
+  OK(MPI_Comm_create(MPI_COMM_WORLD, even, &ce));
+  if (rank % 2 == 0) {
+    OK(MPI_Comm_rank(ce, &r));
+    OK(MPI_Comm_size(ce, &s));
+    CHECK(r == rank / 2 && s == (size + 1) / 2);
+    int sum = 0;
+    OK(MPI_Allreduce(&rank, &sum, 1, MPI_INT, MPI_SUM, ce));
+    int want = 0;
+    for (int i = 0; i < size; i += 2) want += i;
+    CHECK(sum == want);
+    OK(MPI_Comm_free(&ce));
+  } else {
+    CHECK(ce == MPI_COMM_NULL);
+  }
+  OK(MPI_Group_free(&rev));
+  OK(MPI_Group_free(&even));
+  OK(MPI_Group_free(&world));
+  CHECK(world == MPI_GROUP_NULL);
+
+  /* Split by shared memory: every rank of this test is on one host. */
+  MPI_Comm node;
+  OK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
+  OK(MPI_Comm_size(node, &s));
+  OK(MPI_Comm_rank(node, &r));
+  CHECK(s == size && r == rank);
+  OK(MPI_Comm_free(&node));
+
+  /* Names. */
+  char name[MPI_MAX_OBJECT_NAME];
+  int len;
+  OK(MPI_Comm_get_name(MPI_COMM_WORLD, name, &len));
+  CHECK(strcmp(name, "MPI_COMM_WORLD") == 0 && len == 14);
+  MPI_Comm d;
+  OK(MPI_Comm_dup(MPI_COMM_WORLD, &d));
+  OK(MPI_Comm_set_name(d, "my dup"));
+  OK(MPI_Comm_get_name(d, name, &len));
+  CHECK(strcmp(name, "my dup") == 0 && len == 6);
+  OK(MPI_Comm_test_inter(d, &flag));
+  CHECK(flag == 0);
+  OK(MPI_Type_get_name(MPI_DOUBLE, name, &len));
+  CHECK(strcmp(name, "MPI_DOUBLE") == 0);
+
+  /* Alloc_mem and Sendrecv_replace on it. */
+  int *buf = NULL;
+  OK(MPI_Alloc_mem(4 * sizeof(int), MPI_INFO_NULL, &buf));
+  CHECK(buf != NULL);
+  for (int i = 0; i < 4; i++) buf[i] = rank * 10 + i;
+  int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+  MPI_Status st;
+  OK(MPI_Sendrecv_replace(buf, 4, MPI_INT, next, 1, prev, 1, d, &st));
+  for (int i = 0; i < 4; i++) CHECK(buf[i] == prev * 10 + i);
+  CHECK(st.MPI_SOURCE == prev && st.MPI_TAG == 1);
+  OK(MPI_Free_mem(buf));
+
+  /* Request_get_status leaves the request; Waitsome/Testsome complete what is done. */
+  int a[3] = {1, 2, 3}, b[3] = {0, 0, 0};
+  MPI_Request rq[3];
+  for (int i = 0; i < 3; i++) OK(MPI_Irecv(&b[i], 1, MPI_INT, prev, 30 + i, d, &rq[i]));
+  OK(MPI_Send(&a[0], 1, MPI_INT, next, 30, d));
+  flag = 0;
+  while (!flag) OK(MPI_Request_get_status(rq[0], &flag, &st));
+  CHECK(rq[0] != MPI_REQUEST_NULL && st.MPI_TAG == 30 && b[0] == 1);
+  int outcount = 0, idx[3];
+  OK(MPI_Waitsome(1, rq, &outcount, idx, MPI_STATUSES_IGNORE));
+  CHECK(outcount == 1 && idx[0] == 0 && rq[0] == MPI_REQUEST_NULL);
+  OK(MPI_Send(&a[1], 1, MPI_INT, next, 31, d));
+  OK(MPI_Send(&a[2], 1, MPI_INT, next, 32, d));
+  int got = 0, tested = 0;
+  while (got < 2) {
+    MPI_Status sts[3];
+    /* Testsome until it finds something, then Waitsome for the rest. */
+    if (!tested) {
+      OK(MPI_Testsome(3, rq, &outcount, idx, sts));
+      if (outcount > 0) tested = 1;
+    } else {
+      OK(MPI_Waitsome(3, rq, &outcount, idx, sts));
+      CHECK(outcount >= 1);
+    }
+    for (int k = 0; k < outcount; k++) CHECK(sts[k].MPI_TAG == 30 + idx[k] && b[idx[k]] == 1 + idx[k] && rq[idx[k]] == MPI_REQUEST_NULL);
+    got += outcount;
+  }
+  CHECK(got == 2);
+  OK(MPI_Waitsome(3, rq, &outcount, idx, MPI_STATUSES_IGNORE));
+  CHECK(outcount == MPI_UNDEFINED);
+
+  /* Extents and status helpers. */
+  MPI_Aint lb, ext;
+  OK(MPI_Type_get_extent(MPI_DOUBLE_INT, &lb, &ext));
+  CHECK(lb == 0 && ext == 16);
+  OK(MPI_Type_get_true_extent(MPI_INT, &lb, &ext));
+  CHECK(lb == 0 && ext == 4);
+  OK(MPI_Status_set_elements(&st, MPI_INT, 5));
+  int cnt;
+  OK(MPI_Get_elements(&st, MPI_INT, &cnt));
+  CHECK(cnt == 5);
+  OK(MPI_Status_set_cancelled(&st, 1));
+  OK(MPI_Test_cancelled(&st, &flag));
+  CHECK(flag == 1);
+  /* Derived datatypes: contiguous ones move and reduce like their elements. */
+  MPI_Datatype tri, tri2, sent;
+  OK(MPI_Type_contiguous(3, MPI_INT, &tri));
+  OK(MPI_Type_size(tri, &s));
+  CHECK(s == 12);
+  OK(MPI_Type_get_extent(tri, &lb, &ext));
+  CHECK(lb == 0 && ext == 12);
+  OK(MPI_Type_commit(&tri));
+  int six[6] = {rank, rank + 1, rank + 2, rank + 3, rank + 4, rank + 5}, back[7];
+  OK(MPI_Sendrecv(six, 2, tri, next, 50, back, 2, tri, prev, 50, d, &st));
+  OK(MPI_Get_count(&st, tri, &cnt));
+  CHECK(cnt == 2 && back[5] == prev + 5);
+  OK(MPI_Get_elements(&st, tri, &cnt));
+  CHECK(cnt == 6);
+  OK(MPI_Sendrecv(six, 4, MPI_INT, next, 51, back, 2, tri, prev, 51, d, &st));
+  OK(MPI_Get_count(&st, tri, &cnt));
+  CHECK(cnt == MPI_UNDEFINED);
+  OK(MPI_Get_elements(&st, tri, &cnt));
+  CHECK(cnt == 4);
+  if (expect_distcomm()) { /* predefined ops on a contiguous type of one predefined type:
+                              an extension (MPICH refuses it) */
+    int sums[6];
+    OK(MPI_Allreduce(six, sums, 2, tri, MPI_SUM, d));
+    for (int i = 0; i < 6; i++) CHECK(sums[i] == size * (size - 1) / 2 + size * i);
+  }
+  OK(MPI_Type_dup(tri, &tri2));
+  OK(MPI_Bcast(six, 2, tri2, 0, d));
+  for (int i = 0; i < 6; i++) CHECK(six[i] == i);
+  OK(MPI_Type_contiguous(2, tri, &sent));
+  OK(MPI_Type_size(sent, &s));
+  CHECK(s == 24);
+  OK(MPI_Type_free(&sent));
+  CHECK(sent == MPI_DATATYPE_NULL);
+  OK(MPI_Type_free(&tri2));
+  OK(MPI_Type_free(&tri));
+  /* Info objects. */
+  MPI_Info info, info2;
+  OK(MPI_Info_create(&info));
+  OK(MPI_Info_set(info, "alpha", "1"));
+  OK(MPI_Info_set(info, "beta", "two"));
+  OK(MPI_Info_set(info, "alpha", "one"));
+  int nkeys = -1, vlen = 0;
+  OK(MPI_Info_get_nkeys(info, &nkeys));
+  CHECK(nkeys == 2);
+  char key[MPI_MAX_INFO_KEY], val[MPI_MAX_INFO_VAL];
+  OK(MPI_Info_get_nthkey(info, 1, key));
+  CHECK(strcmp(key, "beta") == 0);
+  int buflen = sizeof val;
+  OK(MPI_Info_get_string(info, "alpha", &buflen, val, &flag));
+  CHECK(flag == 1 && strcmp(val, "one") == 0 && buflen == 4);
+  OK(MPI_Info_get_valuelen(info, "beta", &vlen, &flag));
+  CHECK(flag == 1 && vlen == 3);
+  OK(MPI_Info_dup(info, &info2));
+  OK(MPI_Info_delete(info, "beta"));
+  buflen = sizeof val;
+  OK(MPI_Info_get_string(info, "beta", &buflen, val, &flag));
+  CHECK(flag == 0);
+  OK(MPI_Info_get_string(info2, "beta", &buflen, val, &flag));
+  CHECK(flag == 1 && strcmp(val, "two") == 0);
+  OK(MPI_Comm_set_info(d, info));
+  MPI_Info used;
+  OK(MPI_Comm_get_info(d, &used));
+  OK(MPI_Info_free(&used));
+  OK(MPI_Pcontrol(1));
+  OK(MPI_Info_free(&info));
+  OK(MPI_Info_free(&info2));
+  CHECK(info == MPI_INFO_NULL);
+
+  /* Attributes: set, get, copied on dup by the copy callback, deleted on free. */
+  int kv1, kv2, extra = 1;
+  static char payload[4];
+  OK(MPI_Comm_create_keyval(copy_fn, delete_fn, &kv1, &extra));
+  OK(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, MPI_COMM_NULL_DELETE_FN, &kv2, NULL));
+  OK(MPI_Comm_set_attr(d, kv1, payload));
+  OK(MPI_Comm_set_attr(d, kv2, payload + 2));
+  void *got_attr = NULL;
+  OK(MPI_Comm_get_attr(d, kv1, &got_attr, &flag));
+  CHECK(flag == 1 && got_attr == payload);
+  MPI_Comm d2;
+  OK(MPI_Comm_dup(d, &d2));
+  CHECK(copied == 1);
+  OK(MPI_Comm_get_attr(d2, kv1, &got_attr, &flag));
+  CHECK(flag == 1 && got_attr == payload + 1);
+  OK(MPI_Comm_get_attr(d2, kv2, &got_attr, &flag));
+  CHECK(flag == 0);
+  OK(MPI_Comm_free(&d2));
+  CHECK(deleted == 1);
+  OK(MPI_Comm_delete_attr(d, kv1));
+  CHECK(deleted == 2);
+  OK(MPI_Comm_get_attr(d, kv1, &got_attr, &flag));
+  CHECK(flag == 0);
+  OK(MPI_Comm_free_keyval(&kv1));
+  OK(MPI_Comm_free_keyval(&kv2));
+  CHECK(kv1 == MPI_KEYVAL_INVALID);
+
+  OK(MPI_Comm_free(&d));
+  free(ranks);
+  free(out);
+  t_done("t_misc");
+  OK(MPI_Finalize());
+  return 0;
+}
