@@ -32,7 +32,13 @@ pub fn message(p: &(dyn Any + Send)) -> String {
 
 /// Runs `f`; a panic in it becomes `DC_ERR_INTERNAL` naming `what` and the panic's text.
 pub fn catch<T>(what: &str, f: impl FnOnce() -> T) -> Result<T, Error> {
-    catch_unwind(AssertUnwindSafe(f)).map_err(|p| Error::new(Status::Internal, format!("a panic in {what}: {}", message(&*p))))
+    catch_named(|| what.to_string(), f)
+}
+
+/// `catch` with the name made only if there is a panic (on the paths every call takes: a
+/// formatted name costs an allocation, as much as a small collective itself).
+pub fn catch_named<T>(what: impl FnOnce() -> String, f: impl FnOnce() -> T) -> Result<T, Error> {
+    catch_unwind(AssertUnwindSafe(f)).map_err(|p| Error::new(Status::Internal, format!("a panic in {}: {}", what(), message(&*p))))
 }
 
 /// Panics if the fault tests armed `site` (one atomic load otherwise).

@@ -90,7 +90,7 @@ impl Comm {
         };
         // A panic would leave the others waiting for us (and the arena's turn taken): abort the
         // comm, which tells them, and say what happened.
-        let r = crate::panics::catch(&format!("{} (collective #{seq})", args.name()), run).unwrap_or_else(|e| {
+        let r = crate::panics::catch_named(|| format!("{} (collective #{seq})", args.name()), run).unwrap_or_else(|e| {
             self.abort_because(&format!("rank {}: {}", self.rank, e.msg), ABORT_PANIC);
             Err(e)
         });
@@ -173,7 +173,7 @@ impl Comm {
         let (me, done) = (self.clone(), comp.clone());
         let job: Job = Box::new(move || {
             // `execute` catches panics in the collective; this one catches the job's own.
-            let r = crate::panics::catch(&format!("the worker of non-blocking {} (collective #{seq})", args.name()), || {
+            let r = crate::panics::catch_named(|| format!("the worker of non-blocking {} (collective #{seq})", args.name()), || {
                 crate::panics::inject("worker");
                 me.execute(&args, seq, &|| deadline)
             })
