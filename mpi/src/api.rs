@@ -369,20 +369,29 @@ pub unsafe fn type_size_c(dt: MPI_Datatype, size: *mut MPI_Count) -> Res {
     Ok(())
 }
 
-fn count_in(st: *const MPI_Status, dt: MPI_Datatype) -> Result<i64, MpiErr> {
-    let d = datatype::get(dt)?;
+/// A status's bytes in units of `unit` bytes (0 for a zero-size unit; MPI_UNDEFINED when they
+/// do not divide): whole items for Get_count, basic elements for Get_elements.
+fn units_in(st: *const MPI_Status, unit: usize) -> Result<i64, MpiErr> {
     let s = unsafe { st.as_ref() }.ok_or_else(|| MpiErr::new(MPI_ERR_ARG, "status is NULL (MPI_STATUS_IGNORE has no count)"))?;
     let bytes = request::count_of(s);
-    if d.extent == 0 {
+    if unit == 0 {
         return Ok(0);
     }
-    Ok(if bytes.is_multiple_of(d.extent as u64) { (bytes / d.extent as u64) as i64 } else { MPI_UNDEFINED as i64 })
+    Ok(if bytes.is_multiple_of(unit as u64) { (bytes / unit as u64) as i64 } else { MPI_UNDEFINED as i64 })
+}
+
+fn count_in(st: *const MPI_Status, dt: MPI_Datatype) -> Result<i64, MpiErr> {
+    units_in(st, datatype::get(dt)?.extent)
+}
+
+/// A count into an `int` (MPI_UNDEFINED when it does not fit).
+unsafe fn put_int(count: *mut c_int, n: i64) -> Res {
+    *out(count, "count")? = if n > c_int::MAX as i64 { MPI_UNDEFINED } else { n as c_int };
+    Ok(())
 }
 
 pub unsafe fn get_count(st: *const MPI_Status, dt: MPI_Datatype, count: *mut c_int) -> Res {
-    let n = count_in(st, dt)?;
-    *out(count, "count")? = if n > c_int::MAX as i64 { MPI_UNDEFINED } else { n as c_int };
-    Ok(())
+    put_int(count, count_in(st, dt)?)
 }
 
 pub unsafe fn get_count_c(st: *const MPI_Status, dt: MPI_Datatype, count: *mut MPI_Count) -> Res {
@@ -791,19 +800,11 @@ pub unsafe fn free_mem(base: *mut c_void) -> Res {
 
 /// Basic elements in a status: bytes over the bytes of one predefined element of `dt`.
 fn elements_in(st: *const MPI_Status, dt: MPI_Datatype) -> Result<i64, MpiErr> {
-    let d = datatype::get(dt)?;
-    let s = unsafe { st.as_ref() }.ok_or_else(|| MpiErr::new(MPI_ERR_ARG, "status is NULL (MPI_STATUS_IGNORE has no count)"))?;
-    let bytes = request::count_of(s);
-    if d.elem == 0 {
-        return Ok(0);
-    }
-    Ok(if bytes.is_multiple_of(d.elem as u64) { (bytes / d.elem as u64) as i64 } else { MPI_UNDEFINED as i64 })
+    units_in(st, datatype::get(dt)?.elem)
 }
 
 pub unsafe fn get_elements(st: *const MPI_Status, dt: MPI_Datatype, count: *mut c_int) -> Res {
-    let n = elements_in(st, dt)?;
-    *out(count, "count")? = if n > c_int::MAX as i64 { MPI_UNDEFINED } else { n as c_int };
-    Ok(())
+    put_int(count, elements_in(st, dt)?)
 }
 
 pub unsafe fn get_elements_c(st: *const MPI_Status, dt: MPI_Datatype, count: *mut MPI_Count) -> Res {
