@@ -10,6 +10,11 @@ use crate::log::Level;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Aborts of contexts not created here yet that are kept, at most.
+pub(super) const MAX_EARLY_ABORTS: usize = 4096;
+/// The WARN line for a full list is said once per process.
+static EARLY_FULL_SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// How long an abort waits to connect to a member it never talked to.
 pub(super) const ABORT_CONNECT_WAIT: Duration = Duration::from_secs(5);
 
@@ -67,7 +72,14 @@ impl SocketTransport {
                 }
             }
             None => {
-                lock(&self.early_aborts).insert(ctx_id);
+                // Kept until the context is created here; a peer that sends aborts for contexts
+                // that never come (a bug, or a hostile peer) cannot grow the list without bound.
+                let mut early = lock(&self.early_aborts);
+                if early.len() < MAX_EARLY_ABORTS {
+                    early.insert(ctx_id);
+                } else if !early.contains(&ctx_id) && !EARLY_FULL_SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    dc_log!(Level::Warn, Some(self.rank as usize), "rank {from} aborted communicator {ctx_id:#x}, unknown here; {MAX_EARLY_ABORTS} such aborts are kept already, further ones are dropped");
+                }
             }
         }
         self.fail_aborted();

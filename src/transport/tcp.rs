@@ -415,4 +415,21 @@ mod tests {
         assert_eq!(kept.len(), 2);
         t.shutdown(Instant::now() + Duration::from_millis(200));
     }
+
+    #[test]
+    fn aborts_for_unknown_contexts_are_kept_within_a_bound() {
+        let cfg = MeshConfig { rank: 0, size: 2, token_digest: handshake::token_digest(b"t"), job_id: 9, deadline: Instant::now(), cma_pids: vec![None; 2], host_pids: vec![None; 2] };
+        let listener = Listener::bind("127.0.0.1".parse().unwrap(), 2).unwrap();
+        let addrs = vec![listener.local_addr().unwrap(), "127.0.0.1:9".parse().unwrap()];
+        let t = SocketTransport::start(listener, &addrs, &cfg, Duration::from_secs(5)).unwrap();
+        for id in 0..(super::super::abort::MAX_EARLY_ABORTS as u64 + 100) {
+            t.on_remote_abort(1000 + id, 1, 0);
+        }
+        assert_eq!(t.early_aborts.lock().unwrap().len(), super::super::abort::MAX_EARLY_ABORTS);
+        // One that was kept still reaches its context when it is created.
+        let ctx = crate::transport::CtxState::new(1000, None);
+        t.register_ctx(&ctx);
+        assert!(ctx.is_aborted());
+        t.shutdown(Instant::now() + Duration::from_millis(100));
+    }
 }
