@@ -934,7 +934,7 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Testall", true),
     ("MPI_Testany", true),
     ("MPI_Testsome", true),
-    ("MPI_Topo_test", false),
+    ("MPI_Topo_test", true),
     ("MPI_Type_commit", true),
     ("MPI_Type_contiguous", true),
     ("MPI_Type_contiguous_c", true),
@@ -5021,11 +5021,11 @@ pub unsafe extern "C" fn PMPI_Testsome(incount: c_int, array_of_requests: *mut M
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Topo_test(comm: MPI_Comm, status: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Topo_test", comm)
+    crate::err::guard("MPI_Topo_test", || unsafe { crate::api::topo_test(comm, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Topo_test(comm: MPI_Comm, status: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Topo_test", comm)
+    crate::err::guard("MPI_Topo_test", || unsafe { crate::api::topo_test(comm, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_commit(datatype: *mut MPI_Datatype) -> c_int {

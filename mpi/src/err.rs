@@ -239,14 +239,25 @@ pub fn valid_errhandler(h: MPI_Errhandler) -> bool {
         || (h >= ERRH_BASE && h - ERRH_BASE < lock(&USER_HANDLERS).len())
 }
 
-/// Calls the user error handler `h` for `code` on `comm`.
+thread_local! {
+    /// This thread is inside a user error handler.
+    static IN_HANDLER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Calls the user error handler `h` for `code` on `comm`. An error raised by an MPI call that
+/// the handler itself makes is returned to it without calling a handler again: one that fails
+/// on every call (an unsupported function) would otherwise recurse until the stack ends.
 pub fn call_user_handler(h: MPI_Errhandler, mut comm: MPI_Comm, code: c_int) {
+    if IN_HANDLER.with(|f| f.replace(true)) {
+        return;
+    }
     let f = lock(&USER_HANDLERS).get(h.wrapping_sub(ERRH_BASE)).copied();
     if let Some(f) = f {
         let mut c = code;
         // SAFETY: the user's handler, called as the standard says (comm, code, ...).
         unsafe { f(&mut comm, &mut c) };
     }
+    IN_HANDLER.with(|f| f.set(false));
 }
 
 /// Raises `e` (already logged) on its communicator's handler; returns the code to give back.

@@ -11,6 +11,17 @@ static void handler(MPI_Comm *comm, int *code, ...) {
   MPI_Error_class(*code, &handler_class);
 }
 
+/* A handler that makes a failing MPI call itself (as mpi4py's does when it wraps the comm):
+ * that call must return to it, not recurse through the handler until the stack ends. */
+static int nested_calls = 0, nested_rc = MPI_SUCCESS;
+
+static void nested_handler(MPI_Comm *comm, int *code, ...) {
+  int one = 1;
+  (void)code;
+  if (++nested_calls == 1)
+    nested_rc = MPI_Send(&one, 1, MPI_INT, 0, -1, *comm); /* a bad tag: fails again */
+}
+
 int main(int argc, char **argv) {
   int rank, size, x = 1, y = 0;
   OK(MPI_Init(&argc, &argv));
@@ -125,6 +136,21 @@ int main(int argc, char **argv) {
   CHECK(handler_calls == 2 && handler_class == MPI_ERR_ARG);
   OK(MPI_Errhandler_free(&mine));
   CHECK(mine == MPI_ERRHANDLER_NULL);
+
+  MPI_Errhandler nested;
+  OK(MPI_Comm_create_errhandler(nested_handler, &nested));
+  OK(MPI_Comm_set_errhandler(dup, nested));
+  (void)MPI_Send(&x, 1, MPI_INT, 0, -1, dup);
+  CHECK(nested_calls >= 1);
+  /* (MPICH calls the handler again inside, and returns MPI_SUCCESS after a user handler) */
+  if (expect_distcomm()) CHECK(nested_calls == 1 && nested_rc != MPI_SUCCESS);
+  OK(MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN));
+  OK(MPI_Errhandler_free(&nested));
+  {
+    int topo = 0;
+    OK(MPI_Topo_test(dup, &topo));
+    CHECK(topo == MPI_UNDEFINED);
+  }
   OK(MPI_Comm_free(&dup));
 
   t_done("t_errors");
