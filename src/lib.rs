@@ -9,6 +9,7 @@ pub mod error;
 pub mod params;
 pub mod panics;
 pub mod auth;
+mod backoff;
 pub mod log;
 pub mod dtype;
 pub mod buffer;

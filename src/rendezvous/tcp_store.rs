@@ -37,6 +37,7 @@ pub use super::store_server::{bind_listener, StoreServer};
 use crate::error::{Error, Result, Status};
 use crate::log::Level;
 use crate::auth::{self, Key};
+use crate::backoff::Jitter;
 use crate::rendezvous::Store;
 use crate::{bail, dc_log, err};
 use std::io::{self, Read, Write};
@@ -149,26 +150,6 @@ pub struct TcpStore {
 impl std::fmt::Debug for TcpStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TcpStore").field("addr", &self.addr).finish()
-    }
-}
-
-/// Randomised pauses for connection retries (xorshift, seeded once per `connect`).
-struct Jitter(u64);
-
-impl Jitter {
-    fn new() -> Jitter {
-        // /dev/urandom; the stack address tells threads apart should it fall back to the clock.
-        let here = 0u8;
-        Jitter((crate::init::random_u64() ^ (&here as *const u8 as u64).rotate_left(32)) | 1)
-    }
-
-    /// A duration drawn uniformly from `[d/2, 3d/2)`.
-    fn around(&mut self, d: Duration) -> Duration {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        let frac = (self.0 >> 11) as f64 / (1u64 << 53) as f64;
-        d.mul_f64(0.5 + frac)
     }
 }
 

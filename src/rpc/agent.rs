@@ -690,15 +690,20 @@ impl Inner {
         }
     }
 
+    /// Fails every call still waiting for its reply with `status` and `why`.
+    fn fail_pending(&self, status: Status, why: &str) {
+        let calls: Vec<Arc<Call>> = lock(&self.pending).drain().map(|(_, c)| c).collect();
+        for c in calls {
+            self.finished.fetch_add(1, Ordering::SeqCst);
+            c.comp.complete(Err(Error::new(status, format!("{}: {why}", c.what()))));
+        }
+    }
+
     /// A listener panicked: nothing will be received any more. Every call waiting here fails
     /// with the panic's text, and the agent's comm is aborted, which its peers hear of.
     fn listener_failed(&self, e: Error) {
         dc_log!(Level::Warn, self.rank_tag(), "{}; the RPC agent stops serving", e.msg);
-        let calls: Vec<Arc<Call>> = lock(&self.pending).drain().map(|(_, c)| c).collect();
-        for c in calls {
-            self.finished.fetch_add(1, Ordering::SeqCst);
-            c.comp.complete(Err(Error::new(Status::Internal, format!("{}: {}", c.what(), e.msg))));
-        }
+        self.fail_pending(Status::Internal, &e.msg);
         self.rpc.abort();
     }
 
@@ -981,11 +986,7 @@ impl Inner {
         }
         // Handlers may hold agent handles: forget them, so nothing keeps the agent alive.
         lock(&self.registry).handlers.clear();
-        let calls: Vec<Arc<Call>> = lock(&self.pending).drain().map(|(_, c)| c).collect();
-        for c in calls {
-            self.finished.fetch_add(1, Ordering::SeqCst);
-            c.comp.complete(Err(Error::new(Status::Aborted, format!("{}: the RPC agent was shut down", c.what()))));
-        }
+        self.fail_pending(Status::Aborted, "the RPC agent was shut down");
         for w in self.watch.iter().flatten() {
             self.rpc.cancel_p2p(&P2pOp::Recv(w.clone()), || Error::new(Status::Aborted, "RPC agent stopped"));
         }

@@ -49,11 +49,6 @@ pub fn token_digest(token: &[u8]) -> [u8; 32] {
     Key::from_token(token).to_bytes()
 }
 
-/// Equality that takes the same time wherever the inputs differ.
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    auth::ct_eq(a, b)
-}
-
 /// Who connects: its rank, the job and (local only, never sent) the job key's bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Hello {

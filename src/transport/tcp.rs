@@ -2,6 +2,7 @@
 //! publishes, dialling a peer (simultaneous connects resolved by rank), admitting a peer's
 //! connection at the door (`accept`), socket tuning and descriptor limits.
 
+use crate::backoff::Jitter;
 use super::endpoint::{Peer, SocketTransport, lock};
 use super::tcp_io::STAGE_LEN;
 use super::handshake::{self, Hello};
@@ -119,13 +120,6 @@ pub(super) fn system_error(what: String, e: io::Error) -> Error {
     Error::system(what, e)
 }
 
-/// A pseudo-random number in [0, n) for jitter (no need for quality).
-pub(super) fn jitter(n: u64) -> u64 {
-    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().subsec_nanos() as u64;
-    let x = t ^ (std::process::id() as u64).rotate_left(17) ^ (&t as *const u64 as u64);
-    x.wrapping_mul(0x9E37_79B9_7F4A_7C15) % n.max(1)
-}
-
 /// How long one attempt waits for the acceptor's answer to our hello before it hangs up and
 /// dials again. A genuine acceptor answers within milliseconds; an attempt can still stall
 /// (the connection stuck in a full accept queue, the acceptor's thread starved on a crowded
@@ -142,6 +136,7 @@ pub(super) const AWAIT_PEER_SLICE: Duration = Duration::from_secs(2);
 /// attempt that gets no answer within [`ANSWER_WAIT`] is dropped and made again.
 pub(super) fn connect_to(addr: SocketAddr, cfg: &MeshConfig, peer: u32, deadline: Instant) -> Result<(handshake::Answer, TcpStream)> {
     let mut backoff = Duration::from_millis(1);
+    let mut rng = Jitter::new();
     let mut refusals = 0;
     let mut stalls = 0;
     loop {
@@ -174,7 +169,7 @@ pub(super) fn connect_to(addr: SocketAddr, cfg: &MeshConfig, peer: u32, deadline
         };
         if retry {
             // Jitter keeps ranks that all retry at once from coming back in step.
-            let pause = backoff + Duration::from_micros(jitter(backoff.as_micros() as u64 + 1));
+            let pause = backoff + rng.up_to(backoff);
             std::thread::sleep(pause.min(left));
             backoff = (backoff * 2).min(Duration::from_millis(200));
         }
