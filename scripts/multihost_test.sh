@@ -275,4 +275,23 @@ if [ "$SCALE_NODES" -gt 0 ] && [ -x "$DCBENCH" ] && [ -x "$C_TESTS_DIR/test_allr
   echo "multihost: $SCALE_NODES hosts x $SCALE_RPN ranks: every collective correct; after allreduce 16 B and 1 MiB and barrier: $avg connections per process on average, at most $most (of $((world - 1)))"
 fi
 
+# 5. Silent peers across hosts (one rank per host, DC_PEER_TIMEOUT_MS=2000; see
+# scripts/multihost_faults.py): idle connections live on heartbeats; a frozen host and a cut
+# data network are noticed within the peer timeout, not at the operation timeout.
+if "$PYTHON" -c 'import numpy, distcomm' >/dev/null 2>&1; then
+  FAULTS="$ROOT/scripts/multihost_faults.py"
+  JOB_RPN=1 job faults-idle 2 ok DC_SOCKET_IFNAME=data0 DC_PEER_TIMEOUT_MS=2000 -- "$PYTHON" "$FAULTS" idle 7
+  [ "$(cat "$TMP"/faults-idle.node* | grep -c 'idle: OK')" = 2 ] || { echo "FAIL multihost faults-idle" >&2; cat "$TMP"/faults-idle.node* >&2; exit 1; }
+  JOB_RPN=1 job faults-freeze 2 fail DC_SOCKET_IFNAME=data0 DC_PEER_TIMEOUT_MS=2000 -- "$PYTHON" "$FAULTS" freeze
+  grep -q 'lost: rank 0 after .*rank 1 .*is lost' "$TMP/faults-freeze.node0" || { echo "FAIL multihost faults-freeze: rank 0 did not lose rank 1" >&2; cat "$TMP"/faults-freeze.node* >&2; exit 1; }
+  JOB_RPN=1 job faults-cut 2 ok DC_SOCKET_IFNAME=data0 DC_PEER_TIMEOUT_MS=2000 -- "$PYTHON" "$FAULTS" cut
+  grep -q 'lost: rank 0 after' "$TMP/faults-cut.node0" && grep -q 'lost: rank 1 after' "$TMP/faults-cut.node1" ||
+    { echo "FAIL multihost faults-cut: a rank did not see the cut" >&2; cat "$TMP"/faults-cut.node* >&2; exit 1; }
+  ip -n "$TAG-node1" link set dev data0 up
+  PASSED=$((PASSED + 3))
+  echo "multihost: idle 7 s on heartbeats: OK; $(grep -o 'lost: rank 0 after [0-9.]* s' "$TMP/faults-freeze.node0") when its peer host froze; cut data net: $(grep -ho 'lost: rank [01] after [0-9.]* s' "$TMP"/faults-cut.node* | tr '\n' ';')"
+else
+  echo "multihost: NOTE $PYTHON cannot import numpy and distcomm; silent-peer jobs skipped"
+fi
+
 echo "multihost: all $PASSED jobs passed"

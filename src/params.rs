@@ -5,6 +5,11 @@
 
 use once_cell::sync::Lazy;
 
+/// A silent peer is lost after this long unless `DC_PEER_TIMEOUT_MS` says otherwise: long
+/// enough for a process starved on a crowded host (its progress thread still runs every few
+/// milliseconds), short against the operation timeout (300 s).
+pub const DEFAULT_PEER_TIMEOUT_MS: u64 = 10_000;
+
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Params {
     /// `DC_DEBUG` as given: a log level (`WARN`, `INFO`, `TRACE`) or `DETAIL`.
@@ -29,6 +34,9 @@ pub struct Params {
     /// `DC_SPIN_US`, `DC_SPIN_SLICE_US`: the waits' spin time and yield slice, in microseconds.
     pub spin_us: Option<u64>,
     pub spin_slice_us: Option<u64>,
+    /// `DC_PEER_TIMEOUT_MS`: how long a peer may stay silent (no frame, no heartbeat; or its
+    /// process stopped) before it is lost. 0: never (waits then end only at their timeout).
+    pub peer_timeout_ms: Option<u64>,
 }
 
 impl Params {
@@ -48,6 +56,16 @@ impl Params {
             local_world_size: ["LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE"].iter().find_map(|k| num(k)),
             spin_us: us("DC_SPIN_US"),
             spin_slice_us: us("DC_SPIN_SLICE_US"),
+            peer_timeout_ms: us("DC_PEER_TIMEOUT_MS"),
+        }
+    }
+
+    /// How long a peer may be silent before it is lost (`DC_PEER_TIMEOUT_MS`, default 10 s;
+    /// None: no limit).
+    pub fn peer_timeout(&self) -> Option<std::time::Duration> {
+        match self.peer_timeout_ms.unwrap_or(DEFAULT_PEER_TIMEOUT_MS) {
+            0 => None,
+            ms => Some(std::time::Duration::from_millis(ms)),
         }
     }
 
@@ -87,6 +105,7 @@ mod tests {
             ("OMPI_COMM_WORLD_LOCAL_SIZE", "x"),
             ("SLURM_NTASKS_PER_NODE", "8"),
             ("DC_SPIN_US", "-3"),
+            ("DC_PEER_TIMEOUT_MS", "0"),
         ]);
         assert!(p.detail() && p.nccl_off);
         assert_eq!(p.nccl_library, None, "an empty library name is no name");
@@ -94,6 +113,9 @@ mod tests {
         assert_eq!(p.local_cores, None, "0 cores means unset");
         assert_eq!(p.local_world_size, Some(8), "the first variable that parses");
         assert_eq!(p.spin_us, None);
+        assert_eq!(p.peer_timeout(), None, "0: silent peers are never lost");
+        assert_eq!(from(&[]).peer_timeout(), Some(std::time::Duration::from_secs(10)));
+        assert_eq!(from(&[("DC_PEER_TIMEOUT_MS", "1500")]).peer_timeout(), Some(std::time::Duration::from_millis(1500)));
         assert!(!from(&[("DC_NCCL", "1")]).nccl_off);
         assert!(!from(&[("DC_DEBUG", "INFO")]).detail());
     }

@@ -11,6 +11,9 @@
 //!   send/recv, both while the victim takes part ("mid") and while the others wait for it
 //!   ("absent"): every survivor fails with PEER_LOST / TIMEOUT / ABORTED naming the lost rank,
 //!   within about a second of the death.
+//! - SIGSTOP of one rank of 3 (shared memory and sockets): the others fail with PEER_LOST
+//!   naming it as stopped after the peer timeout (DC_PEER_TIMEOUT_MS); a rank that only sleeps
+//!   that long is not lost.
 //! - dc_comm_abort from another thread while blocked in each kind of call.
 //! - a job with a missing rank fails init with DC_ERR_TIMEOUT naming it.
 //! - strangers (garbage, silence, huge lengths, wrong token, slow senders, a flood) at the
@@ -531,6 +534,116 @@ kill_tests! {
     kill_during_alltoallv: "alltoallv", 2;
     kill_during_barrier: "barrier", 2;
     kill_during_send_recv: "sendrecv", 1;
+}
+
+// ---- a stopped peer (SIGSTOP) -----------------------------------------------------------------
+
+/// The peer timeout of the stop jobs (DC_PEER_TIMEOUT_MS): a stopped peer is lost after it.
+const PEER_TIMEOUT_MS: u64 = 1500;
+
+/// One rank of a stop job: everyone loops over the operation; the victim stops itself
+/// (SIGSTOP, as a debugger or a job scheduler would) without entering it, after arranging to
+/// be killed 12 s later. With `DC_TEST_MODE=slow` the victim instead sleeps three peer timeouts
+/// (a slow process, not a stopped one) and everyone must finish every call.
+fn child_stop() -> i32 {
+    let op = env("DC_TEST_OP");
+    let victim = env_usize("DC_TEST_VICTIM");
+    let slow = env("DC_TEST_MODE") == "slow";
+    let c = init_world();
+    let (rank, n) = rank_size(c);
+    let mut bufs = Bufs::new(&op, rank, n);
+    assert_eq!(unsafe { dc_barrier(c) }, OK, "{}", last_error());
+    if rank == victim {
+        if slow {
+            std::thread::sleep(Duration::from_millis(3 * PEER_TIMEOUT_MS));
+        } else {
+            let me = std::process::id();
+            Command::new("sh").args(["-c", &format!("sleep 12; kill -KILL {me}")]).spawn().unwrap();
+            std::thread::sleep(Duration::from_millis(200));
+            println!("FAULT what=stopping at={}", now_ms());
+            unsafe { libc::raise(libc::SIGSTOP) };
+            std::thread::sleep(Duration::from_secs(60));
+        }
+    }
+    for _ in 0..20 {
+        let t0 = Instant::now();
+        let st = bufs.run(c);
+        if st != OK {
+            report(
+                "result",
+                &[("status", (st as u32).to_string()), ("at", now_ms().to_string()), ("call_ms", t0.elapsed().as_millis().to_string())],
+                Some(&last_error()),
+            );
+            let dir = PathBuf::from(env("DC_TEST_DIR"));
+            File::create(dir.join(format!("done{rank}"))).unwrap();
+            let t = Instant::now();
+            while (0..n).filter(|&r| r != victim).any(|r| !dir.join(format!("done{r}")).exists()) && t.elapsed() < Duration::from_secs(8) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            unsafe { dc_comm_destroy(c) };
+            return 0;
+        }
+        std::thread::sleep(Duration::from_micros(300));
+    }
+    report("all_ok", &[], None);
+    assert_eq!(unsafe { dc_comm_destroy(c) }, OK, "{}", last_error());
+    0
+}
+
+/// A stopped rank of 3 is lost after the peer timeout: the survivors fail with PEER_LOST
+/// naming it as stopped (or, for one that only waits on a survivor, with what that one did),
+/// long before the operation timeout; the same job with a slow victim finishes every call.
+fn check_stop(op: &str, transport: &str, victim: usize) {
+    let n = 3;
+    let ctx = format!("op {op}, transport {transport}, victim {victim}");
+    let o = Job::new("stop", n, 30_000)
+        .env("DC_TEST_OP", op)
+        .env("DC_TEST_VICTIM", victim)
+        .env("DC_TRANSPORT", transport)
+        .env("DC_PEER_TIMEOUT_MS", PEER_TIMEOUT_MS)
+        .start_all()
+        .wait(Duration::from_secs(40));
+    assert_eq!(o.codes[&victim], None, "{ctx}: the victim should have been killed at last\n{}", o.logs);
+    let stopped = o.one(victim, "stopping").num("at") as i64;
+    let mut named = 0;
+    for r in (0..n).filter(|&r| r != victim) {
+        assert_eq!(o.codes[&r], Some(0), "{ctx}: rank {r} exit code\n{}", o.logs);
+        let l = o.one(r, "result");
+        let st = l.status();
+        assert!([PEER_LOST, ABORTED].contains(&st), "{ctx}: rank {r} returned status {st}: {}\n{}", l.msg(), o.logs);
+        let after = l.num("at") as i64 - stopped;
+        let bound = PEER_TIMEOUT_MS as i64 + 3000;
+        assert!(after < bound, "{ctx}: rank {r} failed {after} ms after the stop (bound {bound} ms): {}\n{}", l.msg(), o.logs);
+        if st == PEER_LOST && l.msg().contains(&format!("rank {victim}")) && l.msg().contains("stopped") {
+            named += 1;
+        }
+    }
+    assert!(named > 0, "{ctx}: no survivor said rank {victim} is stopped\n{}", o.logs);
+
+    let o = Job::new("stop", n, 30_000)
+        .env("DC_TEST_OP", op)
+        .env("DC_TEST_VICTIM", victim)
+        .env("DC_TEST_MODE", "slow")
+        .env("DC_TRANSPORT", transport)
+        .env("DC_PEER_TIMEOUT_MS", PEER_TIMEOUT_MS)
+        .start_all()
+        .wait(Duration::from_secs(40));
+    for r in 0..n {
+        assert_eq!(o.codes[&r], Some(0), "{ctx}, slow victim: rank {r} exit code\n{}", o.logs);
+        o.one(r, "all_ok");
+    }
+}
+
+#[test]
+fn a_stopped_rank_is_lost_after_the_peer_timeout_on_shared_memory() {
+    check_stop("allreduce_small", "auto", 1);
+    check_stop("sendrecv", "auto", 2);
+}
+
+#[test]
+fn a_stopped_rank_is_lost_after_the_peer_timeout_on_sockets() {
+    check_stop("allreduce_large", "socket", 0);
+    check_stop("sendrecv", "socket", 1);
 }
 
 // ---- abort from another thread ---------------------------------------------------------------
@@ -1169,6 +1282,7 @@ fn child_entry() {
     let Ok(role) = std::env::var("DC_TEST_ROLE") else { return };
     let code = match role.as_str() {
         "kill" => child_kill(),
+        "stop" => child_stop(),
         "abort" => child_abort(),
         "init_only" => child_init_only(),
         "work" => child_work(),

@@ -487,6 +487,7 @@ impl EventLoop {
             return;
         }
         let _ = s.set_nodelay(true);
+        crate::transport::socket::watch_liveness(&s);
         // Our challenge first: 40 bytes always fit a fresh connection's send buffer.
         let Ok(nonce) = auth::nonce() else {
             dc_log!(Level::Warn, None, "store server: no random numbers for a challenge; turning away {peer}");

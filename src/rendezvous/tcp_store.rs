@@ -217,6 +217,7 @@ impl TcpStore {
                 }
             };
             let _ = s.set_nodelay(true);
+            crate::transport::socket::watch_liveness(&s);
             let wait = deadline.saturating_duration_since(Instant::now()).clamp(Duration::from_millis(100), Duration::from_secs(10));
             let _ = s.set_read_timeout(Some(wait));
             let _ = s.set_write_timeout(Some(wait));

@@ -223,7 +223,7 @@ mod tests {
     use std::sync::Arc;
 
     fn cfg(rank: u32, size: u32) -> MeshConfig {
-        MeshConfig { rank, size, token_digest: token_digest(b"t"), job_id: 9, deadline: Instant::now() + Duration::from_secs(10), cma_pids: vec![None; size as usize], host_pids: vec![None; size as usize] }
+        MeshConfig { rank, size, token_digest: token_digest(b"t"), job_id: 9, deadline: Instant::now() + Duration::from_secs(10), cma_pids: vec![None; size as usize], host_pids: vec![None; size as usize], peer_timeout: None }
     }
 
     fn hello(rank: u32, size: u32) -> [u8; HELLO_LEN] {

@@ -36,7 +36,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -79,7 +79,16 @@ pub(super) struct Peer {
     /// `state` is no longer `Up` (read without its lock on every send and receive).
     pub(super) gone: AtomicBool,
     /// When `check_alive` last looked at the peer's process (ms since the transport started).
-    pub(super) alive_checked_ms: std::sync::atomic::AtomicU64,
+    pub(super) alive_checked_ms: AtomicU64,
+    /// When something last came over the connection (ms since the transport started; see
+    /// `heartbeat`).
+    pub(super) last_heard_ms: AtomicU64,
+    /// Same host: since when its process has been seen stopped (0: it was not).
+    pub(super) stopped_since_ms: AtomicU64,
+    /// Another host, no connection: since when waits have wanted it (0: none did), and whether
+    /// a dial to watch it is under way.
+    pub(super) unheard_since_ms: AtomicU64,
+    pub(super) probing: AtomicBool,
     /// The peer's pid when it lets us read its memory (same host), for single-copy messages.
     pub(super) cma_pid: Option<i32>,
     /// Our single-copy sends to this peer, waiting for its `Fin`, by cookie.
@@ -106,7 +115,11 @@ impl Peer {
             rx_done: AtomicBool::new(false),
             state: Mutex::new(PeerState::Up),
             gone: AtomicBool::new(false),
-            alive_checked_ms: std::sync::atomic::AtomicU64::new(0),
+            alive_checked_ms: AtomicU64::new(0),
+            last_heard_ms: AtomicU64::new(0),
+            stopped_since_ms: AtomicU64::new(0),
+            unheard_since_ms: AtomicU64::new(0),
+            probing: AtomicBool::new(false),
             cma_pid,
             awaiting_fin: Mutex::new(HashMap::new()),
             ring_out: OnceLock::new(),
@@ -163,6 +176,8 @@ pub(super) enum Event {
     SendCts { cookie: u64 },
     /// The peer asks us to stream our message `cookie`.
     Cts { cookie: u64 },
+    /// The peer lost world rank `rank` (see `heartbeat::LossKind`).
+    LostElsewhere { rank: u64, how: u32 },
 }
 
 /// The endpoint of one world: peers (each reached over a TCP connection made on demand, and
@@ -211,21 +226,14 @@ pub struct SocketTransport {
     pub(super) lost: AtomicUsize,
     pub(super) wake: OwnedFd,
     pub(super) stop: AtomicBool,
-    pub(super) next_cookie: std::sync::atomic::AtomicU64,
+    pub(super) next_cookie: AtomicU64,
     pub(super) thread: Mutex<Option<JoinHandle<()>>>,
-}
-
-/// Whether process `pid` (of our host) has exited: it no longer exists, or it is a zombie
-/// that its parent has not reaped yet.
-pub(super) fn process_gone(pid: i32) -> bool {
-    // SAFETY: signal 0 only checks that the process exists.
-    if unsafe { libc::kill(pid, 0) } != 0 {
-        return io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
-    }
-    // "pid (comm) S ...": the state follows the last parenthesis.
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
-    let state = stat.rfind(')').and_then(|i| stat[i + 1..].trim_start().chars().next());
-    matches!(state, Some('Z') | Some('X'))
+    /// How long a peer may be silent (`DC_PEER_TIMEOUT_MS`; see `heartbeat`), and when the
+    /// progress thread's next heartbeat turn is due.
+    pub(super) peer_timeout: Option<Duration>,
+    pub(super) next_beat_ms: AtomicU64,
+    /// Ourselves, for threads we start (a background dial).
+    pub(super) me: Mutex<Weak<SocketTransport>>,
 }
 
 impl SocketTransport {
@@ -270,9 +278,13 @@ impl SocketTransport {
             // SAFETY: efd is a fresh descriptor owned by nobody else.
             wake: unsafe { OwnedFd::from_raw_fd(efd) },
             stop: AtomicBool::new(false),
-            next_cookie: std::sync::atomic::AtomicU64::new(1),
+            next_cookie: AtomicU64::new(1),
             thread: Mutex::new(None),
+            peer_timeout: cfg.peer_timeout,
+            next_beat_ms: AtomicU64::new(0),
+            me: Mutex::new(Weak::new()),
         });
+        *lock(&t.me) = Arc::downgrade(&t);
         t.open_door(listener)?;
         let t2 = t.clone();
         let handle = std::thread::Builder::new()
@@ -360,8 +372,8 @@ impl SocketTransport {
     }
 
     /// For a wait on world rank `r`: an error if it is gone. A peer we have no connection to
-    /// yet (on demand) cannot tell us it died, so one on our host is looked at directly (its
-    /// process, at most every [`ALIVE_CHECK_EVERY`]); one with a connection is watched there.
+    /// yet (on demand) cannot tell us it died, and one that is stopped or whose host died
+    /// tells nothing: see `heartbeat::look_at` (at most every [`ALIVE_CHECK_EVERY`]).
     pub fn check_alive(&self, r: u32) -> Option<Error> {
         if r == self.rank {
             return None;
@@ -370,25 +382,8 @@ impl SocketTransport {
         if let Some(e) = peer.gone_error() {
             return Some(e);
         }
-        if peer.connected() {
-            return None;
-        }
-        let pid = self.mesh.host_pids.get(r as usize).copied().flatten()?;
-        if pid == std::process::id() as i32 {
-            return None;
-        }
-        let now = self.started.elapsed().as_millis() as u64;
-        let last = peer.alive_checked_ms.load(Ordering::Relaxed);
-        if last != 0 && now < last + ALIVE_CHECK_EVERY.as_millis() as u64 {
-            return None;
-        }
-        peer.alive_checked_ms.store(now.max(1), Ordering::Relaxed);
-        if process_gone(pid) {
-            self.mark_lost(peer, format!("its process {pid} is gone (it exited or was killed)"));
-            self.fail_peer_ops(peer);
-            return peer.gone_error();
-        }
-        None
+        self.look_at(peer);
+        peer.gone_error()
     }
 
     /// A peer we could not reach (its listener is closed) is lost, as one whose connection broke.
@@ -427,6 +422,7 @@ impl SocketTransport {
                 }
                 Event::SendCts { cookie } => self.reply(peer, Header { tag: cookie, ..Header::control(FrameKind::Cts, 0) }),
                 Event::Cts { cookie } => self.start_stream(peer, cookie),
+                Event::LostElsewhere { rank, how } => self.on_lost_elsewhere(peer.rank, rank, how),
                 Event::Fin { cookie, ok } => {
                     if let Some(op) = lock(&peer.awaiting_fin).remove(&cookie) {
                         let r = if ok {
@@ -523,6 +519,9 @@ impl SocketTransport {
                 Some(due) => due.as_micros().div_ceil(1000).min(1000) as i32,
                 None => 1000,
             };
+            if let Some(next) = self.heartbeat() {
+                timeout_ms = timeout_ms.min(next.as_millis().max(1) as i32);
+            }
             if self.rings_in.get().is_some() {
                 // Frames for a process that is not waiting ring no doorbell: look every
                 // millisecond (so non-blocking operations progress, and a single-copy sender

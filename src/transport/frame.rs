@@ -30,6 +30,13 @@ pub enum FrameKind {
     Cts = 7,
     /// Same host, in the ring only: `len` bytes of the streamed message `tag` (a cookie).
     Chunk = 8,
+    /// Across hosts, on a connection: "still here" (every quarter of the peer timeout; see
+    /// `heartbeat`). Anything read from a connection counts; this is what an idle one sends.
+    Ping = 16,
+    /// "I lost world rank `tag`" (`check`: how, see `heartbeat::LossKind`), to the peers we
+    /// are connected to, for a loss they cannot see themselves (a stopped or silent peer;
+    /// a dead one's connections all break).
+    Lost = 17,
 }
 
 /// Body length of an `Rts` frame.
@@ -84,6 +91,8 @@ impl Header {
             6 => FrameKind::Bell,
             7 => FrameKind::Cts,
             8 => FrameKind::Chunk,
+            16 => FrameKind::Ping,
+            17 => FrameKind::Lost,
             k => return Err(bad(format!("unknown kind {k}"))),
         };
         let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());

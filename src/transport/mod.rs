@@ -7,6 +7,7 @@ pub mod ops;
 pub mod matching;
 pub mod socket;
 mod endpoint;
+mod heartbeat;
 mod abort;
 mod messages;
 mod tcp;

@@ -66,6 +66,8 @@ pub enum Frame {
     Fin { cookie: u64, ok: bool },
     /// The peer asks us to stream our message `cookie` through the ring.
     Cts { cookie: u64 },
+    /// The peer lost world rank `rank` (`how`: see `heartbeat::LossKind`).
+    Lost { rank: u64, how: u32 },
 }
 
 /// What one call of [`Decoder::decode`] completed.
@@ -176,8 +178,14 @@ impl Decoder {
             FrameKind::Chunk => {
                 return Err(malformed(format!("a stream chunk of {} bytes came over the socket (chunks go through the ring only)", hdr.len)));
             }
+            FrameKind::Ping => {
+                // Liveness only: that bytes came is what counts (see `heartbeat`).
+                self.state = AT_HEADER;
+                return Ok(None);
+            }
             FrameKind::Abort => Frame::Abort { ctx: hdr.ctx, code: hdr.check },
             FrameKind::Close => Frame::Close,
+            FrameKind::Lost => Frame::Lost { rank: hdr.tag, how: hdr.check },
             FrameKind::Bell => Frame::Bell,
             FrameKind::Fin => Frame::Fin { cookie: hdr.tag, ok: hdr.check == 0 },
             FrameKind::Cts => Frame::Cts { cookie: hdr.tag },
@@ -332,6 +340,8 @@ mod tests {
             control(FrameKind::Fin, 0, 9, 1),
             control(FrameKind::Cts, 0, 8, 0),
             control(FrameKind::Bell, 0, 0, 0),
+            control(FrameKind::Ping, 0, 0, 0),
+            control(FrameKind::Lost, 0, 7, 2),
             data(3, 13, &[42]),
             control(FrameKind::Close, 0, 0, 0),
         ];
@@ -346,6 +356,7 @@ mod tests {
             Seen::Frame(Frame::Fin { cookie: 9, ok: false }),
             Seen::Frame(Frame::Cts { cookie: 8 }),
             Seen::Frame(Frame::Bell),
+            Seen::Frame(Frame::Lost { rank: 7, how: 2 }),
             Seen::Frame(Frame::Data(hdr(3, 13, 1))),
             Seen::Body(13, vec![42]),
             Seen::Frame(Frame::Close),

@@ -4,5 +4,5 @@
 
 pub use super::endpoint::{Endpoint, SocketTransport, ABORT_MISMATCH, ABORT_PANIC};
 pub use super::ring_wire::{RingSpin, RingSpinPause};
-pub use super::tcp::{fd_limits, raise_fd_limit, Listener, MeshConfig};
+pub use super::tcp::{fd_limits, raise_fd_limit, watch_liveness, Listener, MeshConfig};
 pub use super::tcp_io::{SocketReader, SocketReaderPause};

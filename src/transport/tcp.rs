@@ -54,6 +54,8 @@ pub struct MeshConfig {
     /// Per rank: its pid if it runs on our host (whether we may read its memory or not), so
     /// that a wait for a peer we have no connection to notices that its process is gone.
     pub host_pids: Vec<Option<i32>>,
+    /// How long a peer may stay silent before it is lost (see `heartbeat`; None: never).
+    pub peer_timeout: Option<Duration>,
 }
 
 /// Send buffer of a connection whose two ends are on one host (loopback, or the same address
@@ -80,10 +82,28 @@ pub(super) fn tune(stream: &TcpStream) -> Result<()> {
     stream.set_nodelay(true).map_err(|e| Error::system("TCP_NODELAY", e))?;
     let s = socket2::SockRef::from(stream);
     let _ = s.set_keepalive(true);
+    if let Some(t) = crate::params::get().peer_timeout() {
+        // Sent data unacknowledged that long breaks the connection (a dead host, a cut
+        // network); silence without data is the heartbeat's to notice.
+        let _ = s.set_tcp_user_timeout(Some(t));
+    }
     if let Some(n) = send_buffer_size(stream) {
         let _ = s.set_send_buffer_size(n);
     }
     Ok(())
+}
+
+/// For connections without heartbeats (the store's): TCP keepalive probes after half the peer
+/// timeout of silence, so that a dead host or a cut network breaks the connection within about
+/// the timeout (a stopped process's kernel still answers them), and `TCP_USER_TIMEOUT` for
+/// data sent and never acknowledged.
+pub fn watch_liveness(stream: &TcpStream) {
+    let Some(t) = crate::params::get().peer_timeout() else { return };
+    let s = socket2::SockRef::from(stream);
+    let idle = (t / 2).max(Duration::from_secs(1));
+    let every = (t / 10).max(Duration::from_secs(1));
+    let _ = s.set_tcp_keepalive(&socket2::TcpKeepalive::new().with_time(idle).with_interval(every).with_retries(5));
+    let _ = s.set_tcp_user_timeout(Some(t));
 }
 
 /// The soft and hard limits on open descriptors, for errors that run out of them.
@@ -194,6 +214,7 @@ impl SocketTransport {
         tune(&stream)?;
         stream.set_nonblocking(true).map_err(|e| Error::system("nonblocking", e))?;
         lock(&peer.rx).stage = vec![0u8; STAGE_LEN].into_boxed_slice();
+        peer.last_heard_ms.store(self.now_ms(), Ordering::Release);
         if peer.stream.set(stream).is_err() {
             return Err(Error::new(Status::Internal, format!("a second connection to rank {}", peer.rank)));
         }
@@ -397,7 +418,7 @@ mod tests {
     fn a_peer_that_answers_duplicate_but_never_connects_is_dialled_again() {
         let (fake, t0) = fake_rank0(vec![2, 1]);
         let digest = handshake::token_digest(b"t");
-        let cfg = MeshConfig { rank: 1, size: 2, token_digest: digest, job_id: 9, deadline: Instant::now(), cma_pids: vec![None; 2], host_pids: vec![None; 2] };
+        let cfg = MeshConfig { rank: 1, size: 2, token_digest: digest, job_id: 9, deadline: Instant::now(), cma_pids: vec![None; 2], host_pids: vec![None; 2], peer_timeout: None };
         let listener = Listener::bind("127.0.0.1".parse().unwrap(), 2).unwrap();
         let addrs = vec![fake, listener.local_addr().unwrap()];
         let t = SocketTransport::start(listener, &addrs, &cfg, Duration::from_secs(30)).unwrap();
@@ -413,7 +434,7 @@ mod tests {
 
     #[test]
     fn aborts_for_unknown_contexts_are_kept_within_a_bound() {
-        let cfg = MeshConfig { rank: 0, size: 2, token_digest: handshake::token_digest(b"t"), job_id: 9, deadline: Instant::now(), cma_pids: vec![None; 2], host_pids: vec![None; 2] };
+        let cfg = MeshConfig { rank: 0, size: 2, token_digest: handshake::token_digest(b"t"), job_id: 9, deadline: Instant::now(), cma_pids: vec![None; 2], host_pids: vec![None; 2], peer_timeout: None };
         let listener = Listener::bind("127.0.0.1".parse().unwrap(), 2).unwrap();
         let addrs = vec![listener.local_addr().unwrap(), "127.0.0.1:9".parse().unwrap()];
         let t = SocketTransport::start(listener, &addrs, &cfg, Duration::from_secs(5)).unwrap();

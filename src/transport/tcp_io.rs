@@ -363,6 +363,9 @@ impl SocketTransport {
                 }
             }
             let n = n as usize;
+            if !got {
+                peer.last_heard_ms.store(self.now_ms(), Ordering::Release);
+            }
             got = true;
             if !direct {
                 rx.end = n;
@@ -449,6 +452,7 @@ impl SocketTransport {
             Frame::Rts(hdr, rts) => self.on_rts(peer, hdr, rts, false, events),
             Frame::Fin { cookie, ok } => events.push(Event::Fin { cookie, ok }),
             Frame::Cts { cookie } => events.push(Event::Cts { cookie }),
+            Frame::Lost { rank, how } => events.push(Event::LostElsewhere { rank, how }),
             Frame::Data(hdr) => {
                 let len = hdr.len as usize;
                 let posted = claim_posted(&mut lock(&self.matcher), hdr.ctx, peer.rank, hdr.tag);
