@@ -247,22 +247,17 @@ impl SocketTransport {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use super::super::handshake;
-    use super::super::tcp::{Listener, MeshConfig};
+    use super::super::fake_peer::{fake_rank0, lost_within, rank1};
+    use super::super::frame::HEADER_LEN;
     use std::io::{Read, Write};
     use std::time::Instant;
 
-    /// Plays rank 0 of 2 on another host: accepts rank 1's connection, then reads what comes
-    /// for `hold`, answering each `Ping` with one of its own when `answer`. The pings it got.
-    fn remote_rank0(answer: bool, hold: Duration) -> (std::net::SocketAddr, std::thread::JoinHandle<usize>) {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let a = l.local_addr().unwrap();
-        let t = std::thread::spawn(move || {
-            let (mut s, _) = l.accept().unwrap();
-            handshake::serve_blocking(&mut s, &handshake::token_digest(b"t"), 9, 0, 2).unwrap().expect("rank 1 proves the token");
-            s.write_all(&[1]).unwrap();
+    /// Rank 0 on another host: reads what comes for `hold`, answering each `Ping` with one of
+    /// its own when `answer`. The pings it got.
+    fn pinged_rank0(answer: bool, hold: Duration) -> (std::net::SocketAddr, std::thread::JoinHandle<usize>) {
+        fake_rank0(move |mut s| {
             s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
-            let (mut pings, mut hdr, mut got) = (0, [0u8; super::super::frame::HEADER_LEN], 0);
+            let (mut pings, mut hdr, mut got) = (0, [0u8; HEADER_LEN], 0);
             let t0 = Instant::now();
             while t0.elapsed() < hold {
                 match s.read(&mut hdr[got..]) {
@@ -281,38 +276,16 @@ mod tests {
                 }
             }
             pings
-        });
-        (a, t)
-    }
-
-    fn rank1(rank0: std::net::SocketAddr, peer_timeout: Duration) -> Arc<SocketTransport> {
-        let cfg = MeshConfig {
-            rank: 1,
-            size: 2,
-            token_digest: handshake::token_digest(b"t"),
-            job_id: 9,
-            deadline: Instant::now(),
-            cma_pids: vec![None; 2],
-            host_pids: vec![None; 2],
-            peer_timeout: Some(peer_timeout),
-        };
-        let listener = Listener::bind("127.0.0.1".parse().unwrap(), 2).unwrap();
-        let addrs = vec![rank0, listener.local_addr().unwrap()];
-        let t = SocketTransport::start(listener, &addrs, &cfg, Duration::from_secs(10)).unwrap();
-        t.connect(0).unwrap();
-        t
+        })
     }
 
     #[test]
     fn a_silent_connection_is_lost_after_the_peer_timeout_and_pinged_until_then() {
-        let (a, fake) = remote_rank0(false, Duration::from_secs(3));
-        let t = rank1(a, Duration::from_millis(800));
+        let (a, fake) = pinged_rank0(false, Duration::from_secs(3));
+        let t = rank1(a, Some(Duration::from_millis(800)));
         let t0 = Instant::now();
-        while t.lost_among(&[0]).is_none() && t0.elapsed() < Duration::from_secs(5) {
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        let why = lost_within(&t, Duration::from_secs(5)).expect("the silent peer is lost");
         let took = t0.elapsed();
-        let (_, why) = t.lost_among(&[0]).expect("the silent peer is lost");
         assert!(why.contains("silent for") && why.contains("DC_PEER_TIMEOUT_MS"), "{why}");
         assert!(took >= Duration::from_millis(700) && took < Duration::from_millis(2000), "lost after {took:?}");
         assert!(t.check_alive(0).is_some_and(|e| e.status == crate::error::Status::PeerLost));
@@ -324,8 +297,8 @@ mod tests {
 
     #[test]
     fn a_connection_that_carries_only_heartbeats_stays_up() {
-        let (a, fake) = remote_rank0(true, Duration::from_millis(2500));
-        let t = rank1(a, Duration::from_millis(600));
+        let (a, fake) = pinged_rank0(true, Duration::from_millis(2500));
+        let t = rank1(a, Some(Duration::from_millis(600)));
         std::thread::sleep(Duration::from_millis(2000));
         assert!(t.lost_among(&[0]).is_none(), "{:?}", t.lost_among(&[0]));
         assert!(t.check_alive(0).is_none());

@@ -8,6 +8,8 @@ pub mod matching;
 pub mod socket;
 mod endpoint;
 mod heartbeat;
+#[cfg(test)]
+mod fake_peer;
 mod abort;
 mod messages;
 mod tcp;

@@ -389,6 +389,11 @@ impl SocketTransport {
             *start += n;
             match step {
                 None => {}
+                // Only a peer that lets us read its memory may announce a message there (one on
+                // another host, or that refused the probe, breaks the protocol).
+                Some(Step::Frame(Frame::Rts(..))) if peer.cma_pid.is_none() => {
+                    return Err(Error::new(Status::PeerLost, "it announced a single-copy message over the socket, but it has no single-copy path to us (a protocol violation)"));
+                }
                 Some(Step::Frame(f)) => self.on_frame(peer, f, sink, events),
                 Some(Step::Body { hdr, off, data }) => {
                     match sink {
