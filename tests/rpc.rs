@@ -323,6 +323,7 @@ fn spawn_job(role: &str, n: usize) -> Vec<Child> {
                 .env("MASTER_ADDR", "127.0.0.1")
                 .env("MASTER_PORT", &port)
                 .env("DC_TIMEOUT_MS", "60000")
+                .env("DC_PEER_TIMEOUT_MS", "1500")
                 .spawn()
                 .unwrap()
         })
@@ -339,6 +340,14 @@ fn rpc_child_entry() {
     agent.register("echo", echo()).unwrap();
     agent.register("die", handler(|_, _| {
         unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        Ok(Vec::new())
+    }))
+    .unwrap();
+    agent.register("stop", handler(|_, _| {
+        // Stopped as by a debugger; killed later so the job ends.
+        let me = std::process::id();
+        Command::new("sh").args(["-c", &format!("sleep 10; kill -KILL {me}")]).spawn().unwrap();
+        unsafe { libc::raise(libc::SIGSTOP) };
         Ok(Vec::new())
     }))
     .unwrap();
@@ -380,6 +389,20 @@ fn rpc_child_entry() {
             let e = agent.shutdown().expect_err("shutdown without w1");
             assert!(matches!(e.status, Status::PeerLost | Status::Timeout), "{e}");
         }
+        "stopped" => {
+            // w1 stops itself inside the call: w0 learns it within the peer timeout (1.5 s;
+            // its process is looked at), not at the call's timeout (60 s).
+            if rank == 1 {
+                std::thread::sleep(Duration::from_secs(50));
+                std::process::exit(4);
+            }
+            let t0 = Instant::now();
+            let e = agent.call("w1", "stop", b"", 0).expect_err("the callee is stopped");
+            assert_eq!(e.status, Status::PeerLost, "{e}");
+            assert!(e.msg.contains("stopped") && e.msg.contains("rank 1"), "{e}");
+            assert!(t0.elapsed() < Duration::from_secs(6), "noticed after {:?}", t0.elapsed());
+            std::process::exit(0);
+        }
         "listener_panics" => {
             // w1's request listener panics on the first request it reads: w0's call to it
             // fails well within the timeout (60 s), and w1 is left with an aborted agent.
@@ -412,6 +435,12 @@ fn rpc_child_entry() {
 fn a_worker_dying_mid_call_is_peer_lost() {
     let codes = wait_all(spawn_job("dies", 3), Duration::from_secs(60));
     assert_eq!(codes, vec![0, -1, 0], "exit codes");
+}
+
+#[test]
+fn a_stopped_callee_is_peer_lost_after_the_peer_timeout() {
+    let codes = wait_all(spawn_job("stopped", 2), Duration::from_secs(40));
+    assert_eq!(codes, vec![0, -1], "exit codes");
 }
 
 #[test]

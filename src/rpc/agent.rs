@@ -490,6 +490,11 @@ impl Inner {
         if let Some(e) = self.peer_error(call.to) {
             return Some(Error::new(e.status, format!("{}: {}", call.what(), e.msg)));
         }
+        // A callee on our host that is stopped (or gone before we connected) tells nothing
+        // through its connection: it is looked at (see transport::heartbeat).
+        if let Some(e) = self.rpc.members().get(call.to).and_then(|&w| self.rpc.transport().check_alive(w)) {
+            return Some(Error::new(e.status, format!("{}: {}", call.what(), e.msg)));
+        }
         if self.stopped.load(Ordering::Acquire) {
             return Some(Error::new(Status::Aborted, format!("{}: the RPC agent was shut down", call.what())));
         }
