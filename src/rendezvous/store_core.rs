@@ -215,11 +215,38 @@ pub(super) enum Outcome {
     Park(Vec<u8>, Duration),
 }
 
-/// The store's state: the map and, per key, the GETs parked on it.
-#[derive(Default)]
+/// What one client (a connection) may hold in the store: the keys it was the last to set, and
+/// their keys' and values' bytes. A job's own use is far below (an exchange among 1024 ranks
+/// sets a few keys per rank, of about a hundred bytes each, and one gathered value of about
+/// 100 KB); a client past them (a runaway loop of sets, a bug) gets an error for that request
+/// and the store stays whole for everyone else.
+pub(super) const CLIENT_MAX_KEYS: usize = 1 << 20;
+pub(super) const CLIENT_MAX_BYTES: usize = 1 << 30;
+
+struct Entry {
+    value: Arc<Vec<u8>>,
+    /// The client that set it last, whose share it counts in.
+    owner: u64,
+}
+
+#[derive(Default, Clone, Copy)]
+struct Held {
+    keys: usize,
+    bytes: usize,
+}
+
+/// The store's state: the map, per key the GETs parked on it, and what each client holds.
 pub(super) struct Core {
-    data: HashMap<Vec<u8>, Arc<Vec<u8>>>,
+    data: HashMap<Vec<u8>, Entry>,
     waiters: HashMap<Vec<u8>, Vec<Waiter>>,
+    held: HashMap<u64, Held>,
+    limits: Held,
+}
+
+impl Default for Core {
+    fn default() -> Core {
+        Core::with_limits(CLIENT_MAX_KEYS, CLIENT_MAX_BYTES)
+    }
 }
 
 /// Parses a counter's stored text.
@@ -228,23 +255,31 @@ pub(super) fn parse_counter(v: &[u8]) -> Option<i64> {
 }
 
 impl Core {
+    /// A store whose clients may each hold at most `keys` keys of `bytes` bytes.
+    pub(super) fn with_limits(keys: usize, bytes: usize) -> Core {
+        Core { data: HashMap::new(), waiters: HashMap::new(), held: HashMap::new(), limits: Held { keys, bytes } }
+    }
+
     pub(super) fn num_keys(&self) -> usize {
         self.data.len()
     }
 
     /// Serves one request. A GET of an absent key with a wait becomes [`Outcome::Park`] (the caller
     /// parks it with [`Core::park`]); a SET or ADD returns, with its answer, the waiters of its key
-    /// (and only those) and the value they are to be answered with.
-    pub(super) fn serve(&mut self, req: Request, max_wait: Duration) -> (Outcome, Vec<Waiter>, Option<Arc<Vec<u8>>>) {
+    /// (and only those) and the value they are to be answered with. `client` names the
+    /// connection (its share of the store is bounded: see [`CLIENT_MAX_KEYS`]).
+    pub(super) fn serve(&mut self, client: u64, req: Request, max_wait: Duration) -> (Outcome, Vec<Waiter>, Option<Arc<Vec<u8>>>) {
         match req {
             Request::Set { key, value } => {
                 let value = Arc::new(value);
-                let woken = self.store(key, value.clone());
-                (Outcome::Answer(R_OK, Body::Owned(Vec::new())), woken, Some(value))
+                match self.store(client, key, value.clone()) {
+                    Ok(woken) => (Outcome::Answer(R_OK, Body::Owned(Vec::new())), woken, Some(value)),
+                    Err(why) => (Outcome::Answer(R_ERROR, Body::Owned(why.into_bytes())), Vec::new(), None),
+                }
             }
             Request::Get { key, wait_ms } => {
-                if let Some(v) = self.data.get(&key) {
-                    return (Outcome::Answer(R_OK, Body::Shared(v.clone())), Vec::new(), None);
+                if let Some(e) = self.data.get(&key) {
+                    return (Outcome::Answer(R_OK, Body::Shared(e.value.clone())), Vec::new(), None);
                 }
                 let wait = Duration::from_millis(wait_ms as u64).min(max_wait);
                 if wait.is_zero() {
@@ -256,7 +291,7 @@ impl Core {
             Request::Add { key, delta } => {
                 let cur = match self.data.get(&key) {
                     None => Some(0),
-                    Some(v) => parse_counter(v),
+                    Some(e) => parse_counter(&e.value),
                 };
                 let n = match cur.map(|c| c.checked_add(delta)) {
                     Some(Some(n)) => n,
@@ -268,17 +303,42 @@ impl Core {
                 };
                 let text = n.to_string().into_bytes();
                 let value = Arc::new(text.clone());
-                let woken = self.store(key, value.clone());
-                (Outcome::Answer(R_OK, Body::Owned(text)), woken, Some(value))
+                match self.store(client, key, value.clone()) {
+                    Ok(woken) => (Outcome::Answer(R_OK, Body::Owned(text)), woken, Some(value)),
+                    Err(why) => (Outcome::Answer(R_ERROR, Body::Owned(why.into_bytes())), Vec::new(), None),
+                }
             }
         }
     }
 
-    /// Stores `value` under `key` and takes that key's waiters.
-    fn store(&mut self, key: Vec<u8>, value: Arc<Vec<u8>>) -> Vec<Waiter> {
+    /// Stores `value` under `key` for `client` and takes that key's waiters; refused (nothing
+    /// changes) when the client would then hold more than its limits.
+    fn store(&mut self, client: u64, key: Vec<u8>, value: Arc<Vec<u8>>) -> std::result::Result<Vec<Waiter>, String> {
+        let cost = key.len() + value.len();
+        let old = self.data.get(&key).map(|e| (e.owner, key.len() + e.value.len()));
+        let mine = self.held.get(&client).copied().unwrap_or_default();
+        let after = match old {
+            Some((owner, was)) if owner == client => Held { keys: mine.keys, bytes: mine.bytes - was + cost },
+            _ => Held { keys: mine.keys + 1, bytes: mine.bytes + cost },
+        };
+        if after.keys > self.limits.keys || after.bytes > self.limits.bytes {
+            return Err(format!(
+                "store limit: this client would hold {} keys of {} bytes, over the limit of {} keys and {} bytes per client (a runaway loop of sets?)",
+                after.keys, after.bytes, self.limits.keys, self.limits.bytes
+            ));
+        }
+        if let Some((owner, was)) = old {
+            if let Some(h) = self.held.get_mut(&owner) {
+                h.keys -= 1;
+                h.bytes -= was;
+            }
+        }
+        let h = self.held.entry(client).or_default();
+        h.keys += 1;
+        h.bytes += cost;
         let woken = self.waiters.remove(&key).unwrap_or_default();
-        self.data.insert(key, value);
-        woken
+        self.data.insert(key, Entry { value, owner: client });
+        Ok(woken)
     }
 
     /// Parks `w` on `key` until it is set (or the caller's timer takes it off with [`Core::unpark`]).
@@ -383,7 +443,7 @@ mod tests {
         let wait = Duration::from_secs(30);
         // Three GETs parked on "a", one on "b".
         for (conn, key) in [(1, "a"), (2, "a"), (3, "b"), (4, "a")] {
-            match core.serve(Request::Get { key: key.into(), wait_ms: 10_000 }, wait).0 {
+            match core.serve(0, Request::Get { key: key.into(), wait_ms: 10_000 }, wait).0 {
                 Outcome::Park(k, _) => core.park(k, (conn, 1)),
                 o => panic!("{o:?}"),
             }
@@ -391,21 +451,45 @@ mod tests {
         assert_eq!(core.parked(), 4);
         // Connection 2's wait expires.
         core.unpark(b"a", (2, 1));
-        let (o, woken, v) = core.serve(Request::Set { key: b"a".to_vec(), value: b"x".to_vec() }, wait);
+        let (o, woken, v) = core.serve(0, Request::Set { key: b"a".to_vec(), value: b"x".to_vec() }, wait);
         assert!(matches!(o, Outcome::Answer(R_OK, _)));
         assert_eq!(woken, vec![(1, 1), (4, 1)]);
         assert_eq!(v.unwrap().as_slice(), b"x");
         assert_eq!(core.parked(), 1, "the waiter on b stays parked");
         // Setting another key wakes nobody; ADD on b wakes b's waiter with the counter's text.
-        assert!(core.serve(Request::Set { key: b"c".to_vec(), value: vec![] }, wait).1.is_empty());
-        let (_, woken, v) = core.serve(Request::Add { key: b"b".to_vec(), delta: 5 }, wait);
+        assert!(core.serve(0, Request::Set { key: b"c".to_vec(), value: vec![] }, wait).1.is_empty());
+        let (_, woken, v) = core.serve(0, Request::Add { key: b"b".to_vec(), delta: 5 }, wait);
         assert_eq!(woken, vec![(3, 1)]);
         assert_eq!(v.unwrap().as_slice(), b"5");
         assert_eq!(core.parked(), 0);
         // A GET of a present key answers at once; of an absent one without a wait, "not found".
-        assert!(matches!(core.serve(Request::Get { key: b"a".to_vec(), wait_ms: 5 }, wait).0, Outcome::Answer(R_OK, Body::Shared(_))));
-        assert!(matches!(core.serve(Request::Get { key: b"z".to_vec(), wait_ms: 0 }, wait).0, Outcome::Answer(R_NOT_FOUND, _)));
-        assert!(matches!(core.serve(Request::Get { key: b"z".to_vec(), wait_ms: 5 }, Duration::ZERO).0, Outcome::Answer(R_NOT_FOUND, _)));
+        assert!(matches!(core.serve(0, Request::Get { key: b"a".to_vec(), wait_ms: 5 }, wait).0, Outcome::Answer(R_OK, Body::Shared(_))));
+        assert!(matches!(core.serve(0, Request::Get { key: b"z".to_vec(), wait_ms: 0 }, wait).0, Outcome::Answer(R_NOT_FOUND, _)));
+        assert!(matches!(core.serve(0, Request::Get { key: b"z".to_vec(), wait_ms: 5 }, Duration::ZERO).0, Outcome::Answer(R_NOT_FOUND, _)));
         assert_eq!(core.num_keys(), 3);
+    }
+
+    #[test]
+    fn each_client_holds_at_most_its_limits() {
+        let wait = Duration::ZERO;
+        let mut core = Core::with_limits(3, 100);
+        let set = |core: &mut Core, client: u64, key: &str, len: usize| core.serve(client, Request::Set { key: key.into(), value: vec![7; len] }, wait).0;
+        let refused = |o: Outcome| matches!(o, Outcome::Answer(R_ERROR, b) if String::from_utf8_lossy(b.bytes()).contains("store limit"));
+        for k in ["a", "b", "c"] {
+            assert!(matches!(set(&mut core, 1, k, 10), Outcome::Answer(R_OK, _)));
+        }
+        // A fourth key is refused and changes nothing; overwriting its own keys is fine.
+        assert!(refused(set(&mut core, 1, "d", 1)));
+        assert!(matches!(core.serve(1, Request::Get { key: b"d".to_vec(), wait_ms: 0 }, wait).0, Outcome::Answer(R_NOT_FOUND, _)));
+        assert!(matches!(set(&mut core, 1, "a", 20), Outcome::Answer(R_OK, _)));
+        assert!(refused(core.serve(1, Request::Add { key: b"n".to_vec(), delta: 1 }, wait).0), "ADD counts too");
+        // Bytes: 3 keys of 1+20, 1+10, 1+10 = 43; growing "b" to 80 would make 113.
+        assert!(refused(set(&mut core, 1, "b", 80)));
+        // Another client is not affected, and a key it overwrites moves into its share.
+        assert!(matches!(set(&mut core, 2, "c", 50), Outcome::Answer(R_OK, _)));
+        assert!(matches!(set(&mut core, 1, "d", 1), Outcome::Answer(R_OK, _)), "client 1 holds 2 keys again");
+        assert!(matches!(core.serve(2, Request::Add { key: b"n".to_vec(), delta: 1 }, wait).0, Outcome::Answer(R_OK, _)));
+        assert!(refused(set(&mut core, 2, "e", 60)), "client 2: 51 + 2 + 61 bytes");
+        assert_eq!(core.num_keys(), 5);
     }
 }

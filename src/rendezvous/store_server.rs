@@ -723,7 +723,7 @@ impl EventLoop {
     }
 
     fn serve(&mut self, id: u64, c: &mut Conn, req: super::store_core::Request) {
-        let (outcome, woken, value) = self.core.serve(req, MAX_WAIT_CHUNK);
+        let (outcome, woken, value) = self.core.serve(id, req, MAX_WAIT_CHUNK);
         if let Some(v) = value {
             self.shared.num_keys.store(self.core.num_keys(), Ordering::SeqCst);
             for w in woken {

@@ -456,7 +456,7 @@ pub fn fuzz_server_input(bytes: &[u8]) -> (Option<u8>, usize) {
         input = &input[n..];
         match parsed {
             Some(Parsed::Request(req)) => {
-                match core.serve(req, Duration::ZERO).0 {
+                match core.serve(0, req, Duration::ZERO).0 {
                     Outcome::Answer(code, body) => {
                         std::hint::black_box(answer_head(code, body.bytes().len()));
                     }
