@@ -7,6 +7,9 @@
 #   3. for every rank count, op and size: ROUNDS rounds, each running dc-bench and mpi_bench on
 #      that one size with a few iterations, the order flipped every round (ABBA...), so slow and
 #      fast phases of the machine hit both alike
+#      (--mpi mpich-abi --distcomm-mpi: ONE mpi_bench binary, built once against MPICH 5's
+#      standard-ABI header, run on MPICH's libmpi_abi.so.1 by its mpiexec and on distcomm's
+#      libmpi_abi.so.1 by ours: the same program, two libraries, chosen by LD_LIBRARY_PATH)
 #   4. prints per size the median over rounds of distcomm_time / mpi_time and the resulting bus
 #      bandwidth ratio (median of mpi_time / distcomm_time), and draws an SVG plot (medians);
 #      with --out DIR writes rounds.csv, median.csv, results.md and compare.svg there
@@ -35,7 +38,12 @@ usage: bench/compare.sh [options]
   -c, --check N          checked runs per run (default 1; 0 turns checking off)
   --form oop|ip|both     which rows the ratio table shows (default oop: out-of-place; broadcast,
                          alltoall, sendrecv and barrier only have that form)
-  --mpi openmpi|mpich    the MPI to compare against (default openmpi)
+  --mpi openmpi|mpich|mpich-abi
+                         the MPI to compare against (default openmpi; mpich-abi: MPICH 5.0.2
+                         from PyPI in $MPICH_VENV, default build/venv-mpich, installed if
+                         missing, run with FI_PROVIDER=shm, its best setting here)
+  --distcomm-mpi         distcomm's side runs mpi_bench on distcomm's libmpi_abi.so.1 (through
+                         its mpiexec) instead of dc-bench; needs --mpi mpich-abi (one binary)
   --mpi-args "ARGS"      extra mpirun arguments, e.g. --mpi-args "--mca btl tcp,self"
   --dcrun-args "ARGS"    extra dcrun arguments, e.g. --dcrun-args "--bind none"
   --transport T          DC_TRANSPORT for the distcomm runs (default: DC_TRANSPORT as set, else auto)
@@ -50,6 +58,7 @@ Examples:
   bench/compare.sh --ranks 2 -o allreduce --sizes "16 1M 64M"
   bench/compare.sh --transport socket --mpi-args "--mca btl tcp,self" -o allreduce --sizes 16M
   bench/compare.sh --out bench/results
+  bench/compare.sh --mpi mpich-abi --distcomm-mpi --ranks 2 -o allreduce,sendrecv
 EOF
 }
 
@@ -77,6 +86,8 @@ OUT=""
 PREFIX="$ROOT/build/bench/prefix"
 BUILD=1
 TIMEOUT=600
+DC_MPI=0
+MPICH_VENV=${MPICH_VENV:-$ROOT/build/venv-mpich}
 
 need() { [ $# -ge 2 ] || { echo "compare.sh: $1 needs a value" >&2; exit 2; }; }
 while [ $# -gt 0 ]; do
@@ -102,6 +113,7 @@ while [ $# -gt 0 ]; do
     --out) need "$@"; OUT="$2"; shift ;;
     --prefix) need "$@"; PREFIX="$2"; shift ;;
     --no-build) BUILD=0 ;;
+    --distcomm-mpi) DC_MPI=1 ;;
     --timeout) need "$@"; TIMEOUT="$2"; shift ;;
     *) echo "compare.sh: unknown option $1 (--help lists them)" >&2; exit 2 ;;
   esac
@@ -112,8 +124,10 @@ case "$FORM" in oop | ip | both) ;; *) echo "compare.sh: --form is oop, ip or bo
 case "$MPI" in
   openmpi) MPICC=mpicc.openmpi MPIRUN=mpirun.openmpi ;;
   mpich) MPICC=mpicc.mpich MPIRUN=mpirun.mpich ;;
-  *) echo "compare.sh: --mpi is openmpi or mpich" >&2; exit 2 ;;
+  mpich-abi) MPICC="$MPICH_VENV/bin/mpicc_abi" MPIRUN="$MPICH_VENV/bin/mpiexec" ;;
+  *) echo "compare.sh: --mpi is openmpi, mpich or mpich-abi" >&2; exit 2 ;;
 esac
+[ "$DC_MPI" = 0 ] || [ "$MPI" = mpich-abi ] || { echo "compare.sh: --distcomm-mpi needs --mpi mpich-abi (one binary for both libraries)" >&2; exit 2; }
 [ "$ROUNDS" -ge 1 ] 2>/dev/null || { echo "compare.sh: --rounds must be >= 1" >&2; exit 2; }
 [ "$OPS" = all ] && OPS="allreduce,broadcast,reduce,allgather,reduce_scatter,alltoall,sendrecv,barrier"
 
@@ -148,7 +162,16 @@ fi
 # ---------------------------------------------------------------------------------------------
 echo "== packages"
 . scripts/packages.sh
-ensure_packages "$MPICC" "$MPIRUN" make cc
+if [ "$MPI" = mpich-abi ]; then
+  ensure_packages make cc python3
+  if [ ! -x "$MPICH_VENV/bin/mpicc_abi" ]; then
+    rm -rf "$MPICH_VENV"
+    python3 -m venv "$MPICH_VENV"
+    "$MPICH_VENV/bin/python" -m pip install -q --disable-pip-version-check mpich==5.0.2
+  fi
+else
+  ensure_packages "$MPICC" "$MPIRUN" make cc
+fi
 
 mkdir -p build/bench
 MPI_BENCH="$ROOT/build/bench/mpi_bench.$MPI"
@@ -189,8 +212,12 @@ run_one() {
     -c "$CHECK" --csv "$csv")
   local cmd
   rm -f "$csv"
-  if [ "$impl" = distcomm ]; then
+  if [ "$impl" = distcomm ] && [ "$DC_MPI" = 1 ]; then
+    cmd=(env ${TRANSPORT:+DC_TRANSPORT="$TRANSPORT"} LD_LIBRARY_PATH="$PREFIX/lib" "$PREFIX/bin/mpiexec" -n "$np" "$MPI_BENCH" "${bench_args[@]}" --label distcomm)
+  elif [ "$impl" = distcomm ]; then
     cmd=(env ${TRANSPORT:+DC_TRANSPORT="$TRANSPORT"} "$DCRUN" "${EXTRA_DCRUN_ARGS[@]}" -n "$np" "$DCBENCH" "${bench_args[@]}")
+  elif [ "$MPI" = mpich-abi ]; then
+    cmd=(env FI_PROVIDER=shm LD_LIBRARY_PATH="$MPICH_VENV/lib" "$MPIRUN" "${EXTRA_MPI_ARGS[@]}" -n "$np" "$MPI_BENCH" "${bench_args[@]}" --label mpich-abi)
   else
     local over=()
     [ "$MPI" = openmpi ] && [ "$np" -gt "$NCPU" ] && over=(--oversubscribe)
