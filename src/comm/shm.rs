@@ -102,7 +102,18 @@ impl Comm {
             let w = self.members[r];
             return Some(Error::new(Status::PeerLost, format!("rank {r} (world rank {w}) has left: it destroyed its communicator")));
         }
-        self.transport().check_alive(self.members[r])
+        if let Some(x) = shm.arena.lost_member().filter(|&x| x != self.rank) {
+            // Another member found it lost; our own view says why, where we have one.
+            let w = self.members[x];
+            return Some(self.transport().check_alive(w).unwrap_or_else(|| {
+                Error::new(Status::PeerLost, format!("rank {x} (world rank {w}) is lost: another member of the communicator found it gone or stopped"))
+            }));
+        }
+        let e = self.transport().check_alive(self.members[r])?;
+        if e.status == Status::PeerLost {
+            shm.arena.mark_lost(r);
+        }
+        Some(e)
     }
 
     /// Bytes of /dev/shm behind this rank (for tests and the memory documentation): the comm's

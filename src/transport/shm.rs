@@ -517,6 +517,27 @@ impl Arena {
         }
     }
 
+    /// Marks member `r` lost (its process died or stopped, or its connection broke), as one
+    /// member found: the others' waits on the arena, which may be for a member that is alive
+    /// but itself stuck on `r`, then fail naming `r` rather than whoever they waited on. The
+    /// first loss marked stays.
+    pub fn mark_lost(&self, r: usize) {
+        let _ = self.lost_word().compare_exchange(0, r as u32 + 1, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// The member a member found lost, if one did (see `mark_lost`).
+    pub fn lost_member(&self) -> Option<usize> {
+        match self.lost_word().load(Ordering::Acquire) {
+            0 => None,
+            v => Some(v as usize - 1),
+        }
+    }
+
+    fn lost_word(&self) -> &AtomicU32 {
+        // SAFETY: in bounds (rank 0's done line, just after the abort word), aligned; atomics only.
+        unsafe { &*(self.base().add(self.layout.done_off + LINE / 2 + LINE / 4 + 4) as *const AtomicU32) }
+    }
+
     fn abort_word(&self) -> &AtomicU32 {
         // SAFETY: in bounds (rank 0's done line, three quarters in), aligned; atomics only.
         unsafe { &*(self.base().add(self.layout.done_off + LINE / 2 + LINE / 4) as *const AtomicU32) }
