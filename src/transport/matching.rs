@@ -404,6 +404,46 @@ mod tests {
     }
 
     #[test]
+    fn probes_see_without_taking_wait_for_arrivals_and_matches_owe_answers() {
+        use crate::transport::ops::{ack_tag, sync_tag};
+        let ctx = CtxState::new(1, None);
+        let mut m = Matcher::default();
+        m.push_unexpected(1, Unexpected::bytes(2, 5, 0, vec![0; 3]));
+        m.push_unexpected(1, Unexpected { src: 2, tag: 6, check: 0, content: parked(1, Instant::now()) });
+        assert_eq!(m.peek(1, None, TagMatch::Exact(6)), Some(Done { bytes: 1, source: 2, tag: 6 }), "a parked one's length");
+        assert_eq!(m.peek(1, Some(2), TagMatch::AnyUser).map(|d| d.tag), Some(5), "first in line");
+        assert_eq!(m.peek(1, Some(3), TagMatch::AnyUser), None);
+        assert_eq!(m.peek(2, None, TagMatch::AnyUser), None, "another context");
+        // A waiting probe is completed by the first message it accepts, which stays queued.
+        let mut none = [0u8; 0];
+        let p = op(&ctx, Some(3), TagMatch::AnyUser, &mut none);
+        m.push_probe(p.clone());
+        assert!(!p.comp.is_done());
+        m.push_unexpected(1, Unexpected::bytes(4, 9, 0, vec![1]));
+        assert!(!p.comp.is_done(), "not from rank 3");
+        m.push_unexpected(1, Unexpected::bytes(3, sync_tag(11, 9), 0, vec![1, 2]));
+        assert_eq!(p.comp.result().unwrap().unwrap(), Done { bytes: 2, source: 3, tag: 9 }, "the user tag");
+        assert!(!m.remove_probe(&p), "gone once completed");
+        let q = op(&ctx, None, TagMatch::Exact(77), &mut none);
+        m.push_probe(q.clone());
+        assert!(m.remove_probe(&q) && !q.comp.is_done());
+        // Taking a synchronous send owes its sender an answer; put back, it is not owed again.
+        assert!(!m.has_acks());
+        let msg = m.take_matching(&ctx, Some(3), TagMatch::Exact(9)).unwrap();
+        let acks = m.take_acks();
+        assert_eq!(acks.iter().map(|(c, s, t)| (c.id, *s, *t)).collect::<Vec<_>>(), [(1, 3, ack_tag(11))]);
+        m.return_unexpected(1, msg);
+        let again = m.take_matching(&ctx, Some(3), TagMatch::Exact(9)).unwrap();
+        assert_eq!(again.len(), 2);
+        assert!(!m.has_acks());
+        // A posted receive that takes one likewise.
+        let mut b = [0u8; 4];
+        m.push_posted(op(&ctx, None, TagMatch::AnyUser, &mut b));
+        assert!(m.take_posted(1, 5, sync_tag(12, 1)).is_some());
+        assert_eq!(m.take_acks().len(), 1);
+    }
+
+    #[test]
     fn any_tag_never_matches_collective_traffic() {
         assert!(!TagMatch::AnyUser.accepts(crate::transport::ops::COLL_TAG_BIT | 3));
         assert!(TagMatch::AnyUser.accepts(3));
