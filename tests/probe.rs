@@ -210,6 +210,44 @@ fn job_on(backend: &'static str, n: usize, f: fn(&Comm)) {
     }
 }
 
+/// The C surface: dc_probe, dc_iprobe (element counts, bad arguments), dc_ssend.
+fn c_surface(c: &Comm) {
+    use distcomm::ffi::p2p::{dc_iprobe, dc_probe, dc_recv, dc_recv_info, dc_ssend};
+    use distcomm::ffi::types::{dc_status, DC_ANY_SOURCE, DC_ANY_TAG};
+    let p = c as *const Comm as *mut Comm;
+    let (me, other) = (c.rank(), 1 - c.rank());
+    let f32_dt = distcomm::ffi::types::DC_FLOAT32;
+    let ok = dc_status::DC_SUCCESS;
+    unsafe {
+        if me == 0 {
+            let v = [1.5f32; 10];
+            assert_eq!(dc_ssend(v.as_ptr().cast(), 10, f32_dt, 1, 4, p), ok);
+            assert_eq!(dc_ssend(v.as_ptr().cast(), 1, f32_dt, 2, 4, p), dc_status::DC_ERR_INVALID_ARGUMENT, "rank out of range");
+        } else {
+            let mut info = dc_recv_info::default();
+            assert_eq!(dc_probe(DC_ANY_SOURCE, DC_ANY_TAG, f32_dt, p, &mut info), ok);
+            assert_eq!((info.source, info.tag, info.count), (other as i32, 4, 10));
+            let mut flag = false;
+            assert_eq!(dc_iprobe(other as i32, 4, distcomm::ffi::types::DC_UINT8, p, &mut flag, &mut info), ok);
+            assert!(flag && info.count == 40, "bytes as uint8 elements");
+            assert_eq!(dc_iprobe(other as i32, 5, f32_dt, p, &mut flag, std::ptr::null_mut()), ok);
+            assert!(!flag);
+            assert_eq!(dc_iprobe(7, 5, f32_dt, p, &mut flag, std::ptr::null_mut()), dc_status::DC_ERR_INVALID_ARGUMENT);
+            assert_eq!(dc_iprobe(0, -9, f32_dt, p, &mut flag, std::ptr::null_mut()), dc_status::DC_ERR_INVALID_ARGUMENT);
+            assert_eq!(dc_iprobe(0, 5, f32_dt, p, std::ptr::null_mut(), std::ptr::null_mut()), dc_status::DC_ERR_INVALID_ARGUMENT);
+            let mut got = [0f32; 10];
+            assert_eq!(dc_recv(got.as_mut_ptr().cast(), 10, f32_dt, other as i32, 4, p, &mut info), ok);
+            assert_eq!(got, [1.5f32; 10]);
+        }
+    }
+    c.collective(CollArgs::Barrier).unwrap();
+}
+
+#[test]
+fn the_c_surface_probes_and_sends_synchronously() {
+    job_on("shm", 2, c_surface);
+}
+
 #[test]
 fn probes_synchronous_sends_and_withdrawals_on_thread_ranks_over_tcp() {
     for n in [2, 3] {
