@@ -674,7 +674,7 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Get_c", false),
     ("MPI_Get_accumulate", false),
     ("MPI_Get_accumulate_c", false),
-    ("MPI_Get_address", false),
+    ("MPI_Get_address", true),
     ("MPI_Get_count", true),
     ("MPI_Get_count_c", true),
     ("MPI_Get_elements", true),
@@ -778,10 +778,10 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Iscatterv_c", true),
     ("MPI_Isend", true),
     ("MPI_Isend_c", true),
-    ("MPI_Isendrecv", false),
-    ("MPI_Isendrecv_c", false),
-    ("MPI_Isendrecv_replace", false),
-    ("MPI_Isendrecv_replace_c", false),
+    ("MPI_Isendrecv", true),
+    ("MPI_Isendrecv_c", true),
+    ("MPI_Isendrecv_replace", true),
+    ("MPI_Isendrecv_replace_c", true),
     ("MPI_Issend", true),
     ("MPI_Issend_c", true),
     ("MPI_Keyval_create", false),
@@ -863,9 +863,9 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Remove_error_string", false),
     ("MPI_Request_free", true),
     ("MPI_Request_get_status", true),
-    ("MPI_Request_get_status_all", false),
-    ("MPI_Request_get_status_any", false),
-    ("MPI_Request_get_status_some", false),
+    ("MPI_Request_get_status_all", true),
+    ("MPI_Request_get_status_any", true),
+    ("MPI_Request_get_status_some", true),
     ("MPI_Rget", false),
     ("MPI_Rget_c", false),
     ("MPI_Rget_accumulate", false),
@@ -919,16 +919,16 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Ssend_init_c", true),
     ("MPI_Start", true),
     ("MPI_Startall", true),
-    ("MPI_Status_get_error", false),
-    ("MPI_Status_get_source", false),
-    ("MPI_Status_get_tag", false),
+    ("MPI_Status_get_error", true),
+    ("MPI_Status_get_source", true),
+    ("MPI_Status_get_tag", true),
     ("MPI_Status_set_cancelled", true),
     ("MPI_Status_set_elements", true),
     ("MPI_Status_set_elements_c", true),
     ("MPI_Status_set_elements_x", false),
-    ("MPI_Status_set_error", false),
-    ("MPI_Status_set_source", false),
-    ("MPI_Status_set_tag", false),
+    ("MPI_Status_set_error", true),
+    ("MPI_Status_set_source", true),
+    ("MPI_Status_set_tag", true),
     ("MPI_Test", true),
     ("MPI_Test_cancelled", true),
     ("MPI_Testall", true),
@@ -2941,11 +2941,11 @@ pub unsafe extern "C" fn PMPI_Get_accumulate_c(origin_addr: *const c_void, origi
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Get_address(location: *const c_void, address: *mut MPI_Aint) -> c_int {
-    crate::err::unsupported("MPI_Get_address", MPI_COMM_SELF)
+    crate::err::guard("MPI_Get_address", || unsafe { crate::api::get_address(location, address) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Get_address(location: *const c_void, address: *mut MPI_Aint) -> c_int {
-    crate::err::unsupported("MPI_Get_address", MPI_COMM_SELF)
+    crate::err::guard("MPI_Get_address", || unsafe { crate::api::get_address(location, address) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Get_count(status: *const MPI_Status, datatype: MPI_Datatype, count: *mut c_int) -> c_int {
@@ -3773,35 +3773,35 @@ pub unsafe extern "C" fn PMPI_Isend_c(buf: *const c_void, count: MPI_Count, data
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Isendrecv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, dest: c_int, sendtag: c_int, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, source: c_int, recvtag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Isendrecv", comm)
+    crate::err::guard("MPI_Isendrecv", || unsafe { crate::api::isendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Isendrecv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, dest: c_int, sendtag: c_int, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, source: c_int, recvtag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Isendrecv", comm)
+    crate::err::guard("MPI_Isendrecv", || unsafe { crate::api::isendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Isendrecv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, dest: c_int, sendtag: c_int, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, source: c_int, recvtag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Isendrecv_c", comm)
+    crate::err::guard("MPI_Isendrecv_c", || unsafe { crate::api::isendrecv_c(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Isendrecv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, dest: c_int, sendtag: c_int, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, source: c_int, recvtag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Isendrecv_c", comm)
+    crate::err::guard("MPI_Isendrecv_c", || unsafe { crate::api::isendrecv_c(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Isendrecv_replace(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, sendtag: c_int, source: c_int, recvtag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Isendrecv_replace", comm)
+    crate::err::guard("MPI_Isendrecv_replace", || unsafe { crate::api::isendrecv_replace(buf, count, datatype, dest, sendtag, source, recvtag, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Isendrecv_replace(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, sendtag: c_int, source: c_int, recvtag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Isendrecv_replace", comm)
+    crate::err::guard("MPI_Isendrecv_replace", || unsafe { crate::api::isendrecv_replace(buf, count, datatype, dest, sendtag, source, recvtag, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Isendrecv_replace_c(buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, sendtag: c_int, source: c_int, recvtag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Isendrecv_replace_c", comm)
+    crate::err::guard("MPI_Isendrecv_replace_c", || unsafe { crate::api::isendrecv_replace_c(buf, count, datatype, dest, sendtag, source, recvtag, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Isendrecv_replace_c(buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, sendtag: c_int, source: c_int, recvtag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Isendrecv_replace_c", comm)
+    crate::err::guard("MPI_Isendrecv_replace_c", || unsafe { crate::api::isendrecv_replace_c(buf, count, datatype, dest, sendtag, source, recvtag, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Issend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
@@ -4453,27 +4453,27 @@ pub unsafe extern "C" fn PMPI_Request_get_status(request: MPI_Request, flag: *mu
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Request_get_status_all(count: c_int, array_of_requests: *const MPI_Request, flag: *mut c_int, array_of_statuses: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_Request_get_status_all", MPI_COMM_SELF)
+    crate::err::guard("MPI_Request_get_status_all", || unsafe { crate::api::request_get_status_all(count, array_of_requests, flag, array_of_statuses) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Request_get_status_all(count: c_int, array_of_requests: *const MPI_Request, flag: *mut c_int, array_of_statuses: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_Request_get_status_all", MPI_COMM_SELF)
+    crate::err::guard("MPI_Request_get_status_all", || unsafe { crate::api::request_get_status_all(count, array_of_requests, flag, array_of_statuses) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Request_get_status_any(count: c_int, array_of_requests: *const MPI_Request, indx: *mut c_int, flag: *mut c_int, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_Request_get_status_any", MPI_COMM_SELF)
+    crate::err::guard("MPI_Request_get_status_any", || unsafe { crate::api::request_get_status_any(count, array_of_requests, indx, flag, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Request_get_status_any(count: c_int, array_of_requests: *const MPI_Request, indx: *mut c_int, flag: *mut c_int, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_Request_get_status_any", MPI_COMM_SELF)
+    crate::err::guard("MPI_Request_get_status_any", || unsafe { crate::api::request_get_status_any(count, array_of_requests, indx, flag, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Request_get_status_some(incount: c_int, array_of_requests: *const MPI_Request, outcount: *mut c_int, array_of_indices: *mut c_int, array_of_statuses: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_Request_get_status_some", MPI_COMM_SELF)
+    crate::err::guard("MPI_Request_get_status_some", || unsafe { crate::api::request_get_status_some(incount, array_of_requests, outcount, array_of_indices, array_of_statuses) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Request_get_status_some(incount: c_int, array_of_requests: *const MPI_Request, outcount: *mut c_int, array_of_indices: *mut c_int, array_of_statuses: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_Request_get_status_some", MPI_COMM_SELF)
+    crate::err::guard("MPI_Request_get_status_some", || unsafe { crate::api::request_get_status_some(incount, array_of_requests, outcount, array_of_indices, array_of_statuses) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Rget(origin_addr: *mut c_void, origin_count: c_int, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: MPI_Datatype, win: MPI_Win, request: *mut MPI_Request) -> c_int {
@@ -4901,27 +4901,27 @@ pub unsafe extern "C" fn PMPI_Startall(count: c_int, array_of_requests: *mut MPI
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Status_get_error(status: *const MPI_Status, error: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Status_get_error", MPI_COMM_SELF)
+    crate::err::guard("MPI_Status_get_error", || unsafe { crate::api::status_get_error(status, error) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Status_get_error(status: *const MPI_Status, error: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Status_get_error", MPI_COMM_SELF)
+    crate::err::guard("MPI_Status_get_error", || unsafe { crate::api::status_get_error(status, error) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Status_get_source(status: *const MPI_Status, source: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Status_get_source", MPI_COMM_SELF)
+    crate::err::guard("MPI_Status_get_source", || unsafe { crate::api::status_get_source(status, source) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Status_get_source(status: *const MPI_Status, source: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Status_get_source", MPI_COMM_SELF)
+    crate::err::guard("MPI_Status_get_source", || unsafe { crate::api::status_get_source(status, source) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Status_get_tag(status: *const MPI_Status, tag: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Status_get_tag", MPI_COMM_SELF)
+    crate::err::guard("MPI_Status_get_tag", || unsafe { crate::api::status_get_tag(status, tag) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Status_get_tag(status: *const MPI_Status, tag: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Status_get_tag", MPI_COMM_SELF)
+    crate::err::guard("MPI_Status_get_tag", || unsafe { crate::api::status_get_tag(status, tag) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Status_set_cancelled(status: *mut MPI_Status, flag: c_int) -> c_int {
@@ -4957,27 +4957,27 @@ pub unsafe extern "C" fn PMPI_Status_set_elements_x(status: *mut MPI_Status, dat
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Status_set_error(status: *mut MPI_Status, error: c_int) -> c_int {
-    crate::err::unsupported("MPI_Status_set_error", MPI_COMM_SELF)
+    crate::err::guard("MPI_Status_set_error", || unsafe { crate::api::status_set_error(status, error) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Status_set_error(status: *mut MPI_Status, error: c_int) -> c_int {
-    crate::err::unsupported("MPI_Status_set_error", MPI_COMM_SELF)
+    crate::err::guard("MPI_Status_set_error", || unsafe { crate::api::status_set_error(status, error) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Status_set_source(status: *mut MPI_Status, source: c_int) -> c_int {
-    crate::err::unsupported("MPI_Status_set_source", MPI_COMM_SELF)
+    crate::err::guard("MPI_Status_set_source", || unsafe { crate::api::status_set_source(status, source) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Status_set_source(status: *mut MPI_Status, source: c_int) -> c_int {
-    crate::err::unsupported("MPI_Status_set_source", MPI_COMM_SELF)
+    crate::err::guard("MPI_Status_set_source", || unsafe { crate::api::status_set_source(status, source) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Status_set_tag(status: *mut MPI_Status, tag: c_int) -> c_int {
-    crate::err::unsupported("MPI_Status_set_tag", MPI_COMM_SELF)
+    crate::err::guard("MPI_Status_set_tag", || unsafe { crate::api::status_set_tag(status, tag) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Status_set_tag(status: *mut MPI_Status, tag: c_int) -> c_int {
-    crate::err::unsupported("MPI_Status_set_tag", MPI_COMM_SELF)
+    crate::err::guard("MPI_Status_set_tag", || unsafe { crate::api::status_set_tag(status, tag) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Test(request: *mut MPI_Request, flag: *mut c_int, status: *mut MPI_Status) -> c_int {

@@ -13,6 +13,7 @@ pub mod api;
 pub mod colls;
 pub mod datatype;
 pub mod err;
+pub mod extras;
 pub mod group;
 pub mod info;
 pub mod op;

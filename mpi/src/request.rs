@@ -20,6 +20,16 @@ pub enum Req {
     Coll { comm: Arc<MpiComm>, req: distcomm::request::Request, after: Option<Box<dyn FnOnce() + Send>> },
     /// A persistent request (MPI_Send_init, Recv_init, ...): inactive, or started.
     Persistent(Box<Persistent>),
+    /// A receive and a send as one request (MPI_Isendrecv).
+    Pair(Box<Pair>),
+}
+
+/// Done when both are; the receive's status. `keep` holds what the send sends from when it is
+/// a copy (MPI_Isendrecv_replace).
+pub struct Pair {
+    pub recv: Req,
+    pub send: Req,
+    pub keep: Vec<u8>,
 }
 
 /// What MPI_Start starts (again and again), and the operation it started last, until a
@@ -126,6 +136,7 @@ impl Req {
             Req::Done(_) => None,
             Req::Send { comm, .. } | Req::Recv { comm, .. } | Req::Coll { comm, .. } => Some(comm),
             Req::Persistent(p) => Some(&p.comm),
+            Req::Pair(p) => p.recv.comm().or(p.send.comm()),
         }
     }
 
@@ -135,6 +146,7 @@ impl Req {
             Req::Send { comm, op } | Req::Recv { comm, op } => comm.comm.p2p_is_done(op),
             Req::Coll { req, .. } => req.is_completed(),
             Req::Persistent(p) => p.active.as_ref().is_none_or(|r| r.is_done()),
+            Req::Pair(p) => p.recv.is_done() && p.send.is_done(),
         }
     }
 
@@ -148,6 +160,12 @@ impl Req {
         match self {
             Req::Done(s) => return Some(Ok(*s)),
             Req::Persistent(p) => return p.active.as_mut().map_or(Some(Ok(st)), |r| r.peek()),
+            Req::Pair(p) => {
+                if let Some(Err(e)) = p.send.peek() {
+                    return Some(Err(e));
+                }
+                return p.recv.peek();
+            }
             Req::Send { comm, op } => {
                 if let Some(Err(e)) = comm.comm.p2p_result(op) {
                     return Some(Err(from_engine(&e).on(comm.handle)));
@@ -179,6 +197,14 @@ impl Req {
         match self {
             Req::Done(s) => return Ok(s),
             Req::Persistent(p) => return p.active.map_or(Ok(st), |r| r.finish()),
+            Req::Pair(p) => {
+                let Pair { recv, send, keep } = *p;
+                let sent = send.finish();
+                let got = recv.finish();
+                drop(keep);
+                sent?;
+                return got;
+            }
             Req::Send { comm, mut op } => {
                 let r = comm.comm.wait_p2p_started(&op, &|| "MPI send".to_string());
                 op.release();
@@ -201,6 +227,15 @@ impl Req {
             }
         }
         Ok(st)
+    }
+}
+
+impl Req {
+    /// Withdraws a receive that was just started, for a call that fails after starting it.
+    pub fn cancel_now(self) {
+        if let Req::Recv { comm, op } = &self {
+            comm.comm.cancel_p2p(op, || distcomm::Error::new(distcomm::Status::Aborted, "withdrawn: the call failed"));
+        }
     }
 }
 
