@@ -693,18 +693,18 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Grequest_complete", false),
     ("MPI_Grequest_start", false),
     ("MPI_Group_compare", true),
-    ("MPI_Group_difference", false),
+    ("MPI_Group_difference", true),
     ("MPI_Group_excl", true),
     ("MPI_Group_free", true),
     ("MPI_Group_from_session_pset", false),
     ("MPI_Group_incl", true),
-    ("MPI_Group_intersection", false),
-    ("MPI_Group_range_excl", false),
-    ("MPI_Group_range_incl", false),
+    ("MPI_Group_intersection", true),
+    ("MPI_Group_range_excl", true),
+    ("MPI_Group_range_incl", true),
     ("MPI_Group_rank", true),
     ("MPI_Group_size", true),
     ("MPI_Group_translate_ranks", true),
-    ("MPI_Group_union", false),
+    ("MPI_Group_union", true),
     ("MPI_Iallgather", true),
     ("MPI_Iallgather_c", true),
     ("MPI_Iallgatherv", true),
@@ -3093,11 +3093,11 @@ pub unsafe extern "C" fn PMPI_Group_compare(group1: MPI_Group, group2: MPI_Group
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Group_difference(group1: MPI_Group, group2: MPI_Group, newgroup: *mut MPI_Group) -> c_int {
-    crate::err::unsupported("MPI_Group_difference", MPI_COMM_SELF)
+    crate::err::guard("MPI_Group_difference", || unsafe { crate::api::group_difference(group1, group2, newgroup) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Group_difference(group1: MPI_Group, group2: MPI_Group, newgroup: *mut MPI_Group) -> c_int {
-    crate::err::unsupported("MPI_Group_difference", MPI_COMM_SELF)
+    crate::err::guard("MPI_Group_difference", || unsafe { crate::api::group_difference(group1, group2, newgroup) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Group_excl(group: MPI_Group, n: c_int, ranks: *const c_int, newgroup: *mut MPI_Group) -> c_int {
@@ -3133,27 +3133,27 @@ pub unsafe extern "C" fn PMPI_Group_incl(group: MPI_Group, n: c_int, ranks: *con
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Group_intersection(group1: MPI_Group, group2: MPI_Group, newgroup: *mut MPI_Group) -> c_int {
-    crate::err::unsupported("MPI_Group_intersection", MPI_COMM_SELF)
+    crate::err::guard("MPI_Group_intersection", || unsafe { crate::api::group_intersection(group1, group2, newgroup) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Group_intersection(group1: MPI_Group, group2: MPI_Group, newgroup: *mut MPI_Group) -> c_int {
-    crate::err::unsupported("MPI_Group_intersection", MPI_COMM_SELF)
+    crate::err::guard("MPI_Group_intersection", || unsafe { crate::api::group_intersection(group1, group2, newgroup) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Group_range_excl(group: MPI_Group, n: c_int, ranges: *mut *mut c_int, newgroup: *mut MPI_Group) -> c_int {
-    crate::err::unsupported("MPI_Group_range_excl", MPI_COMM_SELF)
+    crate::err::guard("MPI_Group_range_excl", || unsafe { crate::api::group_range_excl(group, n, ranges, newgroup) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Group_range_excl(group: MPI_Group, n: c_int, ranges: *mut *mut c_int, newgroup: *mut MPI_Group) -> c_int {
-    crate::err::unsupported("MPI_Group_range_excl", MPI_COMM_SELF)
+    crate::err::guard("MPI_Group_range_excl", || unsafe { crate::api::group_range_excl(group, n, ranges, newgroup) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Group_range_incl(group: MPI_Group, n: c_int, ranges: *mut *mut c_int, newgroup: *mut MPI_Group) -> c_int {
-    crate::err::unsupported("MPI_Group_range_incl", MPI_COMM_SELF)
+    crate::err::guard("MPI_Group_range_incl", || unsafe { crate::api::group_range_incl(group, n, ranges, newgroup) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Group_range_incl(group: MPI_Group, n: c_int, ranges: *mut *mut c_int, newgroup: *mut MPI_Group) -> c_int {
-    crate::err::unsupported("MPI_Group_range_incl", MPI_COMM_SELF)
+    crate::err::guard("MPI_Group_range_incl", || unsafe { crate::api::group_range_incl(group, n, ranges, newgroup) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Group_rank(group: MPI_Group, rank: *mut c_int) -> c_int {
@@ -3181,11 +3181,11 @@ pub unsafe extern "C" fn PMPI_Group_translate_ranks(group1: MPI_Group, n: c_int,
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Group_union(group1: MPI_Group, group2: MPI_Group, newgroup: *mut MPI_Group) -> c_int {
-    crate::err::unsupported("MPI_Group_union", MPI_COMM_SELF)
+    crate::err::guard("MPI_Group_union", || unsafe { crate::api::group_union(group1, group2, newgroup) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Group_union(group1: MPI_Group, group2: MPI_Group, newgroup: *mut MPI_Group) -> c_int {
-    crate::err::unsupported("MPI_Group_union", MPI_COMM_SELF)
+    crate::err::guard("MPI_Group_union", || unsafe { crate::api::group_union(group1, group2, newgroup) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Iallgather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {

@@ -768,6 +768,7 @@ pub use crate::extras::{
     get_address, isendrecv, isendrecv_c, isendrecv_replace, isendrecv_replace_c, request_get_status_all, request_get_status_any,
     request_get_status_some, status_get_error, status_get_source, status_get_tag, status_set_error, status_set_source, status_set_tag,
 };
+pub use crate::groupops::{group_difference, group_intersection, group_range_excl, group_range_incl, group_union};
 pub use crate::probe::{improbe, imrecv, imrecv_c, iprobe, mprobe, mrecv, mrecv_c, probe};
 pub use crate::persist::{
     bsend_init, bsend_init_c, cancel, issend, issend_c, recv_init, recv_init_c, rsend_init, rsend_init_c, send_init, send_init_c, ssend,

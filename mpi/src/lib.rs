@@ -15,6 +15,7 @@ pub mod datatype;
 pub mod err;
 pub mod extras;
 pub mod group;
+pub mod groupops;
 pub mod info;
 pub mod op;
 pub mod persist;
