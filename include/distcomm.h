@@ -629,6 +629,41 @@ enum dc_status dc_irecv(void *buf,
                         struct dc_request **req);
 
 /**
+ * Waits (up to the comm's timeout) until a message from `src` (or DC_ANY_SOURCE) with `tag`
+ * (or DC_ANY_TAG) can be received, and describes it in `info` (sender, tag, and its length in
+ * elements of `dt`, rounded down) without receiving it: the next matching dc_recv gets it.
+ * Host messages only. Statuses: DC_ERR_INVALID_ARGUMENT, DC_ERR_TIMEOUT, DC_ERR_PEER_LOST,
+ * DC_ERR_ABORTED.
+ */
+enum dc_status dc_probe(int32_t src,
+                        int32_t tag,
+                        dc_dtype dt,
+                        struct dc_comm *comm,
+                        struct dc_recv_info *info);
+
+/**
+ * dc_probe without waiting: `*flag` is true if a message is there (then `info`, which may be
+ * NULL, describes it), false otherwise.
+ */
+enum dc_status dc_iprobe(int32_t src,
+                         int32_t tag,
+                         dc_dtype dt,
+                         struct dc_comm *comm,
+                         bool *flag,
+                         struct dc_recv_info *info);
+
+/**
+ * dc_send that returns only once a receive on `dst` has matched the message (a synchronous
+ * send), at most after the comm's timeout. Host memory only. Statuses: as dc_send.
+ */
+enum dc_status dc_ssend(const void *buf,
+                        size_t count,
+                        dc_dtype dt,
+                        int32_t dst,
+                        int32_t tag,
+                        struct dc_comm *comm);
+
+/**
  * Blocks until the operation completes (at most the comm's timeout from when it started) and
  * returns its status; may be called again and keeps returning it. Safe from any thread.
  */

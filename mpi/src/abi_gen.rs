@@ -494,15 +494,15 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Bcast_init_c", false),
     ("MPI_Bsend", true),
     ("MPI_Bsend_c", true),
-    ("MPI_Bsend_init", false),
-    ("MPI_Bsend_init_c", false),
+    ("MPI_Bsend_init", true),
+    ("MPI_Bsend_init_c", true),
     ("MPI_Buffer_attach", true),
     ("MPI_Buffer_attach_c", true),
     ("MPI_Buffer_detach", true),
     ("MPI_Buffer_detach_c", true),
     ("MPI_Buffer_flush", true),
     ("MPI_Buffer_iflush", false),
-    ("MPI_Cancel", false),
+    ("MPI_Cancel", true),
     ("MPI_Cart_coords", false),
     ("MPI_Cart_create", false),
     ("MPI_Cart_get", false),
@@ -674,7 +674,7 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Get_c", false),
     ("MPI_Get_accumulate", false),
     ("MPI_Get_accumulate_c", false),
-    ("MPI_Get_address", false),
+    ("MPI_Get_address", true),
     ("MPI_Get_count", true),
     ("MPI_Get_count_c", true),
     ("MPI_Get_elements", true),
@@ -693,18 +693,18 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Grequest_complete", false),
     ("MPI_Grequest_start", false),
     ("MPI_Group_compare", true),
-    ("MPI_Group_difference", false),
+    ("MPI_Group_difference", true),
     ("MPI_Group_excl", true),
     ("MPI_Group_free", true),
     ("MPI_Group_from_session_pset", false),
     ("MPI_Group_incl", true),
-    ("MPI_Group_intersection", false),
-    ("MPI_Group_range_excl", false),
-    ("MPI_Group_range_incl", false),
+    ("MPI_Group_intersection", true),
+    ("MPI_Group_range_excl", true),
+    ("MPI_Group_range_incl", true),
     ("MPI_Group_rank", true),
     ("MPI_Group_size", true),
     ("MPI_Group_translate_ranks", true),
-    ("MPI_Group_union", false),
+    ("MPI_Group_union", true),
     ("MPI_Iallgather", true),
     ("MPI_Iallgather_c", true),
     ("MPI_Iallgatherv", true),
@@ -728,9 +728,9 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Igather_c", true),
     ("MPI_Igatherv", true),
     ("MPI_Igatherv_c", true),
-    ("MPI_Improbe", false),
-    ("MPI_Imrecv", false),
-    ("MPI_Imrecv_c", false),
+    ("MPI_Improbe", true),
+    ("MPI_Imrecv", true),
+    ("MPI_Imrecv_c", true),
     ("MPI_Ineighbor_allgather", false),
     ("MPI_Ineighbor_allgather_c", false),
     ("MPI_Ineighbor_allgatherv", false),
@@ -758,7 +758,7 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Intercomm_create", false),
     ("MPI_Intercomm_create_from_groups", false),
     ("MPI_Intercomm_merge", false),
-    ("MPI_Iprobe", false),
+    ("MPI_Iprobe", true),
     ("MPI_Irecv", true),
     ("MPI_Irecv_c", true),
     ("MPI_Ireduce", true),
@@ -778,18 +778,18 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Iscatterv_c", true),
     ("MPI_Isend", true),
     ("MPI_Isend_c", true),
-    ("MPI_Isendrecv", false),
-    ("MPI_Isendrecv_c", false),
-    ("MPI_Isendrecv_replace", false),
-    ("MPI_Isendrecv_replace_c", false),
-    ("MPI_Issend", false),
-    ("MPI_Issend_c", false),
+    ("MPI_Isendrecv", true),
+    ("MPI_Isendrecv_c", true),
+    ("MPI_Isendrecv_replace", true),
+    ("MPI_Isendrecv_replace_c", true),
+    ("MPI_Issend", true),
+    ("MPI_Issend_c", true),
     ("MPI_Keyval_create", false),
     ("MPI_Keyval_free", false),
     ("MPI_Lookup_name", false),
-    ("MPI_Mprobe", false),
-    ("MPI_Mrecv", false),
-    ("MPI_Mrecv_c", false),
+    ("MPI_Mprobe", true),
+    ("MPI_Mrecv", true),
+    ("MPI_Mrecv_c", true),
     ("MPI_Neighbor_allgather", false),
     ("MPI_Neighbor_allgather_c", false),
     ("MPI_Neighbor_allgather_init", false),
@@ -830,7 +830,7 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Pready_list", false),
     ("MPI_Pready_range", false),
     ("MPI_Precv_init", false),
-    ("MPI_Probe", false),
+    ("MPI_Probe", true),
     ("MPI_Psend_init", false),
     ("MPI_Publish_name", false),
     ("MPI_Put", false),
@@ -840,8 +840,8 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Raccumulate_c", false),
     ("MPI_Recv", true),
     ("MPI_Recv_c", true),
-    ("MPI_Recv_init", false),
-    ("MPI_Recv_init_c", false),
+    ("MPI_Recv_init", true),
+    ("MPI_Recv_init_c", true),
     ("MPI_Reduce", true),
     ("MPI_Reduce_c", true),
     ("MPI_Reduce_init", false),
@@ -863,9 +863,9 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Remove_error_string", false),
     ("MPI_Request_free", true),
     ("MPI_Request_get_status", true),
-    ("MPI_Request_get_status_all", false),
-    ("MPI_Request_get_status_any", false),
-    ("MPI_Request_get_status_some", false),
+    ("MPI_Request_get_status_all", true),
+    ("MPI_Request_get_status_any", true),
+    ("MPI_Request_get_status_some", true),
     ("MPI_Rget", false),
     ("MPI_Rget_c", false),
     ("MPI_Rget_accumulate", false),
@@ -874,8 +874,8 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Rput_c", false),
     ("MPI_Rsend", true),
     ("MPI_Rsend_c", true),
-    ("MPI_Rsend_init", false),
-    ("MPI_Rsend_init_c", false),
+    ("MPI_Rsend_init", true),
+    ("MPI_Rsend_init_c", true),
     ("MPI_Scan", true),
     ("MPI_Scan_c", true),
     ("MPI_Scan_init", false),
@@ -890,8 +890,8 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Scatterv_init_c", false),
     ("MPI_Send", true),
     ("MPI_Send_c", true),
-    ("MPI_Send_init", false),
-    ("MPI_Send_init_c", false),
+    ("MPI_Send_init", true),
+    ("MPI_Send_init_c", true),
     ("MPI_Sendrecv", true),
     ("MPI_Sendrecv_c", true),
     ("MPI_Sendrecv_replace", true),
@@ -913,22 +913,22 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Session_iflush_buffer", false),
     ("MPI_Session_init", false),
     ("MPI_Session_set_errhandler", false),
-    ("MPI_Ssend", false),
-    ("MPI_Ssend_c", false),
-    ("MPI_Ssend_init", false),
-    ("MPI_Ssend_init_c", false),
-    ("MPI_Start", false),
-    ("MPI_Startall", false),
-    ("MPI_Status_get_error", false),
-    ("MPI_Status_get_source", false),
-    ("MPI_Status_get_tag", false),
+    ("MPI_Ssend", true),
+    ("MPI_Ssend_c", true),
+    ("MPI_Ssend_init", true),
+    ("MPI_Ssend_init_c", true),
+    ("MPI_Start", true),
+    ("MPI_Startall", true),
+    ("MPI_Status_get_error", true),
+    ("MPI_Status_get_source", true),
+    ("MPI_Status_get_tag", true),
     ("MPI_Status_set_cancelled", true),
     ("MPI_Status_set_elements", true),
     ("MPI_Status_set_elements_c", true),
     ("MPI_Status_set_elements_x", false),
-    ("MPI_Status_set_error", false),
-    ("MPI_Status_set_source", false),
-    ("MPI_Status_set_tag", false),
+    ("MPI_Status_set_error", true),
+    ("MPI_Status_set_source", true),
+    ("MPI_Status_set_tag", true),
     ("MPI_Test", true),
     ("MPI_Test_cancelled", true),
     ("MPI_Testall", true),
@@ -1501,19 +1501,19 @@ pub unsafe extern "C" fn PMPI_Bsend_c(buf: *const c_void, count: MPI_Count, data
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Bsend_init(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Bsend_init", comm)
+    crate::err::guard("MPI_Bsend_init", || unsafe { crate::api::bsend_init(buf, count, datatype, dest, tag, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Bsend_init(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Bsend_init", comm)
+    crate::err::guard("MPI_Bsend_init", || unsafe { crate::api::bsend_init(buf, count, datatype, dest, tag, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Bsend_init_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Bsend_init_c", comm)
+    crate::err::guard("MPI_Bsend_init_c", || unsafe { crate::api::bsend_init_c(buf, count, datatype, dest, tag, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Bsend_init_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Bsend_init_c", comm)
+    crate::err::guard("MPI_Bsend_init_c", || unsafe { crate::api::bsend_init_c(buf, count, datatype, dest, tag, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Buffer_attach(buffer: *mut c_void, size: c_int) -> c_int {
@@ -1565,11 +1565,11 @@ pub unsafe extern "C" fn PMPI_Buffer_iflush(request: *mut MPI_Request) -> c_int 
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Cancel(request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Cancel", MPI_COMM_SELF)
+    crate::err::guard("MPI_Cancel", || unsafe { crate::api::cancel(request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Cancel(request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Cancel", MPI_COMM_SELF)
+    crate::err::guard("MPI_Cancel", || unsafe { crate::api::cancel(request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Cart_coords(comm: MPI_Comm, rank: c_int, maxdims: c_int, coords: *mut c_int) -> c_int {
@@ -2941,11 +2941,11 @@ pub unsafe extern "C" fn PMPI_Get_accumulate_c(origin_addr: *const c_void, origi
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Get_address(location: *const c_void, address: *mut MPI_Aint) -> c_int {
-    crate::err::unsupported("MPI_Get_address", MPI_COMM_SELF)
+    crate::err::guard("MPI_Get_address", || unsafe { crate::api::get_address(location, address) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Get_address(location: *const c_void, address: *mut MPI_Aint) -> c_int {
-    crate::err::unsupported("MPI_Get_address", MPI_COMM_SELF)
+    crate::err::guard("MPI_Get_address", || unsafe { crate::api::get_address(location, address) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Get_count(status: *const MPI_Status, datatype: MPI_Datatype, count: *mut c_int) -> c_int {
@@ -3093,11 +3093,11 @@ pub unsafe extern "C" fn PMPI_Group_compare(group1: MPI_Group, group2: MPI_Group
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Group_difference(group1: MPI_Group, group2: MPI_Group, newgroup: *mut MPI_Group) -> c_int {
-    crate::err::unsupported("MPI_Group_difference", MPI_COMM_SELF)
+    crate::err::guard("MPI_Group_difference", || unsafe { crate::api::group_difference(group1, group2, newgroup) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Group_difference(group1: MPI_Group, group2: MPI_Group, newgroup: *mut MPI_Group) -> c_int {
-    crate::err::unsupported("MPI_Group_difference", MPI_COMM_SELF)
+    crate::err::guard("MPI_Group_difference", || unsafe { crate::api::group_difference(group1, group2, newgroup) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Group_excl(group: MPI_Group, n: c_int, ranks: *const c_int, newgroup: *mut MPI_Group) -> c_int {
@@ -3133,27 +3133,27 @@ pub unsafe extern "C" fn PMPI_Group_incl(group: MPI_Group, n: c_int, ranks: *con
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Group_intersection(group1: MPI_Group, group2: MPI_Group, newgroup: *mut MPI_Group) -> c_int {
-    crate::err::unsupported("MPI_Group_intersection", MPI_COMM_SELF)
+    crate::err::guard("MPI_Group_intersection", || unsafe { crate::api::group_intersection(group1, group2, newgroup) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Group_intersection(group1: MPI_Group, group2: MPI_Group, newgroup: *mut MPI_Group) -> c_int {
-    crate::err::unsupported("MPI_Group_intersection", MPI_COMM_SELF)
+    crate::err::guard("MPI_Group_intersection", || unsafe { crate::api::group_intersection(group1, group2, newgroup) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Group_range_excl(group: MPI_Group, n: c_int, ranges: *mut *mut c_int, newgroup: *mut MPI_Group) -> c_int {
-    crate::err::unsupported("MPI_Group_range_excl", MPI_COMM_SELF)
+    crate::err::guard("MPI_Group_range_excl", || unsafe { crate::api::group_range_excl(group, n, ranges, newgroup) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Group_range_excl(group: MPI_Group, n: c_int, ranges: *mut *mut c_int, newgroup: *mut MPI_Group) -> c_int {
-    crate::err::unsupported("MPI_Group_range_excl", MPI_COMM_SELF)
+    crate::err::guard("MPI_Group_range_excl", || unsafe { crate::api::group_range_excl(group, n, ranges, newgroup) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Group_range_incl(group: MPI_Group, n: c_int, ranges: *mut *mut c_int, newgroup: *mut MPI_Group) -> c_int {
-    crate::err::unsupported("MPI_Group_range_incl", MPI_COMM_SELF)
+    crate::err::guard("MPI_Group_range_incl", || unsafe { crate::api::group_range_incl(group, n, ranges, newgroup) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Group_range_incl(group: MPI_Group, n: c_int, ranges: *mut *mut c_int, newgroup: *mut MPI_Group) -> c_int {
-    crate::err::unsupported("MPI_Group_range_incl", MPI_COMM_SELF)
+    crate::err::guard("MPI_Group_range_incl", || unsafe { crate::api::group_range_incl(group, n, ranges, newgroup) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Group_rank(group: MPI_Group, rank: *mut c_int) -> c_int {
@@ -3181,11 +3181,11 @@ pub unsafe extern "C" fn PMPI_Group_translate_ranks(group1: MPI_Group, n: c_int,
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Group_union(group1: MPI_Group, group2: MPI_Group, newgroup: *mut MPI_Group) -> c_int {
-    crate::err::unsupported("MPI_Group_union", MPI_COMM_SELF)
+    crate::err::guard("MPI_Group_union", || unsafe { crate::api::group_union(group1, group2, newgroup) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Group_union(group1: MPI_Group, group2: MPI_Group, newgroup: *mut MPI_Group) -> c_int {
-    crate::err::unsupported("MPI_Group_union", MPI_COMM_SELF)
+    crate::err::guard("MPI_Group_union", || unsafe { crate::api::group_union(group1, group2, newgroup) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Iallgather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
@@ -3373,27 +3373,27 @@ pub unsafe extern "C" fn PMPI_Igatherv_c(sendbuf: *const c_void, sendcount: MPI_
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Improbe(source: c_int, tag: c_int, comm: MPI_Comm, flag: *mut c_int, message: *mut MPI_Message, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_Improbe", comm)
+    crate::err::guard("MPI_Improbe", || unsafe { crate::api::improbe(source, tag, comm, flag, message, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Improbe(source: c_int, tag: c_int, comm: MPI_Comm, flag: *mut c_int, message: *mut MPI_Message, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_Improbe", comm)
+    crate::err::guard("MPI_Improbe", || unsafe { crate::api::improbe(source, tag, comm, flag, message, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Imrecv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, message: *mut MPI_Message, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Imrecv", MPI_COMM_SELF)
+    crate::err::guard("MPI_Imrecv", || unsafe { crate::api::imrecv(buf, count, datatype, message, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Imrecv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, message: *mut MPI_Message, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Imrecv", MPI_COMM_SELF)
+    crate::err::guard("MPI_Imrecv", || unsafe { crate::api::imrecv(buf, count, datatype, message, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Imrecv_c(buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, message: *mut MPI_Message, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Imrecv_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Imrecv_c", || unsafe { crate::api::imrecv_c(buf, count, datatype, message, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Imrecv_c(buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, message: *mut MPI_Message, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Imrecv_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Imrecv_c", || unsafe { crate::api::imrecv_c(buf, count, datatype, message, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ineighbor_allgather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
@@ -3613,11 +3613,11 @@ pub unsafe extern "C" fn PMPI_Intercomm_merge(intercomm: MPI_Comm, high: c_int, 
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Iprobe(source: c_int, tag: c_int, comm: MPI_Comm, flag: *mut c_int, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_Iprobe", comm)
+    crate::err::guard("MPI_Iprobe", || unsafe { crate::api::iprobe(source, tag, comm, flag, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Iprobe(source: c_int, tag: c_int, comm: MPI_Comm, flag: *mut c_int, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_Iprobe", comm)
+    crate::err::guard("MPI_Iprobe", || unsafe { crate::api::iprobe(source, tag, comm, flag, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Irecv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
@@ -3773,51 +3773,51 @@ pub unsafe extern "C" fn PMPI_Isend_c(buf: *const c_void, count: MPI_Count, data
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Isendrecv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, dest: c_int, sendtag: c_int, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, source: c_int, recvtag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Isendrecv", comm)
+    crate::err::guard("MPI_Isendrecv", || unsafe { crate::api::isendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Isendrecv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, dest: c_int, sendtag: c_int, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, source: c_int, recvtag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Isendrecv", comm)
+    crate::err::guard("MPI_Isendrecv", || unsafe { crate::api::isendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Isendrecv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, dest: c_int, sendtag: c_int, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, source: c_int, recvtag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Isendrecv_c", comm)
+    crate::err::guard("MPI_Isendrecv_c", || unsafe { crate::api::isendrecv_c(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Isendrecv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, dest: c_int, sendtag: c_int, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, source: c_int, recvtag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Isendrecv_c", comm)
+    crate::err::guard("MPI_Isendrecv_c", || unsafe { crate::api::isendrecv_c(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Isendrecv_replace(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, sendtag: c_int, source: c_int, recvtag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Isendrecv_replace", comm)
+    crate::err::guard("MPI_Isendrecv_replace", || unsafe { crate::api::isendrecv_replace(buf, count, datatype, dest, sendtag, source, recvtag, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Isendrecv_replace(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, sendtag: c_int, source: c_int, recvtag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Isendrecv_replace", comm)
+    crate::err::guard("MPI_Isendrecv_replace", || unsafe { crate::api::isendrecv_replace(buf, count, datatype, dest, sendtag, source, recvtag, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Isendrecv_replace_c(buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, sendtag: c_int, source: c_int, recvtag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Isendrecv_replace_c", comm)
+    crate::err::guard("MPI_Isendrecv_replace_c", || unsafe { crate::api::isendrecv_replace_c(buf, count, datatype, dest, sendtag, source, recvtag, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Isendrecv_replace_c(buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, sendtag: c_int, source: c_int, recvtag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Isendrecv_replace_c", comm)
+    crate::err::guard("MPI_Isendrecv_replace_c", || unsafe { crate::api::isendrecv_replace_c(buf, count, datatype, dest, sendtag, source, recvtag, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Issend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Issend", comm)
+    crate::err::guard("MPI_Issend", || unsafe { crate::api::issend(buf, count, datatype, dest, tag, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Issend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Issend", comm)
+    crate::err::guard("MPI_Issend", || unsafe { crate::api::issend(buf, count, datatype, dest, tag, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Issend_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Issend_c", comm)
+    crate::err::guard("MPI_Issend_c", || unsafe { crate::api::issend_c(buf, count, datatype, dest, tag, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Issend_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Issend_c", comm)
+    crate::err::guard("MPI_Issend_c", || unsafe { crate::api::issend_c(buf, count, datatype, dest, tag, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Keyval_create(copy_fn: Option<MPI_Copy_function>, delete_fn: Option<MPI_Delete_function>, keyval: *mut c_int, extra_state: *mut c_void) -> c_int {
@@ -3845,27 +3845,27 @@ pub unsafe extern "C" fn PMPI_Lookup_name(service_name: *const c_char, info: MPI
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Mprobe(source: c_int, tag: c_int, comm: MPI_Comm, message: *mut MPI_Message, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_Mprobe", comm)
+    crate::err::guard("MPI_Mprobe", || unsafe { crate::api::mprobe(source, tag, comm, message, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Mprobe(source: c_int, tag: c_int, comm: MPI_Comm, message: *mut MPI_Message, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_Mprobe", comm)
+    crate::err::guard("MPI_Mprobe", || unsafe { crate::api::mprobe(source, tag, comm, message, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Mrecv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, message: *mut MPI_Message, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_Mrecv", MPI_COMM_SELF)
+    crate::err::guard("MPI_Mrecv", || unsafe { crate::api::mrecv(buf, count, datatype, message, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Mrecv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, message: *mut MPI_Message, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_Mrecv", MPI_COMM_SELF)
+    crate::err::guard("MPI_Mrecv", || unsafe { crate::api::mrecv(buf, count, datatype, message, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Mrecv_c(buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, message: *mut MPI_Message, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_Mrecv_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Mrecv_c", || unsafe { crate::api::mrecv_c(buf, count, datatype, message, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Mrecv_c(buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, message: *mut MPI_Message, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_Mrecv_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Mrecv_c", || unsafe { crate::api::mrecv_c(buf, count, datatype, message, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Neighbor_allgather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
@@ -4189,11 +4189,11 @@ pub unsafe extern "C" fn PMPI_Precv_init(buf: *mut c_void, partitions: c_int, co
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Probe(source: c_int, tag: c_int, comm: MPI_Comm, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_Probe", comm)
+    crate::err::guard("MPI_Probe", || unsafe { crate::api::probe(source, tag, comm, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Probe(source: c_int, tag: c_int, comm: MPI_Comm, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_Probe", comm)
+    crate::err::guard("MPI_Probe", || unsafe { crate::api::probe(source, tag, comm, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Psend_init(buf: *const c_void, partitions: c_int, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
@@ -4269,19 +4269,19 @@ pub unsafe extern "C" fn PMPI_Recv_c(buf: *mut c_void, count: MPI_Count, datatyp
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Recv_init(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Recv_init", comm)
+    crate::err::guard("MPI_Recv_init", || unsafe { crate::api::recv_init(buf, count, datatype, source, tag, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Recv_init(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Recv_init", comm)
+    crate::err::guard("MPI_Recv_init", || unsafe { crate::api::recv_init(buf, count, datatype, source, tag, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Recv_init_c(buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Recv_init_c", comm)
+    crate::err::guard("MPI_Recv_init_c", || unsafe { crate::api::recv_init_c(buf, count, datatype, source, tag, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Recv_init_c(buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Recv_init_c", comm)
+    crate::err::guard("MPI_Recv_init_c", || unsafe { crate::api::recv_init_c(buf, count, datatype, source, tag, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Reduce(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm) -> c_int {
@@ -4453,27 +4453,27 @@ pub unsafe extern "C" fn PMPI_Request_get_status(request: MPI_Request, flag: *mu
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Request_get_status_all(count: c_int, array_of_requests: *const MPI_Request, flag: *mut c_int, array_of_statuses: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_Request_get_status_all", MPI_COMM_SELF)
+    crate::err::guard("MPI_Request_get_status_all", || unsafe { crate::api::request_get_status_all(count, array_of_requests, flag, array_of_statuses) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Request_get_status_all(count: c_int, array_of_requests: *const MPI_Request, flag: *mut c_int, array_of_statuses: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_Request_get_status_all", MPI_COMM_SELF)
+    crate::err::guard("MPI_Request_get_status_all", || unsafe { crate::api::request_get_status_all(count, array_of_requests, flag, array_of_statuses) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Request_get_status_any(count: c_int, array_of_requests: *const MPI_Request, indx: *mut c_int, flag: *mut c_int, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_Request_get_status_any", MPI_COMM_SELF)
+    crate::err::guard("MPI_Request_get_status_any", || unsafe { crate::api::request_get_status_any(count, array_of_requests, indx, flag, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Request_get_status_any(count: c_int, array_of_requests: *const MPI_Request, indx: *mut c_int, flag: *mut c_int, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_Request_get_status_any", MPI_COMM_SELF)
+    crate::err::guard("MPI_Request_get_status_any", || unsafe { crate::api::request_get_status_any(count, array_of_requests, indx, flag, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Request_get_status_some(incount: c_int, array_of_requests: *const MPI_Request, outcount: *mut c_int, array_of_indices: *mut c_int, array_of_statuses: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_Request_get_status_some", MPI_COMM_SELF)
+    crate::err::guard("MPI_Request_get_status_some", || unsafe { crate::api::request_get_status_some(incount, array_of_requests, outcount, array_of_indices, array_of_statuses) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Request_get_status_some(incount: c_int, array_of_requests: *const MPI_Request, outcount: *mut c_int, array_of_indices: *mut c_int, array_of_statuses: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_Request_get_status_some", MPI_COMM_SELF)
+    crate::err::guard("MPI_Request_get_status_some", || unsafe { crate::api::request_get_status_some(incount, array_of_requests, outcount, array_of_indices, array_of_statuses) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Rget(origin_addr: *mut c_void, origin_count: c_int, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: MPI_Datatype, win: MPI_Win, request: *mut MPI_Request) -> c_int {
@@ -4541,19 +4541,19 @@ pub unsafe extern "C" fn PMPI_Rsend_c(buf: *const c_void, count: MPI_Count, data
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Rsend_init(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Rsend_init", comm)
+    crate::err::guard("MPI_Rsend_init", || unsafe { crate::api::rsend_init(buf, count, datatype, dest, tag, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Rsend_init(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Rsend_init", comm)
+    crate::err::guard("MPI_Rsend_init", || unsafe { crate::api::rsend_init(buf, count, datatype, dest, tag, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Rsend_init_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Rsend_init_c", comm)
+    crate::err::guard("MPI_Rsend_init_c", || unsafe { crate::api::rsend_init_c(buf, count, datatype, dest, tag, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Rsend_init_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Rsend_init_c", comm)
+    crate::err::guard("MPI_Rsend_init_c", || unsafe { crate::api::rsend_init_c(buf, count, datatype, dest, tag, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Scan(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
@@ -4669,19 +4669,19 @@ pub unsafe extern "C" fn PMPI_Send_c(buf: *const c_void, count: MPI_Count, datat
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Send_init(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Send_init", comm)
+    crate::err::guard("MPI_Send_init", || unsafe { crate::api::send_init(buf, count, datatype, dest, tag, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Send_init(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Send_init", comm)
+    crate::err::guard("MPI_Send_init", || unsafe { crate::api::send_init(buf, count, datatype, dest, tag, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Send_init_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Send_init_c", comm)
+    crate::err::guard("MPI_Send_init_c", || unsafe { crate::api::send_init_c(buf, count, datatype, dest, tag, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Send_init_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Send_init_c", comm)
+    crate::err::guard("MPI_Send_init_c", || unsafe { crate::api::send_init_c(buf, count, datatype, dest, tag, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Sendrecv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, dest: c_int, sendtag: c_int, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, source: c_int, recvtag: c_int, comm: MPI_Comm, status: *mut MPI_Status) -> c_int {
@@ -4853,75 +4853,75 @@ pub unsafe extern "C" fn PMPI_Session_set_errhandler(session: MPI_Session, errha
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ssend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Ssend", comm)
+    crate::err::guard("MPI_Ssend", || unsafe { crate::api::ssend(buf, count, datatype, dest, tag, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ssend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Ssend", comm)
+    crate::err::guard("MPI_Ssend", || unsafe { crate::api::ssend(buf, count, datatype, dest, tag, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ssend_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Ssend_c", comm)
+    crate::err::guard("MPI_Ssend_c", || unsafe { crate::api::ssend_c(buf, count, datatype, dest, tag, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ssend_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Ssend_c", comm)
+    crate::err::guard("MPI_Ssend_c", || unsafe { crate::api::ssend_c(buf, count, datatype, dest, tag, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ssend_init(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ssend_init", comm)
+    crate::err::guard("MPI_Ssend_init", || unsafe { crate::api::ssend_init(buf, count, datatype, dest, tag, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ssend_init(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ssend_init", comm)
+    crate::err::guard("MPI_Ssend_init", || unsafe { crate::api::ssend_init(buf, count, datatype, dest, tag, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ssend_init_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ssend_init_c", comm)
+    crate::err::guard("MPI_Ssend_init_c", || unsafe { crate::api::ssend_init_c(buf, count, datatype, dest, tag, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ssend_init_c(buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ssend_init_c", comm)
+    crate::err::guard("MPI_Ssend_init_c", || unsafe { crate::api::ssend_init_c(buf, count, datatype, dest, tag, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Start(request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Start", MPI_COMM_SELF)
+    crate::err::guard("MPI_Start", || unsafe { crate::api::start(request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Start(request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Start", MPI_COMM_SELF)
+    crate::err::guard("MPI_Start", || unsafe { crate::api::start(request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Startall(count: c_int, array_of_requests: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Startall", MPI_COMM_SELF)
+    crate::err::guard("MPI_Startall", || unsafe { crate::api::startall(count, array_of_requests) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Startall(count: c_int, array_of_requests: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Startall", MPI_COMM_SELF)
+    crate::err::guard("MPI_Startall", || unsafe { crate::api::startall(count, array_of_requests) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Status_get_error(status: *const MPI_Status, error: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Status_get_error", MPI_COMM_SELF)
+    crate::err::guard("MPI_Status_get_error", || unsafe { crate::api::status_get_error(status, error) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Status_get_error(status: *const MPI_Status, error: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Status_get_error", MPI_COMM_SELF)
+    crate::err::guard("MPI_Status_get_error", || unsafe { crate::api::status_get_error(status, error) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Status_get_source(status: *const MPI_Status, source: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Status_get_source", MPI_COMM_SELF)
+    crate::err::guard("MPI_Status_get_source", || unsafe { crate::api::status_get_source(status, source) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Status_get_source(status: *const MPI_Status, source: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Status_get_source", MPI_COMM_SELF)
+    crate::err::guard("MPI_Status_get_source", || unsafe { crate::api::status_get_source(status, source) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Status_get_tag(status: *const MPI_Status, tag: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Status_get_tag", MPI_COMM_SELF)
+    crate::err::guard("MPI_Status_get_tag", || unsafe { crate::api::status_get_tag(status, tag) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Status_get_tag(status: *const MPI_Status, tag: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Status_get_tag", MPI_COMM_SELF)
+    crate::err::guard("MPI_Status_get_tag", || unsafe { crate::api::status_get_tag(status, tag) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Status_set_cancelled(status: *mut MPI_Status, flag: c_int) -> c_int {
@@ -4957,27 +4957,27 @@ pub unsafe extern "C" fn PMPI_Status_set_elements_x(status: *mut MPI_Status, dat
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Status_set_error(status: *mut MPI_Status, error: c_int) -> c_int {
-    crate::err::unsupported("MPI_Status_set_error", MPI_COMM_SELF)
+    crate::err::guard("MPI_Status_set_error", || unsafe { crate::api::status_set_error(status, error) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Status_set_error(status: *mut MPI_Status, error: c_int) -> c_int {
-    crate::err::unsupported("MPI_Status_set_error", MPI_COMM_SELF)
+    crate::err::guard("MPI_Status_set_error", || unsafe { crate::api::status_set_error(status, error) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Status_set_source(status: *mut MPI_Status, source: c_int) -> c_int {
-    crate::err::unsupported("MPI_Status_set_source", MPI_COMM_SELF)
+    crate::err::guard("MPI_Status_set_source", || unsafe { crate::api::status_set_source(status, source) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Status_set_source(status: *mut MPI_Status, source: c_int) -> c_int {
-    crate::err::unsupported("MPI_Status_set_source", MPI_COMM_SELF)
+    crate::err::guard("MPI_Status_set_source", || unsafe { crate::api::status_set_source(status, source) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Status_set_tag(status: *mut MPI_Status, tag: c_int) -> c_int {
-    crate::err::unsupported("MPI_Status_set_tag", MPI_COMM_SELF)
+    crate::err::guard("MPI_Status_set_tag", || unsafe { crate::api::status_set_tag(status, tag) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Status_set_tag(status: *mut MPI_Status, tag: c_int) -> c_int {
-    crate::err::unsupported("MPI_Status_set_tag", MPI_COMM_SELF)
+    crate::err::guard("MPI_Status_set_tag", || unsafe { crate::api::status_set_tag(status, tag) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Test(request: *mut MPI_Request, flag: *mut c_int, status: *mut MPI_Status) -> c_int {

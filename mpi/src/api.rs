@@ -29,12 +29,12 @@ fn comm(h: MPI_Comm) -> Result<Arc<MpiComm>, MpiErr> {
     state::get_comm(h)
 }
 
-fn out<'a, T>(p: *mut T, what: &str) -> Result<&'a mut T, MpiErr> {
+pub(crate) fn out<'a, T>(p: *mut T, what: &str) -> Result<&'a mut T, MpiErr> {
     // SAFETY: a non-NULL out-pointer from the caller is writable (the standard's contract).
     unsafe { p.as_mut() }.ok_or_else(|| MpiErr::new(MPI_ERR_ARG, format!("{what} is NULL")))
 }
 
-fn write_status(st: *mut MPI_Status, s: MPI_Status) {
+pub(crate) fn write_status(st: *mut MPI_Status, s: MPI_Status) {
     if let Some(p) = unsafe { st.as_mut() } {
         // MPI_ERROR is left alone by single-completion calls (the standard says so).
         let e = p.MPI_ERROR;
@@ -401,24 +401,36 @@ pub unsafe fn get_count_c(st: *const MPI_Status, dt: MPI_Datatype, count: *mut M
 
 // ---- point to point ----------------------------------------------------------------------------
 
-struct P2p {
-    mc: Arc<MpiComm>,
-    bytes: usize,
+pub(crate) struct P2p {
+    pub(crate) mc: Arc<MpiComm>,
+    pub(crate) bytes: usize,
 }
 
-fn check_buf(buf: *const c_void, bytes: usize, what: &str) -> Res {
+pub(crate) fn check_buf(buf: *const c_void, bytes: usize, what: &str) -> Res {
     if buf.is_null() && bytes > 0 {
         return mpi_err!(MPI_ERR_BUFFER, "{what} is NULL with a non-zero count");
     }
     Ok(())
 }
 
-fn p2p_args(buf: *const c_void, count: i64, dt: MPI_Datatype, peer: c_int, tag: c_int, c: MPI_Comm, recv: bool) -> Result<P2p, MpiErr> {
+pub(crate) fn p2p_args(buf: *const c_void, count: i64, dt: MPI_Datatype, peer: c_int, tag: c_int, c: MPI_Comm, recv: bool) -> Result<P2p, MpiErr> {
     let mc = comm(c)?;
     let on = |e: MpiErr| e.on(c);
     let d = datatype::get(dt).map_err(on)?;
     let bytes = d.bytes(count).map_err(on)?;
     check_buf(buf, bytes, "buf").map_err(on)?;
+    check_peer(&mc, peer, tag, c, recv)?;
+    Ok(P2p { mc, bytes })
+}
+
+/// The communicator of a probe, after checking its source and tag as a receive's.
+pub(crate) fn check_comm_peer(source: c_int, tag: c_int, c: MPI_Comm) -> Result<Arc<MpiComm>, MpiErr> {
+    let mc = comm(c)?;
+    check_peer(&mc, source, tag, c, true)?;
+    Ok(mc)
+}
+
+fn check_peer(mc: &MpiComm, peer: c_int, tag: c_int, c: MPI_Comm, recv: bool) -> Res {
     let n = mc.size() as c_int;
     let peer_ok = (0..n).contains(&peer) || peer == MPI_PROC_NULL || (recv && peer == MPI_ANY_SOURCE);
     if !peer_ok {
@@ -429,10 +441,10 @@ fn p2p_args(buf: *const c_void, count: i64, dt: MPI_Datatype, peer: c_int, tag: 
     if !tag_ok {
         return Err(MpiErr::new(MPI_ERR_TAG, format!("tag {tag} is outside [0, MPI_TAG_UB = {TAG_UB}]")).on(c));
     }
-    Ok(P2p { mc, bytes })
+    Ok(())
 }
 
-fn start_send(buf: *const c_void, count: i64, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm) -> Result<Req, MpiErr> {
+pub(crate) fn start_send(buf: *const c_void, count: i64, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm) -> Result<Req, MpiErr> {
     let a = p2p_args(buf, count, dt, dest, tag, c, false)?;
     if dest == MPI_PROC_NULL {
         return Ok(Req::Done(request::proc_null_status()));
@@ -443,7 +455,7 @@ fn start_send(buf: *const c_void, count: i64, dt: MPI_Datatype, dest: c_int, tag
     Ok(Req::Send { comm: a.mc, op })
 }
 
-fn start_recv(buf: *mut c_void, count: i64, dt: MPI_Datatype, src: c_int, tag: c_int, c: MPI_Comm) -> Result<Req, MpiErr> {
+pub(crate) fn start_recv(buf: *mut c_void, count: i64, dt: MPI_Datatype, src: c_int, tag: c_int, c: MPI_Comm) -> Result<Req, MpiErr> {
     let a = p2p_args(buf, count, dt, src, tag, c, true)?;
     if src == MPI_PROC_NULL {
         return Ok(Req::Done(request::proc_null_status()));
@@ -546,9 +558,7 @@ pub unsafe fn wait(req: *mut MPI_Request, st: *mut MPI_Status) -> Res {
         write_status(st, request::empty_status());
         return Ok(());
     }
-    let r = request::take(*h)?;
-    *h = MPI_REQUEST_NULL;
-    write_status(st, r.finish()?);
+    write_status(st, request::complete(h)?);
     Ok(())
 }
 
@@ -562,14 +572,14 @@ pub unsafe fn test(req: *mut MPI_Request, flag: *mut c_int, st: *mut MPI_Status)
         return Ok(());
     }
     let r = request::take(*h)?;
-    if !r.is_done() {
-        request::put_back(*h, r);
+    let done = r.is_done();
+    request::put_back(*h, r);
+    if !done {
         *f = 0;
         return Ok(());
     }
-    *h = MPI_REQUEST_NULL;
     *f = 1;
-    write_status(st, r.finish()?);
+    write_status(st, request::complete(h)?);
     Ok(())
 }
 
@@ -636,9 +646,7 @@ pub unsafe fn waitall(n: c_int, rq: *mut MPI_Request, sts: *mut MPI_Status) -> R
             write_status(status_at(sts, i), request::empty_status());
             continue;
         }
-        let r = request::take(*h)?;
-        *h = MPI_REQUEST_NULL;
-        match r.finish() {
+        match request::complete(h) {
             Ok(s) => {
                 if let Some(p) = unsafe { status_at(sts, i).as_mut() } {
                     *p = s;
@@ -688,7 +696,7 @@ fn any(hs: &mut [MPI_Request], block: bool) -> Result<Option<Option<usize>>, Mpi
     loop {
         let mut active_seen = false;
         for (i, &h) in hs.iter().enumerate() {
-            if h == MPI_REQUEST_NULL {
+            if !request::is_active(h)? {
                 continue;
             }
             active_seen = true;
@@ -721,9 +729,7 @@ pub unsafe fn waitany(n: c_int, rq: *mut MPI_Request, index: *mut c_int, st: *mu
         }
         Some(i) => {
             *idx = i as c_int;
-            let r = request::take(hs[i])?;
-            hs[i] = MPI_REQUEST_NULL;
-            write_status(st, r.finish()?);
+            write_status(st, request::complete(&mut hs[i])?);
             Ok(())
         }
     }
@@ -749,9 +755,7 @@ pub unsafe fn testany(n: c_int, rq: *mut MPI_Request, index: *mut c_int, flag: *
         Some(Some(i)) => {
             *f = 1;
             *idx = i as c_int;
-            let r = request::take(hs[i])?;
-            hs[i] = MPI_REQUEST_NULL;
-            write_status(st, r.finish()?);
+            write_status(st, request::complete(&mut hs[i])?);
             Ok(())
         }
     }
@@ -760,6 +764,16 @@ pub unsafe fn testany(n: c_int, rq: *mut MPI_Request, index: *mut c_int, flag: *
 // ---- collectives: see colls.rs ------------------------------------------------------------------
 
 pub use crate::colls::*;
+pub use crate::extras::{
+    get_address, isendrecv, isendrecv_c, isendrecv_replace, isendrecv_replace_c, request_get_status_all, request_get_status_any,
+    request_get_status_some, status_get_error, status_get_source, status_get_tag, status_set_error, status_set_source, status_set_tag,
+};
+pub use crate::groupops::{group_difference, group_intersection, group_range_excl, group_range_incl, group_union};
+pub use crate::probe::{improbe, imrecv, imrecv_c, iprobe, mprobe, mrecv, mrecv_c, probe};
+pub use crate::persist::{
+    bsend_init, bsend_init_c, cancel, issend, issend_c, recv_init, recv_init_c, rsend_init, rsend_init_c, send_init, send_init_c, ssend,
+    ssend_c, ssend_init, ssend_init_c, start, startall,
+};
 
 // ---- user operations ---------------------------------------------------------------------------
 
@@ -900,15 +914,15 @@ fn some(n: c_int, rq: *mut MPI_Request, outcount: *mut c_int, indices: *mut c_in
         let mut active_seen = false;
         let mut done = Vec::new();
         for (i, &h) in hs.iter().enumerate() {
-            if h == MPI_REQUEST_NULL {
+            if !request::is_active(h)? {
                 continue;
             }
             active_seen = true;
             let r = request::take(h)?;
-            if r.is_done() {
-                done.push((i, r));
-            } else {
-                request::put_back(h, r);
+            let finished = r.is_done();
+            request::put_back(h, r);
+            if finished {
+                done.push(i);
             }
         }
         if !active_seen {
@@ -921,11 +935,10 @@ fn some(n: c_int, rq: *mut MPI_Request, outcount: *mut c_int, indices: *mut c_in
             }
             *oc = done.len() as c_int;
             let mut failed = None;
-            for (k, (i, r)) in done.into_iter().enumerate() {
-                hs[i] = MPI_REQUEST_NULL;
+            for (k, i) in done.into_iter().enumerate() {
                 // SAFETY: the caller's index array holds incount entries.
                 unsafe { *indices.add(k) = i as c_int };
-                match r.finish() {
+                match request::complete(&mut hs[i]) {
                     Ok(s) => {
                         if let Some(p) = unsafe { status_at(sts, k).as_mut() } {
                             *p = s;
@@ -1277,7 +1290,7 @@ pub fn bsend_flush() -> Res {
     first.map_or(Ok(()), Err)
 }
 
-fn start_bsend(buf: *const c_void, count: MPI_Count, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm) -> Res {
+pub(crate) fn start_bsend(buf: *const c_void, count: MPI_Count, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm) -> Res {
     let d = datatype::get(dt).map_err(|e| e.on(c))?;
     let n = d.bytes(count).map_err(|e| e.on(c))?;
     check_buf(buf, n, "buf").map_err(|e| e.on(c))?;

@@ -18,6 +18,26 @@ pub enum Req {
     Recv { comm: Arc<MpiComm>, op: P2pOp },
     /// A non-blocking collective on the engine; `after` runs once it succeeded.
     Coll { comm: Arc<MpiComm>, req: distcomm::request::Request, after: Option<Box<dyn FnOnce() + Send>> },
+    /// A persistent request (MPI_Send_init, Recv_init, ...): inactive, or started.
+    Persistent(Box<Persistent>),
+    /// A receive and a send as one request (MPI_Isendrecv).
+    Pair(Box<Pair>),
+}
+
+/// Done when both are; the receive's status. `keep` holds what the send sends from when it is
+/// a copy (MPI_Isendrecv_replace).
+pub struct Pair {
+    pub recv: Req,
+    pub send: Req,
+    pub keep: Vec<u8>,
+}
+
+/// What MPI_Start starts (again and again), and the operation it started last, until a
+/// completion call finishes it (the request then stays, inactive).
+pub struct Persistent {
+    pub comm: Arc<MpiComm>,
+    pub start: Box<dyn Fn() -> Result<Req, MpiErr> + Send>,
+    pub active: Option<Box<Req>>,
 }
 
 static SLOTS: Mutex<Vec<Option<Req>>> = Mutex::new(Vec::new());
@@ -47,6 +67,42 @@ pub fn take(h: MPI_Request) -> Result<Req, MpiErr> {
 
 pub fn put_back(h: MPI_Request, r: Req) {
     lock(&SLOTS)[h - REQ_BASE] = Some(r);
+}
+
+/// Waits for request `*h` and gives its status: the handle becomes MPI_REQUEST_NULL, except a
+/// persistent request's, which stays and is inactive again (an inactive one gives the empty
+/// status at once, as the standard says).
+pub fn complete(h: &mut MPI_Request) -> Result<MPI_Status, MpiErr> {
+    match take(*h)? {
+        Req::Persistent(mut p) => {
+            let started = p.active.take();
+            put_back(*h, Req::Persistent(p));
+            started.map_or(Ok(empty_status()), |r| r.finish())
+        }
+        r => {
+            *h = MPI_REQUEST_NULL;
+            r.finish()
+        }
+    }
+}
+
+/// Whether `h` is an active request: not MPI_REQUEST_NULL and not an inactive persistent one
+/// (Waitany, Testany, Waitsome and Testsome pass over those).
+pub fn is_active(h: MPI_Request) -> Result<bool, MpiErr> {
+    if h == MPI_REQUEST_NULL {
+        return Ok(false);
+    }
+    let r = take(h)?;
+    let active = !matches!(&r, Req::Persistent(p) if p.active.is_none());
+    put_back(h, r);
+    Ok(active)
+}
+
+/// A status that says its receive was cancelled (MPI_Test_cancelled reads it).
+pub fn cancelled_status() -> MPI_Status {
+    let mut st = empty_status();
+    st.MPI_internal[2] = 1;
+    st
 }
 
 pub fn empty_status() -> MPI_Status {
@@ -79,6 +135,8 @@ impl Req {
         match self {
             Req::Done(_) => None,
             Req::Send { comm, .. } | Req::Recv { comm, .. } | Req::Coll { comm, .. } => Some(comm),
+            Req::Persistent(p) => Some(&p.comm),
+            Req::Pair(p) => p.recv.comm().or(p.send.comm()),
         }
     }
 
@@ -87,6 +145,8 @@ impl Req {
             Req::Done(_) => true,
             Req::Send { comm, op } | Req::Recv { comm, op } => comm.comm.p2p_is_done(op),
             Req::Coll { req, .. } => req.is_completed(),
+            Req::Persistent(p) => p.active.as_ref().is_none_or(|r| r.is_done()),
+            Req::Pair(p) => p.recv.is_done() && p.send.is_done(),
         }
     }
 
@@ -99,6 +159,13 @@ impl Req {
         let mut st = empty_status();
         match self {
             Req::Done(s) => return Some(Ok(*s)),
+            Req::Persistent(p) => return p.active.as_mut().map_or(Some(Ok(st)), |r| r.peek()),
+            Req::Pair(p) => {
+                if let Some(Err(e)) = p.send.peek() {
+                    return Some(Err(e));
+                }
+                return p.recv.peek();
+            }
             Req::Send { comm, op } => {
                 if let Some(Err(e)) = comm.comm.p2p_result(op) {
                     return Some(Err(from_engine(&e).on(comm.handle)));
@@ -129,6 +196,15 @@ impl Req {
         let mut st = empty_status();
         match self {
             Req::Done(s) => return Ok(s),
+            Req::Persistent(p) => return p.active.map_or(Ok(st), |r| r.finish()),
+            Req::Pair(p) => {
+                let Pair { recv, send, keep } = *p;
+                let sent = send.finish();
+                let got = recv.finish();
+                drop(keep);
+                sent?;
+                return got;
+            }
             Req::Send { comm, mut op } => {
                 let r = comm.comm.wait_p2p_started(&op, &|| "MPI send".to_string());
                 op.release();
@@ -151,6 +227,15 @@ impl Req {
             }
         }
         Ok(st)
+    }
+}
+
+impl Req {
+    /// Withdraws a receive that was just started, for a call that fails after starting it.
+    pub fn cancel_now(self) {
+        if let Req::Recv { comm, op } = &self {
+            comm.comm.cancel_p2p(op, || distcomm::Error::new(distcomm::Status::Aborted, "withdrawn: the call failed"));
+        }
     }
 }
 

@@ -52,6 +52,50 @@ int main(int argc, char **argv) {
   OK(MPI_Group_size(empty, &s));
   CHECK(s == 0);
 
+  /* Set operations and rank ranges: odd = world \ even; even u odd has world's members with
+   * the even ones first; ranges name the even ranks upwards and the odd ones downwards. */
+  MPI_Group odd, both, none, evens, odds_down, rest;
+  OK(MPI_Group_difference(world, even, &odd));
+  OK(MPI_Group_size(odd, &s));
+  CHECK(s == size / 2);
+  OK(MPI_Group_union(even, odd, &both));
+  OK(MPI_Group_size(both, &s));
+  CHECK(s == size);
+  OK(MPI_Group_rank(both, &r));
+  CHECK(r == (rank % 2 ? (size + 1) / 2 + rank / 2 : rank / 2));
+  OK(MPI_Group_compare(both, world, &res));
+  CHECK(res == (size <= 2 ? MPI_IDENT : MPI_SIMILAR));
+  OK(MPI_Group_intersection(even, odd, &none));
+  OK(MPI_Group_size(none, &s));
+  CHECK(s == 0);
+  int rg[2][3] = {{0, size - 1, 2}, {0, 1, -2}};
+  rg[1][0] = (size - 1) % 2 ? size - 1 : size - 2; /* the largest odd rank */
+  OK(MPI_Group_range_incl(world, 1, rg, &evens));
+  OK(MPI_Group_compare(evens, even, &res));
+  CHECK(res == MPI_IDENT);
+  if (size > 1) {
+    OK(MPI_Group_range_incl(world, 1, &rg[1], &odds_down));
+    OK(MPI_Group_size(odds_down, &s));
+    CHECK(s == size / 2);
+    OK(MPI_Group_rank(odds_down, &r));
+    CHECK(r == (rank % 2 ? (rg[1][0] - rank) / 2 : MPI_UNDEFINED));
+    OK(MPI_Group_free(&odds_down));
+  }
+  OK(MPI_Group_range_excl(world, 1, rg, &rest));
+  OK(MPI_Group_compare(rest, odd, &res));
+  CHECK(res == MPI_IDENT);
+  int bad[1][3] = {{0, size, 1}};
+  MPI_Group unchanged = rest;
+  OK(MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN)); /* groups report there */
+  /* (We say MPI_ERR_RANK, MPICH says MPI_ERR_ARG.) */
+  int cls = -1, rc = MPI_Group_range_incl(world, 1, bad, &unchanged);
+  if (rc != MPI_SUCCESS) MPI_Error_class(rc, &cls);
+  CHECK(cls == (expect_distcomm() ? MPI_ERR_RANK : cls) && (cls == MPI_ERR_RANK || cls == MPI_ERR_ARG));
+  OK(MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_ARE_FATAL));
+  MPI_Group made[] = {rest, evens, none, both, odd};
+  for (int i = 0; i < 5; i++)
+    if (made[i] != MPI_GROUP_EMPTY) OK(MPI_Group_free(&made[i]));
+
   /* Comm_create from the even group: members get a comm, the others MPI_COMM_NULL. */
   MPI_Comm ce;
   OK(MPI_Comm_create(MPI_COMM_WORLD, even, &ce));

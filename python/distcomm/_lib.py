@@ -92,6 +92,9 @@ SIGNATURES = {
     "dc_request_wait_all": (_ST, [c_size_t, _PP]),
     "dc_request_free": (_ST, [_P]),
     "dc_request_recv_info": (_ST, [_P, POINTER(RecvInfo)]),
+    "dc_probe": (_ST, [c_int32, c_int32, c_int32, _P, POINTER(RecvInfo)]),
+    "dc_iprobe": (_ST, [c_int32, c_int32, c_int32, _P, POINTER(c_bool), POINTER(RecvInfo)]),
+    "dc_ssend": (_ST, _BLOCKING["dc_send"]),
 }
 for _name, _args in _BLOCKING.items():
     SIGNATURES[_name] = (_ST, _args)

@@ -2,7 +2,8 @@
 //! collective sequence, abort state and a worker thread for non-blocking collectives.
 //!
 //! - `world`: what `dc_init` creates and every comm of the job shares;
-//! - `p2p`: sends, receives and the one wait they all go through;
+//! - `p2p`: sends, receives and the one wait they all go through; `probe`: probes, matched
+//!   probes and withdrawing an unmatched receive;
 //! - `link`: the `Link` that collective algorithms are written against;
 //! - `dispatch`: the ordered engines a collective is offered to (device, shared memory, link);
 //! - `shm`: the shared-memory arena of a comm within one host;
@@ -16,10 +17,12 @@ mod executor;
 mod groups;
 mod link;
 mod p2p;
+mod probe;
 mod shm;
 mod world;
 
 pub use p2p::P2pOp;
+pub use probe::Probed;
 pub use world::{TransportPolicy, World};
 
 use crate::completion::deadline_after;

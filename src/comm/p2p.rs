@@ -41,6 +41,16 @@ fn wait_op(
     }
 }
 
+/// A synchronous send's result: the send's once both finished, or the first failure (a failed
+/// send gets no answer; a lost answer fails the send too).
+fn sync_result(s: &SendOp, a: &RecvOp) -> Option<Result<Done>> {
+    match (s.comp.result(), a.comp.result()) {
+        (Some(Err(e)), _) | (_, Some(Err(e))) => Some(Err(e)),
+        (Some(Ok(d)), Some(Ok(_))) => Some(Ok(d)),
+        _ => None,
+    }
+}
+
 /// A pending transport send or receive, owned by whoever waits for it.
 pub enum P2pOp {
     Send(Arc<SendOp>),
@@ -50,6 +60,9 @@ pub enum P2pOp {
     Device(Box<crate::nccl::DeviceP2p>),
     /// Finished when it was started (a small send through a shared-memory ring).
     Done(Done),
+    /// A synchronous send: the send, and the receive of the empty answer the receiver sends
+    /// once a receive matched it (see `transport::ops::sync_tag`).
+    Sync(Arc<SendOp>, Arc<RecvOp>),
 }
 
 impl P2pOp {
@@ -79,6 +92,29 @@ impl Comm {
             return done.map(P2pOp::Done);
         }
         Ok(P2pOp::Send(self.transport().post_send(&self.ctx, self.members[dst], tag as u64, 0, buf)?))
+    }
+
+    /// Starts a synchronous send to comm rank `dst`: it completes once the bytes are out and a
+    /// receive on `dst` matched the message (its answer came). Host memory only.
+    pub fn post_ssend(&self, buf: ConstBuf, dst: usize, tag: u32) -> Result<P2pOp> {
+        self.check_usable()?;
+        #[cfg(feature = "nccl")]
+        if self.route_p2p((buf.addr(), buf.len()))? {
+            return Err(Error::new(Status::Unavailable, "synchronous sends of CUDA device memory are not available"));
+        }
+        let tr = self.transport();
+        let (w, seq) = (self.members[dst], tr.next_sync_seq());
+        // The answer's receive is posted first: it may come as soon as the message is out.
+        // SAFETY: an empty buffer.
+        let empty = unsafe { MutBuf::new(std::ptr::null_mut(), 0) };
+        let ack = tr.post_recv(&self.ctx, Some(w), TagMatch::Exact(crate::transport::ops::ack_tag(seq)), 0, empty)?;
+        match tr.post_send(&self.ctx, w, crate::transport::ops::sync_tag(seq, tag), 0, buf) {
+            Ok(send) => Ok(P2pOp::Sync(send, ack)),
+            Err(e) => {
+                tr.cancel_recv(&ack, e.clone());
+                Err(e)
+            }
+        }
     }
 
     /// Starts a receive from comm rank `src` (None: any) with user tag `tag` (None: any).
@@ -165,6 +201,16 @@ impl Comm {
             return r;
         }
         let tr = self.transport();
+        if let P2pOp::Sync(s, a) = op {
+            let sent = self.wait_any(&P2pOp::Send(s.clone()), deadline, what, coll);
+            if let Err(e) = &sent {
+                tr.cancel_recv(a, e.clone());
+            }
+            let d = sent?;
+            let answer = || format!("{} (for the receiver's match of a synchronous send)", what());
+            return self.wait_any(&P2pOp::Recv(a.clone()), deadline, &answer, coll).map(|_| d);
+        }
+        tr.send_acks();
         let awaited = match op {
             P2pOp::Send(s) => Some(s.dst),
             P2pOp::Recv(r) => r.src,
@@ -210,6 +256,7 @@ impl Comm {
             #[cfg(feature = "nccl")]
             P2pOp::Device(d) => d.wait(self, deadline(), what),
             P2pOp::Done(d) => Ok(*d),
+            P2pOp::Sync(..) => unreachable!("waited above"),
         }
     }
 
@@ -228,6 +275,11 @@ impl Comm {
         match op {
             P2pOp::Send(s) if !s.comp.is_done() => self.transport().cancel_send(s, e()),
             P2pOp::Recv(r) if !r.comp.is_done() => self.transport().cancel_recv(r, e()),
+            P2pOp::Sync(s, a) if !(s.comp.is_done() && a.comp.is_done()) => {
+                let e = e();
+                self.transport().cancel_send(s, e.clone());
+                self.transport().cancel_recv(a, e);
+            }
             #[cfg(feature = "nccl")]
             P2pOp::Device(d) => d.cancel(self, e()),
             _ => {}
@@ -241,6 +293,7 @@ impl Comm {
             #[cfg(feature = "nccl")]
             P2pOp::Device(_) => false,
             P2pOp::Done(_) => true,
+            P2pOp::Sync(s, a) => sync_result(s, a).is_some(),
         }
     }
 
@@ -248,6 +301,7 @@ impl Comm {
     pub fn p2p_is_done(&self, op: &P2pOp) -> bool {
         // A caller that tests in a loop is waiting too: read what our host's peers wrote.
         if !Comm::p2p_done(op) {
+            self.transport().send_acks();
             let _ = self.transport().poll_rings();
         }
         match op {
@@ -265,6 +319,7 @@ impl Comm {
             #[cfg(feature = "nccl")]
             P2pOp::Device(d) => d.result(self),
             P2pOp::Done(d) => Some(Ok(*d)),
+            P2pOp::Sync(s, a) => sync_result(s, a),
         }
     }
 

@@ -145,3 +145,69 @@ pub unsafe extern "C" fn dc_irecv(
         })
     })
 }
+
+fn probe_args(src: i32, tag: i32, dt: dc_dtype, c: &Comm) -> Result<(Option<usize>, Option<u32>, usize)> {
+    let dt = checks::dtype(dt)?;
+    let src_r = if src == DC_ANY_SOURCE { None } else { Some(checks::rank_in(src, c.size(), "src")?) };
+    Ok((src_r, user_tag(tag, true)?, dt.size()))
+}
+
+fn probed_info(p: crate::comm::Probed, esize: usize) -> dc_recv_info {
+    dc_recv_info { source: p.source as i32, tag: p.tag as i32, count: p.bytes / esize }
+}
+
+/// Waits (up to the comm's timeout) until a message from `src` (or DC_ANY_SOURCE) with `tag`
+/// (or DC_ANY_TAG) can be received, and describes it in `info` (sender, tag, and its length in
+/// elements of `dt`, rounded down) without receiving it: the next matching dc_recv gets it.
+/// Host messages only. Statuses: DC_ERR_INVALID_ARGUMENT, DC_ERR_TIMEOUT, DC_ERR_PEER_LOST,
+/// DC_ERR_ABORTED.
+#[no_mangle]
+pub unsafe extern "C" fn dc_probe(src: i32, tag: i32, dt: dc_dtype, comm: *mut Comm, info: *mut dc_recv_info) -> dc_status {
+    guard("dc_probe", || {
+        let c = checks::comm(comm)?;
+        on_rank(c, || {
+            let (s, t, esize) = probe_args(src, tag, dt, c)?;
+            let p = c.probe(s, t)?;
+            if let Some(i) = info.as_mut() {
+                *i = probed_info(p, esize);
+            }
+            Ok(())
+        })
+    })
+}
+
+/// dc_probe without waiting: `*flag` is true if a message is there (then `info`, which may be
+/// NULL, describes it), false otherwise.
+#[no_mangle]
+pub unsafe extern "C" fn dc_iprobe(src: i32, tag: i32, dt: dc_dtype, comm: *mut Comm, flag: *mut bool, info: *mut dc_recv_info) -> dc_status {
+    guard("dc_iprobe", || {
+        let c = checks::comm(comm)?;
+        let flag = flag.as_mut().ok_or_else(|| Error::new(Status::InvalidArgument, "flag is NULL"))?;
+        on_rank(c, || {
+            let (s, t, esize) = probe_args(src, tag, dt, c)?;
+            let got = c.iprobe(s, t)?;
+            *flag = got.is_some();
+            if let (Some(p), Some(i)) = (got, info.as_mut()) {
+                *i = probed_info(p, esize);
+            }
+            Ok(())
+        })
+    })
+}
+
+/// dc_send that returns only once a receive on `dst` has matched the message (a synchronous
+/// send), at most after the comm's timeout. Host memory only. Statuses: as dc_send.
+#[no_mangle]
+pub unsafe extern "C" fn dc_ssend(buf: *const libc::c_void, count: usize, dt: dc_dtype, dst: i32, tag: i32, comm: *mut Comm) -> dc_status {
+    guard("dc_ssend", || {
+        let c = checks::comm(comm)?;
+        on_rank(c, || {
+            let dt = checks::dtype(dt)?;
+            let dst_r = checks::rank_in(dst, c.size(), "dst")?;
+            let tag = user_tag(tag, false)?.unwrap_or(0);
+            let b = checks::src_buf(buf, checks::bytes(count, dt, "count")?, "buf")?;
+            let op = c.post_ssend(b, dst_r, tag)?;
+            c.wait_p2p_started(&op, &|| format!("sending synchronously to rank {dst}")).map(|_| ())
+        })
+    })
+}

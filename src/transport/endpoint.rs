@@ -227,6 +227,10 @@ pub struct SocketTransport {
     pub(super) wake: OwnedFd,
     pub(super) stop: AtomicBool,
     pub(super) next_cookie: AtomicU64,
+    /// Numbers our synchronous sends (see `ops::sync_tag`).
+    pub(super) next_sync: AtomicU64,
+    /// The matcher holds answers owed to synchronous sends (see `probe::send_acks`).
+    pub(super) acks_due: AtomicBool,
     pub(super) thread: Mutex<Option<JoinHandle<()>>>,
     /// How long a peer may be silent (`DC_PEER_TIMEOUT_MS`; see `heartbeat`), and when the
     /// progress thread's next heartbeat turn is due.
@@ -279,6 +283,8 @@ impl SocketTransport {
             wake: unsafe { OwnedFd::from_raw_fd(efd) },
             stop: AtomicBool::new(false),
             next_cookie: AtomicU64::new(1),
+            next_sync: AtomicU64::new(0),
+            acks_due: AtomicBool::new(false),
             thread: Mutex::new(None),
             peer_timeout: cfg.peer_timeout,
             next_beat_ms: AtomicU64::new(0),
@@ -514,6 +520,7 @@ impl SocketTransport {
                 }
             }
             self.copy_claimed(Some(Instant::now() - park_limit()));
+            self.send_acks();
             self.flush_all_rings();
             let mut timeout_ms = match self.fetch_overdue() {
                 Some(due) => due.as_micros().div_ceil(1000).min(1000) as i32,

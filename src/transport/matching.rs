@@ -1,8 +1,10 @@
 //! Matching incoming messages to posted receives: per context, a queue of posted receives and a
 //! queue of complete unexpected messages, both in order, so messages between one pair with one
-//! tag are delivered in the order sent. Sans-IO: the socket layer feeds it.
+//! tag are delivered in the order sent. Probes look at the unexpected queue without taking (or
+//! wait in it for a message), and a synchronous send's answer is noted where it is matched.
+//! Sans-IO: the socket layer feeds it.
 
-use super::ops::RecvOp;
+use super::ops::{ack_for, user_tag, CtxState, RecvOp, TagMatch};
 use crate::completion::Done;
 use crate::error::{Error, Result, Status};
 use std::collections::{HashMap, VecDeque};
@@ -44,6 +46,19 @@ impl Unexpected {
         Unexpected { src, tag, check, content: Content::Bytes(data) }
     }
 
+    /// Its length in bytes (the sender's word for a parked one, checked when it came).
+    pub fn len(&self) -> usize {
+        match &self.content {
+            Content::Bytes(d) => d.len(),
+            Content::InSender(p) => p.len,
+        }
+    }
+
+    /// What a probe reports of it.
+    pub fn envelope(&self) -> Done {
+        Done { bytes: self.len(), source: self.src, tag: user_tag(self.tag) }
+    }
+
     /// Where it lies in the sender's memory, if it is still there.
     pub fn parked(&self) -> Option<&Parked> {
         match &self.content {
@@ -57,6 +72,9 @@ impl Unexpected {
 struct Queues {
     posted: VecDeque<Arc<RecvOp>>,
     unexpected: VecDeque<Unexpected>,
+    /// Blocking probes waiting for a message (ops with an empty buffer, never filled: each is
+    /// completed with the envelope of the first message it accepts, which stays queued).
+    probes: Vec<Arc<RecvOp>>,
 }
 
 /// Hashes context ids (already random 64-bit numbers, or small counters) with one multiply:
@@ -85,6 +103,9 @@ pub struct Matcher {
     ctxs: HashMap<u64, Queues, std::hash::BuildHasherDefault<CtxHasher>>,
     /// Unexpected messages still in their senders' memory.
     parked: usize,
+    /// Answers owed to synchronous sends matched here: (context, sender, answer's tag), for the
+    /// endpoint to send once it holds no lock (see `SocketTransport::send_acks`).
+    acks: Vec<(Arc<CtxState>, u32, u64)>,
 }
 
 /// The outcome of delivering a message of `len` bytes with signature `check` from `src` to `op`:
@@ -109,7 +130,7 @@ pub fn verdict(op: &RecvOp, src: u32, tag: u64, check: u32, len: usize) -> (usiz
         );
         return (cap, Err(e));
     }
-    (len, Ok(Done { bytes: len, source: src, tag }))
+    (len, Ok(Done { bytes: len, source: src, tag: user_tag(tag) }))
 }
 
 /// Copies a received unexpected message (`data`, from `src` with `tag` and `check`) into `op`
@@ -130,37 +151,107 @@ fn take_at<T>(q: &mut VecDeque<T>, i: usize) -> Option<T> {
 }
 
 impl Matcher {
+    /// Notes the answer a synchronous send is owed once `tag` (from `src`) matched.
+    fn matched(&mut self, ctx: &Arc<CtxState>, src: u32, tag: u64) {
+        if let Some(ack) = ack_for(tag) {
+            self.acks.push((ctx.clone(), src, ack));
+        }
+    }
+
     /// Takes the first posted receive that accepts a message from `src` with `tag` on `ctx`.
     pub fn take_posted(&mut self, ctx: u64, src: u32, tag: u64) -> Option<Arc<RecvOp>> {
         let q = self.ctxs.get_mut(&ctx)?;
         let i = q.posted.iter().position(|op| op.matches(ctx, src, tag))?;
-        take_at(&mut q.posted, i)
+        let op = take_at(&mut q.posted, i)?;
+        self.matched(&op.ctx, src, tag);
+        Some(op)
     }
 
     /// Takes the first complete unexpected message that `op` accepts.
     pub fn take_unexpected(&mut self, op: &RecvOp) -> Option<Unexpected> {
-        let q = self.ctxs.get_mut(&op.ctx.id)?;
-        let i = q.unexpected.iter().position(|m| op.matches(op.ctx.id, m.src, m.tag))?;
+        self.take_matching(&op.ctx, op.src, op.tag)
+    }
+
+    /// Takes the first complete unexpected message on `ctx` from `src` (None: any) whose tag
+    /// `tag` accepts (a matched probe, or a receive).
+    pub fn take_matching(&mut self, ctx: &Arc<CtxState>, src: Option<u32>, tag: TagMatch) -> Option<Unexpected> {
+        let q = self.ctxs.get_mut(&ctx.id)?;
+        let i = q.unexpected.iter().position(|m| src.is_none_or(|s| s == m.src) && tag.accepts(m.tag))?;
         let msg = take_at(&mut q.unexpected, i)?;
         self.parked -= usize::from(msg.parked().is_some());
+        self.matched(ctx, msg.src, msg.tag);
         Some(msg)
+    }
+
+    /// The envelope (length, source, user tag) of the first complete unexpected message on
+    /// `ctx` from `src` (None: any) that `tag` accepts, left in the queue.
+    pub fn peek(&self, ctx: u64, src: Option<u32>, tag: TagMatch) -> Option<Done> {
+        let q = self.ctxs.get(&ctx)?;
+        q.unexpected.iter().find(|m| src.is_none_or(|s| s == m.src) && tag.accepts(m.tag)).map(Unexpected::envelope)
+    }
+
+    /// Registers a blocking probe (an op whose buffer is never written): completed with the
+    /// envelope of the first message it accepts, now if one is queued.
+    pub fn push_probe(&mut self, op: Arc<RecvOp>) {
+        if let Some(d) = self.peek(op.ctx.id, op.src, op.tag) {
+            op.comp.complete(Ok(d));
+            return;
+        }
+        self.ctxs.entry(op.ctx.id).or_default().probes.push(op);
+    }
+
+    /// Removes a probe that gave up; true if it was still waiting.
+    pub fn remove_probe(&mut self, op: &Arc<RecvOp>) -> bool {
+        let Some(q) = self.ctxs.get_mut(&op.ctx.id) else { return false };
+        let before = q.probes.len();
+        q.probes.retain(|p| !Arc::ptr_eq(p, op));
+        q.probes.len() != before
+    }
+
+    /// Answers owed to synchronous sends, taken (see `Matcher::acks`).
+    pub fn take_acks(&mut self) -> Vec<(Arc<CtxState>, u32, u64)> {
+        std::mem::take(&mut self.acks)
+    }
+
+    pub fn has_acks(&self) -> bool {
+        !self.acks.is_empty()
     }
 
     pub fn push_posted(&mut self, op: Arc<RecvOp>) {
         self.ctxs.entry(op.ctx.id).or_default().posted.push_back(op);
     }
 
+    /// Completes the probes waiting on `q` that accept `msg` (it stays queued).
+    fn wake_probes(q: &mut Queues, msg: &Unexpected) {
+        if q.probes.is_empty() {
+            return;
+        }
+        q.probes.retain(|p| {
+            let hit = p.src.is_none_or(|s| s == msg.src) && p.tag.accepts(msg.tag);
+            if hit {
+                p.comp.complete(Ok(msg.envelope()));
+            }
+            !hit
+        });
+    }
+
     pub fn push_unexpected(&mut self, ctx: u64, msg: Unexpected) {
         self.parked += usize::from(msg.parked().is_some());
-        self.ctxs.entry(ctx).or_default().unexpected.push_back(msg);
+        let q = self.ctxs.entry(ctx).or_default();
+        Matcher::wake_probes(q, &msg);
+        q.unexpected.push_back(msg);
     }
 
     /// Puts back a message taken by a receive that was then withdrawn, at the head of its
     /// context's queue: every message before it came from another pair or tag, so per pair and
-    /// tag the order is kept.
-    pub fn return_unexpected(&mut self, ctx: u64, msg: Unexpected) {
+    /// tag the order is kept. A synchronous send was answered when it was taken: it is not
+    /// answered again.
+    pub fn return_unexpected(&mut self, ctx: u64, mut msg: Unexpected) {
         self.parked += usize::from(msg.parked().is_some());
-        self.ctxs.entry(ctx).or_default().unexpected.push_front(msg);
+        msg.tag = user_tag(msg.tag);
+        let q = self.ctxs.entry(ctx).or_default();
+        Matcher::wake_probes(q, &msg);
+        q.unexpected.push_front(msg);
     }
 
     /// When the longest-parked message was parked, if any is.
@@ -310,6 +401,46 @@ mod tests {
         deliver_copy(&r, 0, 0, 0, &[1, 2, 3, 4]);
         assert_eq!(r.comp.result().unwrap().unwrap_err().status, Status::InvalidArgument);
         assert_eq!(b, [1, 2, 0, 0]);
+    }
+
+    #[test]
+    fn probes_see_without_taking_wait_for_arrivals_and_matches_owe_answers() {
+        use crate::transport::ops::{ack_tag, sync_tag};
+        let ctx = CtxState::new(1, None);
+        let mut m = Matcher::default();
+        m.push_unexpected(1, Unexpected::bytes(2, 5, 0, vec![0; 3]));
+        m.push_unexpected(1, Unexpected { src: 2, tag: 6, check: 0, content: parked(1, Instant::now()) });
+        assert_eq!(m.peek(1, None, TagMatch::Exact(6)), Some(Done { bytes: 1, source: 2, tag: 6 }), "a parked one's length");
+        assert_eq!(m.peek(1, Some(2), TagMatch::AnyUser).map(|d| d.tag), Some(5), "first in line");
+        assert_eq!(m.peek(1, Some(3), TagMatch::AnyUser), None);
+        assert_eq!(m.peek(2, None, TagMatch::AnyUser), None, "another context");
+        // A waiting probe is completed by the first message it accepts, which stays queued.
+        let mut none = [0u8; 0];
+        let p = op(&ctx, Some(3), TagMatch::AnyUser, &mut none);
+        m.push_probe(p.clone());
+        assert!(!p.comp.is_done());
+        m.push_unexpected(1, Unexpected::bytes(4, 9, 0, vec![1]));
+        assert!(!p.comp.is_done(), "not from rank 3");
+        m.push_unexpected(1, Unexpected::bytes(3, sync_tag(11, 9), 0, vec![1, 2]));
+        assert_eq!(p.comp.result().unwrap().unwrap(), Done { bytes: 2, source: 3, tag: 9 }, "the user tag");
+        assert!(!m.remove_probe(&p), "gone once completed");
+        let q = op(&ctx, None, TagMatch::Exact(77), &mut none);
+        m.push_probe(q.clone());
+        assert!(m.remove_probe(&q) && !q.comp.is_done());
+        // Taking a synchronous send owes its sender an answer; put back, it is not owed again.
+        assert!(!m.has_acks());
+        let msg = m.take_matching(&ctx, Some(3), TagMatch::Exact(9)).unwrap();
+        let acks = m.take_acks();
+        assert_eq!(acks.iter().map(|(c, s, t)| (c.id, *s, *t)).collect::<Vec<_>>(), [(1, 3, ack_tag(11))]);
+        m.return_unexpected(1, msg);
+        let again = m.take_matching(&ctx, Some(3), TagMatch::Exact(9)).unwrap();
+        assert_eq!(again.len(), 2);
+        assert!(!m.has_acks());
+        // A posted receive that takes one likewise.
+        let mut b = [0u8; 4];
+        m.push_posted(op(&ctx, None, TagMatch::AnyUser, &mut b));
+        assert!(m.take_posted(1, 5, sync_tag(12, 1)).is_some());
+        assert_eq!(m.take_acks().len(), 1);
     }
 
     #[test]

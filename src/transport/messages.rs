@@ -34,15 +34,6 @@ pub(super) fn park_limit() -> Duration {
 /// (see `SocketTransport::finish_stream_for`).
 pub(super) const STREAM_CANCEL_GRACE: Duration = Duration::from_secs(2);
 
-/// Takes the first posted receive that accepts a message from `src` with `tag` on `ctx`, marked
-/// as being filled from `src` before the caller releases the matcher: a canceller that no
-/// longer finds it posted then knows which connection to wait for (see `cancel_recv`). The
-/// caller holds that connection's `rx` and clears the mark when done.
-pub(super) fn claim_posted(m: &mut Matcher, ctx: u64, src: u32, tag: u64) -> Option<Arc<RecvOp>> {
-    let op = m.take_posted(ctx, src, tag)?;
-    op.filling_from.store(src, Ordering::Release);
-    Some(op)
-}
 
 /// A receive and the parked message it matched.
 pub(super) struct Claimed {
@@ -57,6 +48,17 @@ pub(super) fn cma_failed(rank: u32, e: io::Error) -> Error {
 }
 
 impl SocketTransport {
+    /// Takes the first posted receive that accepts a message from `src` with `tag` on `ctx`,
+    /// marked as being filled from `src` before the caller releases the matcher: a canceller
+    /// that no longer finds it posted then knows which connection to wait for (see
+    /// `cancel_recv`). The caller holds that connection's `rx` and clears the mark when done.
+    pub(super) fn claim_posted(&self, m: &mut Matcher, ctx: u64, src: u32, tag: u64) -> Option<Arc<RecvOp>> {
+        let op = m.take_posted(ctx, src, tag)?;
+        op.filling_from.store(src, Ordering::Release);
+        self.note_acks(m);
+        Some(op)
+    }
+
     /// Starts sending `buf` to world rank `dst`. Completes when the bytes are handed to the kernel.
     pub fn post_send(&self, ctx: &Arc<CtxState>, dst: u32, tag: u64, check: u32, buf: ConstBuf) -> Result<Arc<SendOp>> {
         if let Some(e) = ctx.abort_error() {
@@ -114,7 +116,10 @@ impl SocketTransport {
     pub(super) fn deliver_or_file(&self, ctx: u64, src: u32, tag: u64, check: u32, data: Cow<'_, [u8]>) {
         let mut m = lock(&self.matcher);
         match m.take_posted(ctx, src, tag) {
-            Some(op) => deliver_copy(&op, src, tag, check, &data),
+            Some(op) => {
+                self.note_acks(&m);
+                deliver_copy(&op, src, tag, check, &data)
+            }
             None => m.push_unexpected(ctx, Unexpected::bytes(src, tag, check, data.into_owned())),
         }
     }
@@ -127,7 +132,9 @@ impl SocketTransport {
         let op = RecvOp::new(ctx, src, tag, check, buf);
         let mut m = lock(&self.matcher);
         if let Some(msg) = m.take_unexpected(&op) {
+            self.note_acks(&m);
             drop(m);
+            self.send_acks();
             if let Content::Bytes(data) = &msg.content {
                 deliver_copy(&op, msg.src, msg.tag, msg.check, data);
             } else {
@@ -158,7 +165,11 @@ impl SocketTransport {
     /// Withdraws a receive (timeout, abort, drop). On return the transport no longer touches its
     /// buffer; the op is completed with `err` unless it had already finished.
     pub fn cancel_recv(&self, op: &Arc<RecvOp>, err: Error) {
-        if lock(&self.matcher).remove_posted(op) {
+        let withdrawn = {
+            let mut m = lock(&self.matcher);
+            m.remove_posted(op) || m.remove_probe(op)
+        };
+        if withdrawn {
             op.comp.complete(Err(err));
             return;
         }
@@ -243,7 +254,7 @@ impl SocketTransport {
     pub(super) fn on_rts(&self, peer: &Peer, hdr: Header, rts: Rts, via_ring: bool, events: &mut Vec<Event>) {
         let parked = Parked { cookie: rts.cookie, addr: rts.addr, len: rts.len as usize, since: Instant::now() };
         let mut m = lock(&self.matcher);
-        let Some(op) = claim_posted(&mut m, hdr.ctx, peer.rank, hdr.tag) else {
+        let Some(op) = self.claim_posted(&mut m, hdr.ctx, peer.rank, hdr.tag) else {
             m.push_unexpected(hdr.ctx, Unexpected { src: peer.rank, tag: hdr.tag, check: hdr.check, content: Content::InSender(parked) });
             drop(m);
             // The progress thread fetches it if no receive comes in time.

@@ -12,6 +12,7 @@ mod heartbeat;
 mod fake_peer;
 mod abort;
 mod messages;
+mod probe;
 mod tcp;
 mod tcp_io;
 mod ring_wire;
@@ -24,3 +25,4 @@ pub mod stream;
 pub mod accept;
 
 pub use ops::{CtxState, RecvOp, SendOp, TagMatch};
+pub use probe::Matched;

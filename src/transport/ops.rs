@@ -10,6 +10,40 @@ use std::sync::{Arc, Mutex};
 /// Tags at or above this value belong to collectives; user tags are below.
 pub const COLL_TAG_BIT: u64 = 1 << 63;
 
+/// A point-to-point message whose sender waits for our word that a receive matched it (a
+/// synchronous send): the tag is `SYNC_TAG_BIT | seq << 32 | user tag`, matched as the user tag.
+pub const SYNC_TAG_BIT: u64 = 1 << 62;
+/// The empty message that answers a synchronous send: `ACK_TAG_BIT | seq << 32`. No user
+/// receive (not even one of any tag) matches it.
+pub const ACK_TAG_BIT: u64 = 1 << 61;
+const SYNC_SEQ_BITS: u64 = 29;
+const USER_TAG_MASK: u64 = 0xFFFF_FFFF;
+
+/// The tag of a synchronous send of user tag `tag`, numbered `seq` (taken modulo 2^29).
+pub fn sync_tag(seq: u64, tag: u32) -> u64 {
+    SYNC_TAG_BIT | ((seq & ((1 << SYNC_SEQ_BITS) - 1)) << 32) | u64::from(tag)
+}
+
+/// The tag of the answer to the synchronous send `seq`.
+pub fn ack_tag(seq: u64) -> u64 {
+    ACK_TAG_BIT | ((seq & ((1 << SYNC_SEQ_BITS) - 1)) << 32)
+}
+
+/// Whether a message's tag asks for an answer when matched; the answer's tag if so.
+#[inline]
+pub fn ack_for(tag: u64) -> Option<u64> {
+    if tag & (COLL_TAG_BIT | SYNC_TAG_BIT) != SYNC_TAG_BIT {
+        return None;
+    }
+    Some(ACK_TAG_BIT | (tag & !(SYNC_TAG_BIT | USER_TAG_MASK)))
+}
+
+/// The tag a receiver sees: a synchronous send's user tag, any other tag as it is.
+#[inline]
+pub fn user_tag(tag: u64) -> u64 {
+    if ack_for(tag).is_some() { tag & USER_TAG_MASK } else { tag }
+}
+
 /// Which tags a receive accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TagMatch {
@@ -21,8 +55,8 @@ pub enum TagMatch {
 impl TagMatch {
     pub fn accepts(&self, tag: u64) -> bool {
         match *self {
-            TagMatch::Exact(t) => t == tag,
-            TagMatch::AnyUser => tag < COLL_TAG_BIT,
+            TagMatch::Exact(t) => t == tag || (ack_for(tag).is_some() && t == tag & USER_TAG_MASK),
+            TagMatch::AnyUser => tag < COLL_TAG_BIT && tag & ACK_TAG_BIT == 0,
         }
     }
 }
@@ -158,6 +192,22 @@ impl SendOp {
 mod tests {
     use super::*;
     use crate::completion::Done;
+
+    #[test]
+    fn synchronous_tags_match_as_their_user_tag_and_answers_match_no_user_receive() {
+        let t = sync_tag(7, 42);
+        assert!(TagMatch::Exact(42).accepts(t) && TagMatch::AnyUser.accepts(t));
+        assert!(!TagMatch::Exact(43).accepts(t));
+        assert_eq!(user_tag(t), 42);
+        assert_eq!(ack_for(t), Some(ack_tag(7)));
+        assert_eq!(ack_for(42), None);
+        assert_eq!(ack_for(COLL_TAG_BIT | SYNC_TAG_BIT | 3), None, "collective tags are not sends");
+        assert!(!TagMatch::AnyUser.accepts(ack_tag(7)));
+        assert!(!TagMatch::Exact(0).accepts(ack_tag(7)));
+        assert!(TagMatch::Exact(ack_tag(7)).accepts(ack_tag(7)));
+        assert_eq!(ack_tag(7 + (1 << 29)), ack_tag(7), "numbers wrap");
+        assert_eq!(user_tag(5), 5);
+    }
 
     #[test]
     fn a_recycled_receive_starts_afresh_and_a_shared_one_is_not_recycled() {

@@ -4,7 +4,6 @@
 //! waiting thread may read and write the sockets itself (`SocketReader`).
 
 use super::endpoint::{Event, Peer, PeerState, SocketTransport, lock};
-use super::messages::claim_posted;
 use super::cma;
 use super::frame::{Header, HEADER_LEN};
 use super::matching::Unexpected;
@@ -460,7 +459,7 @@ impl SocketTransport {
             Frame::Lost { rank, how } => events.push(Event::LostElsewhere { rank, how }),
             Frame::Data(hdr) => {
                 let len = hdr.len as usize;
-                let posted = claim_posted(&mut lock(&self.matcher), hdr.ctx, peer.rank, hdr.tag);
+                let posted = self.claim_posted(&mut lock(&self.matcher), hdr.ctx, peer.rank, hdr.tag);
                 *sink = match posted {
                     Some(op) => {
                         let (keep, result) = verdict(&op, peer.rank, hdr.tag, hdr.check, len);
@@ -493,7 +492,7 @@ impl SocketTransport {
         if len < ADOPT_MIN || got >= len {
             return;
         }
-        let Some(op) = claim_posted(&mut lock(&self.matcher), hdr.ctx, peer.rank, hdr.tag) else { return };
+        let Some(op) = self.claim_posted(&mut lock(&self.matcher), hdr.ctx, peer.rank, hdr.tag) else { return };
         let (keep, result) = verdict(&op, peer.rank, hdr.tag, hdr.check, len);
         let n = got.min(keep);
         // SAFETY: n <= keep <= op's buffer length; the op is ours (taken from the posted queue,
