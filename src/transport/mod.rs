@@ -8,6 +8,7 @@ pub mod matching;
 pub mod socket;
 mod endpoint;
 mod heartbeat;
+pub mod seal;
 #[cfg(test)]
 mod fake_peer;
 mod abort;

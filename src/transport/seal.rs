@@ -1,0 +1,174 @@
+//! Encryption of a data connection between hosts (`DC_ENCRYPT=1`): every byte the two ends
+//! exchange after the handshake travels in records
+//!
+//!   `len u32 LE` (of what follows, at most [`RECORD_MAX`] + 16) | AES-256-GCM ciphertext | tag
+//!
+//! under one key per direction: HMAC-SHA-256 with the job key over the direction's label, the
+//! job id, both ranks and both handshake nonces (see `handshake`), so every connection has
+//! keys of its own and a record's nonce, the count of records sent before it under that key,
+//! never repeats. The receiver counts too: a record dropped, repeated, reordered, cut or
+//! altered on the way fails authentication, and the peer is lost; nothing of it is delivered.
+
+use crate::auth::Key;
+use crate::error::{Error, Result, Status};
+use aes_gcm::aead::{AeadInPlace, KeyInit};
+use aes_gcm::{Aes256Gcm, Nonce, Tag};
+
+/// The most plaintext one record carries (a staging buffer's worth: see `tcp_io`).
+pub const RECORD_MAX: usize = 64 * 1024;
+const TAG_LEN: usize = 16;
+/// Bytes a record adds to what it carries.
+pub const OVERHEAD: usize = 4 + TAG_LEN;
+
+const TO_ACCEPTOR: &str = "data/seal/to-acceptor";
+const TO_DIALER: &str = "data/seal/to-dialer";
+
+/// Who the two ends of a connection are, as the handshake made them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Session {
+    pub job_id: u64,
+    pub dialer: u32,
+    pub acceptor: u32,
+    pub dialer_nonce: [u8; crate::auth::LEN],
+    pub acceptor_nonce: [u8; crate::auth::LEN],
+}
+
+impl Session {
+    fn key(&self, key: &Key, label: &str) -> [u8; 32] {
+        let (j, d, a) = (self.job_id.to_le_bytes(), self.dialer.to_le_bytes(), self.acceptor.to_le_bytes());
+        key.prove(label, &[&j, &d, &a, &self.dialer_nonce, &self.acceptor_nonce])
+    }
+
+    /// The two halves for the end that dialled (`dialled`) or accepted.
+    pub fn halves(&self, key: &Key, dialled: bool) -> (Sealer, Opener) {
+        let (out, inc) = if dialled { (TO_ACCEPTOR, TO_DIALER) } else { (TO_DIALER, TO_ACCEPTOR) };
+        (Sealer::new(&self.key(key, out)), Opener::new(&self.key(key, inc)))
+    }
+}
+
+fn nonce(counter: u64) -> Nonce<aes_gcm::aead::consts::U12> {
+    let mut n = [0u8; 12];
+    n[4..].copy_from_slice(&counter.to_le_bytes());
+    n.into()
+}
+
+/// The sending half.
+pub struct Sealer {
+    cipher: Aes256Gcm,
+    sent: u64,
+}
+
+impl Sealer {
+    fn new(key: &[u8; 32]) -> Sealer {
+        Sealer { cipher: Aes256Gcm::new(key.into()), sent: 0 }
+    }
+
+    /// Appends to `out` the record of `plain` (at most [`RECORD_MAX`] bytes).
+    pub fn seal(&mut self, plain: &[u8], out: &mut Vec<u8>) {
+        assert!(plain.len() <= RECORD_MAX, "a record of {} bytes", plain.len());
+        out.extend_from_slice(&((plain.len() + TAG_LEN) as u32).to_le_bytes());
+        let start = out.len();
+        out.extend_from_slice(plain);
+        let tag = self.cipher.encrypt_in_place_detached(&nonce(self.sent), b"", &mut out[start..]).expect("AES-GCM seals any record this short");
+        out.extend_from_slice(&tag);
+        self.sent += 1;
+    }
+}
+
+/// The receiving half.
+pub struct Opener {
+    cipher: Aes256Gcm,
+    opened: u64,
+}
+
+fn broken(what: String) -> Error {
+    Error::new(Status::PeerLost, format!("encrypted connection: {what} (tampered with, or corrupted, on the way)"))
+}
+
+impl Opener {
+    fn new(key: &[u8; 32]) -> Opener {
+        Opener { cipher: Aes256Gcm::new(key.into()), opened: 0 }
+    }
+
+    /// Opens the record at the front of `buf` in place: None while it is not whole yet, else
+    /// the bytes it took and where its plaintext lies in `buf`. An error is final.
+    pub fn open(&mut self, buf: &mut [u8]) -> Result<Option<(usize, std::ops::Range<usize>)>> {
+        let Some(head) = buf.get(..4) else { return Ok(None) };
+        let len = u32::from_le_bytes(head.try_into().expect("4 bytes")) as usize;
+        if !(TAG_LEN..=RECORD_MAX + TAG_LEN).contains(&len) {
+            return Err(broken(format!("a record of {len} bytes")));
+        }
+        if buf.len() < 4 + len {
+            return Ok(None);
+        }
+        let body = 4..4 + len - TAG_LEN;
+        let tag = Tag::clone_from_slice(&buf[4 + len - TAG_LEN..4 + len]);
+        self.cipher
+            .decrypt_in_place_detached(&nonce(self.opened), b"", &mut buf[body.clone()], &tag)
+            .map_err(|_| broken(format!("record {} failed authentication", self.opened)))?;
+        self.opened += 1;
+        Ok(Some((4 + len, body)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair() -> ((Sealer, Opener), (Sealer, Opener)) {
+        let key = Key::from_token(b"t");
+        let s = Session { job_id: 9, dialer: 1, acceptor: 0, dialer_nonce: [1; 32], acceptor_nonce: [2; 32] };
+        (s.halves(&key, true), s.halves(&key, false))
+    }
+
+    #[test]
+    fn records_open_in_order_both_ways() {
+        let ((mut ds, mut do_), (mut as_, mut ao)) = pair();
+        let mut wire = Vec::new();
+        for n in [0, 1, 100, RECORD_MAX] {
+            ds.seal(&vec![n as u8; n], &mut wire);
+        }
+        let mut at = 0;
+        for n in [0, 1, 100, RECORD_MAX] {
+            let (took, plain) = ao.open(&mut wire[at..]).unwrap().expect("whole");
+            assert_eq!(&wire[at..][plain], &vec![n as u8; n][..]);
+            at += took;
+        }
+        assert_eq!(at, wire.len());
+        // The other direction has its own key: a record sealed towards the acceptor does not
+        // open at the dialer.
+        let mut back = Vec::new();
+        as_.seal(b"hello", &mut back);
+        let (_, plain) = do_.open(&mut back.clone()).unwrap().unwrap();
+        assert_eq!(plain, 4..9);
+        let mut wrong = Vec::new();
+        pair().0 .0.seal(b"hello", &mut wrong);
+        assert!(pair().0 .1.open(&mut wrong).is_err(), "a dialer's own record does not open at the dialer");
+    }
+
+    #[test]
+    fn a_partial_record_waits_and_a_tampered_repeated_or_reordered_one_fails() {
+        let ((mut s, _), (_, mut o)) = pair();
+        let mut wire = Vec::new();
+        s.seal(b"first", &mut wire);
+        let one = wire.len();
+        s.seal(b"second", &mut wire);
+        assert!(o.open(&mut wire[..one - 1]).unwrap().is_none(), "not whole yet");
+        // Reordered: the second record first.
+        let ((_, _), (_, mut o2)) = pair();
+        assert!(o2.open(&mut wire.clone()[one..]).is_err());
+        // Tampered: one bit of the ciphertext.
+        let mut t = wire.clone();
+        t[6] ^= 1;
+        let ((_, _), (_, mut o3)) = pair();
+        assert!(o3.open(&mut t).is_err());
+        // Repeated: the first record twice.
+        let mut w = wire.clone();
+        assert!(o.open(&mut w).unwrap().is_some());
+        let mut again = wire[..one].to_vec();
+        assert!(o.open(&mut again).is_err());
+        // A length no sender writes.
+        let mut bad = vec![0xff, 0xff, 0xff, 0x7f];
+        assert!(o.open(&mut bad).unwrap_err().msg.contains("a record of"));
+    }
+}
