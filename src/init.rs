@@ -99,7 +99,7 @@ pub fn init(opts: &InitOptions) -> Result<Arc<Comm>> {
         let allowed = same_host && r != rank && policy != TransportPolicy::Socket;
         cma_pids.push(if allowed { adv.and_then(cma::probe) } else { None });
     }
-    let mesh = MeshConfig { rank: rank as u32, size: size as u32, token_digest: token_digest(&rdv.token), job_id, deadline, cma_pids, host_pids, peer_timeout: crate::params::get().peer_timeout() };
+    let mesh = MeshConfig { rank: rank as u32, size: size as u32, token_digest: token_digest(&rdv.token), job_id, deadline, cma_pids, host_pids, peer_timeout: crate::params::get().peer_timeout(), encrypt: crate::params::get().encrypt };
     let transport = SocketTransport::start(listener, &addrs, &mesh, rdv.timeout)?;
     let local: Vec<usize> = (0..size).filter(|&r| mesh.cma_pids[r].is_some()).collect();
     if !local.is_empty() {

@@ -37,6 +37,8 @@ pub struct Params {
     /// `DC_PEER_TIMEOUT_MS`: how long a peer may stay silent (no frame, no heartbeat; or its
     /// process stopped) before it is lost. 0: never (waits then end only at their timeout).
     pub peer_timeout_ms: Option<u64>,
+    /// `DC_ENCRYPT=1`: connections between hosts are encrypted (see `transport::seal`).
+    pub encrypt: bool,
 }
 
 impl Params {
@@ -57,6 +59,7 @@ impl Params {
             spin_us: us("DC_SPIN_US"),
             spin_slice_us: us("DC_SPIN_SLICE_US"),
             peer_timeout_ms: us("DC_PEER_TIMEOUT_MS"),
+            encrypt: get("DC_ENCRYPT").is_some_and(|v| v.trim() == "1"),
         }
     }
 

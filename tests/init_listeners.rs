@@ -28,6 +28,7 @@ fn strangers_at_a_data_listener_do_not_stop_connections_on_demand() {
         cma_pids: vec![None; n],
         host_pids: vec![None; n],
         peer_timeout: None,
+        encrypt: false,
     };
     let ts: Vec<_> = listeners.into_iter().enumerate().map(|(r, l)| SocketTransport::start(l, &addrs, &cfg(r), Duration::from_secs(10)).unwrap()).collect();
     assert!(ts.iter().all(|t| t.connected_peers() == 0), "nothing is connected before it is needed");

@@ -81,7 +81,7 @@ impl Pending {
 enum Verdict {
     /// Our challenge is written; its proof comes next.
     Challenged,
-    Admit(Hello),
+    Admit(Hello, handshake::Session),
     Refuse(String),
 }
 
@@ -108,7 +108,8 @@ fn advance(p: &mut Pending, cfg: &MeshConfig) -> Verdict {
             if !handshake::check_proof(&cfg.token_digest, hello, cfg.rank, nonce, &p.buf[..auth::LEN]) {
                 return Verdict::Refuse(format!("rank {} gave no valid proof of the job token", hello.rank));
             }
-            Verdict::Admit(Hello { digest: cfg.token_digest, job_id: hello.job_id, rank: hello.rank, world_size: hello.world_size })
+            let session = handshake::Session { job_id: hello.job_id, dialer: hello.rank, acceptor: cfg.rank, dialer_nonce: hello.nonce, acceptor_nonce: *nonce };
+            Verdict::Admit(Hello { digest: cfg.token_digest, job_id: hello.job_id, rank: hello.rank, world_size: hello.world_size }, session)
         }
     }
 }
@@ -117,7 +118,7 @@ fn advance(p: &mut Pending, cfg: &MeshConfig) -> Verdict {
 /// the loop): each connection that completes the handshake as another rank of this job is
 /// handed to `admit` (blocking again, not yet answered), which answers it
 /// (`handshake::accept`, `duplicate` or `refuse`). Everything else is refused or dropped here.
-pub fn serve(listener: &TcpListener, cfg: &MeshConfig, hello_wait: Duration, stop: &AtomicBool, admit: &mut dyn FnMut(Hello, TcpStream)) {
+pub fn serve(listener: &TcpListener, cfg: &MeshConfig, hello_wait: Duration, stop: &AtomicBool, admit: &mut dyn FnMut(Hello, handshake::Session, TcpStream)) {
     let me = Some(cfg.rank as usize);
     if let Err(e) = listener.set_nonblocking(true) {
         dc_log!(Level::Warn, me, "data listener: {e}; no connections can be accepted");
@@ -164,10 +165,10 @@ pub fn serve(listener: &TcpListener, cfg: &MeshConfig, hello_wait: Duration, sto
                 }
                 Step::Full => match advance(&mut pending[i], cfg) {
                     Verdict::Challenged => i += 1,
-                    Verdict::Admit(h) => {
+                    Verdict::Admit(h, session) => {
                         let p = pending.remove(i);
                         if p.stream.set_nonblocking(false).is_ok() {
-                            admit(h, p.stream);
+                            admit(h, session, p.stream);
                         }
                     }
                     Verdict::Refuse(why) => {
@@ -223,7 +224,7 @@ mod tests {
     use std::sync::Arc;
 
     fn cfg(rank: u32, size: u32) -> MeshConfig {
-        MeshConfig { rank, size, token_digest: token_digest(b"t"), job_id: 9, deadline: Instant::now() + Duration::from_secs(10), cma_pids: vec![None; size as usize], host_pids: vec![None; size as usize], peer_timeout: None }
+        MeshConfig { rank, size, token_digest: token_digest(b"t"), job_id: 9, deadline: Instant::now() + Duration::from_secs(10), cma_pids: vec![None; size as usize], host_pids: vec![None; size as usize], peer_timeout: None, encrypt: false }
     }
 
     fn hello(rank: u32, size: u32) -> [u8; HELLO_LEN] {
@@ -237,7 +238,7 @@ mod tests {
         let fd = l.as_raw_fd();
         let s2 = stop.clone();
         let t = std::thread::spawn(move || {
-            serve(&l, &cfg(0, 3), wait, &s2, &mut |h, mut s| {
+            serve(&l, &cfg(0, 3), wait, &s2, &mut |h, _, mut s| {
                 handshake::accept(&mut s).unwrap();
                 tx.send((h.rank, s)).unwrap();
             })
@@ -267,7 +268,7 @@ mod tests {
         let t0 = Instant::now();
         let offer = |r: u32| {
             let mut s = TcpStream::connect(a).unwrap();
-            handshake::offer(&mut s, &Hello { digest: token_digest(b"t"), job_id: 9, rank: r, world_size: 3 }, 0, Duration::from_secs(5)).map(|ans| (ans, s))
+            handshake::offer(&mut s, &Hello { digest: token_digest(b"t"), job_id: 9, rank: r, world_size: 3 }, 0, Duration::from_secs(5)).map(|(ans, _)| (ans, s))
         };
         let k1 = offer(1).unwrap();
         let k2 = offer(2).unwrap();
@@ -304,7 +305,7 @@ mod tests {
         let t = std::thread::spawn(move || {
             let mut count = 0;
             let mut keep = Vec::new();
-            serve(&l, &cfg(0, n + 1), Duration::from_secs(5), &s2, &mut |_, mut s| {
+            serve(&l, &cfg(0, n + 1), Duration::from_secs(5), &s2, &mut |_, _, mut s| {
                 handshake::accept(&mut s).unwrap();
                 keep.push(s);
                 count += 1;

@@ -99,6 +99,38 @@ pub(super) struct Peer {
     /// Messages the peer streams to us through our ring (see `stream`), in the order of their
     /// `Cts`. A chunk is copied under this lock, so a canceller waits for it.
     pub(super) streams_in: Mutex<Vec<StreamIn>>,
+    /// Set with the connection when it is encrypted (another host, `DC_ENCRYPT`): every byte
+    /// written and read goes through it (see `seal`).
+    pub(super) sealed: OnceLock<Sealed>,
+}
+
+/// An encrypted connection's halves: the sealer with the record sealed and not yet written
+/// (taken with the `tx` lock held), the opener with the ciphertext read and not yet opened
+/// (taken with the `rx` lock held).
+pub(super) struct Sealed {
+    pub(super) out: Mutex<SealOut>,
+    pub(super) inp: Mutex<SealIn>,
+}
+
+pub(super) struct SealOut {
+    pub(super) sealer: super::seal::Sealer,
+    pub(super) buf: Vec<u8>,
+    pub(super) off: usize,
+}
+
+pub(super) struct SealIn {
+    pub(super) opener: super::seal::Opener,
+    pub(super) buf: Vec<u8>,
+}
+
+impl Sealed {
+    pub(super) fn new((sealer, opener): (super::seal::Sealer, super::seal::Opener)) -> Sealed {
+        let cap = super::seal::RECORD_MAX + super::seal::OVERHEAD;
+        Sealed {
+            out: Mutex::new(SealOut { sealer, buf: Vec::with_capacity(cap), off: 0 }),
+            inp: Mutex::new(SealIn { opener, buf: Vec::with_capacity(2 * cap) }),
+        }
+    }
 }
 
 impl Peer {
@@ -124,6 +156,7 @@ impl Peer {
             awaiting_fin: Mutex::new(HashMap::new()),
             ring_out: OnceLock::new(),
             streams_in: Mutex::new(Vec::new()),
+            sealed: OnceLock::new(),
         }
     }
 

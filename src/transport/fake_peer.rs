@@ -38,6 +38,7 @@ pub(super) fn rank1(rank0: SocketAddr, peer_timeout: Option<Duration>) -> Arc<So
         cma_pids: vec![None; 2],
         host_pids: vec![None; 2],
         peer_timeout,
+        encrypt: false,
     };
     let listener = Listener::bind("127.0.0.1".parse().unwrap(), 2).unwrap();
     let addrs = vec![rank0, listener.local_addr().unwrap()];
@@ -148,5 +149,166 @@ mod tests {
         assert!(grew < 64 << 10, "the process grew by {grew} KiB for 1 MiB that arrived");
         fake.join().unwrap();
         t.shutdown(Instant::now() + Duration::from_millis(100));
+    }
+}
+
+#[cfg(test)]
+mod sealed_tests {
+    use super::super::ops::{CtxState, TagMatch};
+    use super::*;
+    use crate::buffer::{ConstBuf, MutBuf};
+    use crate::completion::WaitOutcome;
+
+    /// Two real endpoints "on different hosts" (no host pids), connections encrypted.
+    fn pair(encrypt: bool) -> Vec<Arc<SocketTransport>> {
+        let listeners: Vec<Listener> = (0..2).map(|_| Listener::bind("127.0.0.1".parse().unwrap(), 2).unwrap()).collect();
+        let addrs: Vec<SocketAddr> = listeners.iter().map(|l| l.local_addr().unwrap()).collect();
+        listeners
+            .into_iter()
+            .enumerate()
+            .map(|(r, l)| {
+                let cfg = MeshConfig {
+                    rank: r as u32,
+                    size: 2,
+                    token_digest: handshake::token_digest(b"t"),
+                    job_id: 9,
+                    deadline: Instant::now(),
+                    cma_pids: vec![None; 2],
+                    host_pids: vec![None; 2],
+                    peer_timeout: None,
+                    encrypt,
+                };
+                SocketTransport::start(l, &addrs, &cfg, Duration::from_secs(10)).unwrap()
+            })
+            .collect()
+    }
+
+    /// Rank 1 reaches rank 0 through a relay that copies both ways, flipping one bit of what
+    /// rank 1 sends once `flip_after` bytes went by (None: none), and reports whether `needle`
+    /// was ever seen in clear in what rank 1 sent.
+    fn relayed(encrypt: bool, flip_after: Option<usize>, needle: Vec<u8>) -> (Vec<Arc<SocketTransport>>, std::thread::JoinHandle<bool>) {
+        use std::io::Read;
+        let listeners: Vec<Listener> = (0..2).map(|_| Listener::bind("127.0.0.1".parse().unwrap(), 2).unwrap()).collect();
+        let addrs: Vec<SocketAddr> = listeners.iter().map(|l| l.local_addr().unwrap()).collect();
+        let relay = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let via = relay.local_addr().unwrap();
+        let to0 = addrs[0];
+        let seen = std::thread::spawn(move || {
+            let (mut from1, _) = relay.accept().unwrap();
+            let mut to_0 = TcpStream::connect(to0).unwrap();
+            let (mut back_from, mut back_to) = (to_0.try_clone().unwrap(), from1.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut back_from, &mut back_to);
+            });
+            let (mut all, mut b, mut flipped) = (Vec::new(), [0u8; 65536], false);
+            while let Ok(n) = from1.read(&mut b) {
+                if n == 0 {
+                    break;
+                }
+                let start = all.len();
+                all.extend_from_slice(&b[..n]);
+                if let Some(at) = flip_after.filter(|&at| !flipped && all.len() > at) {
+                    b[at - start.min(at)] ^= 1;
+                    flipped = true;
+                }
+                if to_0.write_all(&b[..n]).is_err() {
+                    break;
+                }
+            }
+            all.windows(needle.len()).any(|w| w == needle.as_slice())
+        });
+        let ts = listeners
+            .into_iter()
+            .enumerate()
+            .map(|(r, l)| {
+                let mut book = addrs.clone();
+                book[0] = via;
+                let cfg = MeshConfig {
+                    rank: r as u32,
+                    size: 2,
+                    token_digest: handshake::token_digest(b"t"),
+                    job_id: 9,
+                    deadline: Instant::now(),
+                    cma_pids: vec![None; 2],
+                    host_pids: vec![None; 2],
+                    peer_timeout: None,
+                    encrypt,
+                };
+                SocketTransport::start(l, &book, &cfg, Duration::from_secs(10)).unwrap()
+            })
+            .collect::<Vec<_>>();
+        ts[1].connect(0).unwrap();
+        (ts, seen)
+    }
+
+    fn send_1_to_0(ts: &[Arc<SocketTransport>], data: &[u8]) -> (Vec<u8>, WaitOutcome) {
+        let ctx: Vec<_> = (0..2).map(|_| CtxState::new(5, None)).collect();
+        for (i, t) in ts.iter().enumerate() {
+            t.register_ctx(&ctx[i]);
+        }
+        let mut got = vec![0u8; data.len()];
+        // SAFETY: both buffers outlive the ops (waited for, or failed, below).
+        let r = ts[0].post_recv(&ctx[0], Some(1), TagMatch::Exact(3), 0, unsafe { MutBuf::new(got.as_mut_ptr(), got.len()) }).unwrap();
+        let _s = ts[1].post_send(&ctx[1], 0, 3, 0, unsafe { ConstBuf::new(data.as_ptr(), data.len()) }).unwrap();
+        let out = r.comp.wait(Instant::now() + Duration::from_secs(10), &|| ts[0].check_alive(1));
+        (got, out)
+    }
+
+    #[test]
+    fn an_encrypted_connection_carries_no_clear_text_and_a_flipped_bit_loses_the_peer() {
+        let secret: Vec<u8> = b"the quick brown fox jumps over the lazy dog ".repeat(2000);
+        // In clear, the relay sees the message; encrypted, it does not, and it arrives intact.
+        let (ts, seen) = relayed(false, None, secret[..64].to_vec());
+        let (got, out) = send_1_to_0(&ts, &secret);
+        assert!(matches!(out, WaitOutcome::Finished(Ok(_))) && got == secret);
+        ts.iter().for_each(|t| t.shutdown(Instant::now() + Duration::from_millis(300)));
+        assert!(seen.join().unwrap(), "the relay must see clear text without encryption");
+        let (ts, seen) = relayed(true, None, secret[..64].to_vec());
+        let (got, out) = send_1_to_0(&ts, &secret);
+        assert!(matches!(out, WaitOutcome::Finished(Ok(_))) && got == secret);
+        ts.iter().for_each(|t| t.shutdown(Instant::now() + Duration::from_millis(300)));
+        assert!(!seen.join().unwrap(), "clear text on an encrypted connection");
+        // A bit flipped in the middle of the message: rank 1 is lost to rank 0, which never
+        // completes the receive with altered data.
+        let (ts, _seen) = relayed(true, Some(40_000), vec![0]);
+        let (_, out) = send_1_to_0(&ts, &secret);
+        match out {
+            WaitOutcome::Interrupted(e) => assert!(e.msg.contains("failed authentication") && e.msg.contains("rank 1"), "{e}"),
+            WaitOutcome::Finished(Err(e)) => assert!(e.msg.contains("rank 1"), "{e}"),
+            o => panic!("the altered message was not refused: {o:?}"),
+        }
+        ts.iter().for_each(|t| t.shutdown(Instant::now() + Duration::from_millis(300)));
+    }
+
+    fn wait(c: &crate::completion::Completion) -> crate::completion::Done {
+        match c.wait(Instant::now() + Duration::from_secs(20), &|| None) {
+            WaitOutcome::Finished(r) => r.unwrap(),
+            o => panic!("{o:?}"),
+        }
+    }
+
+    #[test]
+    fn messages_of_every_size_cross_an_encrypted_connection_both_ways_intact() {
+        let ts = pair(true);
+        let ctx: Vec<_> = (0..2).map(|_| CtxState::new(5, None)).collect();
+        for (i, t) in ts.iter().enumerate() {
+            t.register_ctx(&ctx[i]);
+        }
+        for (k, n) in [0usize, 1, 31, 32, 100, 65_536, 65_537, 1 << 20, 3 << 22].into_iter().enumerate() {
+            for (from, to) in [(0usize, 1usize), (1, 0)] {
+                let data: Vec<u8> = (0..n).map(|i| (i * 7 + k + from) as u8).collect();
+                let mut got = vec![0u8; n];
+                // SAFETY: both buffers outlive the ops, which are waited for below.
+                let r = ts[to].post_recv(&ctx[to], Some(from as u32), TagMatch::Exact(k as u64), 0, unsafe { MutBuf::new(got.as_mut_ptr(), n) }).unwrap();
+                let s = ts[from].post_send(&ctx[from], to as u32, k as u64, 0, unsafe { ConstBuf::new(data.as_ptr(), n) }).unwrap();
+                assert_eq!(wait(&r.comp).bytes, n);
+                wait(&s.comp);
+                assert!(got == data, "{n} bytes from {from} to {to} differ");
+            }
+        }
+        assert!(ts.iter().all(|t| t.peer_if_known(1 - t.rank()).is_some_and(|p| p.sealed.get().is_some())), "both ends encrypted");
+        for t in &ts {
+            t.shutdown(Instant::now() + Duration::from_millis(500));
+        }
     }
 }

@@ -17,6 +17,7 @@
 //! is new), and one reflected back fails (the roles' labels differ).
 
 use crate::auth::{self, Key};
+pub use super::seal::Session;
 use crate::error::{Error, Result, Status};
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -121,8 +122,9 @@ pub fn check_proof(digest: &[u8; 32], h: &Received, me: u32, our_nonce: &[u8], p
 }
 
 /// The connecting side: sends our hello on a fresh connection to rank `peer`, checks the
-/// acceptor's proof, proves ourselves, and returns its answer.
-pub fn offer(stream: &mut TcpStream, hello: &Hello, peer: u32, wait: Duration) -> Result<Answer> {
+/// acceptor's proof, proves ourselves, and returns its answer (with the session, whose nonces
+/// key an encrypted connection: see `seal`).
+pub fn offer(stream: &mut TcpStream, hello: &Hello, peer: u32, wait: Duration) -> Result<(Answer, Option<Session>)> {
     let io = |e: std::io::Error| Error::new(Status::Rendezvous, format!("handshake with rank {peer} failed: {e}"));
     let silent = |e: &std::io::Error| matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut);
     let key = Key::from_bytes(hello.digest);
@@ -131,14 +133,14 @@ pub fn offer(stream: &mut TcpStream, hello: &Hello, peer: u32, wait: Duration) -
     stream.write_all(&hello.encode(&nonce)).map_err(io)?;
     let mut c = [0u8; CHALLENGE_LEN];
     match stream.read_exact(&mut c[..1]) {
-        Err(e) if silent(&e) => return Ok(Answer::Silent),
+        Err(e) if silent(&e) => return Ok((Answer::Silent, None)),
         r => r.map_err(io)?,
     }
     if c[0] != CHALLENGE {
         return Err(refused(peer));
     }
     match stream.read_exact(&mut c[1..]) {
-        Err(e) if silent(&e) => return Ok(Answer::Silent),
+        Err(e) if silent(&e) => return Ok((Answer::Silent, None)),
         r => r.map_err(io)?,
     }
     let their_nonce = &c[1..1 + auth::LEN];
@@ -152,13 +154,14 @@ pub fn offer(stream: &mut TcpStream, hello: &Hello, peer: u32, wait: Duration) -
     stream.write_all(&key.prove(CLIENT_LABEL, &client_parts(&j, &me, &them, their_nonce, &nonce))).map_err(io)?;
     let mut ans = [0u8; 1];
     match stream.read_exact(&mut ans) {
-        Err(e) if silent(&e) => return Ok(Answer::Silent),
+        Err(e) if silent(&e) => return Ok((Answer::Silent, None)),
         r => r.map_err(io)?,
     }
     stream.set_read_timeout(None).map_err(io)?;
+    let session = Session { job_id: hello.job_id, dialer: hello.rank, acceptor: peer, dialer_nonce: nonce, acceptor_nonce: their_nonce.try_into().expect("a nonce") };
     match ans[0] {
-        ACCEPTED => Ok(Answer::Accepted),
-        DUPLICATE => Ok(Answer::Duplicate),
+        ACCEPTED => Ok((Answer::Accepted, Some(session))),
+        DUPLICATE => Ok((Answer::Duplicate, None)),
         _ => Err(refused(peer)),
     }
 }
@@ -227,7 +230,7 @@ mod tests {
             accept(&mut s).unwrap();
             h.rank
         });
-        assert_eq!(offer(&mut c, &hello(b"k", 1), 2, Duration::from_secs(5)).unwrap(), Answer::Accepted);
+        assert_eq!(offer(&mut c, &hello(b"k", 1), 2, Duration::from_secs(5)).unwrap().0, Answer::Accepted);
         assert_eq!(t.join().unwrap(), 1);
     }
 
@@ -262,7 +265,7 @@ mod tests {
             accept(&mut s).unwrap();
             h
         });
-        assert_eq!(offer(&mut c, &hello(b"k", 1), 2, Duration::from_secs(5)).unwrap(), Answer::Accepted);
+        assert_eq!(offer(&mut c, &hello(b"k", 1), 2, Duration::from_secs(5)).unwrap().0, Answer::Accepted);
         let _ = t.join().unwrap().unwrap();
         // ...then, on another connection, a genuine hello and a proof made for an old challenge:
         // the acceptor's nonce is new, so it is refused.

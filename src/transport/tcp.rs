@@ -56,6 +56,8 @@ pub struct MeshConfig {
     pub host_pids: Vec<Option<i32>>,
     /// How long a peer may stay silent before it is lost (see `heartbeat`; None: never).
     pub peer_timeout: Option<Duration>,
+    /// Encrypt the connections to other hosts (`DC_ENCRYPT=1`; see `seal`).
+    pub encrypt: bool,
 }
 
 /// Send buffer of a connection whose two ends are on one host (loopback, or the same address
@@ -154,7 +156,7 @@ pub(super) const AWAIT_PEER_SLICE: Duration = Duration::from_secs(2);
 /// whether the pair keeps it. A refused connection means the peer's listener is closed (it is
 /// bound before its address is published): the peer exited or shut its transport down. An
 /// attempt that gets no answer within [`ANSWER_WAIT`] is dropped and made again.
-pub(super) fn connect_to(addr: SocketAddr, cfg: &MeshConfig, peer: u32, deadline: Instant) -> Result<(handshake::Answer, TcpStream)> {
+pub(super) fn connect_to(addr: SocketAddr, cfg: &MeshConfig, peer: u32, deadline: Instant) -> Result<(handshake::Answer, TcpStream, Option<handshake::Session>)> {
     let mut backoff = Duration::from_millis(1);
     let mut rng = Jitter::new();
     let mut refusals = 0;
@@ -169,12 +171,12 @@ pub(super) fn connect_to(addr: SocketAddr, cfg: &MeshConfig, peer: u32, deadline
             Ok(mut s) => {
                 let hello = Hello { digest: cfg.token_digest, job_id: cfg.job_id, rank: cfg.rank, world_size: cfg.size };
                 match handshake::offer(&mut s, &hello, peer, left.min(ANSWER_WAIT))? {
-                    handshake::Answer::Silent => {
+                    (handshake::Answer::Silent, _) => {
                         stalls += 1;
                         dc_log!(Level::Warn, Some(cfg.rank as usize), "rank {peer} at {addr} did not answer our hello within {:?}; dialling again", left.min(ANSWER_WAIT));
                         false
                     }
-                    ans => return Ok((ans, s)),
+                    (ans, session) => return Ok((ans, s, session)),
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
@@ -209,8 +211,16 @@ pub(super) enum Dial {
 
 impl SocketTransport {
     /// Makes `stream` the connection to `peer` (the caller holds its `dial` lock) and lets the
-    /// progress thread watch it.
-    pub(super) fn attach_stream(&self, peer: &Arc<Peer>, stream: TcpStream) -> Result<()> {
+    /// progress thread watch it. `session`: the handshake's, and whether we dialled; a
+    /// connection to another host is encrypted with it when the job says so (`DC_ENCRYPT`).
+    pub(super) fn attach_stream(&self, peer: &Arc<Peer>, stream: TcpStream, session: Option<(handshake::Session, bool)>) -> Result<()> {
+        if self.mesh.encrypt && self.remote(peer.rank) {
+            let Some((session, dialled)) = session else {
+                return Err(Error::new(Status::Internal, format!("no handshake session for the connection to rank {}", peer.rank)));
+            };
+            let halves = session.halves(&crate::auth::Key::from_bytes(self.mesh.token_digest), dialled);
+            let _ = peer.sealed.set(super::endpoint::Sealed::new(halves));
+        }
         tune(&stream)?;
         stream.set_nonblocking(true).map_err(|e| Error::system("nonblocking", e))?;
         lock(&peer.rx).stage = vec![0u8; STAGE_LEN].into_boxed_slice();
@@ -228,7 +238,7 @@ impl SocketTransport {
     /// The door's part: rank `from` connected to us (hello checked, not answered). When both
     /// ranks of a pair connect at once, the lower rank's connection is the one kept: the higher
     /// rank accepts it while its own attempt is answered "duplicate" and waits for it.
-    pub(super) fn admit(&self, from: u32, mut stream: TcpStream) {
+    pub(super) fn admit(&self, from: u32, session: handshake::Session, mut stream: TcpStream) {
         let peer = self.peer(from);
         let dial = lock(&peer.dial);
         let ours_wins = *dial == Dial::Connecting && self.rank < from;
@@ -239,7 +249,7 @@ impl SocketTransport {
         if handshake::accept(&mut stream).is_err() {
             return;
         }
-        if let Err(e) = self.attach_stream(peer, stream) {
+        if let Err(e) = self.attach_stream(peer, stream, Some((session, false))) {
             dc_log!(Level::Warn, Some(self.rank as usize), "connection from rank {from}: {}", e.msg);
         }
         drop(dial);
@@ -279,8 +289,8 @@ impl SocketTransport {
             let attempt = connect_to(self.addrs[peer.rank as usize], &self.mesh, peer.rank, deadline);
             let mut dial = lock(&peer.dial);
             match attempt {
-                Ok((handshake::Answer::Accepted, s)) => break (self.attach_stream(peer, s), dial),
-                Ok((handshake::Answer::Duplicate, _)) => {
+                Ok((handshake::Answer::Accepted, s, session)) => break (self.attach_stream(peer, s, session.map(|x| (x, true))), dial),
+                Ok((handshake::Answer::Duplicate, ..)) => {
                     // Its connection is on its way (or here already): wait for it like any
                     // thread, for a while; its attempt may have failed, so then dial again.
                     *dial = Dial::AwaitingPeer;
@@ -304,7 +314,7 @@ impl SocketTransport {
                     drop(dial);
                     slice *= 2;
                 }
-                Ok((handshake::Answer::Silent, _)) => {
+                Ok((handshake::Answer::Silent, ..)) => {
                     break (Err(Error::new(Status::Timeout, format!("rank {} did not answer within {wait:?}", peer.rank))), dial);
                 }
                 Err(e) => break (Err(e), dial),
@@ -332,11 +342,11 @@ impl SocketTransport {
             .name(format!("dc-accept-r{}", self.rank))
             .stack_size(256 << 10)
             .spawn(move || {
-                super::accept::serve(&listener, &mesh, HELLO_WAIT, &stop, &mut |h, s| match weak.upgrade() {
+                super::accept::serve(&listener, &mesh, HELLO_WAIT, &stop, &mut |h, session, s| match weak.upgrade() {
                     Some(t) => {
                         // The door serves every peer: a fault while admitting one must not
                         // close it for the others.
-                        let admitted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t.admit(h.rank, s)));
+                        let admitted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t.admit(h.rank, session, s)));
                         if let Err(p) = admitted {
                             let what = crate::panics::message(&*p);
                             dc_log!(Level::Warn, Some(t.rank as usize), "admitting rank {}'s connection panicked: {what}", h.rank);
@@ -418,7 +428,7 @@ mod tests {
     fn a_peer_that_answers_duplicate_but_never_connects_is_dialled_again() {
         let (fake, t0) = fake_rank0(vec![2, 1]);
         let digest = handshake::token_digest(b"t");
-        let cfg = MeshConfig { rank: 1, size: 2, token_digest: digest, job_id: 9, deadline: Instant::now(), cma_pids: vec![None; 2], host_pids: vec![None; 2], peer_timeout: None };
+        let cfg = MeshConfig { rank: 1, size: 2, token_digest: digest, job_id: 9, deadline: Instant::now(), cma_pids: vec![None; 2], host_pids: vec![None; 2], peer_timeout: None, encrypt: false };
         let listener = Listener::bind("127.0.0.1".parse().unwrap(), 2).unwrap();
         let addrs = vec![fake, listener.local_addr().unwrap()];
         let t = SocketTransport::start(listener, &addrs, &cfg, Duration::from_secs(30)).unwrap();
@@ -434,7 +444,7 @@ mod tests {
 
     #[test]
     fn aborts_for_unknown_contexts_are_kept_within_a_bound() {
-        let cfg = MeshConfig { rank: 0, size: 2, token_digest: handshake::token_digest(b"t"), job_id: 9, deadline: Instant::now(), cma_pids: vec![None; 2], host_pids: vec![None; 2], peer_timeout: None };
+        let cfg = MeshConfig { rank: 0, size: 2, token_digest: handshake::token_digest(b"t"), job_id: 9, deadline: Instant::now(), cma_pids: vec![None; 2], host_pids: vec![None; 2], peer_timeout: None, encrypt: false };
         let listener = Listener::bind("127.0.0.1".parse().unwrap(), 2).unwrap();
         let addrs = vec![listener.local_addr().unwrap(), "127.0.0.1:9".parse().unwrap()];
         let t = SocketTransport::start(listener, &addrs, &cfg, Duration::from_secs(5)).unwrap();

@@ -3,7 +3,8 @@
 //! the sans-IO decoder (`protocol`) and reads large bodies straight into their destination; a
 //! waiting thread may read and write the sockets itself (`SocketReader`).
 
-use super::endpoint::{Event, Peer, PeerState, SocketTransport, lock};
+use super::endpoint::{Event, Peer, PeerState, SealIn, SealOut, Sealed, SocketTransport, lock};
+use super::seal::{OVERHEAD, RECORD_MAX};
 use super::cma;
 use super::frame::{Header, HEADER_LEN};
 use super::matching::Unexpected;
@@ -161,6 +162,9 @@ impl SocketTransport {
 
     /// Writes queued frames until the queue is empty (Ok(true)) or the socket is full (Ok(false)).
     pub(super) fn flush(&self, peer: &Peer, q: &mut VecDeque<TxItem>) -> io::Result<bool> {
+        if let Some(sealed) = peer.sealed.get() {
+            return flush_sealed(peer, q, sealed);
+        }
         while let Some(it) = q.front_mut() {
             let body = it.body();
             let hdr_rest = &it.hdr[it.hdr_off..];
@@ -308,6 +312,9 @@ impl SocketTransport {
     }
 
     pub(super) fn pump_read(&self, peer: &Peer, mut rx: MutexGuard<'_, Rx>, events: &mut Vec<Event>, yield_to_readers: bool) -> bool {
+        if let Some(sealed) = peer.sealed.get() {
+            return self.pump_read_sealed(peer, rx, events, yield_to_readers, sealed);
+        }
         let mut got = false;
         loop {
             if let Err(e) = self.consume(peer, &mut rx, events) {
@@ -376,6 +383,65 @@ impl SocketTransport {
             }
             let at = rx.dec.body_read(n);
             self.settle(peer, &mut rx.sink, at);
+        }
+    }
+
+    /// `pump_read` on an encrypted connection: ciphertext is read into the opener's buffer,
+    /// each whole record opened into the staging buffer and consumed from there (no direct
+    /// reads into receive buffers: the bytes must be opened first).
+    fn pump_read_sealed(&self, peer: &Peer, mut rx: MutexGuard<'_, Rx>, events: &mut Vec<Event>, yield_to_readers: bool, sealed: &Sealed) -> bool {
+        let mut got = false;
+        let mut inp = lock(&sealed.inp);
+        loop {
+            if let Err(e) = self.consume(peer, &mut rx, events) {
+                events.push(Event::Gone(e.msg));
+                return got;
+            }
+            rx.start = 0;
+            rx.end = 0;
+            let SealIn { opener, buf } = &mut *inp;
+            match opener.open(buf) {
+                Err(e) => {
+                    events.push(Event::Gone(e.msg));
+                    return true;
+                }
+                Ok(Some((took, plain))) => {
+                    let n = plain.len();
+                    rx.stage[..n].copy_from_slice(&buf[plain]);
+                    buf.drain(..took);
+                    rx.end = n;
+                    continue;
+                }
+                Ok(None) => {}
+            }
+            if yield_to_readers && self.socket_readers.load(Ordering::Relaxed) > 0 {
+                return got;
+            }
+            buf.reserve(RECORD_MAX + OVERHEAD);
+            let spare = buf.capacity() - buf.len();
+            // SAFETY: reading into the reserved, unused capacity; set_len only after the kernel wrote.
+            let n = unsafe { libc::recv(peer.fd(), buf.as_mut_ptr().add(buf.len()) as *mut libc::c_void, spare, libc::MSG_DONTWAIT) };
+            if n == 0 {
+                events.push(Event::Gone("connection closed by the peer (process exited or was killed?)".into()));
+                return true;
+            }
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                match e.kind() {
+                    io::ErrorKind::WouldBlock => return got,
+                    io::ErrorKind::Interrupted => continue,
+                    _ => {
+                        events.push(Event::Gone(format!("read failed: {e}")));
+                        return true;
+                    }
+                }
+            }
+            // SAFETY: the kernel initialised n more bytes within the capacity.
+            unsafe { buf.set_len(buf.len() + n as usize) };
+            if !got {
+                peer.last_heard_ms.store(self.now_ms(), Ordering::Release);
+            }
+            got = true;
         }
     }
 
@@ -597,5 +663,60 @@ impl Wire for TcpWire {
                 q[i].detach();
             }
         }
+    }
+}
+
+/// `flush` on an encrypted connection: the queued frames' bytes are sealed a record at a time
+/// (several small frames share one) and the record is written; a frame is done (its send
+/// complete) once all its bytes are sealed, as its buffer is no longer needed then.
+fn flush_sealed(peer: &Peer, q: &mut VecDeque<TxItem>, sealed: &Sealed) -> io::Result<bool> {
+    let mut out = lock(&sealed.out);
+    let SealOut { sealer, buf, off } = &mut *out;
+    let mut plain = Vec::new();
+    loop {
+        while *off < buf.len() {
+            let rest = &buf[*off..];
+            // SAFETY: a valid fd and a live slice; MSG_NOSIGNAL turns a broken pipe into EPIPE.
+            let n = unsafe { libc::send(peer.fd(), rest.as_ptr() as *const libc::c_void, rest.len(), libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                match e.kind() {
+                    io::ErrorKind::WouldBlock => return Ok(false),
+                    io::ErrorKind::Interrupted => continue,
+                    _ => return Err(e),
+                }
+            }
+            *off += n as usize;
+        }
+        buf.clear();
+        *off = 0;
+        if q.is_empty() {
+            return Ok(true);
+        }
+        if plain.capacity() == 0 {
+            plain.reserve_exact(RECORD_MAX);
+        }
+        plain.clear();
+        while let Some(it) = q.front_mut() {
+            let h = (HEADER_LEN - it.hdr_off).min(RECORD_MAX - plain.len());
+            plain.extend_from_slice(&it.hdr[it.hdr_off..it.hdr_off + h]);
+            it.hdr_off += h;
+            let body = it.body();
+            let b = (body.len() - it.off).min(RECORD_MAX - plain.len());
+            plain.extend_from_slice(&body[it.off..it.off + b]);
+            it.off += b;
+            if it.hdr_off < HEADER_LEN || it.off < it.body().len() {
+                break; // the record is full
+            }
+            let done = q.pop_front().unwrap();
+            if let Some(op) = done.op {
+                let bytes = op.buf.len();
+                op.comp.complete(Ok(Done { bytes, source: op.dst, tag: 0 }));
+            }
+            if plain.len() == RECORD_MAX {
+                break;
+            }
+        }
+        sealer.seal(&plain, buf);
     }
 }
