@@ -294,4 +294,34 @@ else
   echo "multihost: NOTE $PYTHON cannot import numpy and distcomm; silent-peer jobs skipped"
 fi
 
+# 6. Encryption between hosts (DC_ENCRYPT=1): the C tests over 2 hosts and train_dp.py pass
+# encrypted; then the cost: dc-bench allreduce of 16 MiB, one rank per host, sockets, clear and
+# encrypted in interleaved rounds (the median ratio of their bus bandwidths is printed).
+if [ -d "$C_TESTS_DIR" ] && ls "$C_TESTS_DIR"/test_* >/dev/null 2>&1; then
+  for t in "$C_TESTS_DIR"/test_*; do
+    [ -x "$t" ] && [ -f "$t" ] || continue
+    job "enc-$(basename "$t")" 2 ok DC_SOCKET_IFNAME=data0 DC_ENCRYPT=1 -- "$t"
+    PASSED=$((PASSED + 1))
+  done
+  echo "multihost: C tests over 2 hosts x $RPN ranks with DC_ENCRYPT=1: passed"
+fi
+if "$PYTHON" -c 'import numpy, distcomm' >/dev/null 2>&1; then
+  job enc-py-train 2 ok DC_SOCKET_IFNAME=data0 DC_ENCRYPT=1 -- "$PYTHON" "$ROOT/examples/python/train_dp.py" --steps 20
+  grep -q "trained on $((2 * RPN)) ranks: OK" "$TMP/enc-py-train.node0" || { echo "FAIL: train_dp did not report OK encrypted" >&2; cat "$TMP/enc-py-train.node0" >&2; exit 1; }
+  PASSED=$((PASSED + 1))
+  echo "multihost: train_dp.py over 2 hosts with DC_ENCRYPT=1: OK"
+fi
+if [ -x "$DCBENCH" ] && [ "${ENC_ROUNDS:-3}" -gt 0 ]; then
+  for ((r = 1; r <= ${ENC_ROUNDS:-3}; r++)); do
+    for enc in 0 1; do
+      JOB_RPN=1 job "enc-bench-$enc-$r" 2 ok DC_SOCKET_IFNAME=data0 DC_ENCRYPT=$enc -- "$DCBENCH" -o allreduce -b 16M -e 16M -n 10 -w 2 -c 1 --csv "$TMP/enc-$enc-$r.csv"
+    done
+  done
+  ratio=$(for ((r = 1; r <= ${ENC_ROUNDS:-3}; r++)); do
+    c=$(awk -F, 'NR == 2 { print $8 }' "$TMP/enc-0-$r.csv"); e=$(awk -F, 'NR == 2 { print $8 }' "$TMP/enc-1-$r.csv")
+    awk -v c="$c" -v e="$e" 'BEGIN { printf "%.3f\n", c / e }'
+  done | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }')
+  echo "multihost: allreduce 16 MiB between 2 hosts: encrypted bus bandwidth $ratio x clear text (median of ${ENC_ROUNDS:-3} interleaved rounds)"
+fi
+
 echo "multihost: all $PASSED jobs passed"

@@ -57,13 +57,28 @@ pub fn init(opts: &InitOptions) -> Result<Arc<Comm>> {
     let timeout_ms = rdv.timeout.as_millis() as i64;
 
     // A job id spread by rank 0 keeps data connections of different jobs (same token) apart.
+    // Rank 0 publishes the job id and whether connections between hosts are encrypted: every
+    // rank must say the same (an encrypted end cannot talk to a clear one).
+    let encrypt = crate::params::get().encrypt;
     let job_id = if rank == 0 {
         let id = random_u64();
-        rdv.store.set("job_id", &id.to_le_bytes())?;
+        let mut v = id.to_le_bytes().to_vec();
+        v.push(u8::from(encrypt));
+        rdv.store.set("job_id", &v)?;
         id
     } else {
         let v = rdv.store.get("job_id", deadline).map_err(|e| e.context("waiting for rank 0 to publish the job id"))?;
-        u64::from_le_bytes(v.as_slice().try_into().map_err(|_| Error::new(Status::Rendezvous, "malformed job id in the store"))?)
+        let (Some(id), Some(&theirs)) = (v.get(..8), v.get(8)) else {
+            return Err(Error::new(Status::Rendezvous, "malformed job id in the store"));
+        };
+        if (theirs != 0) != encrypt {
+            let say = |on: bool| if on { "1" } else { "unset" };
+            return Err(Error::new(
+                Status::InvalidUsage,
+                format!("DC_ENCRYPT is {} on rank 0 and {} on rank {rank}: every rank of a job must set it alike", say(theirs != 0), say(encrypt)),
+            ));
+        }
+        u64::from_le_bytes(id.try_into().expect("8 bytes"))
     };
 
     crate::transport::socket::raise_fd_limit();
@@ -99,7 +114,7 @@ pub fn init(opts: &InitOptions) -> Result<Arc<Comm>> {
         let allowed = same_host && r != rank && policy != TransportPolicy::Socket;
         cma_pids.push(if allowed { adv.and_then(cma::probe) } else { None });
     }
-    let mesh = MeshConfig { rank: rank as u32, size: size as u32, token_digest: token_digest(&rdv.token), job_id, deadline, cma_pids, host_pids, peer_timeout: crate::params::get().peer_timeout(), encrypt: crate::params::get().encrypt };
+    let mesh = MeshConfig { rank: rank as u32, size: size as u32, token_digest: token_digest(&rdv.token), job_id, deadline, cma_pids, host_pids, peer_timeout: crate::params::get().peer_timeout(), encrypt };
     let transport = SocketTransport::start(listener, &addrs, &mesh, rdv.timeout)?;
     let local: Vec<usize> = (0..size).filter(|&r| mesh.cma_pids[r].is_some()).collect();
     if !local.is_empty() {

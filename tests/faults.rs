@@ -796,6 +796,9 @@ fn abort_from_another_thread_in_every_kind_of_call() {
 // ---- a missing rank ---------------------------------------------------------------------------
 
 fn child_init_only() -> i32 {
+    if std::env::var("DC_TEST_ENCRYPT_RANK").ok() == std::env::var("RANK").ok() {
+        std::env::set_var("DC_ENCRYPT", "1");
+    }
     let t = Instant::now();
     let mut c: C = std::ptr::null_mut();
     let st = unsafe { dc_init(std::ptr::null(), &mut c) };
@@ -821,6 +824,17 @@ fn a_missing_rank_fails_init_with_a_timeout_naming_it() {
             assert!(l.msg().contains(&format!("rank {missing}")), "rank {r}'s message does not name rank {missing}: {}", l.msg());
             assert!(l.num("ms") < 1500 + 2000, "rank {r} took {} ms", l.num("ms"));
         }
+    }
+}
+
+#[test]
+fn ranks_that_disagree_on_dc_encrypt_fail_init_saying_so() {
+    for odd in [1usize, 0] {
+        let o = Job::new("init_only", 2, 3000).env("DC_TEST_ENCRYPT_RANK", odd).start_all().wait(Duration::from_secs(20));
+        let l = o.one(1, "init");
+        assert_eq!(l.status(), dc_status::DC_ERR_INVALID_USAGE as u32, "{}", o.logs);
+        assert!(l.msg().contains("DC_ENCRYPT") && l.msg().contains("alike"), "{}", l.msg());
+        assert_ne!(o.one(0, "init").status(), 0, "rank 0 cannot form the job without rank 1: {}", o.logs);
     }
 }
 
