@@ -121,6 +121,17 @@ class DistcommBackend(_C10dBackend):
     def getBackendName(self) -> str:
         return "distcomm"
 
+    # torch reads these through the C++ virtuals, which look for Python overrides: one inherited
+    # from the C++ binding calls itself until the stack runs out (torch 2.15), so each is defined
+    # here. No coalescing manager of our own: torch's _coalescing_manager then calls the
+    # *_coalesced methods below.
+    supports_coalescing = property(lambda self: False)
+    supports_splitting = property(lambda self: False)
+    supports_shrinking = property(lambda self: False)
+    supports_reconfigure = property(lambda self: False)
+    supports_window = property(lambda self: False)
+    _supports_time_estimate = property(lambda self: False)
+
     def __repr__(self) -> str:
         return f"DistcommBackend(group={self._name!r}, rank={self._rank}, size={self._size})"
 
