@@ -39,6 +39,20 @@ def batch(step: int):
     return x, y
 
 
+def train(net: nn.Module, rank: int, size: int, steps: int, lr: float) -> None:
+    opt = torch.optim.SGD(net.parameters(), lr=lr)
+    per = GLOBAL_BATCH // size
+    for step in range(steps):
+        x, y = batch(step)
+        x, y = x[rank * per:(rank + 1) * per], y[rank * per:(rank + 1) * per]
+        opt.zero_grad()
+        loss = nn.functional.mse_loss(net(x), y)  # the mean over the shard: DDP averages shards
+        loss.backward()
+        opt.step()
+        if rank == 0 and step % 10 == 0:
+            print(f"step {step:3d}  loss {loss.item():.6f}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--backend", default="distcomm")
@@ -55,17 +69,7 @@ def main() -> None:
         net = nn.parallel.DistributedDataParallel(net)
     else:
         rank, size = 0, 1
-    opt = torch.optim.SGD(net.parameters(), lr=args.lr)
-    per = GLOBAL_BATCH // size
-    for step in range(args.steps):
-        x, y = batch(step)
-        x, y = x[rank * per:(rank + 1) * per], y[rank * per:(rank + 1) * per]
-        opt.zero_grad()
-        loss = nn.functional.mse_loss(net(x), y)  # the mean over the shard: DDP averages shards
-        loss.backward()
-        opt.step()
-        if rank == 0 and step % 10 == 0:
-            print(f"step {step:3d}  loss {loss.item():.6f}", flush=True)
+    train(net, rank, size, args.steps, args.lr)
     weights = (net.module if distributed else net).state_dict()
     if distributed:
         # Every rank ends with the same weights (bitwise): DDP's averaged gradients are identical.
