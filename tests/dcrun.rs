@@ -182,6 +182,14 @@ fn child_rank_helper() {
         .expect("exchange");
     let all: Vec<String> = all.into_iter().map(|v| String::from_utf8(v).unwrap()).collect();
     println!("RDV rank={} all={}", rv.rank, all.join(","));
+    if rv.server.is_some() {
+        // Rank 0 serves the store: it stays until every other rank has read what it needs.
+        for r in 1..rv.world_size {
+            rv.store.get(&format!("left/{r}"), deadline).expect("the others leave");
+        }
+    } else if std::env::var("DC_TEST_RANK0_STORE").is_ok() {
+        rv.store.set(&format!("left/{}", rv.rank), b"1").expect("set");
+    }
 }
 
 #[test]
