@@ -60,6 +60,7 @@ class Work(_C10dWork):
         self._error: Optional[BaseException] = None
         self._done = not self._reqs
         self._future: Optional[torch.futures.Future] = None
+        self._unsettled = False  # a future was handed out and is not marked done yet
         self._lock = threading.Lock()
         if self._done:
             self._complete([])
@@ -92,11 +93,16 @@ class Work(_C10dWork):
         self._finish = None
         self._keep = ()
         self._done = True
-        fut = self._future
-        if fut is not None and not fut.done():
-            self._settle(fut)
 
-    def _settle(self, fut: torch.futures.Future) -> None:
+    def _settle(self) -> None:
+        """Marks the future done, once, outside self._lock: its callbacks run here and may
+        call back into this Work."""
+        with self._lock:
+            if not (self._unsettled and self._done):
+                return
+            self._unsettled = False
+            fut = self._future
+        assert fut is not None
         if self._error is not None:
             fut.set_exception(self._error)
         else:
@@ -122,6 +128,7 @@ class Work(_C10dWork):
                 pause = min(pause * 2, 0.01)
         with self._lock:
             self._wait_locked()
+        self._settle()
         if self._error is not None:
             raise self._error
         return True
@@ -142,9 +149,10 @@ class Work(_C10dWork):
                 if not flag.value:
                     return False
             self._complete([_wait(lib, r) for r in self._reqs])  # all done: returns at once
-            return True
         finally:
             self._lock.release()
+        self._settle()
+        return True
 
     def is_success(self) -> bool:
         return self.is_completed() and self._error is None
@@ -172,15 +180,15 @@ class Work(_C10dWork):
         """A torch.futures.Future that completes with the output tensors (or the error) when the
         operation does, without anyone calling wait()."""
         with self._lock:
-            if self._future is None:
-                self._future = torch.futures.Future()
-                if self._done:
-                    self._settle(self._future)
-                elif self._completer is not None:
+            fut = self._future
+            if fut is None:
+                fut = self._future = torch.futures.Future()
+                self._unsettled = True
+                if not self._done:
+                    assert self._completer is not None, "every Work of the backend has a completer"
                     self._completer.watch(self)
-                else:  # pragma: no cover - every Work of the backend has a completer
-                    raise RuntimeError("no completer")
-            return self._future
+        self._settle()  # already done: now
+        return fut
 
     def __repr__(self) -> str:
         state = "pending" if not self._done else ("failed" if self._error else "completed")

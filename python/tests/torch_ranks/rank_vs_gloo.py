@@ -361,6 +361,11 @@ def test_work_future_and_completion(rank, size):
     work.wait()
     assert work.is_completed() and work.is_success() and work.exception() is None
     assert work.result()[0].tolist() == [float(size)] * 5
+    # a future callback may call back into its Work (the future is settled outside its lock)
+    w3 = be.allreduce([torch.ones(2)], dist.AllreduceOptions())
+    seen = w3.get_future().then(lambda f: (w3.wait(), w3.is_completed()))
+    w3.wait()
+    assert seen.wait() == (True, True)
     # a future asked for before completion settles without anyone calling wait()
     y = torch.ones(3)
     if rank == 0:
