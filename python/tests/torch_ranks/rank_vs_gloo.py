@@ -159,6 +159,22 @@ def test_all_gather_coalesced_forms(gloo, rank, size):
         same(o, ref)
 
 
+def test_all_gather_coalesced_lists(gloo, rank, size):
+    """torch's all_gather_coalesced (lists of lists) -> the backend's allgather_coalesced."""
+    import warnings
+
+    ins = [data(rank, 2, torch.float32), data(rank, 3, torch.float32)]  # torch wants one dtype
+    a = [[torch.zeros(2) for _ in range(size)], [torch.zeros(3) for _ in range(size)]]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # deprecated in torch
+        dist.all_gather_coalesced(a, ins)
+    for lst, x in zip(a, ins):
+        ref = [torch.zeros_like(x) for _ in range(size)]
+        dist.all_gather(ref, x, group=gloo)
+        for u, v in zip(lst, ref):
+            same(u, v)
+
+
 def test_all_reduce_coalesced(gloo, rank, size):
     xs = [data(rank, 4, torch.float32), data(rank, 7, torch.float64), data(rank, 3, torch.int32)]
     ys = [x.clone() for x in xs]
