@@ -12,6 +12,9 @@
 #   8. the Python package: `pip install ./python` into a venv (with numpy, pytest), then its
 #      pytest suite (multi-process jobs through dcrun and by hand with launcher variables)
 #      against the installed library (DISTCOMM_LIBRARY=<prefix>/lib/libdistcomm.so)
+#      then distcomm.torch (the torch.distributed backend): torch from PyPI into the cached venv
+#      build/venv-torch (made once; SKIP with a message when torch cannot be installed), the
+#      package into it, python/tests/test_torch.py (Gloo comparisons, DDP, torchrun, dcrun)
 #   9. scripts/multihost_test.sh: the C tests and Python examples over network-namespace
 #      hosts, and 8 hosts x 16 ranks running every collective (prints SKIP and passes where it
 #      lacks the privileges)
@@ -158,6 +161,33 @@ DCRUN="$PREFIX/bin/dcrun" DC_TEST_STRICT=1 DISTCOMM_EXPECT_INSTALLED=1 \
 [ "${PIPESTATUS[0]}" -eq 0 ]
 
 # ---------------------------------------------------------------------------------------------
+banner "distcomm.torch: torch.distributed's backend \"distcomm\" (torch in build/venv-torch)"
+# torch is large (with its CUDA runtime packages from PyPI, also without a GPU): it goes into a
+# venv under build/ that later runs reuse; only the package is reinstalled into it each time.
+TVENV="$ROOT/build/venv-torch"
+torch_tests=skipped
+if ! "$TVENV/bin/python" -c 'import torch, numpy, pytest' >/dev/null 2>&1; then
+  rm -rf "$TVENV"
+  if ! { "$PY" -m venv "$TVENV" &&
+         "$TVENV/bin/python" -m pip install -q --disable-pip-version-check torch numpy pytest; }; then
+    echo "SKIP: torch could not be installed from PyPI here; the distcomm.torch tests did not run"
+    rm -rf "$TVENV"
+  fi
+fi
+if [ -x "$TVENV/bin/python" ]; then
+  "$TVENV/bin/python" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps ./python
+  rm -rf python/build python/distcomm.egg-info
+  (cd "$TMP" && "$TVENV/bin/python" -c 'import torch, distcomm.torch
+print("torch", torch.__version__, "distcomm.torch from", distcomm.torch.__file__)
+assert "site-packages" in distcomm.torch.__file__, "not the installed package"')
+  # shellcheck disable=SC2086
+  DCRUN="$PREFIX/bin/dcrun" DC_TEST_STRICT=1 DISTCOMM_EXPECT_TORCH=1 \
+    "$TVENV/bin/python" -m pytest -p no:cacheprovider -q -rs python/tests/test_torch.py ${PYTEST_ARGS:-} 2>&1 | tee "$TMP/pytest-torch.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ]
+  torch_tests=$(grep -Eo '[0-9]+ passed' "$TMP/pytest-torch.log" | tail -1 | awk '{ print $1 }')
+fi
+
+# ---------------------------------------------------------------------------------------------
 banner "multi-host: C tests and Python examples over network-namespace hosts"
 PYTHON="$VPY" C_TESTS_DIR=build/c_tests scripts/multihost_test.sh "$PREFIX" 2>&1 | tee "$TMP/multihost.log"
 [ "${PIPESTATUS[0]}" -eq 0 ]
@@ -169,5 +199,8 @@ pytests=$(grep -Eo '[0-9]+ passed' "$TMP/pytest.log" | tail -1 | awk '{ print $1
 multihost=$(awk '/^multihost: all [0-9]+ jobs passed/ { print $3 }' "$TMP/multihost.log")
 mh_note=${multihost:+${multihost} jobs passed}
 printf '\n======== all test steps passed (%ds) ========\n' "$SECONDS"
-echo "cargo test: ${passed} passed; ctest: ${ctests:-0} passed; pytest: ${pytests:-0} passed; multi-host: ${mh_note:-skipped}"
-echo "summary: $((passed + ${ctests:-0} + ${pytests:-0} + ${multihost:-0})) passed, 0 failed"
+torch_n=0
+torch_note=skipped
+if [ "$torch_tests" != skipped ]; then torch_n=${torch_tests:-0}; torch_note="$torch_n passed"; fi
+echo "cargo test: ${passed} passed; ctest: ${ctests:-0} passed; pytest: ${pytests:-0} passed; torch backend: ${torch_note}; multi-host: ${mh_note:-skipped}"
+echo "summary: $((passed + ${ctests:-0} + ${pytests:-0} + torch_n + ${multihost:-0})) passed, 0 failed"

@@ -170,19 +170,47 @@ fn child_rank_helper() {
     }
     use distcomm::rendezvous::{exchange, rendezvous_from_env, InitOptions};
     let rv = rendezvous_from_env(&InitOptions::from_env()).expect("rendezvous");
-    assert!(rv.server.is_none(), "the launcher serves the store");
+    if std::env::var("DC_TEST_RANK0_STORE").is_ok() {
+        // --rank0-store: rank 0 serves the store itself, as under torchrun.
+        assert!(std::env::var("DC_LAUNCHER_STORE").is_err(), "DC_LAUNCHER_STORE is not set");
+        assert_eq!(rv.server.is_some(), rv.rank == 0, "rank 0 serves the store");
+    } else {
+        assert!(rv.server.is_none(), "the launcher serves the store");
+    }
     let deadline = Instant::now() + Duration::from_secs(20);
     let all = exchange(rv.store.as_ref(), "hello", rv.rank, rv.world_size, format!("r{}", rv.rank).as_bytes(), deadline)
         .expect("exchange");
     let all: Vec<String> = all.into_iter().map(|v| String::from_utf8(v).unwrap()).collect();
     println!("RDV rank={} all={}", rv.rank, all.join(","));
+    if rv.server.is_some() {
+        // Rank 0 serves the store: it stays until every other rank has read what it needs.
+        for r in 1..rv.world_size {
+            rv.store.get(&format!("left/{r}"), deadline).expect("the others leave");
+        }
+    } else if std::env::var("DC_TEST_RANK0_STORE").is_ok() {
+        rv.store.set(&format!("left/{}", rv.rank), b"1").expect("set");
+    }
 }
 
 #[test]
 fn ranks_rendezvous_through_the_launcher_store() {
+    rendezvous_under_dcrun(false);
+}
+
+#[test]
+fn ranks_rendezvous_through_rank_0s_store_with_rank0_store() {
+    rendezvous_under_dcrun(true);
+}
+
+fn rendezvous_under_dcrun(rank0_store: bool) {
     let exe = std::env::current_exe().unwrap();
-    let o = Command::new(DCRUN)
-        .args(["-n", "3", "--"])
+    let mut cmd = Command::new(DCRUN);
+    cmd.args(["-n", "3"]);
+    if rank0_store {
+        cmd.arg("--rank0-store").env("DC_TEST_RANK0_STORE", "1");
+    }
+    let o = cmd
+        .arg("--")
         .arg(&exe)
         .args(["--exact", "child_rank_helper", "--nocapture", "--test-threads=1", "-q"])
         .env("DC_TEST_DCRUN_CHILD", "1")

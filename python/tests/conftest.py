@@ -14,7 +14,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import harness  # noqa: E402
 
-collect_ignore = ["ranks"]
+collect_ignore = ["ranks", "torch_ranks", "torch_init_job.py"]
 
 
 @pytest.fixture(scope="session")

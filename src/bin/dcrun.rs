@@ -27,6 +27,10 @@ options:
       --node-rank I       this node's index in 0..K (default 0)
       --master HOST:PORT  the store's address; node 0 serves it there (exactly that address).
                           Required with --nnodes > 1. Default: 127.0.0.1 and a free port.
+      --rank0-store       do not serve the store: rank 0 serves it at MASTER_PORT, as under
+                          torchrun. For programs whose own rendezvous takes MASTER_PORT, such as
+                          torch.distributed's env:// (with distcomm.torch's backend distcomm).
+                          DC_LAUNCHER_STORE is not set; the port is --master's, else a free one
       --no-prefix         do not prefix output lines with [RANK]
       --bind MODE         cores (default): when the ranks are no more than the cores dcrun may
                           use, give each rank its own equal share of them (like mpirun's default
@@ -39,7 +43,7 @@ options:
 
 Each rank gets MASTER_ADDR, MASTER_PORT, RANK (= node_rank * N + local rank), WORLD_SIZE,
 LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK, DC_LAUNCHER_STORE=1 (the store is dcrun's, so rank 0
-is a plain client) and DC_TOKEN (a fresh random one, unless DC_TOKEN is already set).
+is a plain client; not with --rank0-store) and DC_TOKEN (a fresh random one, unless DC_TOKEN is already set).
 With --nnodes > 1 every node must use the same token: export the same DC_TOKEN on every node
 before starting dcrun (for example DC_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n'));
 dcrun refuses to start without it. Ranks' stdin is /dev/null.
@@ -101,6 +105,8 @@ struct Args {
     master: Option<(String, u16)>,
     prefix: bool,
     bind: bool,
+    /// --rank0-store: rank 0 serves the store (torchrun's way), not dcrun.
+    rank0_store: bool,
     prog: Vec<OsString>,
 }
 
@@ -117,6 +123,7 @@ fn parse_args(argv: Vec<OsString>) -> Result<Action, String> {
     let mut master = None;
     let mut prefix = true;
     let mut bind = true;
+    let mut rank0_store = false;
     let mut it = argv.into_iter().peekable();
     let mut prog = Vec::new();
 
@@ -165,6 +172,7 @@ fn parse_args(argv: Vec<OsString>) -> Result<Action, String> {
                 master = Some(parse_host_port(&v, "--master").map_err(|e| e.msg)?);
             }
             "--no-prefix" => prefix = false,
+            "--rank0-store" => rank0_store = true,
             "--bind" | "--bind-to" => {
                 bind = match value(&name)?.as_str() {
                     "cores" | "core" => true,
@@ -192,7 +200,7 @@ fn parse_args(argv: Vec<OsString>) -> Result<Action, String> {
     if prog.is_empty() {
         return Err("no program given".into());
     }
-    Ok(Action::Run(Args { nproc, nnodes, node_rank, master, prefix, bind, prog }))
+    Ok(Action::Run(Args { nproc, nnodes, node_rank, master, prefix, bind, rank0_store, prog }))
 }
 
 fn main() {
@@ -288,6 +296,12 @@ fn random_token() -> std::io::Result<String> {
 }
 
 /// Serves the store on exactly `host:port`.
+/// A port that is free on 127.0.0.1 now, for rank 0 to bind (as torchrun finds one: a short
+/// window in which another process could take it).
+fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
 fn serve_store(host: &str, port: u16, token: &[u8]) -> Result<StoreServer, String> {
     let addrs: Vec<SocketAddr> = (host, port)
         .to_socket_addrs()
@@ -382,8 +396,16 @@ fn run(args: Args) -> i32 {
         },
     };
 
-    // The store: node 0 serves it for the whole job.
+    // The store: node 0 serves it for the whole job (or, with --rank0-store, rank 0 does).
     let (server, master_host, master_port) = match (&args.master, args.node_rank) {
+        (Some((h, p)), _) if args.rank0_store => (None, h.clone(), *p),
+        (None, _) if args.rank0_store => match free_port() {
+            Ok(p) => (None, "127.0.0.1".to_string(), p),
+            Err(e) => {
+                eprintln!("dcrun: cannot find a free port for rank 0's store: {e}");
+                return 1;
+            }
+        },
         (Some((h, p)), 0) => match serve_store(h, *p, token.as_bytes()) {
             Ok(s) => (Some(s), h.clone(), *p),
             Err(e) => {
@@ -444,10 +466,12 @@ fn run(args: Args) -> i32 {
             // a bound rank sees only its share and would think it is crowded.
             .env("DC_LOCAL_CORES", host_cores.to_string())
             .env("NODE_RANK", args.node_rank.to_string())
-            .env("DC_LAUNCHER_STORE", "1")
             .env("DC_TOKEN", &token)
             .stdin(Stdio::null())
             .process_group(0);
+        if !args.rank0_store {
+            cmd.env("DC_LAUNCHER_STORE", "1");
+        }
         if args.prefix {
             cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         }

@@ -1,0 +1,253 @@
+"""Work: one non-blocking operation of the backend, over the library's requests.
+
+An operation is started with the library's ``dc_i*`` call and returns at once; the library
+progresses it on its own threads (nobody has to poll). ``wait()`` blocks in
+``dc_request_wait`` with the GIL released; ``get_future()`` hands out a
+``torch.futures.Future`` that a completer thread (one per backend, started on first use) marks
+done when the requests finish, so DDP's reducer and comm hooks see results without calling
+``wait()`` themselves.
+
+A Work keeps the tensors of its operation alive until it completes, then runs its ``finish``
+step (copying a staging buffer into list outputs) and frees its requests.
+"""
+
+import collections
+import ctypes
+import datetime
+import threading
+import time
+from ctypes import byref, c_bool
+from typing import Any, Callable, List, Optional, Sequence
+
+import torch
+from torch._C._distributed_c10d import Work as _C10dWork
+
+from .. import _lib
+from . import _errors
+
+
+def _seconds(timeout: Any) -> float:
+    if timeout is None:
+        return 0.0
+    if isinstance(timeout, datetime.timedelta):
+        return timeout.total_seconds()
+    return float(timeout)
+
+
+def _wait(lib: Any, req: int) -> Any:
+    """(status, the library's message) of waiting for one request."""
+    st = lib.dc_request_wait(req)
+    return st, (_lib.last_error() if st != 0 else "")
+
+
+class Work(_C10dWork):
+    """A pending operation. ``wait(timeout)`` with a positive timeout bounds this wait only (a
+    timeout error leaves the operation pending; it still ends by the group's timeout)."""
+
+    def __init__(self, reqs: Sequence[int], what: str, keep: Any = (), outputs: Optional[List[Any]] = None,
+                 finish: Optional[Callable[[], None]] = None, recv_count: Optional[int] = None,
+                 ranks: Optional[Sequence[int]] = None, completer: Optional["Completer"] = None):
+        super().__init__()
+        self._reqs: List[int] = [r for r in reqs if r]
+        self._what = what
+        self._keep = keep
+        self._outputs = outputs if outputs is not None else []
+        self._finish = finish
+        self._recv_count = recv_count
+        self._ranks = ranks
+        self._completer = completer
+        self._source = -1
+        self._error: Optional[BaseException] = None
+        self._done = not self._reqs
+        self._future: Optional[torch.futures.Future] = None
+        self._unsettled = False  # a future was handed out and is not marked done yet
+        self._lock = threading.Lock()
+        if self._done:
+            self._complete([])
+
+    # -- completion (with self._lock held, or from __init__) --
+
+    def _complete(self, results: List[Any]) -> None:
+        """`results`: (status, message) of each request's wait."""
+        lib = _lib.load()
+        for st, msg in results:
+            if st != 0 and self._error is None:
+                self._error = _errors.for_status(st, msg or f"{self._what} failed")
+        if self._error is None and self._recv_count is not None and self._reqs:
+            info = _lib.RecvInfo()
+            _lib.check(lib.dc_request_recv_info(self._reqs[0], byref(info)))
+            self._source = info.source
+            if info.count != self._recv_count:
+                src = self._ranks[info.source] if self._ranks else info.source
+                self._error = _errors.BY_CLASS[_errors.dc.DistMismatchError](
+                    f"{self._what}: received {info.count} elements from rank {src}, the tensor holds {self._recv_count}")
+        for req in self._reqs:
+            lib.dc_request_free(req)
+        self._reqs = []
+        if self._error is None and self._finish is not None:
+            try:
+                with torch.no_grad():
+                    self._finish()
+            except BaseException as e:  # a copy into an output failed: report it as the op's error
+                self._error = _errors.translate(e)
+        self._finish = None
+        self._keep = ()
+        self._done = True
+
+    def _settle(self) -> None:
+        """Marks the future done, once, outside self._lock: its callbacks run here and may
+        call back into this Work."""
+        with self._lock:
+            if not (self._unsettled and self._done):
+                return
+            self._unsettled = False
+            fut = self._future
+        assert fut is not None
+        if self._error is not None:
+            fut.set_exception(self._error)
+        else:
+            fut.set_result(self._outputs)
+
+    def _wait_locked(self) -> None:
+        if not self._done:
+            lib = _lib.load()
+            self._complete([_wait(lib, r) for r in self._reqs])
+
+    # -- torch's Work API --
+
+    def wait(self, timeout: Any = None) -> bool:
+        secs = _seconds(timeout)
+        if secs > 0:
+            deadline = time.monotonic() + secs
+            pause = 0.0001
+            while not self.is_completed():
+                if time.monotonic() >= deadline:
+                    raise _errors.DistcommTimeoutError(
+                        f"{self._what}: Work.wait({timeout}) timed out; the operation is still pending")
+                time.sleep(pause)
+                pause = min(pause * 2, 0.01)
+        with self._lock:
+            self._wait_locked()
+        self._settle()
+        if self._error is not None:
+            raise self._error
+        return True
+
+    def is_completed(self) -> bool:
+        """Never blocks; True once finished (successfully or not)."""
+        if self._done:
+            return True
+        if not self._lock.acquire(blocking=False):
+            return False  # another thread is completing it right now
+        try:
+            if self._done:
+                return True
+            lib = _lib.load()
+            flag = c_bool(False)
+            for r in self._reqs:
+                _lib.check(lib.dc_request_is_completed(r, byref(flag)))
+                if not flag.value:
+                    return False
+            self._complete([_wait(lib, r) for r in self._reqs])  # all done: returns at once
+        finally:
+            self._lock.release()
+        self._settle()
+        return True
+
+    def is_success(self) -> bool:
+        return self.is_completed() and self._error is None
+
+    def exception(self) -> Optional[BaseException]:
+        return self._error if self.is_completed() else None
+
+    def source_rank(self) -> int:
+        """The sender's group rank, for a completed receive."""
+        self.wait()
+        if self._recv_count is None:
+            raise _errors.BY_CLASS[_errors.dc.DistInvalidUsage](f"{self._what}: source_rank() is for receives only")
+        return self._source
+
+    _source_rank = source_rank
+
+    def result(self) -> List[Any]:
+        self.wait()
+        return list(self._outputs)
+
+    def synchronize(self) -> None:
+        """CPU tensors: nothing to order against a stream."""
+
+    def get_future(self) -> torch.futures.Future:
+        """A torch.futures.Future that completes with the output tensors (or the error) when the
+        operation does, without anyone calling wait()."""
+        with self._lock:
+            fut = self._future
+            if fut is None:
+                fut = self._future = torch.futures.Future()
+                self._unsettled = True
+                if not self._done:
+                    assert self._completer is not None, "every Work of the backend has a completer"
+                    self._completer.watch(self)
+        self._settle()  # already done: now
+        return fut
+
+    def __repr__(self) -> str:
+        state = "pending" if not self._done else ("failed" if self._error else "completed")
+        return f"<distcomm Work {self._what} {state}>"
+
+
+class Completer:
+    """A daemon thread that waits for Works whose futures were asked for, in the order asked,
+    and settles the futures (future callbacks then run on this thread, as on NCCL's watchdog)."""
+
+    def __init__(self, name: str):
+        self._name = name
+        self._queue: "collections.deque[Work]" = collections.deque()
+        self._cv = threading.Condition()
+        self._thread: Optional[threading.Thread] = None
+
+    def watch(self, w: Work) -> None:
+        with self._cv:
+            self._queue.append(w)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                self._thread.start()
+            self._cv.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._queue:
+                    self._cv.wait()
+                w = self._queue.popleft()
+            try:
+                w.wait()
+            except BaseException:
+                pass  # the error is in the Work and its future
+
+
+class Pending:
+    """Works not yet known to be complete, oldest first: kept alive (their tensors with them)
+    until they finish, and waited for when the group is shut down. Checking the oldest on each
+    new call keeps this O(1) per call."""
+
+    def __init__(self) -> None:
+        self._works: "collections.deque[Work]" = collections.deque()
+
+    def add(self, w: Work) -> None:
+        if not w._done:
+            self._works.append(w)
+        while self._works and self._works[0].is_completed():
+            self._works.popleft()
+
+    def wait_all(self, timeout_s: float) -> int:
+        """Waits up to timeout_s for every pending Work; returns how many are still pending."""
+        deadline = time.monotonic() + timeout_s
+        while self._works:
+            w = self._works[0]
+            if w.is_completed():
+                self._works.popleft()
+                continue
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.001)
+        return len(self._works)
