@@ -148,7 +148,10 @@ step "standard-ABI binaries built by MPICH's mpicc_abi, run on distcomm's librar
 for t in "${TESTS[@]}"; do
   "$MPICH_VENV/bin/mpicc_abi" -std=c11 -Wall -Wextra -Werror -O1 "mpi/tests/$t.c" -o "$TMP/mpich/$t"
 done
-LD_LIBRARY_PATH="$PREFIX/lib" ldd "$TMP/mpich/t_env" | grep -q "libmpi_abi.so.1 => $PREFIX/lib/libmpi_abi.so.1" ||
+# (ldd's output whole first: grep -q stops reading at its match, and under pipefail the
+# SIGPIPE that ldd may then get would fail the check.)
+LDD_OUT=$(LD_LIBRARY_PATH="$PREFIX/lib" ldd "$TMP/mpich/t_env")
+grep -q "libmpi_abi.so.1 => $PREFIX/lib/libmpi_abi.so.1" <<<"$LDD_OUT" ||
   fail "the MPICH-built binary does not load our library"
 for t in "${TESTS[@]}"; do
   for n in 1 2 4; do

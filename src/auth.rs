@@ -92,6 +92,17 @@ pub fn nonce() -> std::io::Result<[u8; LEN]> {
 mod tests {
     use super::*;
 
+    /// The bytes are the protocol's, not this build's: the job key and a proof for fixed
+    /// inputs, as an independent implementation (Python's hashlib and hmac) computes them. Two
+    /// ranks built with different toolchains or crate versions agree, or this fails.
+    #[test]
+    fn keys_and_proofs_are_fixed_by_the_protocol() {
+        let k = Key::from_token(b"job-token");
+        assert_eq!(hex(&k.to_bytes()), "e906f8c1e9e971a4a0a409492949e71468b9900e6dc363448f579919ef85613b");
+        let p = k.prove("data/client", &[&[1, 2], b"abc"]);
+        assert_eq!(hex(&p), "6266bfb76140e9b885cc5d1722535137b400db9d675de894571aa1594757e8c7");
+    }
+
     #[test]
     fn proofs_bind_key_label_and_every_part() {
         let k = Key::from_token(b"secret");

@@ -123,6 +123,20 @@ mod tests {
         (s.halves(&key, true), s.halves(&key, false))
     }
 
+    /// The record bytes are the protocol's: the key towards the acceptor and the first record
+    /// for fixed inputs, as Python's hmac and the `cryptography` package's AES-GCM make them.
+    #[test]
+    fn keys_and_records_are_fixed_by_the_protocol() {
+        let key = Key::from_token(b"job-token");
+        let s = Session { job_id: 9, dialer: 1, acceptor: 0, dialer_nonce: [1; 32], acceptor_nonce: [2; 32] };
+        assert_eq!(crate::auth::hex(&s.key(&key, TO_ACCEPTOR)), "6809fc5a6a9539c664d5c2d2cbbdd7478c6b83f542f19e876979a21acb1055d7");
+        let (mut sealer, _) = s.halves(&key, true);
+        let mut out = Vec::new();
+        sealer.seal(b"hello", &mut out);
+        assert_eq!(&out[..4], &21u32.to_le_bytes());
+        assert_eq!(crate::auth::hex(&out[4..]), "930cad4229d36d08823040c53e96cb82d12296aee0");
+    }
+
     #[test]
     fn records_open_in_order_both_ways() {
         let ((mut ds, mut do_), (mut as_, mut ao)) = pair();
