@@ -294,8 +294,8 @@ else
   echo "multihost: NOTE $PYTHON cannot import numpy and distcomm; silent-peer jobs skipped"
 fi
 
-# 6. Encryption between hosts (DC_ENCRYPT=1): the C tests over 2 hosts and train_dp.py pass
-# encrypted; then the cost: dc-bench allreduce of 16 MiB, one rank per host, sockets, clear and
+# 6. Encryption between hosts (DC_ENCRYPT=1): the C tests and the Python examples over 2 hosts
+# pass encrypted; then the cost: dc-bench allreduce of 16 MiB, one rank per host, sockets, clear and
 # encrypted in interleaved rounds (the median ratio of their bus bandwidths is printed).
 if [ -d "$C_TESTS_DIR" ] && ls "$C_TESTS_DIR"/test_* >/dev/null 2>&1; then
   for t in "$C_TESTS_DIR"/test_*; do
@@ -308,8 +308,10 @@ fi
 if "$PYTHON" -c 'import numpy, distcomm' >/dev/null 2>&1; then
   job enc-py-train 2 ok DC_SOCKET_IFNAME=data0 DC_ENCRYPT=1 -- "$PYTHON" "$ROOT/examples/python/train_dp.py" --steps 20
   grep -q "trained on $((2 * RPN)) ranks: OK" "$TMP/enc-py-train.node0" || { echo "FAIL: train_dp did not report OK encrypted" >&2; cat "$TMP/enc-py-train.node0" >&2; exit 1; }
-  PASSED=$((PASSED + 1))
-  echo "multihost: train_dp.py over 2 hosts with DC_ENCRYPT=1: OK"
+  job enc-py-objects 2 ok DC_SOCKET_IFNAME=data0 DC_ENCRYPT=1 -- "$PYTHON" "$ROOT/examples/python/objects_demo.py"
+  job enc-py-torch 2 ok DC_SOCKET_IFNAME=data0 DC_ENCRYPT=1 -- "$PYTHON" "$ROOT/examples/python/torch_api_tour.py"
+  PASSED=$((PASSED + 3))
+  echo "multihost: train_dp.py, objects_demo.py, torch_api_tour.py over 2 hosts with DC_ENCRYPT=1: OK"
 fi
 if [ -x "$DCBENCH" ] && [ "${ENC_ROUNDS:-3}" -gt 0 ]; then
   for ((r = 1; r <= ${ENC_ROUNDS:-3}; r++)); do
