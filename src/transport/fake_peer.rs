@@ -27,10 +27,10 @@ pub(super) fn fake_rank0<R: Send + 'static>(script: impl FnOnce(TcpStream) -> R 
     (a, t)
 }
 
-/// Rank 1, connected to `rank0`.
-pub(super) fn rank1(rank0: SocketAddr, peer_timeout: Option<Duration>) -> Arc<SocketTransport> {
-    let cfg = MeshConfig {
-        rank: 1,
+/// Rank `rank` of a job of 2 on "another host" than its peer (no single-copy, no rings).
+pub(super) fn mesh(rank: u32, peer_timeout: Option<Duration>, encrypt: bool) -> MeshConfig {
+    MeshConfig {
+        rank,
         size: 2,
         token_digest: handshake::token_digest(b"t"),
         job_id: 9,
@@ -38,8 +38,13 @@ pub(super) fn rank1(rank0: SocketAddr, peer_timeout: Option<Duration>) -> Arc<So
         cma_pids: vec![None; 2],
         host_pids: vec![None; 2],
         peer_timeout,
-        encrypt: false,
-    };
+        encrypt,
+    }
+}
+
+/// Rank 1, connected to `rank0`.
+pub(super) fn rank1(rank0: SocketAddr, peer_timeout: Option<Duration>) -> Arc<SocketTransport> {
+    let cfg = mesh(1, peer_timeout, false);
     let listener = Listener::bind("127.0.0.1".parse().unwrap(), 2).unwrap();
     let addrs = vec![rank0, listener.local_addr().unwrap()];
     let t = SocketTransport::start(listener, &addrs, &cfg, Duration::from_secs(10)).unwrap();
@@ -167,17 +172,7 @@ mod sealed_tests {
             .into_iter()
             .enumerate()
             .map(|(r, l)| {
-                let cfg = MeshConfig {
-                    rank: r as u32,
-                    size: 2,
-                    token_digest: handshake::token_digest(b"t"),
-                    job_id: 9,
-                    deadline: Instant::now(),
-                    cma_pids: vec![None; 2],
-                    host_pids: vec![None; 2],
-                    peer_timeout: None,
-                    encrypt,
-                };
+                let cfg = mesh(r as u32, None, encrypt);
                 SocketTransport::start(l, &addrs, &cfg, Duration::from_secs(10)).unwrap()
             })
             .collect()
@@ -223,17 +218,7 @@ mod sealed_tests {
             .map(|(r, l)| {
                 let mut book = addrs.clone();
                 book[0] = via;
-                let cfg = MeshConfig {
-                    rank: r as u32,
-                    size: 2,
-                    token_digest: handshake::token_digest(b"t"),
-                    job_id: 9,
-                    deadline: Instant::now(),
-                    cma_pids: vec![None; 2],
-                    host_pids: vec![None; 2],
-                    peer_timeout: None,
-                    encrypt,
-                };
+                let cfg = mesh(r as u32, None, encrypt);
                 SocketTransport::start(l, &book, &cfg, Duration::from_secs(10)).unwrap()
             })
             .collect::<Vec<_>>();

@@ -80,11 +80,11 @@ pub(super) fn send_buffer_size(stream: &TcpStream) -> Option<usize> {
     (peer.is_loopback() || peer == local).then_some(NEAR_SNDBUF)
 }
 
-pub(super) fn tune(stream: &TcpStream) -> Result<()> {
+pub(super) fn tune(stream: &TcpStream, peer_timeout: Option<Duration>) -> Result<()> {
     stream.set_nodelay(true).map_err(|e| Error::system("TCP_NODELAY", e))?;
     let s = socket2::SockRef::from(stream);
     let _ = s.set_keepalive(true);
-    if let Some(t) = crate::params::get().peer_timeout() {
+    if let Some(t) = peer_timeout {
         // Sent data unacknowledged that long breaks the connection (a dead host, a cut
         // network); silence without data is the heartbeat's to notice.
         let _ = s.set_tcp_user_timeout(Some(t));
@@ -221,7 +221,7 @@ impl SocketTransport {
             let halves = session.halves(&crate::auth::Key::from_bytes(self.mesh.token_digest), dialled);
             let _ = peer.sealed.set(super::endpoint::Sealed::new(halves));
         }
-        tune(&stream)?;
+        tune(&stream, self.mesh.peer_timeout)?;
         stream.set_nonblocking(true).map_err(|e| Error::system("nonblocking", e))?;
         lock(&peer.rx).stage = vec![0u8; STAGE_LEN].into_boxed_slice();
         peer.last_heard_ms.store(self.now_ms(), Ordering::Release);
@@ -398,7 +398,7 @@ mod tests {
         let (a, _) = l.accept().unwrap();
         assert_eq!(send_buffer_size(&c), Some(NEAR_SNDBUF));
         assert_eq!(send_buffer_size(&a), Some(NEAR_SNDBUF));
-        tune(&c).unwrap();
+        tune(&c, None).unwrap();
         let got = socket2::SockRef::from(&c).send_buffer_size().unwrap();
         // Linux doubles what it is asked for (bookkeeping); autotuning would start at 16 KiB
         // and end at tcp_wmem's maximum.

@@ -351,24 +351,19 @@ impl SocketTransport {
                 _ => (stage.as_mut_ptr(), stage.len(), false),
             };
             // SAFETY: ptr is valid for len writable bytes (see above).
-            let n = unsafe { libc::recv(peer.fd(), ptr as *mut libc::c_void, len, libc::MSG_DONTWAIT) };
-            if n == 0 {
-                self.drain_ring_locked(peer, events);
-                events.push(Event::Gone("connection closed by the peer (process exited or was killed?)".into()));
-                return true;
-            }
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                match e.kind() {
-                    io::ErrorKind::WouldBlock => return got,
-                    io::ErrorKind::Interrupted => continue,
-                    _ => {
-                        events.push(Event::Gone(format!("read failed: {e}")));
-                        return true;
-                    }
+            let n = match unsafe { read_some(peer.fd(), ptr, len) } {
+                Read::Got(n) => n,
+                Read::Nothing => return got,
+                Read::Closed => {
+                    self.drain_ring_locked(peer, events);
+                    events.push(Event::Gone(CLOSED_BY_PEER.into()));
+                    return true;
                 }
-            }
-            let n = n as usize;
+                Read::Failed(e) => {
+                    events.push(Event::Gone(format!("read failed: {e}")));
+                    return true;
+                }
+            };
             if !got {
                 peer.last_heard_ms.store(self.now_ms(), Ordering::Release);
             }
@@ -420,24 +415,20 @@ impl SocketTransport {
             buf.reserve(RECORD_MAX + OVERHEAD);
             let spare = buf.capacity() - buf.len();
             // SAFETY: reading into the reserved, unused capacity; set_len only after the kernel wrote.
-            let n = unsafe { libc::recv(peer.fd(), buf.as_mut_ptr().add(buf.len()) as *mut libc::c_void, spare, libc::MSG_DONTWAIT) };
-            if n == 0 {
-                events.push(Event::Gone("connection closed by the peer (process exited or was killed?)".into()));
-                return true;
-            }
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                match e.kind() {
-                    io::ErrorKind::WouldBlock => return got,
-                    io::ErrorKind::Interrupted => continue,
-                    _ => {
-                        events.push(Event::Gone(format!("read failed: {e}")));
-                        return true;
-                    }
+            let n = match unsafe { read_some(peer.fd(), buf.as_mut_ptr().add(buf.len()), spare) } {
+                Read::Got(n) => n,
+                Read::Nothing => return got,
+                Read::Closed => {
+                    events.push(Event::Gone(CLOSED_BY_PEER.into()));
+                    return true;
                 }
-            }
+                Read::Failed(e) => {
+                    events.push(Event::Gone(format!("read failed: {e}")));
+                    return true;
+                }
+            };
             // SAFETY: the kernel initialised n more bytes within the capacity.
-            unsafe { buf.set_len(buf.len() + n as usize) };
+            unsafe { buf.set_len(buf.len() + n) };
             if !got {
                 peer.last_heard_ms.store(self.now_ms(), Ordering::Release);
             }
@@ -718,5 +709,41 @@ fn flush_sealed(peer: &Peer, q: &mut VecDeque<TxItem>, sealed: &Sealed) -> io::R
             }
         }
         sealer.seal(&plain, buf);
+    }
+}
+
+const CLOSED_BY_PEER: &str = "connection closed by the peer (process exited or was killed?)";
+
+/// What one non-blocking read of a connection gave.
+enum Read {
+    Got(usize),
+    /// Nothing to read now.
+    Nothing,
+    /// The peer closed its end.
+    Closed,
+    Failed(io::Error),
+}
+
+/// Reads what the connection `fd` has, up to `len` bytes into `ptr`, without blocking (an
+/// interrupted read is retried).
+///
+/// # Safety
+/// `ptr` must be valid for `len` writable bytes.
+unsafe fn read_some(fd: RawFd, ptr: *mut u8, len: usize) -> Read {
+    loop {
+        // SAFETY: the caller's promise.
+        let n = unsafe { libc::recv(fd, ptr as *mut libc::c_void, len, libc::MSG_DONTWAIT) };
+        if n > 0 {
+            return Read::Got(n as usize);
+        }
+        if n == 0 {
+            return Read::Closed;
+        }
+        let e = io::Error::last_os_error();
+        match e.kind() {
+            io::ErrorKind::WouldBlock => return Read::Nothing,
+            io::ErrorKind::Interrupted => continue,
+            _ => return Read::Failed(e),
+        }
     }
 }
