@@ -744,6 +744,7 @@ impl Inner {
     }
 
     fn submit(self: &Arc<Self>, job: Job) {
+        let Some(job) = self.hold_if_unknown(job) else { return };
         let tx = lock(&self.pool.tx).clone();
         let Some(tx) = tx else {
             // Stopped: nobody will serve it.
@@ -757,6 +758,37 @@ impl Inner {
         if self.pool.idle.load(Ordering::Acquire) == 0 {
             self.spawn_worker();
         }
+    }
+
+    /// A request for a function not registered yet is held (it may be about to be), up to
+    /// [`MAX_HELD`] requests and [`MAX_HELD_BYTES`]; beyond, it is refused at once. Decided here,
+    /// on the listener's thread in the order requests arrive, so that the first ones are the
+    /// ones held whichever handler thread would have run them. Returns the job if it is to be
+    /// served now (its function is known, or registration is over and it will be told so).
+    fn hold_if_unknown(self: &Arc<Self>, job: Job) -> Option<Job> {
+        let mut reg = lock(&self.registry);
+        if reg.handlers.contains_key(&job.function) || self.settled.load(Ordering::Acquire) || self.stopped.load(Ordering::Acquire) {
+            return Some(job);
+        }
+        let held_bytes: usize = reg.held.iter().map(|j| j.body.len()).sum();
+        if reg.held.len() >= MAX_HELD || held_bytes + job.body.len() > MAX_HELD_BYTES {
+            drop(reg);
+            let me = &self.infos[self.me].name;
+            let msg = format!("worker {me:?} already holds {MAX_HELD} requests (or {} MiB) for functions it has not registered yet; {:?} refused", MAX_HELD_BYTES >> 20, job.function);
+            self.send_reply(job.from, job.call_id, ReplyStatus::UnknownFunction, msg.into_bytes());
+            self.served.fetch_add(1, Ordering::SeqCst);
+            return None;
+        }
+        reg.held.push(job);
+        drop(reg);
+        // The user thread may have settled meanwhile: then nobody else would release it.
+        if self.settled.load(Ordering::Acquire) {
+            let held = std::mem::take(&mut lock(&self.registry).held);
+            for j in held {
+                self.submit(j);
+            }
+        }
+        None
     }
 
     fn spawn_worker(self: &Arc<Self>) {
@@ -799,34 +831,7 @@ impl Inner {
     }
 
     fn serve(self: &Arc<Self>, job: Job) {
-        let handler = {
-            let mut reg = lock(&self.registry);
-            match reg.handlers.get(&job.function) {
-                Some(h) => Some(h.clone()),
-                None if !self.settled.load(Ordering::Acquire) && !self.stopped.load(Ordering::Acquire) => {
-                    let held_bytes: usize = reg.held.iter().map(|j| j.body.len()).sum();
-                    if reg.held.len() >= MAX_HELD || held_bytes + job.body.len() > MAX_HELD_BYTES {
-                        drop(reg);
-                        let me = &self.infos[self.me].name;
-                        let msg = format!("worker {me:?} already holds {MAX_HELD} requests (or {} MiB) for functions it has not registered yet; {:?} refused", MAX_HELD_BYTES >> 20, job.function);
-                        self.send_reply(job.from, job.call_id, ReplyStatus::UnknownFunction, msg.into_bytes());
-                        self.served.fetch_add(1, Ordering::SeqCst);
-                        return;
-                    }
-                    reg.held.push(job);
-                    drop(reg);
-                    // The user thread may have settled meanwhile: then nobody would release it.
-                    if self.settled.load(Ordering::Acquire) {
-                        let held = std::mem::take(&mut lock(&self.registry).held);
-                        for j in held {
-                            self.submit(j);
-                        }
-                    }
-                    return;
-                }
-                None => None,
-            }
-        };
+        let handler = lock(&self.registry).handlers.get(&job.function).cloned();
         let me = &self.infos[self.me].name;
         let (status, body) = match handler {
             None => (ReplyStatus::UnknownFunction, format!("no function {:?} is registered on worker {me:?}", job.function).into_bytes()),
