@@ -46,6 +46,11 @@ impl ConstBuf {
         self.ptr as usize
     }
 
+    /// Its first `n` bytes (all of it if shorter).
+    pub fn prefix(&self, n: usize) -> ConstBuf {
+        ConstBuf { ptr: self.ptr, len: self.len.min(n) }
+    }
+
     /// # Safety
     /// No live `&mut` to the same memory may exist while the slice is used.
     pub unsafe fn as_slice<'a>(&self) -> &'a [u8] {

@@ -39,6 +39,9 @@ pub struct Params {
     pub peer_timeout_ms: Option<u64>,
     /// `DC_ENCRYPT=1`: connections between hosts are encrypted (see `transport::seal`).
     pub encrypt: bool,
+    /// `DC_MAX_UNEXPECTED_BYTES`, `DC_RENDEZVOUS_BYTES`: flow control (see `transport::flow`).
+    pub max_unexpected_bytes: Option<usize>,
+    pub rendezvous_bytes: Option<usize>,
 }
 
 impl Params {
@@ -60,6 +63,8 @@ impl Params {
             spin_slice_us: us("DC_SPIN_SLICE_US"),
             peer_timeout_ms: us("DC_PEER_TIMEOUT_MS"),
             encrypt: get("DC_ENCRYPT").is_some_and(|v| v.trim() == "1"),
+            max_unexpected_bytes: num("DC_MAX_UNEXPECTED_BYTES"),
+            rendezvous_bytes: num("DC_RENDEZVOUS_BYTES"),
         }
     }
 

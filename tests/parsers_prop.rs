@@ -142,9 +142,20 @@ fn frame_headers_decode_safely_and_round_trip() {
         if rng.below(2) == 0 {
             b.copy_from_slice(&rng.bytes(HEADER_LEN));
         } else {
-            let kinds = [FrameKind::Data, FrameKind::Abort, FrameKind::Close, FrameKind::Fin, FrameKind::Bell, FrameKind::Cts, FrameKind::Chunk];
+            let kinds = [
+                FrameKind::Data,
+                FrameKind::Abort,
+                FrameKind::Close,
+                FrameKind::Fin,
+                FrameKind::Bell,
+                FrameKind::Cts,
+                FrameKind::Chunk,
+                FrameKind::Pulled,
+                FrameKind::Credit,
+                FrameKind::Ask,
+            ];
             let kind = kinds[rng.below(kinds.len())];
-            let with_body = matches!(kind, FrameKind::Data | FrameKind::Chunk);
+            let with_body = matches!(kind, FrameKind::Data | FrameKind::Chunk | FrameKind::Pulled);
             let h = Header { kind, check: rng.next() as u32, ctx: rng.next(), tag: rng.edge_u64(), len: if with_body { rng.edge_u64() } else { 0 } };
             let mut v = h.encode().to_vec();
             if rng.below(3) > 0 {
@@ -161,7 +172,8 @@ fn frame_headers_decode_safely_and_round_trip() {
             want[3] = 0;
             assert_eq!(h.encode(), want, "seed {SEED:#x} case {case}");
             assert!(h.len <= isize::MAX as u64, "seed {SEED:#x} case {case}: impossible length accepted");
-            let body_ok = matches!(h.kind, FrameKind::Data | FrameKind::Chunk) || (h.kind == FrameKind::Rts && h.len == RTS_LEN as u64);
+            let body_ok = matches!(h.kind, FrameKind::Data | FrameKind::Chunk | FrameKind::Pulled)
+                || (matches!(h.kind, FrameKind::Rts | FrameKind::Offer) && h.len == RTS_LEN as u64);
             assert!(body_ok || h.len == 0, "case {case}: a control frame with a body");
         } else {
             assert!(big < 4096, "case {case}: a refusal allocated {big} bytes");

@@ -211,6 +211,12 @@ impl Comm {
             return self.wait_any(&P2pOp::Recv(a.clone()), deadline, &answer, coll).map(|_| d);
         }
         tr.send_acks();
+        // While we wait for our send, the peer's messages to us are taken whatever the bound of
+        // unexpected bytes (see `transport::flow`): it may be waiting for its send to us.
+        let _blocked = match op {
+            P2pOp::Send(s) => tr.blocked_on(s.dst),
+            _ => None,
+        };
         let awaited = match op {
             P2pOp::Send(s) => Some(s.dst),
             P2pOp::Recv(r) => r.src,

@@ -102,6 +102,12 @@ pub(super) struct Peer {
     /// Set with the connection when it is encrypted (another host, `DC_ENCRYPT`): every byte
     /// written and read goes through it (see `seal`).
     pub(super) sealed: OnceLock<Sealed>,
+    /// Flow control (see `flow`): our messages offered to the peer, by cookie; the eager
+    /// credit it gave us; the credit we owe it; our threads waiting for a send to it.
+    pub(super) offers_out: Mutex<HashMap<u64, super::flow::OfferOut>>,
+    pub(super) credit: std::sync::atomic::AtomicI64,
+    pub(super) credit_due: AtomicUsize,
+    pub(super) blocked_sending: AtomicUsize,
 }
 
 /// An encrypted connection's halves: the sealer with the record sealed and not yet written
@@ -157,6 +163,10 @@ impl Peer {
             ring_out: OnceLock::new(),
             streams_in: Mutex::new(Vec::new()),
             sealed: OnceLock::new(),
+            offers_out: Mutex::new(HashMap::new()),
+            credit: std::sync::atomic::AtomicI64::new(super::flow::max_unexpected_bytes() as i64),
+            credit_due: AtomicUsize::new(0),
+            blocked_sending: AtomicUsize::new(0),
         }
     }
 
@@ -205,12 +215,18 @@ pub(super) enum Event {
     Bell,
     /// Send what waits for room in our ring to the peer.
     Flush,
-    /// Ask the peer to stream its message `cookie` to us (its receive is posted here).
+    /// Ask the peer to stream (or, over a connection, send) its message `cookie` to us.
     SendCts { cookie: u64 },
     /// The peer asks us to stream our message `cookie`.
     Cts { cookie: u64 },
     /// The peer lost world rank `rank` (see `heartbeat::LossKind`).
     LostElsewhere { rank: u64, how: u32 },
+    /// The peer gives back eager credit (see `flow`).
+    Credit { bytes: u64 },
+    /// The peer asks for (the first `want` bytes of) our offered message `cookie`.
+    Ask { cookie: u64, want: u64 },
+    /// Ask the peer for its offered message `cookie` (see `flow`).
+    AskFor { cookie: u64, want: u64 },
 }
 
 /// The endpoint of one world: peers (each reached over a TCP connection made on demand, and
@@ -264,6 +280,8 @@ pub struct SocketTransport {
     pub(super) next_sync: AtomicU64,
     /// The matcher holds answers owed to synchronous sends (see `probe::send_acks`).
     pub(super) acks_due: AtomicBool,
+    /// Some peer is owed eager credit (see `flow::give_credit`).
+    pub(super) credit_owed: AtomicBool,
     pub(super) thread: Mutex<Option<JoinHandle<()>>>,
     /// How long a peer may be silent (`DC_PEER_TIMEOUT_MS`; see `heartbeat`), and when the
     /// progress thread's next heartbeat turn is due.
@@ -318,6 +336,7 @@ impl SocketTransport {
             next_cookie: AtomicU64::new(1),
             next_sync: AtomicU64::new(0),
             acks_due: AtomicBool::new(false),
+            credit_owed: AtomicBool::new(false),
             thread: Mutex::new(None),
             peer_timeout: cfg.peer_timeout,
             next_beat_ms: AtomicU64::new(0),
@@ -398,10 +417,13 @@ impl SocketTransport {
     /// Forgets a destroyed context and any messages still waiting for it.
     pub fn unregister_ctx(&self, id: u64) {
         lock(&self.ctxs).remove(&id);
-        let parked = lock(&self.matcher).remove_ctx(id);
+        let (parked, credit) = lock(&self.matcher).remove_ctx(id);
         // Their messages are dropped with the context, as received ones are.
         for (src, p) in parked {
             self.release_sender(self.peer(src), p.cookie, true);
+        }
+        for (src, c) in credit {
+            self.consumed(self.peer(src), c);
         }
     }
 
@@ -461,9 +483,16 @@ impl SocketTransport {
                 }
                 Event::SendCts { cookie } => self.reply(peer, Header { tag: cookie, ..Header::control(FrameKind::Cts, 0) }),
                 Event::Cts { cookie } => self.start_stream(peer, cookie),
+                Event::Credit { bytes } => self.on_credit(peer, bytes),
+                Event::Ask { cookie, want } => self.send_offered(peer, cookie, want),
+                Event::AskFor { cookie, want } => self.ask_for(peer.rank, cookie, want),
                 Event::LostElsewhere { rank, how } => self.on_lost_elsewhere(peer.rank, rank, how),
                 Event::Fin { cookie, ok } => {
-                    if let Some(op) = lock(&peer.awaiting_fin).remove(&cookie) {
+                    let single_copy = lock(&peer.awaiting_fin).remove(&cookie);
+                    if single_copy.is_none() {
+                        self.offer_dropped(peer, cookie);
+                    }
+                    if let Some(op) = single_copy {
                         let r = if ok {
                             Ok(Done { bytes: op.buf.len(), source: op.dst, tag: 0 })
                         } else {
@@ -554,6 +583,7 @@ impl SocketTransport {
             }
             self.copy_claimed(Some(Instant::now() - park_limit()));
             self.send_acks();
+            self.give_credit();
             self.flush_all_rings();
             let mut timeout_ms = match self.fetch_overdue() {
                 Some(due) => due.as_micros().div_ceil(1000).min(1000) as i32,

@@ -30,6 +30,17 @@ pub enum FrameKind {
     Cts = 7,
     /// Same host, in the ring only: `len` bytes of the streamed message `tag` (a cookie).
     Chunk = 8,
+    /// Over a connection: a message offered instead of sent (see `flow`): `RTS_LEN` bytes
+    /// (cookie, 0, length); the receiver answers `Cts` when it wants the bytes.
+    Offer = 9,
+    /// The body of the offered message `tag` (a cookie), `len` bytes, after the receiver's `Cts`.
+    Pulled = 10,
+    /// The receiver consumed `tag` more bytes of our eager messages: we may send that much
+    /// more eagerly (see `flow`).
+    Credit = 11,
+    /// "Send me your offered message `tag` (a cookie)": its first `ctx` bytes (what the
+    /// receive takes; the field names no communicator here).
+    Ask = 12,
     /// Across hosts, on a connection: "still here" (every quarter of the peer timeout; see
     /// `heartbeat`). Anything read from a connection counts; this is what an idle one sends.
     Ping = 16,
@@ -91,6 +102,10 @@ impl Header {
             6 => FrameKind::Bell,
             7 => FrameKind::Cts,
             8 => FrameKind::Chunk,
+            9 => FrameKind::Offer,
+            10 => FrameKind::Pulled,
+            11 => FrameKind::Credit,
+            12 => FrameKind::Ask,
             16 => FrameKind::Ping,
             17 => FrameKind::Lost,
             k => return Err(bad(format!("unknown kind {k}"))),
@@ -104,9 +119,9 @@ impl Header {
             len: u64_at(24),
         };
         match h.kind {
-            FrameKind::Data | FrameKind::Chunk => {}
-            FrameKind::Rts if h.len == RTS_LEN as u64 => {}
-            FrameKind::Rts => return Err(bad(format!("an Rts frame of {} bytes ({RTS_LEN} expected)", h.len))),
+            FrameKind::Data | FrameKind::Chunk | FrameKind::Pulled => {}
+            FrameKind::Rts | FrameKind::Offer if h.len == RTS_LEN as u64 => {}
+            FrameKind::Rts | FrameKind::Offer => return Err(bad(format!("an {:?} frame of {} bytes ({RTS_LEN} expected)", h.kind, h.len))),
             k if h.len != 0 => return Err(bad(format!("a {k:?} frame with a {}-byte body", h.len))),
             _ => {}
         }

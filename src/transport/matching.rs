@@ -18,6 +18,9 @@ pub struct Unexpected {
     pub tag: u64,
     pub check: u32,
     pub content: Content,
+    /// What it cost its sender's eager credit (see `flow`), given back once it is consumed;
+    /// 0 for a message that did not come eagerly over a connection.
+    pub credit: usize,
 }
 
 /// What an unexpected message holds.
@@ -29,6 +32,25 @@ pub enum Content {
     /// straight from there (the sender waits for our `Fin`), so a receive posted a little late
     /// costs no second copy.
     InSender(Parked),
+    /// A message offered over a connection and not sent yet (see `flow`; `addr` unused): the
+    /// receive that matches it asks for it. `pulled`: asked for already (its bytes are on their
+    /// way here, to fill this entry in place, or to the receive that takes it meanwhile).
+    Offered { offer: Parked, pulled: bool },
+}
+
+/// Where the body of an offered message goes when it comes (see `flow`), once a receive or a
+/// matched probe took its entry out of the queue.
+#[derive(Debug)]
+pub enum Pull {
+    /// Into this receive (tag and check as offered; the offer, to queue it again if the
+    /// receive is withdrawn).
+    Recv { op: Arc<RecvOp>, tag: u64, check: u32, offer: Parked },
+    /// A matched probe took it before its bytes came: they are kept for its receive.
+    Waiting,
+    Arrived(Vec<u8>),
+    /// Its receive was withdrawn after asking for fewer bytes than it has: dropped when they
+    /// come (as a message being read into a withdrawn receive is).
+    Drop,
 }
 
 /// Where a parked single-copy message lies in the sender's memory.
@@ -43,14 +65,24 @@ pub struct Parked {
 
 impl Unexpected {
     pub fn bytes(src: u32, tag: u64, check: u32, data: Vec<u8>) -> Unexpected {
-        Unexpected { src, tag, check, content: Content::Bytes(data) }
+        Unexpected { src, tag, check, content: Content::Bytes(data), credit: 0 }
+    }
+
+    /// Bytes of it this process holds or has asked for (what counts against the bound of
+    /// unexpected bytes per peer): a received one's, or a pulled offer's.
+    pub fn held(&self) -> usize {
+        match &self.content {
+            Content::Bytes(d) => d.len(),
+            Content::Offered { offer, pulled: true } => offer.len,
+            _ => 0,
+        }
     }
 
     /// Its length in bytes (the sender's word for a parked one, checked when it came).
     pub fn len(&self) -> usize {
         match &self.content {
             Content::Bytes(d) => d.len(),
-            Content::InSender(p) => p.len,
+            Content::InSender(p) | Content::Offered { offer: p, .. } => p.len,
         }
     }
 
@@ -63,7 +95,7 @@ impl Unexpected {
     pub fn parked(&self) -> Option<&Parked> {
         match &self.content {
             Content::InSender(p) => Some(p),
-            Content::Bytes(_) => None,
+            Content::Bytes(_) | Content::Offered { .. } => None,
         }
     }
 }
@@ -103,6 +135,10 @@ pub struct Matcher {
     ctxs: HashMap<u64, Queues, std::hash::BuildHasherDefault<CtxHasher>>,
     /// Unexpected messages still in their senders' memory.
     parked: usize,
+    /// Bytes held per source (see `Unexpected::held`).
+    held: HashMap<u32, usize>,
+    /// Offered messages taken out of the queue, by (source, cookie): where their bytes go.
+    pulls: HashMap<(u32, u64), Pull>,
     /// Answers owed to synchronous sends matched here: (context, sender, answer's tag), for the
     /// endpoint to send once it holds no lock (see `SocketTransport::send_acks`).
     acks: Vec<(Arc<CtxState>, u32, u64)>,
@@ -145,12 +181,106 @@ pub fn deliver_copy(op: &RecvOp, src: u32, tag: u64, check: u32, data: &[u8]) {
     op.comp.complete(result);
 }
 
+/// What `Matcher::fetch_parked`'s callback made of a parked message.
+pub enum Fetched {
+    Bytes(Vec<u8>),
+    /// Left parked, looked at again from this instant (or fetched by its receive).
+    KeepUntil(Instant),
+    /// Dropped (the copy failed).
+    Drop,
+}
+
 /// Removes entry `i` (usually the first: a plain pop, where `remove` shifts by hand).
 fn take_at<T>(q: &mut VecDeque<T>, i: usize) -> Option<T> {
     if i == 0 { q.pop_front() } else { q.remove(i) }
 }
 
 impl Matcher {
+    /// Counts `msg` in (`add`) or out of what its source has here.
+    fn account(&mut self, msg: &Unexpected, add: bool) {
+        fn adjust(map: &mut HashMap<u32, usize>, src: u32, n: usize, add: bool) {
+            if n == 0 {
+                return;
+            }
+            let v = map.entry(src).or_default();
+            *v = if add { *v + n } else { v.saturating_sub(n) };
+        }
+        self.parked = if add { self.parked + usize::from(msg.parked().is_some()) } else { self.parked - usize::from(msg.parked().is_some()) };
+        adjust(&mut self.held, msg.src, msg.held(), add);
+    }
+
+    /// Bytes of unexpected messages from `src` held here (received, or pulled offers).
+    pub fn held_from(&self, src: u32) -> usize {
+        self.held.get(&src).copied().unwrap_or(0)
+    }
+
+    /// Notes where the bytes of offer `cookie` of `src` go, now that its entry was taken.
+    pub fn set_pull(&mut self, src: u32, cookie: u64, pull: Pull) {
+        self.pulls.insert((src, cookie), pull);
+    }
+
+    pub fn take_pull(&mut self, src: u32, cookie: u64) -> Option<Pull> {
+        self.pulls.remove(&(src, cookie))
+    }
+
+    /// Whether offer `cookie` of `src`, pulled, still waits in a queue of `ctx`.
+    pub fn has_offer(&self, ctx: u64, src: u32, cookie: u64) -> bool {
+        self.ctxs.get(&ctx).is_some_and(|q| q.unexpected.iter().any(|m| m.src == src && matches!(m.content, Content::Offered { offer, pulled: true } if offer.cookie == cookie)))
+    }
+
+    /// The bytes of offer `cookie` of `src` came: they fill its entry in place (order kept).
+    /// Returns them if the entry is no longer queued.
+    pub fn fill_offer(&mut self, ctx: u64, src: u32, cookie: u64, data: Vec<u8>) -> Option<Vec<u8>> {
+        let Some(q) = self.ctxs.get_mut(&ctx) else { return Some(data) };
+        let Some(m) = q.unexpected.iter_mut().find(|m| m.src == src && matches!(m.content, Content::Offered { offer, pulled: true } if offer.cookie == cookie)) else {
+            return Some(data);
+        };
+        let before = m.held();
+        m.content = Content::Bytes(data);
+        let after = m.held();
+        let v = self.held.entry(src).or_default();
+        *v = (*v + after).saturating_sub(before);
+        None
+    }
+
+    /// Takes the pull that feeds `op`, if one does (the receive is being withdrawn).
+    pub fn take_pull_of(&mut self, op: &Arc<RecvOp>) -> Option<(u32, Pull)> {
+        let key = *self.pulls.iter().find(|(_, p)| matches!(p, Pull::Recv { op: o, .. } if Arc::ptr_eq(o, op)))?.0;
+        self.pulls.remove(&key).map(|p| (key.0, p))
+    }
+
+    /// Makes every message of `src` still parked due for fetching at `due`; whether any is.
+    pub fn rush_parked(&mut self, src: u32, due: Instant) -> bool {
+        if self.parked == 0 {
+            return false;
+        }
+        let mut any = false;
+        for m in self.ctxs.values_mut().flat_map(|q| q.unexpected.iter_mut()).filter(|m| m.src == src) {
+            if let Content::InSender(p) = &mut m.content {
+                p.since = p.since.min(due);
+                any = true;
+            }
+        }
+        any
+    }
+
+    /// Marks every offer from `src` not asked for yet as pulled; returns (cookie, length) of each.
+    pub fn pull_offers_from(&mut self, src: u32) -> Vec<(u64, usize)> {
+        let mut cookies = Vec::new();
+        let mut added = 0;
+        for q in self.ctxs.values_mut() {
+            for m in q.unexpected.iter_mut().filter(|m| m.src == src) {
+                if let Content::Offered { offer, pulled: pulled @ false } = &mut m.content {
+                    *pulled = true;
+                    added += offer.len;
+                    cookies.push((offer.cookie, offer.len));
+                }
+            }
+        }
+        *self.held.entry(src).or_default() += added;
+        cookies
+    }
+
     /// Notes the answer a synchronous send is owed once `tag` (from `src`) matched.
     fn matched(&mut self, ctx: &Arc<CtxState>, src: u32, tag: u64) {
         if let Some(ack) = ack_for(tag) {
@@ -178,7 +308,7 @@ impl Matcher {
         let q = self.ctxs.get_mut(&ctx.id)?;
         let i = q.unexpected.iter().position(|m| src.is_none_or(|s| s == m.src) && tag.accepts(m.tag))?;
         let msg = take_at(&mut q.unexpected, i)?;
-        self.parked -= usize::from(msg.parked().is_some());
+        self.account(&msg, false);
         self.matched(ctx, msg.src, msg.tag);
         Some(msg)
     }
@@ -236,7 +366,7 @@ impl Matcher {
     }
 
     pub fn push_unexpected(&mut self, ctx: u64, msg: Unexpected) {
-        self.parked += usize::from(msg.parked().is_some());
+        self.account(&msg, true);
         let q = self.ctxs.entry(ctx).or_default();
         Matcher::wake_probes(q, &msg);
         q.unexpected.push_back(msg);
@@ -247,7 +377,7 @@ impl Matcher {
     /// tag the order is kept. A synchronous send was answered when it was taken: it is not
     /// answered again.
     pub fn return_unexpected(&mut self, ctx: u64, mut msg: Unexpected) {
-        self.parked += usize::from(msg.parked().is_some());
+        self.account(&msg, true);
         msg.tag = user_tag(msg.tag);
         let q = self.ctxs.entry(ctx).or_default();
         Matcher::wake_probes(q, &msg);
@@ -262,25 +392,36 @@ impl Matcher {
         self.ctxs.values().flat_map(|q| q.unexpected.iter()).filter_map(|m| Some(m.parked()?.since)).min()
     }
 
-    /// Fetches every message parked at or before `cutoff`: `fetch(src, parked)` returns its
-    /// bytes, which replace it in place (order kept), or None, which drops it.
-    pub fn fetch_parked(&mut self, cutoff: Instant, mut fetch: impl FnMut(u32, &Parked) -> Option<Vec<u8>>) {
+    /// Fetches every message parked at or before `cutoff`: `fetch(src, parked, held)` (held:
+    /// the bytes of `src` held here) returns its bytes, which replace it in place (order
+    /// kept), or says to leave it parked (over the bound of held bytes) or to drop it.
+    pub fn fetch_parked(&mut self, cutoff: Instant, mut fetch: impl FnMut(u32, &Parked, usize) -> Fetched) {
         if self.parked == 0 {
             return;
         }
-        for q in self.ctxs.values_mut() {
+        let Matcher { ctxs, parked, held, .. } = self;
+        for q in ctxs.values_mut() {
             q.unexpected.retain_mut(|m| {
-                let Content::InSender(p) = &m.content else { return true };
+                let Content::InSender(p) = &mut m.content else { return true };
                 if p.since > cutoff {
                     return true;
                 }
-                self.parked -= 1;
-                match fetch(m.src, p) {
-                    Some(data) => {
+                let h = held.entry(m.src).or_default();
+                match fetch(m.src, p, *h) {
+                    Fetched::Bytes(data) => {
+                        *parked -= 1;
+                        *h += data.len();
                         m.content = Content::Bytes(data);
                         true
                     }
-                    None => false,
+                    Fetched::KeepUntil(t) => {
+                        p.since = t;
+                        true
+                    }
+                    Fetched::Drop => {
+                        *parked -= 1;
+                        false
+                    }
                 }
             });
         }
@@ -314,13 +455,24 @@ impl Matcher {
         self.ctxs.len()
     }
 
-    /// Forgets a destroyed context: drops its unexpected messages and returns those still
-    /// parked, as (source, parked), so their senders can be released.
-    pub fn remove_ctx(&mut self, ctx: u64) -> Vec<(u32, Parked)> {
-        let Some(q) = self.ctxs.remove(&ctx) else { return Vec::new() };
-        let parked: Vec<(u32, Parked)> = q.unexpected.iter().filter_map(|m| Some((m.src, *m.parked()?))).collect();
-        self.parked -= parked.len();
-        parked
+    /// Forgets a destroyed context: drops its unexpected messages and returns those still in
+    /// their senders' memory (parked or offered, not pulled), as (source, parked), so their
+    /// senders can be released, and the eager credit the others held, by source.
+    pub fn remove_ctx(&mut self, ctx: u64) -> (Vec<(u32, Parked)>, Vec<(u32, usize)>) {
+        let Some(q) = self.ctxs.remove(&ctx) else { return (Vec::new(), Vec::new()) };
+        let mut senders = Vec::new();
+        let mut credit = Vec::new();
+        for m in &q.unexpected {
+            self.account(m, false);
+            match &m.content {
+                Content::InSender(p) | Content::Offered { offer: p, pulled: false } => senders.push((m.src, *p)),
+                _ => {}
+            }
+            if m.credit > 0 {
+                credit.push((m.src, m.credit));
+            }
+        }
+        (senders, credit)
     }
 }
 
@@ -366,14 +518,14 @@ mod tests {
         let t0 = Instant::now();
         let later = t0 + std::time::Duration::from_secs(1);
         let mut m = Matcher::default();
-        m.push_unexpected(1, Unexpected { src: 1, tag: 5, check: 0, content: parked(7, t0) });
+        m.push_unexpected(1, Unexpected { src: 1, tag: 5, check: 0, content: parked(7, t0), credit: 0 });
         m.push_unexpected(1, Unexpected::bytes(1, 5, 0, vec![2]));
-        m.push_unexpected(1, Unexpected { src: 1, tag: 5, check: 0, content: parked(8, later) });
+        m.push_unexpected(1, Unexpected { src: 1, tag: 5, check: 0, content: parked(8, later), credit: 0 });
         assert_eq!(m.oldest_parked(), Some(t0));
         let mut asked = Vec::new();
-        m.fetch_parked(t0, |src, p| {
+        m.fetch_parked(t0, |src, p, _| {
             asked.push((src, p.cookie));
-            Some(vec![1])
+            Fetched::Bytes(vec![1])
         });
         assert_eq!(asked, [(1, 7)], "only the overdue one");
         assert_eq!(m.oldest_parked(), Some(later));
@@ -385,11 +537,13 @@ mod tests {
                 other => panic!("{other:?}"),
             }
         }
-        m.push_unexpected(2, Unexpected { src: 0, tag: 1, check: 0, content: parked(9, t0) });
-        let gone = m.remove_ctx(1);
+        m.push_unexpected(2, Unexpected { src: 0, tag: 1, check: 0, content: parked(9, t0), credit: 0 });
+        let (gone, _) = m.remove_ctx(1);
         assert_eq!(gone.iter().map(|(s, p)| (*s, p.cookie)).collect::<Vec<_>>(), [(1, 8)]);
         assert_eq!(m.oldest_parked(), Some(t0), "context 2's message stays");
-        m.fetch_parked(later, |_, _| None);
+        m.fetch_parked(later, |_, _, _| Fetched::KeepUntil(later));
+        assert_eq!(m.oldest_parked(), Some(later), "one left parked stays, due later");
+        m.fetch_parked(later, |_, _, _| Fetched::Drop);
         assert_eq!(m.oldest_parked(), None, "a failed fetch drops the message");
     }
 
@@ -409,7 +563,7 @@ mod tests {
         let ctx = CtxState::new(1, None);
         let mut m = Matcher::default();
         m.push_unexpected(1, Unexpected::bytes(2, 5, 0, vec![0; 3]));
-        m.push_unexpected(1, Unexpected { src: 2, tag: 6, check: 0, content: parked(1, Instant::now()) });
+        m.push_unexpected(1, Unexpected { src: 2, tag: 6, check: 0, content: parked(1, Instant::now()), credit: 0 });
         assert_eq!(m.peek(1, None, TagMatch::Exact(6)), Some(Done { bytes: 1, source: 2, tag: 6 }), "a parked one's length");
         assert_eq!(m.peek(1, Some(2), TagMatch::AnyUser).map(|d| d.tag), Some(5), "first in line");
         assert_eq!(m.peek(1, Some(3), TagMatch::AnyUser), None);

@@ -6,7 +6,7 @@ use super::endpoint::{Event, Peer, SocketTransport, lock};
 use super::tcp_io::{Body, Sink, TxItem};
 use super::cma;
 use super::frame::{FrameKind, Header, RTS_LEN};
-use super::matching::{deliver_copy, verdict, Content, Matcher, Parked, Unexpected};
+use super::matching::{deliver_copy, verdict, Content, Fetched, Matcher, Parked, Unexpected};
 use super::protocol::Rts;
 use super::stream::StreamIn;
 use super::wire::WIRES;
@@ -29,6 +29,10 @@ use std::time::{Duration, Instant};
 pub(super) fn park_limit() -> Duration {
     if crate::completion::oversubscribed() { Duration::from_millis(10) } else { Duration::from_millis(1) }
 }
+
+/// How often a parked message kept in its sender's memory by the bound of unexpected bytes
+/// (see `fetch_overdue`) is looked at again.
+const OVER_BOUND_RECHECK: Duration = Duration::from_millis(100);
 
 /// How long a withdrawn receive waits for the rest of a message already being streamed to it
 /// (see `SocketTransport::finish_stream_for`).
@@ -107,20 +111,25 @@ impl SocketTransport {
     pub(super) fn send_to_self(&self, ctx: u64, tag: u64, check: u32, buf: ConstBuf) {
         // SAFETY: the caller's send buffer is valid for the duration of this call.
         let data = unsafe { buf.as_slice() };
-        self.deliver_or_file(ctx, self.rank, tag, check, Cow::Borrowed(data));
+        self.deliver_or_file(ctx, self.rank, tag, check, Cow::Borrowed(data), 0);
     }
 
     /// A message received in full: into its posted receive if there is one (copied under the
     /// matcher's lock, so a canceller cannot withdraw the receive meanwhile), else kept as
-    /// unexpected (a borrowed `data` is copied only then).
-    pub(super) fn deliver_or_file(&self, ctx: u64, src: u32, tag: u64, check: u32, data: Cow<'_, [u8]>) {
+    /// unexpected (a borrowed `data` is copied only then). `credit`: what it cost its sender's
+    /// eager credit (see `flow`), given back once it is consumed.
+    pub(super) fn deliver_or_file(&self, ctx: u64, src: u32, tag: u64, check: u32, data: Cow<'_, [u8]>, credit: usize) {
         let mut m = lock(&self.matcher);
         match m.take_posted(ctx, src, tag) {
             Some(op) => {
                 self.note_acks(&m);
-                deliver_copy(&op, src, tag, check, &data)
+                deliver_copy(&op, src, tag, check, &data);
+                drop(m);
+                if credit > 0 {
+                    self.consumed(self.peer(src), credit);
+                }
             }
-            None => m.push_unexpected(ctx, Unexpected::bytes(src, tag, check, data.into_owned())),
+            None => m.push_unexpected(ctx, Unexpected { credit, ..Unexpected::bytes(src, tag, check, data.into_owned()) }),
         }
     }
 
@@ -131,12 +140,23 @@ impl SocketTransport {
         }
         let op = RecvOp::new(ctx, src, tag, check, buf);
         let mut m = lock(&self.matcher);
-        if let Some(msg) = m.take_unexpected(&op) {
+        if let Some(mut msg) = m.take_unexpected(&op) {
             self.note_acks(&m);
+            // An offered message's bytes are to come: where they go is noted before anyone
+            // else can see that its entry is gone.
+            let ask = self.pull_into(&mut m, &op, &msg);
             drop(m);
             self.send_acks();
+            let credit = std::mem::take(&mut msg.credit);
+            if credit > 0 {
+                self.consumed(self.peer(msg.src), credit);
+            }
             if let Content::Bytes(data) = &msg.content {
                 deliver_copy(&op, msg.src, msg.tag, msg.check, data);
+            } else if let Content::Offered { .. } = msg.content {
+                if let Some((cookie, want)) = ask {
+                    self.ask_for(msg.src, cookie, want);
+                }
             } else {
                 // Still in the sender's memory: its wire brings it (streamed through a ring,
                 // or copied single-copy).
@@ -169,7 +189,7 @@ impl SocketTransport {
             let mut m = lock(&self.matcher);
             m.remove_posted(op) || m.remove_probe(op)
         };
-        if withdrawn {
+        if withdrawn || self.withdraw_pull(op) {
             op.comp.complete(Err(err));
             return;
         }
@@ -255,7 +275,7 @@ impl SocketTransport {
         let parked = Parked { cookie: rts.cookie, addr: rts.addr, len: rts.len as usize, since: Instant::now() };
         let mut m = lock(&self.matcher);
         let Some(op) = self.claim_posted(&mut m, hdr.ctx, peer.rank, hdr.tag) else {
-            m.push_unexpected(hdr.ctx, Unexpected { src: peer.rank, tag: hdr.tag, check: hdr.check, content: Content::InSender(parked) });
+            m.push_unexpected(hdr.ctx, Unexpected { src: peer.rank, tag: hdr.tag, check: hdr.check, content: Content::InSender(parked), credit: 0 });
             drop(m);
             // The progress thread fetches it if no receive comes in time.
             self.wake_progress();
@@ -310,14 +330,20 @@ impl SocketTransport {
         }
     }
 
-    /// Copies out every message parked longer than [`park_limit`]; returns how long until the
-    /// next parked or claimed one is due.
+    /// Copies out every message parked longer than [`park_limit`] while its sender's held
+    /// bytes stay within the bound (`flow::max_unexpected_bytes`; beyond, only while we wait
+    /// for our own send to that sender, see `flow`); returns how long until the next parked
+    /// or claimed one is due.
     pub(super) fn fetch_overdue(&self) -> Option<Duration> {
         let now = Instant::now();
         let mut released = Vec::new();
         let mut m = lock(&self.matcher);
-        m.fetch_parked(now - park_limit(), |src, p| {
+        m.fetch_parked(now - park_limit(), |src, p, held| {
             let peer = self.peer(src);
+            if held + p.len > super::flow::max_unexpected_bytes() && peer.blocked_sending.load(Ordering::Acquire) == 0 {
+                // Stays in the sender's memory until its receive comes (or the bound allows).
+                return Fetched::KeepUntil(now + OVER_BOUND_RECHECK);
+            }
             let mut data = Vec::new();
             // The length is the sender's word (capped when it came): room is asked for, not
             // assumed.
@@ -330,11 +356,11 @@ impl SocketTransport {
             match r {
                 Ok(()) => {
                     unsafe { data.set_len(p.len) };
-                    Some(data)
+                    Fetched::Bytes(data)
                 }
                 Err(e) => {
                     dc_log!(Level::Warn, Some(self.rank as usize), "{}", cma_failed(src, e).msg);
-                    None
+                    Fetched::Drop
                 }
             }
         });

@@ -3,6 +3,7 @@
 
 pub mod frame;
 pub mod protocol;
+pub mod flow;
 pub mod ops;
 pub mod matching;
 pub mod socket;

@@ -67,8 +67,17 @@ impl SocketTransport {
     pub fn improbe(&self, ctx: &Arc<CtxState>, src: Option<u32>, tag: TagMatch) -> Option<Matched> {
         let msg = {
             let mut m = lock(&self.matcher);
-            let msg = m.take_matching(ctx, src, tag)?;
+            let mut msg = m.take_matching(ctx, src, tag)?;
             self.note_acks(&m);
+            if let Content::Offered { offer, pulled: true } = msg.content {
+                // Its bytes are on their way: kept for the matched receive.
+                m.set_pull(msg.src, offer.cookie, super::matching::Pull::Waiting);
+            }
+            let credit = std::mem::take(&mut msg.credit);
+            drop(m);
+            if credit > 0 {
+                self.consumed(self.peer(msg.src), credit);
+            }
             msg
         };
         self.send_acks();
@@ -84,6 +93,8 @@ impl SocketTransport {
         let op = RecvOp::new(ctx, Some(msg.src), TagMatch::Exact(msg.tag), msg.check, buf);
         if let Content::Bytes(data) = &msg.content {
             deliver_copy(&op, msg.src, msg.tag, msg.check, data);
+        } else if let Content::Offered { .. } = msg.content {
+            self.pull_matched(&op, &msg);
         } else {
             if let Some(e) = ctx.abort_error() {
                 return Err(e);

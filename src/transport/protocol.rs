@@ -68,6 +68,14 @@ pub enum Frame {
     Cts { cookie: u64 },
     /// The peer lost world rank `rank` (`how`: see `heartbeat::LossKind`).
     Lost { rank: u64, how: u32 },
+    /// A message offered, not sent (`Rts::addr` unused; see `flow`).
+    Offer(Header, Rts),
+    /// The body of an offered message starts (`tag`: its cookie); `len` bytes follow.
+    Pulled(Header),
+    /// The peer consumed `bytes` more of our eager messages.
+    Credit { bytes: u64 },
+    /// The peer asks for the first `want` bytes of our offered message `cookie`.
+    Ask { cookie: u64, want: u64 },
 }
 
 /// What one call of [`Decoder::decode`] completed.
@@ -101,7 +109,7 @@ impl BodyAt {
 #[derive(Debug, Clone, Copy)]
 enum State {
     Header { buf: [u8; HEADER_LEN], got: usize },
-    /// The body of an `Rts` frame.
+    /// The body of an `Rts` or `Offer` frame.
     Rts { hdr: Header, buf: [u8; RTS_LEN], got: usize },
     /// The body of a data frame (never empty).
     Body(BodyAt),
@@ -148,7 +156,8 @@ impl Decoder {
                 if *got < RTS_LEN {
                     return Ok((n, None));
                 }
-                let frame = Frame::Rts(*hdr, Rts::decode(buf)?);
+                let rts = Rts::decode(buf)?;
+                let frame = if hdr.kind == FrameKind::Offer { Frame::Offer(*hdr, rts) } else { Frame::Rts(*hdr, rts) };
                 self.state = AT_HEADER;
                 Ok((n, Some(Step::Frame(frame))))
             }
@@ -163,15 +172,16 @@ impl Decoder {
 
     fn on_header(&mut self, hdr: Header) -> Result<Option<Step<'static>>> {
         let frame = match hdr.kind {
-            FrameKind::Data => {
+            FrameKind::Data | FrameKind::Pulled => {
                 if hdr.len > 0 {
                     self.state = State::Body(BodyAt { hdr, off: 0 });
                 } else {
                     self.state = AT_HEADER;
                 }
-                return Ok(Some(Step::Frame(Frame::Data(hdr))));
+                let frame = if hdr.kind == FrameKind::Data { Frame::Data(hdr) } else { Frame::Pulled(hdr) };
+                return Ok(Some(Step::Frame(frame)));
             }
-            FrameKind::Rts => {
+            FrameKind::Rts | FrameKind::Offer => {
                 self.state = State::Rts { hdr, buf: [0; RTS_LEN], got: 0 };
                 return Ok(None);
             }
@@ -189,6 +199,8 @@ impl Decoder {
             FrameKind::Bell => Frame::Bell,
             FrameKind::Fin => Frame::Fin { cookie: hdr.tag, ok: hdr.check == 0 },
             FrameKind::Cts => Frame::Cts { cookie: hdr.tag },
+            FrameKind::Credit => Frame::Credit { bytes: hdr.tag },
+            FrameKind::Ask => Frame::Ask { cookie: hdr.tag, want: hdr.ctx },
         };
         self.state = AT_HEADER;
         Ok(Some(Step::Frame(frame)))
@@ -272,7 +284,7 @@ mod tests {
     fn record(seen: &mut Vec<Seen>, step: Step<'_>) {
         match step {
             Step::Frame(f) => {
-                if let Frame::Data(h) = f {
+                if let Frame::Data(h) | Frame::Pulled(h) = f {
                     seen.push(Seen::Frame(f));
                     seen.push(Seen::Body(h.tag, Vec::new()));
                 } else {
@@ -531,6 +543,33 @@ mod tests {
         assert!(matches!(step, Some(Step::Frame(Frame::Data(_)))));
         assert_eq!(d.body().unwrap().left(), MAX_BODY as usize);
         assert!(std::mem::size_of::<Decoder>() < 128);
+    }
+
+    #[test]
+    fn flow_control_frames_decode_whole_at_every_split() {
+        let offer = Rts { cookie: 9, addr: 0, len: 1 << 30 };
+        let mut offer_frame = Header { kind: FrameKind::Offer, check: 3, ctx: 1, tag: 2, len: RTS_LEN as u64 }.encode().to_vec();
+        offer_frame.extend_from_slice(&offer.encode());
+        let mut pulled = Header { kind: FrameKind::Pulled, check: 0, ctx: 1, tag: 9, len: 5 }.encode().to_vec();
+        pulled.extend_from_slice(&[1, 2, 3, 4, 5]);
+        let stream = [offer_frame, pulled, control(FrameKind::Credit, 0, 4096, 0), control(FrameKind::Ask, 77, 9, 0)].concat();
+        for cut in 0..stream.len() {
+            let (seen, err) = feed(&[&stream[..cut], &stream[cut..]]);
+            assert!(err.is_none(), "cut at {cut}");
+            assert!(matches!(seen[0], Seen::Frame(Frame::Offer(h, r)) if h.tag == 2 && r == offer), "cut at {cut}: {seen:?}");
+            assert!(matches!(seen[1], Seen::Frame(Frame::Pulled(h)) if h.tag == 9 && h.len == 5));
+            let body: Vec<u8> = stream[HEADER_LEN * 2 + RTS_LEN..HEADER_LEN * 2 + RTS_LEN + 5].to_vec();
+            assert_eq!(seen.iter().filter_map(|s| if let Seen::Body(9, b) = s { Some(b.clone()) } else { None }).next(), Some(body));
+            assert!(seen.contains(&Seen::Frame(Frame::Credit { bytes: 4096 })));
+            assert!(seen.contains(&Seen::Frame(Frame::Ask { cookie: 9, want: 77 })));
+        }
+        // An offer with a body of the wrong size, or over the cap, loses the peer.
+        let mut bad = Header { kind: FrameKind::Offer, check: 0, ctx: 1, tag: 2, len: 8 }.encode().to_vec();
+        bad.extend_from_slice(&[0; 8]);
+        assert!(feed(&[&bad]).1.is_some());
+        let mut huge = Header { kind: FrameKind::Offer, check: 0, ctx: 1, tag: 2, len: RTS_LEN as u64 }.encode().to_vec();
+        huge.extend_from_slice(&Rts { cookie: 1, addr: 0, len: u64::MAX }.encode());
+        assert!(feed(&[&huge]).1.unwrap().msg.contains("cap"));
     }
 
     #[test]

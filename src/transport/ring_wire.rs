@@ -281,7 +281,7 @@ impl SocketTransport {
 
     pub(super) fn on_ring_frame(&self, peer: &Peer, rec: &[u8], events: &mut Vec<Event>) {
         match protocol::decode_record(rec) {
-            Ok(Record::Data(h, body)) => self.deliver_or_file(h.ctx, peer.rank, h.tag, h.check, Cow::Borrowed(body)),
+            Ok(Record::Data(h, body)) => self.deliver_or_file(h.ctx, peer.rank, h.tag, h.check, Cow::Borrowed(body), 0),
             Ok(Record::Rts(h, rts)) => self.on_rts(peer, h, rts, true, events),
             Ok(Record::Chunk { cookie, data }) => self.on_chunk(peer, cookie, data),
             Ok(Record::Cts { cookie }) => events.push(Event::Cts { cookie }),

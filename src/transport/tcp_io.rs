@@ -11,6 +11,7 @@ use super::matching::Unexpected;
 use super::ops::CtxState;
 use super::abort::aborted_error;
 use super::wire::Wire;
+use super::flow::MESSAGE_COST;
 use super::matching::verdict;
 use super::protocol::{BodyAt, Decoder, Frame, Step};
 use super::ops::{RecvOp, SendOp};
@@ -44,8 +45,9 @@ pub(super) enum Sink {
     Idle,
     /// Filling a posted receive: `keep` bytes go to the buffer, the rest is discarded.
     User { op: Arc<RecvOp>, keep: usize, result: Result<Done> },
-    /// No receive was posted: the body is kept (as unexpected) once complete.
-    Unexp { data: Vec<u8> },
+    /// No receive was posted: the body is kept (as unexpected) once complete; or, for an
+    /// offered message (`fills`: its cookie), fills its place in the queue (see `flow`).
+    Unexp { data: Vec<u8>, fills: Option<u64> },
     Discard,
 }
 
@@ -337,7 +339,7 @@ impl SocketTransport {
                     // SAFETY: off < keep <= buf.len(); the op is ours until completed.
                     (unsafe { op.buf.as_ptr().add(at.off) }, *keep - at.off, true)
                 }
-                (Some(at), Sink::Unexp { data }) if at.left() >= DIRECT_READ_MIN => {
+                (Some(at), Sink::Unexp { data, .. }) if at.left() >= DIRECT_READ_MIN => {
                     // Grow with the bytes that actually arrive (at most doubling), never by the
                     // length a header claims.
                     let want = at.left().min(data.len().max(UNEXP_GROW_MIN));
@@ -372,7 +374,7 @@ impl SocketTransport {
                 rx.end = n;
                 continue;
             }
-            if let Sink::Unexp { data } = &mut rx.sink {
+            if let Sink::Unexp { data, .. } = &mut rx.sink {
                 // SAFETY: the kernel initialised n more bytes within the reserved capacity.
                 unsafe { data.set_len(data.len() + n) };
             }
@@ -458,7 +460,7 @@ impl SocketTransport {
                             // SAFETY: off + n <= keep <= buf.len(); the op is ours until completed.
                             unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), op.buf.as_ptr().add(off), n) };
                         }
-                        Sink::Unexp { data: v } => {
+                        Sink::Unexp { data: v, .. } => {
                             v.try_reserve(data.len()).map_err(|e| {
                                 Error::new(Status::PeerLost, format!("no memory for {} more bytes of a {}-byte message: {e}", data.len(), hdr.len))
                             })?;
@@ -483,12 +485,18 @@ impl SocketTransport {
                 op.comp.complete(r);
                 if at.left() > 0 { Sink::Discard } else { Sink::Idle }
             }
-            Sink::Unexp { data } if at.left() == 0 => {
-                if at.len() >= ADOPT_MIN {
-                    self.arriving_unexpected.fetch_sub(1, Ordering::Relaxed);
-                }
+            Sink::Unexp { data, fills } if at.left() == 0 => {
                 let h = at.hdr;
-                self.deliver_or_file(h.ctx, peer.rank, h.tag, h.check, Cow::Owned(std::mem::take(data)));
+                let data = std::mem::take(data);
+                match *fills {
+                    Some(cookie) => self.pulled_arrived(peer, h.ctx, cookie, data),
+                    None => {
+                        if at.len() >= ADOPT_MIN {
+                            self.arriving_unexpected.fetch_sub(1, Ordering::Relaxed);
+                        }
+                        self.deliver_or_file(h.ctx, peer.rank, h.tag, h.check, Cow::Owned(data), at.len() + MESSAGE_COST);
+                    }
+                }
                 Sink::Idle
             }
             Sink::Discard if at.left() == 0 => Sink::Idle,
@@ -514,11 +522,19 @@ impl SocketTransport {
             Frame::Fin { cookie, ok } => events.push(Event::Fin { cookie, ok }),
             Frame::Cts { cookie } => events.push(Event::Cts { cookie }),
             Frame::Lost { rank, how } => events.push(Event::LostElsewhere { rank, how }),
+            Frame::Offer(hdr, offer) => self.on_offer(peer, hdr, offer, events),
+            Frame::Credit { bytes } => events.push(Event::Credit { bytes }),
+            Frame::Ask { cookie, want } => events.push(Event::Ask { cookie, want }),
+            Frame::Pulled(hdr) => {
+                *sink = self.pulled_sink(peer, hdr);
+                self.settle(peer, sink, BodyAt { hdr, off: 0 });
+            }
             Frame::Data(hdr) => {
                 let len = hdr.len as usize;
                 let posted = self.claim_posted(&mut lock(&self.matcher), hdr.ctx, peer.rank, hdr.tag);
                 *sink = match posted {
                     Some(op) => {
+                        self.consumed(peer, len + MESSAGE_COST);
                         let (keep, result) = verdict(&op, peer.rank, hdr.tag, hdr.check, len);
                         Sink::User { op, keep, result }
                     }
@@ -527,7 +543,7 @@ impl SocketTransport {
                             self.arriving_unexpected.fetch_add(1, Ordering::Relaxed);
                         }
                         // Never more than a staging buffer up front, whatever the header claims.
-                        Sink::Unexp { data: Vec::with_capacity(len.min(STAGE_LEN)) }
+                        Sink::Unexp { data: Vec::with_capacity(len.min(STAGE_LEN)), fills: None }
                     }
                 };
                 // An empty body (or a receive that takes none of it) is complete already.
@@ -543,13 +559,14 @@ impl SocketTransport {
     /// one side's next message often starts to arrive before the other posts its receive.)
     /// The reader holds the connection, so no other message of this peer can slip in between.
     pub(super) fn adopt_in_flight(&self, peer: &Peer, rx: &mut Rx) {
-        let (Sink::Unexp { data }, Some(at)) = (&rx.sink, rx.dec.body()) else { return };
+        let (Sink::Unexp { data, fills: None }, Some(at)) = (&rx.sink, rx.dec.body()) else { return };
         let (hdr, len, got) = (at.hdr, at.len(), at.off);
         debug_assert_eq!(got, data.len());
         if len < ADOPT_MIN || got >= len {
             return;
         }
         let Some(op) = self.claim_posted(&mut lock(&self.matcher), hdr.ctx, peer.rank, hdr.tag) else { return };
+        self.consumed(peer, len + MESSAGE_COST);
         let (keep, result) = verdict(&op, peer.rank, hdr.tag, hdr.check, len);
         let n = got.min(keep);
         // SAFETY: n <= keep <= op's buffer length; the op is ours (taken from the posted queue,
@@ -582,6 +599,9 @@ impl Wire for TcpWire {
         if peer.cma_pid.is_some() && buf.len() >= cma::threshold() && cma::threshold() > 0 {
             return t.post_rts(peer, ctx, tag, check, op);
         }
+        if !t.may_send_eagerly(peer, buf.len()) {
+            return t.post_offer(peer, ctx, tag, check, op);
+        }
         let item = TxItem { hdr: Header::data(ctx.id, tag, check, buf.len()).encode(), hdr_off: 0, body: Body::User(buf), off: 0, op: Some(op.clone()) };
         t.enqueue(peer, item)?;
         Ok(op)
@@ -608,6 +628,13 @@ impl Wire for TcpWire {
                 }
             }
         }
+        lock(&p.offers_out).retain(|_, o| match &o.op {
+            Some(op) if op.ctx.is_aborted() => {
+                op.comp.complete(Err(aborted_error(&op.ctx)));
+                false
+            }
+            _ => true,
+        });
         let mut q = lock(&p.tx);
         let mut i = 0;
         while i < q.len() {
@@ -636,6 +663,11 @@ impl Wire for TcpWire {
                 op.comp.complete(Err(err()));
             }
         }
+        for (_, o) in lock(&peer.offers_out).drain() {
+            if let Some(op) = o.op {
+                op.comp.complete(Err(err()));
+            }
+        }
         let mut q = lock(&peer.tx);
         for mut it in q.drain(..) {
             if let Some(op) = it.op.take() {
@@ -646,6 +678,15 @@ impl Wire for TcpWire {
     }
 
     fn withdraw_send(&self, _t: &SocketTransport, peer: &Peer, op: &Arc<SendOp>) {
+        // Offered and not asked for: its bytes are kept for when the receiver asks (its entry
+        // waits in the receiver's queue), so the receiver still gets the message whole.
+        for o in lock(&peer.offers_out).values_mut() {
+            if o.op.as_ref().is_some_and(|x| Arc::ptr_eq(x, op)) {
+                // SAFETY: the op's buffer is valid until the op completes, after this.
+                o.body = Body::Owned(unsafe { op.buf.as_slice() }.to_vec());
+                o.op = None;
+            }
+        }
         let mut q = lock(&peer.tx);
         if let Some(i) = q.iter().position(|it| it.op.as_ref().is_some_and(|o| Arc::ptr_eq(o, op))) {
             if q[i].hdr_off == 0 {
