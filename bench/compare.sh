@@ -10,6 +10,10 @@
 #      (--mpi mpich-abi --distcomm-mpi: ONE mpi_bench binary, built once against MPICH 5's
 #      standard-ABI header, run on MPICH's libmpi_abi.so.1 by its mpiexec and on distcomm's
 #      libmpi_abi.so.1 by ours: the same program, two libraries, chosen by LD_LIBRARY_PATH)
+#      (--load N: N busy loops, `sh -c 'while :; do :; done'`, run beside both libraries for the
+#      whole comparison, as data loaders and compute threads do in real jobs; --launcher plain:
+#      distcomm's ranks started with the env:// variables only, no core binding, as torchrun or
+#      Slurm without binding start them, and Open MPI's with --bind-to none)
 #   4. prints per size the median over rounds of distcomm_time / mpi_time and the resulting bus
 #      bandwidth ratio (median of mpi_time / distcomm_time), and draws an SVG plot (medians);
 #      with --out DIR writes rounds.csv, median.csv, results.md and compare.svg there
@@ -46,6 +50,12 @@ usage: bench/compare.sh [options]
                          its mpiexec) instead of dc-bench; needs --mpi mpich-abi (one binary)
   --mpi-args "ARGS"      extra mpirun arguments, e.g. --mpi-args "--mca btl tcp,self"
   --dcrun-args "ARGS"    extra dcrun arguments, e.g. --dcrun-args "--bind none"
+  --load N               N busy processes (sh -c 'while :; do :; done') running beside both
+                         libraries for the whole comparison, started and stopped by this script
+                         (default 0)
+  --launcher dcrun|plain how distcomm's ranks start (default dcrun: dcrun's core binding; plain:
+                         MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE only,
+                         no binding, as torchrun does); with plain, Open MPI runs --bind-to none
   --transport T          DC_TRANSPORT for the distcomm runs (default: DC_TRANSPORT as set, else auto)
   --out DIR              write rounds.csv, median.csv, results.md, compare.svg into DIR
                          (e.g. bench/results); default: a temporary directory, printed at the end
@@ -87,6 +97,8 @@ PREFIX="$ROOT/build/bench/prefix"
 BUILD=1
 TIMEOUT=600
 DC_MPI=0
+LOAD=0
+LAUNCHER=dcrun
 MPICH_VENV=${MPICH_VENV:-$ROOT/build/venv-mpich}
 
 need() { [ $# -ge 2 ] || { echo "compare.sh: $1 needs a value" >&2; exit 2; }; }
@@ -114,6 +126,8 @@ while [ $# -gt 0 ]; do
     --prefix) need "$@"; PREFIX="$2"; shift ;;
     --no-build) BUILD=0 ;;
     --distcomm-mpi) DC_MPI=1 ;;
+    --load) need "$@"; LOAD="$2"; shift ;;
+    --launcher) need "$@"; LAUNCHER="$2"; shift ;;
     --timeout) need "$@"; TIMEOUT="$2"; shift ;;
     *) echo "compare.sh: unknown option $1 (--help lists them)" >&2; exit 2 ;;
   esac
@@ -129,6 +143,9 @@ case "$MPI" in
 esac
 [ "$DC_MPI" = 0 ] || [ "$MPI" = mpich-abi ] || { echo "compare.sh: --distcomm-mpi needs --mpi mpich-abi (one binary for both libraries)" >&2; exit 2; }
 [ "$ROUNDS" -ge 1 ] 2>/dev/null || { echo "compare.sh: --rounds must be >= 1" >&2; exit 2; }
+[ "$LOAD" -ge 0 ] 2>/dev/null || { echo "compare.sh: --load must be a number >= 0" >&2; exit 2; }
+case "$LAUNCHER" in dcrun | plain) ;; *) echo "compare.sh: --launcher is dcrun or plain" >&2; exit 2 ;; esac
+[ "$LAUNCHER" = dcrun ] || [ "$DC_MPI" = 0 ] || { echo "compare.sh: --launcher plain starts dc-bench, not --distcomm-mpi's mpiexec" >&2; exit 2; }
 [ "$OPS" = all ] && OPS="allreduce,broadcast,reduce,allgather,reduce_scatter,alltoall,sendrecv,barrier"
 
 # "64M" -> 67108864
@@ -195,10 +212,37 @@ MPIRUN_CMD=("$MPIRUN")
 if [ "$MPI" = openmpi ]; then
   [ "$(id -u)" -eq 0 ] && MPIRUN_CMD+=(--allow-run-as-root)
 fi
+[ "$LAUNCHER" = plain ] && [ "$MPI" = openmpi ] && MPIRUN_CMD+=(--bind-to none)
 read -r -a EXTRA_MPI_ARGS <<<"$MPI_ARGS"
 read -r -a EXTRA_DCRUN_ARGS <<<"$DCRUN_ARGS"
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/dc-compare.XXXXXX")
+
+# plain_launch NP CMD...: the ranks as a plain env:// launcher starts them (torchrun without
+# binding): the rendezvous variables only, every rank free to run on any core. Exits with the
+# first failing rank's status.
+plain_launch() {
+  local np=$1 port pids=() rc=0 r
+  shift
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  for ((r = 0; r < np; r++)); do
+    env MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" RANK="$r" WORLD_SIZE="$np" LOCAL_RANK="$r" LOCAL_WORLD_SIZE="$np" "$@" &
+    pids+=($!)
+  done
+  for r in "${pids[@]}"; do
+    wait "$r" || { local s=$?; [ "$rc" -ne 0 ] || rc=$s; }
+  done
+  return "$rc"
+}
+
+# The busy processes of --load, for the whole comparison (both libraries alike).
+LOAD_PIDS=()
+stop_load() { [ ${#LOAD_PIDS[@]} -eq 0 ] || kill "${LOAD_PIDS[@]}" 2>/dev/null || true; }
+trap stop_load EXIT
+for ((i = 0; i < LOAD; i++)); do
+  sh -c 'while :; do :; done' &
+  LOAD_PIDS+=($!)
+done
 mkdir -p "$WORK/logs"
 ROUNDS_CSV="$WORK/rounds.csv"
 echo "round,op,bytes,count,type,redop,root,inplace,time_us,algbw,busbw,wrong,ranks,impl" >"$ROUNDS_CSV"
@@ -214,6 +258,8 @@ run_one() {
   rm -f "$csv"
   if [ "$impl" = distcomm ] && [ "$DC_MPI" = 1 ]; then
     cmd=(env ${TRANSPORT:+DC_TRANSPORT="$TRANSPORT"} LD_LIBRARY_PATH="$PREFIX/lib" "$PREFIX/bin/mpiexec" -n "$np" "$MPI_BENCH" "${bench_args[@]}" --label distcomm)
+  elif [ "$impl" = distcomm ] && [ "$LAUNCHER" = plain ]; then
+    cmd=(plain_launch "$np" env ${TRANSPORT:+DC_TRANSPORT="$TRANSPORT"} "$DCBENCH" "${bench_args[@]}")
   elif [ "$impl" = distcomm ]; then
     cmd=(env ${TRANSPORT:+DC_TRANSPORT="$TRANSPORT"} "$DCRUN" "${EXTRA_DCRUN_ARGS[@]}" -n "$np" "$DCBENCH" "${bench_args[@]}")
   elif [ "$MPI" = mpich-abi ]; then
@@ -241,7 +287,7 @@ run_one() {
 }
 
 echo "== interleaved runs: ranks [$RANKS], ops $OPS, $ROUNDS rounds per size, type $DTYPE, redop $REDOP"
-echo "   distcomm: DC_TRANSPORT=${TRANSPORT:-auto}; $MPI: ${MPIRUN_CMD[*]} $MPI_ARGS"
+echo "   distcomm: DC_TRANSPORT=${TRANSPORT:-auto}, launcher $LAUNCHER; $MPI: ${MPIRUN_CMD[*]} $MPI_ARGS; busy processes beside: $LOAD"
 echo "   sizes: $SIZE_LIST"
 START=$(date +%s)
 for np in $RANKS; do
@@ -363,6 +409,7 @@ MPI_HDR=$(cat "$WORK/header.$MPI" 2>/dev/null || true)
   echo "- machine: $(uname -srm), $NCPU CPUs ($(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1))"
   echo "- distcomm: \`${DC_HDR#\# }\` (DC_TRANSPORT=${TRANSPORT:-auto})"
   echo "- $MPI: \`${MPI_HDR#\# }\`; mpirun arguments: \`${MPIRUN_CMD[*]:1} $MPI_ARGS\`"
+  echo "- load: $LOAD busy processes (sh -c 'while :; do :; done') beside both libraries; distcomm launcher: $LAUNCHER"
   echo "- ranks: $RANKS; type $DTYPE, redop $REDOP; $ROUNDS rounds per size, distcomm and $MPI alternating (order flipped each round)"
   echo "- iterations per run: ${ITERS:-10000 / 500 / 50 / 20 (up to 64K / below 1M / below 16M / above)}, warm-up ${WARMUP:-200 / 20 / 5 / 5}; checked runs per run: $CHECK"
   echo "- time: the slowest rank's average per iteration, median over rounds; time ratio: median over rounds of"
