@@ -83,13 +83,14 @@ step "wrappers"
 "$PREFIX/bin/mpicc" -show -c x.c | grep -q -- "-lmpi_abi" && fail "mpicc -c must not link"
 "$PREFIX/bin/mpicc" -show x.c -o x | grep -q -- "-Wl,-rpath,$PREFIX/lib -lmpi_abi" || fail "mpicc -show (link)"
 "$PREFIX/bin/mpicxx" -show x.cc | grep -q -- "-lmpi_abi" || fail "mpicxx -show"
+"$PREFIX/bin/mpicc" -show -pthread x.c | grep -q -- " -pthread " || fail "mpicc does not pass -pthread through"
 [ -x "$PREFIX/bin/mpirun" ] || fail "no mpirun"
 
 step "C tests built with the installed mpicc"
-TESTS=(t_env t_comm t_p2p t_coll t_coll2 t_misc t_errors t_probe)
+TESTS=(t_env t_comm t_p2p t_coll t_coll2 t_misc t_errors t_probe t_threads)
 mkdir -p "$TMP/ours" "$TMP/mpich"
 for t in "${TESTS[@]}" t_fatal; do
-  "$PREFIX/bin/mpicc" -std=c11 -Wall -Wextra -Werror -O1 -g "mpi/tests/$t.c" -o "$TMP/ours/$t"
+  "$PREFIX/bin/mpicc" -std=c11 -Wall -Wextra -Werror -O1 -g -pthread "mpi/tests/$t.c" -o "$TMP/ours/$t"
 done
 "$PREFIX/bin/mpicxx" -Wall -Werror -x c++ "mpi/tests/t_env.c" -o "$TMP/ours/t_env_cxx"
 readelf -d "$TMP/ours/t_env" | grep -q 'NEEDED.*\[libmpi_abi.so.1\]' || fail "binary does not need libmpi_abi.so.1"
@@ -146,7 +147,7 @@ done
 
 step "standard-ABI binaries built by MPICH's mpicc_abi, run on distcomm's library"
 for t in "${TESTS[@]}"; do
-  "$MPICH_VENV/bin/mpicc_abi" -std=c11 -Wall -Wextra -Werror -O1 "mpi/tests/$t.c" -o "$TMP/mpich/$t"
+  "$MPICH_VENV/bin/mpicc_abi" -std=c11 -Wall -Wextra -Werror -O1 -pthread "mpi/tests/$t.c" -o "$TMP/mpich/$t"
 done
 # (ldd's output whole first: grep -q stops reading at its match, and under pipefail the
 # SIGPIPE that ldd may then get would fail the check.)
