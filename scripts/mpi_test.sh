@@ -10,7 +10,8 @@
 #      MPI_x and PMPI_x, nothing of the engine's dc_* exported
 #   5. mpi/tests/*.c built with the installed mpicc (one also with mpicxx as C++), run by the
 #      installed mpiexec at 1 to 4 ranks, and t_env/t_coll as singletons (no launcher);
-#      DC_DEBUG=WARN names an unsupported function; ERRORS_ARE_FATAL and MPI_Abort end the job
+#      DC_DEBUG=WARN names an unsupported function; ERRORS_ARE_FATAL and MPI_Abort end the job;
+#      a rank that dies gives the others MPIX_ERR_PROC_FAILED (t_proc_failed, ours only)
 #   6. the same sources built with MPICH's mpicc_abi, run on our library (LD_LIBRARY_PATH) by
 #      our mpiexec; our library started by MPICH's Hydra mpiexec (PMI-1); and our binaries
 #      run on MPICH's library by MPICH's mpiexec
@@ -89,7 +90,7 @@ step "wrappers"
 step "C tests built with the installed mpicc"
 TESTS=(t_env t_comm t_p2p t_coll t_coll2 t_misc t_errors t_probe t_threads)
 mkdir -p "$TMP/ours" "$TMP/mpich"
-for t in "${TESTS[@]}" t_fatal; do
+for t in "${TESTS[@]}" t_fatal t_proc_failed; do
   "$PREFIX/bin/mpicc" -std=c11 -Wall -Wextra -Werror -O1 -g -pthread "mpi/tests/$t.c" -o "$TMP/ours/$t"
 done
 "$PREFIX/bin/mpicxx" -Wall -Werror -x c++ "mpi/tests/t_env.c" -o "$TMP/ours/t_env_cxx"
@@ -144,6 +145,12 @@ for mode in fatal abort; do
   fi
   echo "ok t_fatal $mode (exit $rc)"
 done
+
+step "a failed process: MPIX_ERR_PROC_FAILED on the survivors (distcomm only)"
+run "t_proc_failed -n 3" 2 env EXPECT_DISTCOMM=1 "$PREFIX/bin/mpiexec" -n 3 "$TMP/ours/t_proc_failed"
+grep -q "MPI_Recv: MPIX_ERR_PROC_FAILED: rank 1 is lost" "$TMP/out.txt" || { cat "$TMP/out.txt"; fail "t_proc_failed: no message naming rank 1"; }
+echo "(t_proc_failed is not built by MPICH's mpicc_abi nor run on MPICH: MPIX_ERR_PROC_FAILED is"
+echo " distcomm's extension, not in MPICH's standard-ABI mpi_abi.h)"
 
 step "standard-ABI binaries built by MPICH's mpicc_abi, run on distcomm's library"
 for t in "${TESTS[@]}"; do

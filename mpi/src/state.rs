@@ -138,8 +138,13 @@ pub fn finalize() -> Result<(), MpiErr> {
     let world = get_comm(MPI_COMM_WORLD)?;
     // Buffered sends still in flight are delivered first (the standard's Finalize does so).
     crate::api::bsend_flush()?;
-    // Every rank arrives before anyone leaves: messages in flight are delivered.
-    world.comm.collective(distcomm::collective::CollArgs::Barrier).map_err(|e| MpiErr::from(e).on(MPI_COMM_WORLD))?;
+    // Every rank arrives before anyone leaves: messages in flight are delivered. A rank that
+    // failed never arrives: the others still finalize (as under ULFM).
+    if let Err(e) = world.comm.collective(distcomm::collective::CollArgs::Barrier) {
+        if e.status != distcomm::Status::PeerLost {
+            return Err(MpiErr::from(e).on(MPI_COMM_WORLD));
+        }
+    }
     let (w, s, slots) = {
         let mut c = write();
         (c.world.take(), c.selfc.take(), std::mem::take(&mut c.slots))
