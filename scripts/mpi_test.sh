@@ -121,6 +121,45 @@ for t in t_env t_coll t_p2p; do
   run "$t singleton" 1 env -u RANK -u WORLD_SIZE -u MASTER_ADDR -u MASTER_PORT EXPECT_DISTCOMM=1 "$TMP/ours/$t"
 done
 
+step "mpiexec across hosts: -hosts, -host, hostfiles (the plan), then two dcruns here (-launcher fork)"
+# (A refused plan is an answer too: its message is what is checked.)
+plan() { { "$PREFIX/bin/mpiexec" -dry-run "$@" ./prog 2>&1 || true; } | sed -E 's/:[0-9]{4,5}/:PORT/g'; }
+plan_has() { # plan_has PATTERN MPIEXEC-ARGS...
+  local pat=$1 out
+  shift
+  out=$(plan "$@")
+  grep -q -- "$pat" <<<"$out" || fail "mpiexec -dry-run $*: no line matching $pat in
+$out"
+}
+expect_plan() { # expect_plan "WANTED LINES" MPIEXEC-ARGS...
+  local want=$1 got
+  shift
+  got=$(plan "$@" | sed -E "s/^(host [^:]*: ranks [0-9-]*): .*--node-rank' '([0-9]+)'.*/\\1 node \\2/")
+  [ "$got" = "$want" ] || fail "mpiexec -dry-run $*: got
+$got
+expected
+$want"
+}
+expect_plan $'host hA: ranks 0-1 node 0\nhost hB: ranks 2-3 node 1' -n 4 -hosts hA:2,hB:2
+expect_plan $'host a: ranks 0-1 node 0\nhost b: ranks 2-3 node 1' -n 4 -host a,b
+expect_plan $'host a: ranks 0-2 node 0\nhost b: ranks 3-5 node 1\nhost c: ranks 6-8 node 2' -n 9 -hosts a,b,c:5 -ppn 3
+expect_plan $'host a: ranks 0-1 node 0\nhost b: ranks 2-3 node 1' -n 4 -hosts a:2,b:2,c:2
+printf '# comment\n\nhA slots=2  # first\n  hB:2\nhC\n' >"$TMP/hostfile"
+expect_plan $'host hA: ranks 0-1 node 0\nhost hB: ranks 2-3 node 1' -n 4 -f "$TMP/hostfile"
+expect_plan $'host hA: ranks 0-1 node 0\nhost hB: ranks 2-3 node 1\nhost hC: ranks 4-5 node 2' -n 6 -machinefile "$TMP/hostfile" -ppn 2
+plan_has "a:2 b:1 (host:ranks); dcrun runs the same number" -n 3 -hosts a,b
+printf 'hA slots\n' >"$TMP/badhosts"
+plan_has "cannot read 'hA slots'" -hostfile "$TMP/badhosts"
+plan_has "^host hB: ranks 1-1: /opt/agent hB 'cd' " -n 2 -hosts hA,hB -launcher-exec /opt/agent
+plan_has "^host hB: ranks 1-1: ssh -x hB .*'--master' 'hA:PORT'" -n 2 -hosts hA,hB
+plan_has "^host localhost: ranks 0-1: here: .*dcrun -n 2 " -n 2 -hosts localhost:2
+# A remote dcrun gets DC_* and -genv on its line, the token on its standard input only.
+plan_has "exec env .*'DC_TIMEOUT_MS=[0-9]*'.*'X=1' '/" -n 2 -hosts hA,hB -genv X 1
+plan -n 2 -hosts hA,hB | grep -q "DC_TOKEN=" && fail "mpiexec puts DC_TOKEN on a command line"
+echo "ok plans"
+run "t_p2p -n 4 -hosts hA:2,hB:2 -launcher fork" 4 env EXPECT_DISTCOMM=1 "$PREFIX/bin/mpiexec" -launcher fork -n 4 -hosts hA:2,hB:2 "$TMP/ours/t_p2p"
+run "t_threads -n 4 -hosts hA,hB -launcher fork" 4 env EXPECT_DISTCOMM=1 "$PREFIX/bin/mpiexec" -launcher fork -n 4 -hosts hA,hB "$TMP/ours/t_threads"
+
 step "DC_DEBUG=WARN names the function that failed"
 DC_DEBUG=WARN EXPECT_DISTCOMM=1 "$PREFIX/bin/mpiexec" -n 2 "$TMP/ours/t_errors" > "$TMP/warn.txt" 2>&1 || { cat "$TMP/warn.txt"; fail "t_errors with DC_DEBUG=WARN"; }
 grep -q 'WARN MPI_Close_port: MPI_ERR_UNSUPPORTED_OPERATION' "$TMP/warn.txt" || { cat "$TMP/warn.txt"; fail "no WARN line naming MPI_Close_port"; }
