@@ -186,8 +186,17 @@ for mode in fatal abort; do
 done
 
 step "a failed process: MPIX_ERR_PROC_FAILED on the survivors (distcomm only)"
-run "t_proc_failed -n 3" 2 env EXPECT_DISTCOMM=1 "$PREFIX/bin/mpiexec" -n 3 "$TMP/ours/t_proc_failed"
+# Rank 1 exits 0 at once (the launcher leaves the others running), then is killed (SIGKILL)
+# under -disable-auto-cleanup: the job's status is then the killed rank's.
+run "t_proc_failed -n 3 (rank 1 exits)" 2 env EXPECT_DISTCOMM=1 "$PREFIX/bin/mpiexec" -n 3 "$TMP/ours/t_proc_failed" exit
 grep -q "MPI_Recv: MPIX_ERR_PROC_FAILED: rank 1 is lost" "$TMP/out.txt" || { cat "$TMP/out.txt"; fail "t_proc_failed: no message naming rank 1"; }
+set +e
+timeout 120 "$PREFIX/bin/mpiexec" -disable-auto-cleanup -n 3 "$TMP/ours/t_proc_failed" > "$TMP/out.txt" 2>&1
+rc=$?
+set -e
+[ "$rc" = 137 ] && [ "$(grep -c 't_proc_failed: rank [02] of 3 passed' "$TMP/out.txt")" = 2 ] ||
+  { cat "$TMP/out.txt"; fail "t_proc_failed with SIGKILL: exit status $rc (expected 137) or the survivors did not pass"; }
+echo "ok t_proc_failed -n 3 (rank 1 killed, -disable-auto-cleanup: exit 137)"
 echo "(t_proc_failed is not built by MPICH's mpicc_abi nor run on MPICH: MPIX_ERR_PROC_FAILED is"
 echo " distcomm's extension, not in MPICH's standard-ABI mpi_abi.h)"
 

@@ -1,11 +1,13 @@
 /* A failed process (distcomm's MPIX_ERR_PROC_FAILED, an error class beyond the standard ABI):
- * rank 1 of 3 ends at once, without MPI_Finalize. Under MPI_ERRORS_RETURN ranks 0 and 2 get
- * MPIX_ERR_PROC_FAILED, naming rank 1, from a receive from it and from collectives on
- * MPI_COMM_WORLD, within seconds; the calls that do not need rank 1 still work, and the
- * survivors finalize. Rank 1 exits with status 0 (_exit): a launcher ends the whole job when a
- * rank fails with another status or a signal. Run at 3 ranks, on distcomm only. */
+ * rank 1 of 3 is killed (SIGKILL; with the argument "exit": it ends with _exit(0), without
+ * MPI_Finalize). Under MPI_ERRORS_RETURN ranks 0 and 2 get MPIX_ERR_PROC_FAILED, naming rank 1,
+ * from a receive from it and from collectives on MPI_COMM_WORLD, within seconds; the calls that
+ * do not need rank 1 still work, and the survivors finalize. A killed rank ends the whole job
+ * unless the launcher is told otherwise (mpiexec -disable-auto-cleanup). Run at 3 ranks, on
+ * distcomm only. */
 #define _POSIX_C_SOURCE 200809L
 #include "common.h"
+#include <signal.h>
 #include <unistd.h>
 
 #ifndef MPIX_ERR_PROC_FAILED
@@ -40,7 +42,8 @@ int main(int argc, char **argv) {
   CHECK(sum == 3);
   if (rank == 1) {
     fflush(stdout);
-    _exit(0);
+    if (argc > 1 && strcmp(argv[1], "exit") == 0) _exit(0);
+    raise(SIGKILL);
   }
   double t0 = MPI_Wtime();
   int v = -1;
