@@ -11,7 +11,9 @@
 #   5. mpi/tests/*.c built with the installed mpicc (one also with mpicxx as C++), run by the
 #      installed mpiexec at 1 to 4 ranks, and t_env/t_coll as singletons (no launcher);
 #      DC_DEBUG=WARN names an unsupported function; ERRORS_ARE_FATAL and MPI_Abort end the job;
-#      a rank that dies gives the others MPIX_ERR_PROC_FAILED (t_proc_failed, ours only)
+#      a rank that dies gives the others MPIX_ERR_PROC_FAILED (t_proc_failed, ours only);
+#      mpiexec's host placement (-hosts, -host, hostfiles: -dry-run plans and errors) and two
+#      dcruns in its multi-node form on this machine (-launcher fork)
 #   6. the same sources built with MPICH's mpicc_abi, run on our library (LD_LIBRARY_PATH) by
 #      our mpiexec; our library started by MPICH's Hydra mpiexec (PMI-1); and our binaries
 #      run on MPICH's library by MPICH's mpiexec
@@ -156,6 +158,7 @@ plan_has "^host localhost: ranks 0-1: here: .*dcrun -n 2 " -n 2 -hosts localhost
 # A remote dcrun gets DC_* and -genv on its line, the token on its standard input only.
 plan_has "exec env .*'DC_TIMEOUT_MS=[0-9]*'.*'X=1' '/" -n 2 -hosts hA,hB -genv X 1
 plan -n 2 -hosts hA,hB | grep -q "DC_TOKEN=" && fail "mpiexec puts DC_TOKEN on a command line"
+plan_has "'--keep-going'" -n 2 -hosts hA,hB -disable-auto-cleanup
 echo "ok plans"
 run "t_p2p -n 4 -hosts hA:2,hB:2 -launcher fork" 4 env EXPECT_DISTCOMM=1 "$PREFIX/bin/mpiexec" -launcher fork -n 4 -hosts hA:2,hB:2 "$TMP/ours/t_p2p"
 run "t_threads -n 4 -hosts hA,hB -launcher fork" 4 env EXPECT_DISTCOMM=1 "$PREFIX/bin/mpiexec" -launcher fork -n 4 -hosts hA,hB "$TMP/ours/t_threads"
