@@ -159,6 +159,7 @@ plan_has "^host localhost: ranks 0-1: here: .*dcrun -n 2 " -n 2 -hosts localhost
 plan_has "exec env .*'DC_TIMEOUT_MS=[0-9]*'.*'X=1' '/" -n 2 -hosts hA,hB -genv X 1
 plan -n 2 -hosts hA,hB | grep -q "DC_TOKEN=" && fail "mpiexec puts DC_TOKEN on a command line"
 plan_has "'--keep-going'" -n 2 -hosts hA,hB -disable-auto-cleanup
+plan_has "host 0 is localhost: the other hosts could not reach" -n 2 -hosts localhost,hB
 echo "ok plans"
 run "t_p2p -n 4 -hosts hA:2,hB:2 -launcher fork" 4 env EXPECT_DISTCOMM=1 "$PREFIX/bin/mpiexec" -launcher fork -n 4 -hosts hA:2,hB:2 "$TMP/ours/t_p2p"
 run "t_threads -n 4 -hosts hA,hB -launcher fork" 4 env EXPECT_DISTCOMM=1 "$PREFIX/bin/mpiexec" -launcher fork -n 4 -hosts hA,hB "$TMP/ours/t_threads"
