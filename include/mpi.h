@@ -1826,6 +1826,11 @@ int PMPI_T_source_get_info(int source_index, char *name, int *name_len, char *de
 int PMPI_T_source_get_num(int *num_sources);
 int PMPI_T_source_get_timestamp(int source_index, MPI_Count *timestamp);
 
+/* ---- Beyond the standard ABI: distcomm's extensions. Other libraries' standard-ABI
+ * headers do not have these (test with #ifdef); values follow MPICH's mpi.h where MPICH
+ * has the name. */
+#define MPIX_ERR_PROC_FAILED           101 /* error class: a process the operation needs has failed */
+
 #if defined(__cplusplus)
 }
 #endif

@@ -10,7 +10,10 @@
 #      MPI_x and PMPI_x, nothing of the engine's dc_* exported
 #   5. mpi/tests/*.c built with the installed mpicc (one also with mpicxx as C++), run by the
 #      installed mpiexec at 1 to 4 ranks, and t_env/t_coll as singletons (no launcher);
-#      DC_DEBUG=WARN names an unsupported function; ERRORS_ARE_FATAL and MPI_Abort end the job
+#      DC_DEBUG=WARN names an unsupported function; ERRORS_ARE_FATAL and MPI_Abort end the job;
+#      a rank that dies gives the others MPIX_ERR_PROC_FAILED (t_proc_failed, ours only);
+#      mpiexec's host placement (-hosts, -host, hostfiles: -dry-run plans and errors) and two
+#      dcruns in its multi-node form on this machine (-launcher fork)
 #   6. the same sources built with MPICH's mpicc_abi, run on our library (LD_LIBRARY_PATH) by
 #      our mpiexec; our library started by MPICH's Hydra mpiexec (PMI-1); and our binaries
 #      run on MPICH's library by MPICH's mpiexec
@@ -83,13 +86,14 @@ step "wrappers"
 "$PREFIX/bin/mpicc" -show -c x.c | grep -q -- "-lmpi_abi" && fail "mpicc -c must not link"
 "$PREFIX/bin/mpicc" -show x.c -o x | grep -q -- "-Wl,-rpath,$PREFIX/lib -lmpi_abi" || fail "mpicc -show (link)"
 "$PREFIX/bin/mpicxx" -show x.cc | grep -q -- "-lmpi_abi" || fail "mpicxx -show"
+"$PREFIX/bin/mpicc" -show -pthread x.c | grep -q -- " -pthread " || fail "mpicc does not pass -pthread through"
 [ -x "$PREFIX/bin/mpirun" ] || fail "no mpirun"
 
 step "C tests built with the installed mpicc"
-TESTS=(t_env t_comm t_p2p t_coll t_coll2 t_misc t_errors t_probe)
+TESTS=(t_env t_comm t_p2p t_coll t_coll2 t_misc t_errors t_probe t_threads)
 mkdir -p "$TMP/ours" "$TMP/mpich"
-for t in "${TESTS[@]}" t_fatal; do
-  "$PREFIX/bin/mpicc" -std=c11 -Wall -Wextra -Werror -O1 -g "mpi/tests/$t.c" -o "$TMP/ours/$t"
+for t in "${TESTS[@]}" t_fatal t_proc_failed; do
+  "$PREFIX/bin/mpicc" -std=c11 -Wall -Wextra -Werror -O1 -g -pthread "mpi/tests/$t.c" -o "$TMP/ours/$t"
 done
 "$PREFIX/bin/mpicxx" -Wall -Werror -x c++ "mpi/tests/t_env.c" -o "$TMP/ours/t_env_cxx"
 readelf -d "$TMP/ours/t_env" | grep -q 'NEEDED.*\[libmpi_abi.so.1\]' || fail "binary does not need libmpi_abi.so.1"
@@ -119,6 +123,47 @@ for t in t_env t_coll t_p2p; do
   run "$t singleton" 1 env -u RANK -u WORLD_SIZE -u MASTER_ADDR -u MASTER_PORT EXPECT_DISTCOMM=1 "$TMP/ours/$t"
 done
 
+step "mpiexec across hosts: -hosts, -host, hostfiles (the plan), then two dcruns here (-launcher fork)"
+# (A refused plan is an answer too: its message is what is checked.)
+plan() { { "$PREFIX/bin/mpiexec" -dry-run "$@" ./prog 2>&1 || true; } | sed -E 's/:[0-9]{4,5}/:PORT/g'; }
+plan_has() { # plan_has PATTERN MPIEXEC-ARGS...
+  local pat=$1 out
+  shift
+  out=$(plan "$@")
+  grep -q -- "$pat" <<<"$out" || fail "mpiexec -dry-run $*: no line matching $pat in
+$out"
+}
+expect_plan() { # expect_plan "WANTED LINES" MPIEXEC-ARGS...
+  local want=$1 got
+  shift
+  got=$(plan "$@" | sed -E "s/^(host [^:]*: ranks [0-9-]*): .*--node-rank' '([0-9]+)'.*/\\1 node \\2/")
+  [ "$got" = "$want" ] || fail "mpiexec -dry-run $*: got
+$got
+expected
+$want"
+}
+expect_plan $'host hA: ranks 0-1 node 0\nhost hB: ranks 2-3 node 1' -n 4 -hosts hA:2,hB:2
+expect_plan $'host a: ranks 0-1 node 0\nhost b: ranks 2-3 node 1' -n 4 -host a,b
+expect_plan $'host a: ranks 0-2 node 0\nhost b: ranks 3-5 node 1\nhost c: ranks 6-8 node 2' -n 9 -hosts a,b,c:5 -ppn 3
+expect_plan $'host a: ranks 0-1 node 0\nhost b: ranks 2-3 node 1' -n 4 -hosts a:2,b:2,c:2
+printf '# comment\n\nhA slots=2  # first\n  hB:2\nhC\n' >"$TMP/hostfile"
+expect_plan $'host hA: ranks 0-1 node 0\nhost hB: ranks 2-3 node 1' -n 4 -f "$TMP/hostfile"
+expect_plan $'host hA: ranks 0-1 node 0\nhost hB: ranks 2-3 node 1\nhost hC: ranks 4-5 node 2' -n 6 -machinefile "$TMP/hostfile" -ppn 2
+plan_has "a:2 b:1 (host:ranks); dcrun runs the same number" -n 3 -hosts a,b
+printf 'hA slots\n' >"$TMP/badhosts"
+plan_has "cannot read 'hA slots'" -hostfile "$TMP/badhosts"
+plan_has "^host hB: ranks 1-1: /opt/agent hB 'cd' " -n 2 -hosts hA,hB -launcher-exec /opt/agent
+plan_has "^host hB: ranks 1-1: ssh -x hB .*'--master' 'hA:PORT'" -n 2 -hosts hA,hB
+plan_has "^host localhost: ranks 0-1: here: .*dcrun -n 2 " -n 2 -hosts localhost:2
+# A remote dcrun gets DC_* and -genv on its line, the token on its standard input only.
+plan_has "exec env .*'DC_TIMEOUT_MS=[0-9]*'.*'X=1' '/" -n 2 -hosts hA,hB -genv X 1
+plan -n 2 -hosts hA,hB | grep -q "DC_TOKEN=" && fail "mpiexec puts DC_TOKEN on a command line"
+plan_has "'--keep-going'" -n 2 -hosts hA,hB -disable-auto-cleanup
+plan_has "host 0 is localhost: the other hosts could not reach" -n 2 -hosts localhost,hB
+echo "ok plans"
+run "t_p2p -n 4 -hosts hA:2,hB:2 -launcher fork" 4 env EXPECT_DISTCOMM=1 "$PREFIX/bin/mpiexec" -launcher fork -n 4 -hosts hA:2,hB:2 "$TMP/ours/t_p2p"
+run "t_threads -n 4 -hosts hA,hB -launcher fork" 4 env EXPECT_DISTCOMM=1 "$PREFIX/bin/mpiexec" -launcher fork -n 4 -hosts hA,hB "$TMP/ours/t_threads"
+
 step "DC_DEBUG=WARN names the function that failed"
 DC_DEBUG=WARN EXPECT_DISTCOMM=1 "$PREFIX/bin/mpiexec" -n 2 "$TMP/ours/t_errors" > "$TMP/warn.txt" 2>&1 || { cat "$TMP/warn.txt"; fail "t_errors with DC_DEBUG=WARN"; }
 grep -q 'WARN MPI_Close_port: MPI_ERR_UNSUPPORTED_OPERATION' "$TMP/warn.txt" || { cat "$TMP/warn.txt"; fail "no WARN line naming MPI_Close_port"; }
@@ -144,9 +189,24 @@ for mode in fatal abort; do
   echo "ok t_fatal $mode (exit $rc)"
 done
 
+step "a failed process: MPIX_ERR_PROC_FAILED on the survivors (distcomm only)"
+# Rank 1 exits 0 at once (the launcher leaves the others running), then is killed (SIGKILL)
+# under -disable-auto-cleanup: the job's status is then the killed rank's.
+run "t_proc_failed -n 3 (rank 1 exits)" 2 env EXPECT_DISTCOMM=1 "$PREFIX/bin/mpiexec" -n 3 "$TMP/ours/t_proc_failed" exit
+grep -q "MPI_Recv: MPIX_ERR_PROC_FAILED: rank 1 is lost" "$TMP/out.txt" || { cat "$TMP/out.txt"; fail "t_proc_failed: no message naming rank 1"; }
+set +e
+timeout 120 "$PREFIX/bin/mpiexec" -disable-auto-cleanup -n 3 "$TMP/ours/t_proc_failed" > "$TMP/out.txt" 2>&1
+rc=$?
+set -e
+[ "$rc" = 137 ] && [ "$(grep -c 't_proc_failed: rank [02] of 3 passed' "$TMP/out.txt")" = 2 ] ||
+  { cat "$TMP/out.txt"; fail "t_proc_failed with SIGKILL: exit status $rc (expected 137) or the survivors did not pass"; }
+echo "ok t_proc_failed -n 3 (rank 1 killed, -disable-auto-cleanup: exit 137)"
+echo "(t_proc_failed is not built by MPICH's mpicc_abi nor run on MPICH: MPIX_ERR_PROC_FAILED is"
+echo " distcomm's extension, not in MPICH's standard-ABI mpi_abi.h)"
+
 step "standard-ABI binaries built by MPICH's mpicc_abi, run on distcomm's library"
 for t in "${TESTS[@]}"; do
-  "$MPICH_VENV/bin/mpicc_abi" -std=c11 -Wall -Wextra -Werror -O1 "mpi/tests/$t.c" -o "$TMP/mpich/$t"
+  "$MPICH_VENV/bin/mpicc_abi" -std=c11 -Wall -Wextra -Werror -O1 -pthread "mpi/tests/$t.c" -o "$TMP/mpich/$t"
 done
 # (ldd's output whole first: grep -q stops reading at its match, and under pipefail the
 # SIGPIPE that ldd may then get would fail the check.)

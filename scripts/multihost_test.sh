@@ -21,6 +21,7 @@
 #   PYTHON       python with numpy and the distcomm package (default python3); the Python part is
 #                skipped with a note if it cannot import them
 #   NODES        hosts for the Python examples (default 3); RANKS_PER_NODE (default 2)
+#   MPI_ONLY=1   only the MPI jobs (our mpiexec across 2 hosts; needs mpicc in PREFIX)
 # Without the privileges (root or CAP_NET_ADMIN + CAP_SYS_ADMIN, ip, unshare) it prints SKIP and
 # exits 0. Namespaces and processes are removed on exit, also on failure or Ctrl-C.
 set -euo pipefail
@@ -208,6 +209,63 @@ print("%d cross-host pairs on sockets via %s.x; %d same-host pairs (%d on shm)" 
 
 CHECK_PY=$(command -v python3 || true)
 [ -n "$CHECK_PY" ] || CHECK_PY=$PYTHON
+
+# 0. MPI across hosts: our mpiexec places ranks in blocks on the hosts of -hosts / a hostfile and
+# starts one dcrun per host through a launcher agent (here `ip netns exec` into the host's
+# namespace, standing in for ssh). MPI_ONLY=1 runs only this part.
+MPICC="$PREFIX/bin/mpicc"
+if [ -x "$MPICC" ] && [ -x "$PREFIX/bin/mpiexec" ] && [ -e "$PREFIX/lib/libmpi_abi.so.1" ]; then
+  # The agent, called as `AGENT HOST LINE` like ssh: HOST is node I's 10.231.0.(10+I).
+  cat >"$TMP/agent" <<EOF2
+#!/bin/sh
+i=\$((\${1##*.} - 10))
+exec ip netns exec "$TAG-node\$i" unshare --uts --mount --propagation private \\
+  sh -c 'hostname "\$0" && mount -t tmpfs -o size=256m,mode=1777 tmpfs /dev/shm && exec sh -c "\$1"' "node\$i" "\$2"
+EOF2
+  chmod +x "$TMP/agent"
+  cat >"$TMP/where.c" <<'EOF2'
+#include <mpi.h>
+#include <stdio.h>
+int main(int argc, char **argv) {
+  int rank, size, len, sum = 0;
+  char host[MPI_MAX_PROCESSOR_NAME];
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  MPI_Get_processor_name(host, &len);
+  MPI_Allreduce(&rank, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  printf("rank %d of %d on %s: sum %s\n", rank, size, host, sum == size * (size - 1) / 2 ? "ok" : "WRONG");
+  MPI_Finalize();
+  return 0;
+}
+EOF2
+  "$MPICC" -O1 "$TMP/where.c" -o "$TMP/where"
+  "$MPICC" -std=c11 -O1 -pthread "$ROOT/mpi/tests/t_threads.c" -o "$TMP/t_threads"
+  mpijob() { # mpijob NAME MPIEXEC-ARGS...: runs, fails the harness on a non-zero status
+    local name=$1
+    shift
+    if ! (cd "$TMP" && timeout 120 "$PREFIX/bin/mpiexec" -launcher-exec "$TMP/agent" -genv DC_SOCKET_IFNAME data0 "$@") >"$TMP/$name.out" 2>&1; then
+      echo "FAIL multihost $name: mpiexec $*" >&2
+      tail -40 "$TMP/$name.out" >&2
+      exit 1
+    fi
+  }
+  mpijob mpi-where -n 4 -hosts 10.231.0.10:2,10.231.0.11:2 ./where
+  for r in 0 1 2 3; do
+    grep -q "^rank $r of 4 on node$((r / 2)): sum ok" "$TMP/mpi-where.out" || { echo "FAIL multihost mpi-where: rank $r not on node$((r / 2)) or wrong sum:" >&2; cat "$TMP/mpi-where.out" >&2; exit 1; }
+  done
+  printf '# two hosts\n10.231.0.10 slots=2\n10.231.0.11:2\n' >"$TMP/hostfile"
+  mpijob mpi-threads -f "$TMP/hostfile" -genv EXPECT_DISTCOMM 1 ./t_threads
+  [ "$(grep -c 't_threads: rank . of 4 passed' "$TMP/mpi-threads.out")" = 4 ] || { echo "FAIL multihost mpi-threads:" >&2; cat "$TMP/mpi-threads.out" >&2; exit 1; }
+  PASSED=$((PASSED + 2))
+  echo "multihost: mpiexec -n 4 -hosts A:2,B:2 (agent: ip netns exec): ranks 0-1 on node0, 2-3 on node1; mpi/tests/t_threads.c from a hostfile: passed"
+else
+  echo "multihost: NOTE no mpicc/mpiexec/libmpi_abi.so.1 in $PREFIX; MPI across hosts skipped"
+fi
+if [ "${MPI_ONLY:-0}" = 1 ]; then
+  echo "multihost: MPI_ONLY=1: the other parts skipped; all $PASSED jobs passed"
+  exit 0
+fi
 
 # 1. the C test suite across hosts
 if [ -d "$C_TESTS_DIR" ] && ls "$C_TESTS_DIR"/test_* >/dev/null 2>&1; then

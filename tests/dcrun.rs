@@ -87,6 +87,14 @@ fn failing_rank_tears_down_the_others() {
 }
 
 #[test]
+fn keep_going_leaves_the_others_running() {
+    let o = dcrun(&["-n", "3", "--keep-going", "sh", "-c", "if [ \"$RANK\" = 1 ]; then kill -9 $$; fi; sleep 0.5; echo done $RANK"]);
+    assert_eq!(o.status.code(), Some(137), "{o:?}");
+    assert_eq!(stdout_lines(&o), vec!["[0] done 0", "[2] done 2"], "{o:?}");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("the others go on (--keep-going)"), "{o:?}");
+}
+
+#[test]
 fn stubborn_rank_is_killed_after_the_grace_period() {
     let t0 = Instant::now();
     let o = dcrun(&["-n", "2", "sh", "-c", "if [ \"$RANK\" = 0 ]; then sleep 0.5; exit 4; fi; trap '' TERM; sleep 30"]);

@@ -163,6 +163,8 @@ def render_header(entries):
             w(f"typedef {ret} ({name})({e['params']});{dep}")
         elif k == "typedef":
             w(f"typedef {f[1]} {f[0]};")
+        elif k == "ext":
+            continue  # rendered in a block of their own, after the standard's (below)
         elif k == "fn":
             if not fns_done:
                 w("")
@@ -179,6 +181,15 @@ def render_header(entries):
             ret, name = e["f"]
             w(f"{ret} P{name}({e['params']});")
     w("")
+    exts = [e for e in entries if e["kind"] == "ext"]
+    if exts:
+        w("/* ---- Beyond the standard ABI: distcomm's extensions. Other libraries' standard-ABI")
+        w(" * headers do not have these (test with #ifdef); values follow MPICH's mpi.h where MPICH")
+        w(" * has the name. */")
+        for e in exts:
+            note = f" /* {e['params']} */" if e["params"] else ""
+            w(f"#define {e['f'][0]:<30} {e['f'][1]}{note}")
+        w("")
     w("#if defined(__cplusplus)")
     w("}")
     w("#endif")
@@ -319,7 +330,7 @@ def render_rust(entries, supported):
         elif k == "ptrval":
             t, name, val = f
             w(f"pub const {name}: usize = {val};")
-        elif k in ("define", "int"):
+        elif k in ("define", "int", "ext"):
             w(f"pub const {f[0]}: c_int = {f[1]};")
     for e in entries:
         if e["kind"] == "alias":

@@ -441,6 +441,7 @@ pub const MPI_T_PVAR_CLASS_COUNTER: c_int = 7;
 pub const MPI_T_PVAR_CLASS_AGGREGATE: c_int = 8;
 pub const MPI_T_PVAR_CLASS_TIMER: c_int = 9;
 pub const MPI_T_PVAR_CLASS_GENERIC: c_int = 10;
+pub const MPIX_ERR_PROC_FAILED: c_int = 101;
 pub const MPI_LONG_LONG_INT: usize = MPI_LONG_LONG as usize;
 pub const MPI_C_COMPLEX: usize = MPI_C_FLOAT_COMPLEX as usize;
 

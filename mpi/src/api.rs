@@ -591,6 +591,7 @@ pub unsafe fn request_free(req: *mut MPI_Request) -> Res {
     }
     // The operation goes on (the engine holds what it needs); nobody will look at its result.
     let r = request::take(*h)?;
+    request::release(*h);
     *h = MPI_REQUEST_NULL;
     match r {
         Req::Coll { req, after, .. } => {

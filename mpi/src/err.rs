@@ -48,7 +48,8 @@ pub fn from_engine(e: &distcomm::Error) -> MpiErr {
         S::InvalidArgument => MPI_ERR_ARG,
         S::InvalidUsage => MPI_ERR_OTHER,
         S::Timeout => MPI_ERR_OTHER,
-        S::PeerLost => MPI_ERR_OTHER,
+        // ULFM's class (the ABI has none for it); the engine's message names the rank.
+        S::PeerLost => MPIX_ERR_PROC_FAILED,
         S::Mismatch => MPI_ERR_OTHER,
         S::Aborted => MPI_ERR_PROC_ABORTED,
         S::Unavailable => MPI_ERR_UNSUPPORTED_OPERATION,
@@ -188,6 +189,7 @@ pub fn class_name(class: c_int) -> Option<&'static str> {
         MPI_ERR_SESSION => "MPI_ERR_SESSION",
         MPI_ERR_ERRHANDLER => "MPI_ERR_ERRHANDLER",
         MPI_ERR_ABI => "MPI_ERR_ABI",
+        MPIX_ERR_PROC_FAILED => "MPIX_ERR_PROC_FAILED",
         _ => return None,
     })
 }
@@ -215,6 +217,7 @@ fn class_text(class: c_int) -> &'static str {
         MPI_ERR_UNSUPPORTED_OPERATION => "unsupported operation",
         MPI_ERR_PROC_ABORTED => "operation failed because a peer process has aborted",
         MPI_ERR_ERRHANDLER => "invalid error handler",
+        MPIX_ERR_PROC_FAILED => "a process the operation needs has failed",
         _ => "error",
     }
 }
@@ -338,6 +341,12 @@ mod tests {
             assert!(class_name(c).is_some(), "class {c}");
         }
         assert!(class_name(MPI_ERR_ABI + 1).is_none());
+        // The extension's class is beyond the ABI's, and a class like theirs.
+        assert!(MPIX_ERR_PROC_FAILED > MPI_ERR_ABI && MPIX_ERR_PROC_FAILED < MPI_T_ERR_CANNOT_INIT);
+        assert_eq!(class_of(MPIX_ERR_PROC_FAILED), Some(MPIX_ERR_PROC_FAILED));
+        assert!(code_string(MPIX_ERR_PROC_FAILED).unwrap().starts_with("MPIX_ERR_PROC_FAILED: a process"));
+        let code = make_code(MPIX_ERR_PROC_FAILED, "MPI_Recv: rank 1 is lost".into());
+        assert_eq!(class_of(code), Some(MPIX_ERR_PROC_FAILED));
     }
 
     #[test]
@@ -346,5 +355,8 @@ mod tests {
         assert_eq!(from_engine(&e).class, MPI_ERR_PROC_ABORTED);
         let e = distcomm::Error::new(distcomm::Status::Internal, "x");
         assert_eq!(from_engine(&e).class, MPI_ERR_INTERN);
+        let e = distcomm::Error::new(distcomm::Status::PeerLost, "rank 1 is lost: connection closed");
+        let m = from_engine(&e);
+        assert!(m.class == MPIX_ERR_PROC_FAILED && m.msg.contains("rank 1"), "{m:?}");
     }
 }

@@ -40,7 +40,16 @@ pub struct Persistent {
     pub active: Option<Box<Req>>,
 }
 
-static SLOTS: Mutex<Vec<Option<Req>>> = Mutex::new(Vec::new());
+/// A request slot. A request being looked at or waited on is `Out` (taken by one thread): its
+/// slot is not reused by another thread's new request meanwhile (MPI_THREAD_MULTIPLE), so a
+/// `put_back` never lands on someone else's request.
+enum Slot {
+    Free,
+    Out,
+    In(Req),
+}
+
+static SLOTS: Mutex<Vec<Slot>> = Mutex::new(Vec::new());
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -48,25 +57,38 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 pub fn add(r: Req) -> MPI_Request {
     let mut s = lock(&SLOTS);
-    let slot = s.iter().position(|x| x.is_none()).unwrap_or_else(|| {
-        s.push(None);
+    let slot = s.iter().position(|x| matches!(x, Slot::Free)).unwrap_or_else(|| {
+        s.push(Slot::Free);
         s.len() - 1
     });
-    s[slot] = Some(r);
+    s[slot] = Slot::In(r);
     REQ_BASE + slot
 }
 
-/// Takes the request out of its slot (the caller completes it or puts it back).
+/// Takes the request out of its slot (the caller completes it and `release`s the handle, or
+/// puts it back).
 pub fn take(h: MPI_Request) -> Result<Req, MpiErr> {
     let mut s = lock(&SLOTS);
-    match h.checked_sub(REQ_BASE).and_then(|i| s.get_mut(i)).and_then(|x| x.take()) {
-        Some(r) => Ok(r),
-        None => crate::mpi_err!(MPI_ERR_REQUEST, "{h:#x} is not a valid request (never made, already completed or freed)"),
+    let Some(slot) = h.checked_sub(REQ_BASE).and_then(|i| s.get_mut(i)) else {
+        return crate::mpi_err!(MPI_ERR_REQUEST, "{h:#x} is not a valid request (never made)");
+    };
+    match std::mem::replace(slot, Slot::Out) {
+        Slot::In(r) => Ok(r),
+        Slot::Out => crate::mpi_err!(MPI_ERR_REQUEST, "request {h:#x} is being completed by another thread (a request may be completed by one thread only)"),
+        Slot::Free => {
+            *slot = Slot::Free;
+            crate::mpi_err!(MPI_ERR_REQUEST, "{h:#x} is not a valid request (already completed or freed)")
+        }
     }
 }
 
 pub fn put_back(h: MPI_Request, r: Req) {
-    lock(&SLOTS)[h - REQ_BASE] = Some(r);
+    lock(&SLOTS)[h - REQ_BASE] = Slot::In(r);
+}
+
+/// The handle of a request that was taken is free for new requests.
+pub fn release(h: MPI_Request) {
+    lock(&SLOTS)[h - REQ_BASE] = Slot::Free;
 }
 
 /// Waits for request `*h` and gives its status: the handle becomes MPI_REQUEST_NULL, except a
@@ -80,6 +102,7 @@ pub fn complete(h: &mut MPI_Request) -> Result<MPI_Status, MpiErr> {
             started.map_or(Ok(empty_status()), |r| r.finish())
         }
         r => {
+            release(*h);
             *h = MPI_REQUEST_NULL;
             r.finish()
         }
@@ -266,5 +289,55 @@ impl Backoff {
             self.sleep = (self.sleep * 2).min(Duration::from_millis(1));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn done(tag: c_int) -> Req {
+        let mut st = empty_status();
+        st.MPI_TAG = tag;
+        Req::Done(st)
+    }
+
+    /// Threads that look at their requests (take and put back, as MPI_Test does) while others
+    /// make new ones: a handle always names the request it was made for (a slot taken out is
+    /// not handed to a new request meanwhile).
+    #[test]
+    fn handles_stay_theirs_while_threads_take_and_put_back() {
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                std::thread::spawn(move || {
+                    for i in 0..2000 {
+                        let tag = t * 100_000 + i;
+                        let mut h = add(done(tag));
+                        for _ in 0..3 {
+                            let r = take(h).expect("our request");
+                            assert!(matches!(&r, Req::Done(s) if s.MPI_TAG == tag));
+                            std::thread::yield_now();
+                            put_back(h, r);
+                        }
+                        let st = complete(&mut h).expect("completes");
+                        assert_eq!((st.MPI_TAG, h), (tag, MPI_REQUEST_NULL));
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+    }
+
+    #[test]
+    fn a_request_taken_by_one_thread_is_refused_to_another() {
+        let h = add(done(1));
+        let r = take(h).unwrap();
+        let e = take(h).err().expect("refused while out");
+        assert!(e.class == MPI_ERR_REQUEST && e.msg.contains("another thread"), "{}", e.msg);
+        put_back(h, r);
+        let mut h2 = h;
+        complete(&mut h2).unwrap();
     }
 }

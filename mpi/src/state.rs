@@ -118,8 +118,10 @@ pub fn init(required: c_int) -> Result<c_int, MpiErr> {
         c.selfc = Some(wrap(me, MPI_COMM_SELF));
     }
     *MAIN_THREAD.lock().unwrap_or_else(|p| p.into_inner()) = Some(std::thread::current().id());
-    // MPI_THREAD_MULTIPLE is not offered yet (see README): SERIALIZED at most.
-    let provided = required.clamp(MPI_THREAD_SINGLE, MPI_THREAD_SERIALIZED);
+    // Every level is offered: the tables here are locked, requests are taken out of theirs
+    // while used (see request.rs), and the engine takes operations on one comm from several
+    // threads (its matching and wires are shared by all comms of the world).
+    let provided = required.clamp(MPI_THREAD_SINGLE, MPI_THREAD_MULTIPLE);
     THREAD_LEVEL.store(provided, Ordering::Relaxed);
     INITIALIZED.store(true, Ordering::Release);
     Ok(provided)
@@ -136,8 +138,13 @@ pub fn finalize() -> Result<(), MpiErr> {
     let world = get_comm(MPI_COMM_WORLD)?;
     // Buffered sends still in flight are delivered first (the standard's Finalize does so).
     crate::api::bsend_flush()?;
-    // Every rank arrives before anyone leaves: messages in flight are delivered.
-    world.comm.collective(distcomm::collective::CollArgs::Barrier).map_err(|e| MpiErr::from(e).on(MPI_COMM_WORLD))?;
+    // Every rank arrives before anyone leaves: messages in flight are delivered. A rank that
+    // failed never arrives: the others still finalize (as under ULFM).
+    if let Err(e) = world.comm.collective(distcomm::collective::CollArgs::Barrier) {
+        if e.status != distcomm::Status::PeerLost {
+            return Err(MpiErr::from(e).on(MPI_COMM_WORLD));
+        }
+    }
     let (w, s, slots) = {
         let mut c = write();
         (c.world.take(), c.selfc.take(), std::mem::take(&mut c.slots))

@@ -9,11 +9,12 @@
 #include <string.h>
 
 static int t_rank = -1;
-static int t_checks = 0;
+static int t_checks = 0; /* counted atomically: t_threads checks from several threads */
+#define T_COUNT() __atomic_fetch_add(&t_checks, 1, __ATOMIC_RELAXED)
 
 #define CHECK(cond)                                                                        \
   do {                                                                                     \
-    t_checks++;                                                                            \
+    T_COUNT();                                                                             \
     if (!(cond)) {                                                                         \
       fprintf(stderr, "FAIL rank %d %s:%d: %s\n", t_rank, __FILE__, __LINE__, #cond);      \
       fflush(stderr);                                                                      \
@@ -34,7 +35,7 @@ static int t_checks = 0;
               t_rank, __FILE__, __LINE__, #call, rc_, cls_, #cls);                         \
       exit(1);                                                                             \
     }                                                                                      \
-    t_checks++;                                                                            \
+    T_COUNT();                                                                             \
   } while (0)
 
 static inline int expect_distcomm(void) {

@@ -32,6 +32,9 @@ options:
                           torch.distributed's env:// (with distcomm.torch's backend distcomm).
                           DC_LAUNCHER_STORE is not set; the port is --master's, else a free one
       --no-prefix         do not prefix output lines with [RANK]
+      --keep-going        a rank that fails does not stop the others (for programs that go on
+                          without a failed rank, e.g. under MPI_ERRORS_RETURN); dcrun still
+                          exits with the first failed rank's status once every rank has ended
       --bind MODE         cores (default): when the ranks are no more than the cores dcrun may
                           use, give each rank its own equal share of them (like mpirun's default
                           binding; keeps ranks that talk through shared memory off one core);
@@ -50,7 +53,7 @@ dcrun refuses to start without it. Ranks' stdin is /dev/null.
 
 Each rank's stdout and stderr lines are prefixed with [RANK]. SIGINT and SIGTERM are forwarded to
 every rank (a second one kills them). When a rank exits with a non-zero status or is killed by a
-signal, the others get SIGTERM, then SIGKILL after 3 s, and dcrun exits with that rank's status
+signal, the others get SIGTERM, then SIGKILL after 3 s (not with --keep-going), and dcrun exits with that rank's status
 (128 + signal number for a signal). dcrun exits 0 when every rank exits 0, 2 on a usage error.
 ";
 
@@ -107,6 +110,8 @@ struct Args {
     bind: bool,
     /// --rank0-store: rank 0 serves the store (torchrun's way), not dcrun.
     rank0_store: bool,
+    /// --keep-going: a failed rank does not stop the others (fault-tolerant programs).
+    keep_going: bool,
     prog: Vec<OsString>,
 }
 
@@ -124,6 +129,7 @@ fn parse_args(argv: Vec<OsString>) -> Result<Action, String> {
     let mut prefix = true;
     let mut bind = true;
     let mut rank0_store = false;
+    let mut keep_going = false;
     let mut it = argv.into_iter().peekable();
     let mut prog = Vec::new();
 
@@ -173,6 +179,7 @@ fn parse_args(argv: Vec<OsString>) -> Result<Action, String> {
             }
             "--no-prefix" => prefix = false,
             "--rank0-store" => rank0_store = true,
+            "--keep-going" => keep_going = true,
             "--bind" | "--bind-to" => {
                 bind = match value(&name)?.as_str() {
                     "cores" | "core" => true,
@@ -200,7 +207,7 @@ fn parse_args(argv: Vec<OsString>) -> Result<Action, String> {
     if prog.is_empty() {
         return Err("no program given".into());
     }
-    Ok(Action::Run(Args { nproc, nnodes, node_rank, master, prefix, bind, rank0_store, prog }))
+    Ok(Action::Run(Args { nproc, nnodes, node_rank, master, prefix, bind, rank0_store, keep_going, prog }))
 }
 
 fn main() {
@@ -530,6 +537,8 @@ fn run(args: Args) -> i32 {
                     result = Some(code);
                     if alive.is_empty() {
                         eprintln!("dcrun: rank {rank} (pid {pid}) {what}");
+                    } else if args.keep_going {
+                        eprintln!("dcrun: rank {rank} (pid {pid}) {what}; the others go on (--keep-going)");
                     } else {
                         eprintln!("dcrun: rank {rank} (pid {pid}) {what}; stopping the other ranks");
                         // Ranks that were just sent the user's signal are stopping already: a
