@@ -33,6 +33,10 @@ options:
       --compare A.csv,...   overlay these CSV files (dc-bench's or mpi_bench's) in the plot
       --title TEXT          the plot's title
       --no-run              measure nothing: only draw --plot from the --compare files
+      --overlap             instead of the ops: per size, a float sum iallreduce alone, a
+                            compute loop alone on every core of the rank's share (sized to take
+                            as long), and both at once; overlap efficiency = both / the longer
+                            alone (1.0: perfect overlap)
   -h, --help                this text
 
 Sizes: the total bytes of the op's data as nccl-tests counts them (allgather: the gathered
@@ -62,6 +66,7 @@ pub struct Args {
     pub compare: Vec<PathBuf>,
     pub title: Option<String>,
     pub no_run: bool,
+    pub overlap: bool,
 }
 
 impl Default for Args {
@@ -84,6 +89,7 @@ impl Default for Args {
             compare: Vec::new(),
             title: None,
             no_run: false,
+            overlap: false,
         }
     }
 }
@@ -176,6 +182,7 @@ pub fn parse(argv: Vec<String>) -> Result<Parsed, String> {
             "--compare" => a.compare.extend(value()?.split(',').filter(|s| !s.is_empty()).map(PathBuf::from)),
             "--title" => a.title = Some(value()?),
             "--no-run" => a.no_run = true,
+            "--overlap" => a.overlap = true,
             _ => return Err(format!("unknown option {arg:?}")),
         }
     }

@@ -12,6 +12,7 @@ mod args;
 mod csv;
 mod data;
 mod plot;
+mod overlap;
 
 use args::{Args, Parsed};
 use csv::Row;
@@ -370,6 +371,23 @@ impl Bench {
     }
 }
 
+/// `--overlap`: one line per size (see `overlap`).
+fn run_overlap(comm: *mut Comm, n: usize, args: &Args, lead: bool) -> i32 {
+    if lead {
+        println!("# overlap: float sum iallreduce beside a compute loop on {} thread(s) per rank, {} timed runs each", overlap::threads_per_rank(n), args.iters);
+        println!("# {:>10} {:>12} {:>12} {:>12} {:>10}", "size (B)", "comm (us)", "compute (us)", "both (us)", "both/max");
+    }
+    for s in args.sizes() {
+        let o = overlap::measure(comm, n, s as usize, args.iters.max(1));
+        if lead {
+            println!("  {:>10} {:>12.1} {:>12.1} {:>12.1} {:>10.2}", o.bytes, o.comm_us, o.compute_us, o.both_us, o.efficiency());
+        }
+    }
+    // SAFETY: valid comm, not used after.
+    unsafe { fcomm::dc_comm_destroy(comm) };
+    0
+}
+
 fn hostname() -> String {
     let mut b = [0u8; 256];
     // SAFETY: buffer and its length.
@@ -490,6 +508,10 @@ fn run(args: &Args) -> i32 {
             args.root
         );
         println!("# time: the slowest rank's average per iteration; algbw = size/time; busbw = algbw x nccl-tests' factor");
+    }
+
+    if args.overlap {
+        return run_overlap(comm, n, args, lead);
     }
 
     let mut rows: Vec<Row> = Vec::new();
