@@ -136,10 +136,14 @@ impl Request {
                 let deadline = LazyDeadline::since(*started, self.comm.timeout_ms());
                 self.comm.wait_p2p_by(op, &|| deadline.get(), &what)
             }
-            Kind::Coll { comp, deadline } => match comp.wait(*deadline + WORKER_GRACE, &|| None) {
-                WaitOutcome::Finished(r) => r,
-                _ => Err(Error::new(Status::Timeout, "non-blocking collective did not finish within the timeout")),
-            },
+            Kind::Coll { comp, deadline } => {
+                // Still queued behind nothing running: run it here rather than wait for the worker.
+                self.comm.run_queued_until(comp);
+                match comp.wait(*deadline + WORKER_GRACE, &|| None) {
+                    WaitOutcome::Finished(r) => r,
+                    _ => Err(Error::new(Status::Timeout, "non-blocking collective did not finish within the timeout")),
+                }
+            }
             Kind::Rpc(call) => call.wait(),
             #[cfg(feature = "nccl")]
             Kind::Device { op, deadline } => self.comm.wait_device(op, *deadline).map(|_| Done::default()),

@@ -204,8 +204,7 @@ impl Comm {
     pub fn destroy(&self) {
         let ex = lock(&self.executor).take();
         if let Some(ex) = ex {
-            drop(ex.jobs);
-            let _ = ex.thread.join();
+            ex.finish();
         }
         if let Some(shm) = self.shm.get() {
             shm.arena.leave();
