@@ -335,7 +335,8 @@ fi
 
 # 5. Silent peers across hosts (one rank per host, DC_PEER_TIMEOUT_MS=2000; see
 # scripts/multihost_faults.py): idle connections live on heartbeats; a frozen host and a cut
-# data network are noticed within the peer timeout, not at the operation timeout.
+# data network are noticed within the peer timeout, not at the operation timeout. Then a flood:
+# a fast sender, a slow receiver, the receiver's memory bounded (flow control).
 if "$PYTHON" -c 'import numpy, distcomm' >/dev/null 2>&1; then
   FAULTS="$ROOT/scripts/multihost_faults.py"
   JOB_RPN=1 job faults-idle 2 ok DC_SOCKET_IFNAME=data0 DC_PEER_TIMEOUT_MS=2000 -- "$PYTHON" "$FAULTS" idle 7
@@ -346,7 +347,12 @@ if "$PYTHON" -c 'import numpy, distcomm' >/dev/null 2>&1; then
   grep -q 'lost: rank 0 after' "$TMP/faults-cut.node0" && grep -q 'lost: rank 1 after' "$TMP/faults-cut.node1" ||
     { echo "FAIL multihost faults-cut: a rank did not see the cut" >&2; cat "$TMP"/faults-cut.node* >&2; exit 1; }
   ip -n "$TAG-node1" link set dev data0 up
-  PASSED=$((PASSED + 3))
+  # A fast sender and a slow receiver across the hosts: 10 GiB in order and intact, the
+  # receiver's peak memory within 64 MiB of what it had (DC_MAX_UNEXPECTED_BYTES is 16 MiB).
+  JOB_RPN=1 job faults-flood 2 ok DC_SOCKET_IFNAME=data0 -- "$PYTHON" "$FAULTS" flood "${FLOOD_GB:-10}" 64
+  grep -q 'flood: OK' "$TMP/faults-flood.node1" || { echo "FAIL multihost faults-flood" >&2; cat "$TMP"/faults-flood.node* >&2; exit 1; }
+  PASSED=$((PASSED + 4))
+  echo "multihost: $(grep -ho 'flood: received.*' "$TMP/faults-flood.node1"); $(grep -ho 'flood: sent.*' "$TMP/faults-flood.node0")"
   echo "multihost: idle 7 s on heartbeats: OK; $(grep -o 'lost: rank 0 after [0-9.]* s' "$TMP/faults-freeze.node0") when its peer host froze; cut data net: $(grep -ho 'lost: rank [01] after [0-9.]* s' "$TMP"/faults-cut.node* | tr '\n' ';')"
 else
   echo "multihost: NOTE $PYTHON cannot import numpy and distcomm; silent-peer jobs skipped"
