@@ -102,7 +102,11 @@ fn persistent(
     let addr = buf as usize;
     // The request keeps its datatype: MPI_Type_free of it before the last MPI_Start is allowed.
     let pin = Pin::new(dt);
-    let start = Box::new(move || start(addr, count, pin.0, peer, tag, c));
+    let start = Box::new(move || {
+        // The whole Pin moves into the closure (not just its field), so it lives as long.
+        let pin = &pin;
+        start(addr, count, pin.0, peer, tag, c)
+    });
     *r = request::add(Req::Persistent(Box::new(Persistent { comm: a.mc, start, active: None })));
     Ok(())
 }
