@@ -486,6 +486,7 @@ struct Red {
     b: Arc<Type>,
     sin: Vec<u8>,
     rout: Vec<u8>,
+    has_out: bool,
     per: i64,
 }
 
@@ -500,7 +501,7 @@ fn red(k: &Coll, t: Arc<Type>, b: Arc<Type>, sbuf: *const c_void, rbuf: *mut c_v
     } else {
         Vec::new()
     };
-    Ok(Red { t, b, sin, rout, per })
+    Ok(Red { t, b, sin, rout, has_out: out_here, per })
 }
 
 impl Red {
@@ -509,7 +510,7 @@ impl Red {
     }
     /// Runs `inner` (on our arrays), then unpacks `output` elements into `rbuf` if `out_here`.
     fn run(mut self, inner: impl FnOnce(*const c_void, *mut c_void, MPI_Datatype) -> Result<Built, MpiErr>, rbuf: *mut c_void, output: i64, out_here: bool) -> Result<Built, MpiErr> {
-        let rp = if out_here { ptr_mut(&mut self.rout) } else { std::ptr::null_mut() };
+        let rp = if self.has_out { ptr_mut(&mut self.rout) } else { std::ptr::null_mut() };
         let b = inner(ptr(&self.sin), rp, self.b.dt.handle)?;
         let addr = rbuf as usize;
         Ok(then(b, move || {
