@@ -505,6 +505,10 @@ pub fn free(h: MPI_Datatype) -> Result<(), MpiErr> {
 }
 
 pub fn name(h: MPI_Datatype) -> Result<String, MpiErr> {
+    // The null handle has a name too (MPICH and mpi4py agree on it).
+    if h == MPI_DATATYPE_NULL {
+        return Ok("MPI_DATATYPE_NULL".to_string());
+    }
     if let Some(d) = predefined(h) {
         let names = lock(&PREDEF_NAMES);
         return Ok(names.as_ref().and_then(|m| m.get(&h).cloned()).unwrap_or_else(|| d.name.to_string()));
