@@ -362,19 +362,12 @@ pub(crate) struct P2p {
     pub(crate) mc: Arc<MpiComm>,
 }
 
-pub(crate) fn check_buf(buf: *const c_void, bytes: usize, what: &str) -> Res {
-    if buf.is_null() && bytes > 0 {
-        return mpi_err!(MPI_ERR_BUFFER, "{what} is NULL with a non-zero count");
-    }
-    Ok(())
-}
-
 pub(crate) fn p2p_args(buf: *const c_void, count: i64, dt: MPI_Datatype, peer: c_int, tag: c_int, c: MPI_Comm, recv: bool) -> Result<P2p, MpiErr> {
     let mc = comm(c)?;
     let on = |e: MpiErr| e.on(c);
     let t = datatype::resolve(dt).map_err(on)?;
     let bytes = crate::packing::packed_len(&t, count).map_err(on)?;
-    check_buf(buf, bytes, "buf").map_err(on)?;
+    crate::packing::check_typed_buf(buf, &t, bytes, "buf").map_err(on)?;
     check_peer(&mc, peer, tag, c, recv)?;
     Ok(P2p { mc })
 }

@@ -39,7 +39,7 @@ fn times(k: &Coll, a: i64, b: usize) -> Result<i64, MpiErr> {
 /// `count` elements of `t` at `p`, packed.
 fn pack(k: &Coll, t: &Type, p: *const c_void, count: i64, what: &str) -> Result<Vec<u8>, MpiErr> {
     let n = len(k, t, count)?;
-    k.buf(p, n, what)?;
+    crate::packing::check_typed_buf(p, t, n, what).map_err(on(k))?;
     let mut v = vec![0u8; n];
     // SAFETY: the caller's buffer holds `count` elements of the type.
     unsafe { t.map.pack(p as *const u8, count as u64, &mut v) };
@@ -82,7 +82,7 @@ pub(crate) fn w_bcast(k: &Coll, buf: *mut c_void, count: i64, dt: MPI_Datatype, 
     }
     let is_root = k.rank() == k.root(root)?;
     let mut data = if is_root { pack(k, &t, buf, count, "buffer")? } else { vec![0u8; len(k, &t, count)?] };
-    k.buf(buf, data.len(), "buffer")?;
+    crate::packing::check_typed_buf(buf, &t, data.len(), "buffer").map_err(on(k))?;
     let inner = build_bcast(k, ptr_mut(&mut data), data.len() as i64, MPI_BYTE, root)?;
     let un = unpacker(t, buf as usize, count);
     Ok(then(inner, move || {
@@ -114,7 +114,7 @@ pub(crate) fn w_gather(k: &Coll, sbuf: *const c_void, scount: i64, sdt: MPI_Data
     if let Some(t) = rt {
         let all = times(k, rcount, k.size())?;
         rdata = if inplace { pack(k, &t, rbuf, all, "recvbuf")? } else { vec![0u8; len(k, &t, all)?] };
-        k.buf(rbuf, rdata.len(), "recvbuf")?;
+        crate::packing::check_typed_buf(rbuf, &t, rdata.len(), "recvbuf").map_err(on(k))?;
         rc = len(k, &t, rcount)? as i64;
         un = Some(unpacker(t, rbuf as usize, all));
     }
@@ -145,7 +145,7 @@ pub(crate) fn w_scatter(k: &Coll, sbuf: *const c_void, scount: i64, sdt: MPI_Dat
     let (mut rdata, mut un) = (Vec::new(), None);
     if let Some(t) = rt {
         rdata = vec![0u8; len(k, &t, rcount)?];
-        k.buf(rbuf, rdata.len(), "recvbuf")?;
+        crate::packing::check_typed_buf(rbuf, &t, rdata.len(), "recvbuf").map_err(on(k))?;
         un = Some(unpacker(t, rbuf as usize, rcount));
     }
     let rp = if inplace { rbuf } else { ptr_mut(&mut rdata) };
@@ -178,7 +178,7 @@ fn w_all(k: &Coll, sbuf: *const c_void, scount: i64, sdt: MPI_Datatype, rbuf: *m
     };
     let all = times(k, rcount, n)?;
     let mut rdata = if inplace { pack(k, &rt, rbuf, all, "recvbuf")? } else { vec![0u8; len(k, &rt, all)?] };
-    k.buf(rbuf, rdata.len(), "recvbuf")?;
+    crate::packing::check_typed_buf(rbuf, &rt, rdata.len(), "recvbuf").map_err(on(k))?;
     let rc = len(k, &rt, rcount)? as i64;
     let sp = if inplace { sbuf } else { ptr(&sdata) };
     let rp = ptr_mut(&mut rdata);
@@ -234,7 +234,7 @@ fn seg_counts(s: &[Seg]) -> (Vec<i64>, Vec<i64>) {
 fn pack_segs(k: &Coll, base: *const c_void, s: &[Seg], total: usize, fill: bool, what: &str) -> Result<Vec<u8>, MpiErr> {
     let mut v = vec![0u8; total];
     for x in s {
-        k.buf(base, x.len, what)?;
+        crate::packing::check_typed_buf(base, &x.t, x.len, what).map_err(on(k))?;
         if fill && x.len > 0 {
             // SAFETY: the caller's buffer holds `count` elements at `off` for this rank.
             unsafe { x.t.map.pack((base as *const u8).wrapping_offset(x.off as isize), x.count as u64, &mut v[x.at..x.at + x.len]) };
@@ -298,7 +298,7 @@ pub(crate) fn w_scatterv(k: &Coll, sbuf: *const c_void, scounts: &[i64], displs:
     let (mut rdata, mut un) = (Vec::new(), None);
     if let Some(t) = rt {
         rdata = vec![0u8; len(k, &t, rcount)?];
-        k.buf(rbuf, rdata.len(), "recvbuf")?;
+        crate::packing::check_typed_buf(rbuf, &t, rdata.len(), "recvbuf").map_err(on(k))?;
         un = Some(unpacker(t, rbuf as usize, rcount));
     }
     let rp = if inplace { rbuf } else { ptr_mut(&mut rdata) };
@@ -356,7 +356,7 @@ fn alltoall_segs(k: &Coll, sbuf: *const c_void, ss: Vec<Seg>, stotal: usize, rbu
     let sdata = pack_segs(k, sbuf, &ss, stotal, true, "sendbuf")?;
     let mut rdata = vec![0u8; rtotal];
     for x in &rs {
-        k.buf(rbuf, x.len, "recvbuf")?;
+        crate::packing::check_typed_buf(rbuf, &x.t, x.len, "recvbuf").map_err(on(k))?;
     }
     let to_usize = |v: Vec<i64>| v.into_iter().map(|x| x as usize).collect::<Vec<usize>>();
     let (sc, sd) = seg_counts(&ss);
@@ -496,7 +496,7 @@ fn red(k: &Coll, t: Arc<Type>, b: Arc<Type>, sbuf: *const c_void, rbuf: *mut c_v
     let per = t.map.nelems as i64;
     let rout = if out_here {
         let n = len(k, &t, output)?;
-        k.buf(rbuf, n, "recvbuf")?;
+        crate::packing::check_typed_buf(rbuf, &t, n, "recvbuf").map_err(on(k))?;
         vec![0u8; (times(k, output, per as usize)? as u64 * b.map.extent() as u64) as usize]
     } else {
         Vec::new()

@@ -350,11 +350,21 @@ pub fn vector(count: i64, bl: i64, stride: i64, old_h: MPI_Datatype, bytes: bool
     let b = nonneg(bl, "blocklength")?;
     let (t, o) = old(old_h)?;
     let step = if bytes { stride } else { mul(stride, t.map.extent())? };
-    let mut blocks = Vec::with_capacity(n.min(1 << 20) as usize);
-    for i in 0..n {
-        blocks.push((mul(i as i64, step)?, b));
-    }
-    let map = build(&blocks, &t, false)?;
+    let map = if b == 0 || n == 0 {
+        build(&[], &t, false)?
+    } else if step == mul(bl, t.map.extent())? {
+        // Blocks that follow each other: one run of count * blocklength elements.
+        build(&[(0, n.checked_mul(b).ok_or_else(|| map_err(MapErr::Overflow))?)], &t, false)?
+    } else {
+        if n > crate::typemap::MAX_BLOCKS as u64 {
+            return Err(map_err(MapErr::TooBig));
+        }
+        let mut blocks = Vec::with_capacity(n as usize);
+        for i in 0..n {
+            blocks.push((mul(i as i64, step)?, b));
+        }
+        build(&blocks, &t, false)?
+    };
     let combiner = if bytes { MPI_COMBINER_HVECTOR } else { MPI_COMBINER_VECTOR };
     let env = envelope(&Args { combiner, large, vals: &[(count, false), (bl, false), (stride, bytes)], fixed_ints: &[] }, vec![o])?;
     Ok(finish(map, env))
@@ -435,9 +445,17 @@ pub fn subarray(sizes: &[i64], subsizes: &[i64], starts: &[i64], order: c_int, o
     let mut cur = t.map.clone();
     let mut stride = ext;
     let mut start_off = 0i64;
-    for &d in &dims {
-        let parts: Vec<Part> = (0..subsizes[d]).map(|i| Part { disp: i * stride, reps: 1, child: &cur }).collect();
-        let next = Layout::compose(&parts, false).map_err(map_err)?;
+    for (k, &d) in dims.iter().enumerate() {
+        let next = if k == 0 {
+            // The fastest dimension: a run of elements of the old type.
+            Layout::compose(&[Part { disp: 0, reps: subsizes[d] as u64, child: &cur }], false).map_err(map_err)?
+        } else {
+            if subsizes[d] as u64 > crate::typemap::MAX_BLOCKS as u64 {
+                return Err(map_err(MapErr::TooBig));
+            }
+            let parts: Vec<Part> = (0..subsizes[d]).map(|i| Ok(Part { disp: mul(i, stride)?, reps: 1, child: &cur })).collect::<Result<_, MpiErr>>()?;
+            Layout::compose(&parts, false).map_err(map_err)?
+        };
         start_off = start_off.checked_add(mul(starts[d], stride)?).ok_or_else(|| map_err(MapErr::Overflow))?;
         stride = mul(stride, sizes[d])?;
         cur = next;
@@ -665,6 +683,12 @@ mod derived_tests {
         assert_eq!(contiguous(1, MPI_DATATYPE_NULL).err().map(|e| e.class), Some(MPI_ERR_TYPE));
         assert_eq!(subarray(&[4], &[5], &[0], MPI_ORDER_C, MPI_INT, false).err().map(|e| e.class), Some(MPI_ERR_ARG));
         assert_eq!(subarray(&[4], &[2], &[0], 7, MPI_INT, false).err().map(|e| e.class), Some(MPI_ERR_ARG));
+        // Huge but regular layouts stay one block; huge irregular ones are refused, not built.
+        let big = vector(1 << 40, 1, 1, MPI_CHAR, false, true).unwrap();
+        assert_eq!(map_of(big).blocks.len(), 1);
+        free(big).unwrap();
+        assert_eq!(vector(1 << 40, 1, 2, MPI_CHAR, false, true).err().map(|e| e.class), Some(MPI_ERR_NO_MEM));
+        assert_eq!(subarray(&[1 << 40, 4], &[1 << 39, 2], &[0, 0], MPI_ORDER_C, MPI_CHAR, true).err().map(|e| e.class), Some(MPI_ERR_NO_MEM));
         let t = contiguous(2, MPI_INT).unwrap();
         assert_eq!(resolve(t).err().map(|e| e.class), Some(MPI_ERR_TYPE), "uncommitted");
         free(t).unwrap();

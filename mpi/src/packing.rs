@@ -40,6 +40,15 @@ pub fn packed_len(t: &Type, count: i64) -> Result<usize, MpiErr> {
     t.map.packed_bytes(count as u64).map(|b| b as usize).ok_or_else(|| MpiErr::new(MPI_ERR_COUNT, format!("count {count} overflows")))
 }
 
+/// A NULL buffer is refused when it holds data, except for a derived type whose data does not
+/// start at its address (MPI_BOTTOM with absolute displacements from MPI_Get_address).
+pub fn check_typed_buf(buf: *const c_void, t: &Type, len: usize, what: &str) -> Result<(), MpiErr> {
+    if buf.is_null() && len > 0 && (t.env.combiner == MPI_COMBINER_NAMED || t.map.true_lb == 0) {
+        return crate::mpi_err!(MPI_ERR_BUFFER, "{what} is NULL with a non-zero count");
+    }
+    Ok(())
+}
+
 /// Where the data of `count` elements lies when it is one run of the caller's memory: the
 /// offset of the run, for dense types and one-block ones.
 fn one_run(t: &Type, count: i64) -> Option<i64> {
@@ -63,7 +72,7 @@ pub struct Outgoing {
 pub fn outgoing(buf: *const c_void, count: i64, dt: MPI_Datatype) -> Result<Outgoing, MpiErr> {
     let t = datatype::resolve(dt)?;
     let len = packed_len(&t, count)?;
-    crate::api::check_buf(buf, len, "buf")?;
+    check_typed_buf(buf, &t, len, "buf")?;
     if let Some(off) = one_run(&t, count) {
         return Ok(Outgoing { ptr: (buf as *const u8).wrapping_offset(off as isize), len, keep: None });
     }
@@ -77,7 +86,7 @@ pub fn outgoing(buf: *const c_void, count: i64, dt: MPI_Datatype) -> Result<Outg
 pub fn pack_copy(buf: *const c_void, count: i64, dt: MPI_Datatype) -> Result<Vec<u8>, MpiErr> {
     let t = datatype::resolve(dt)?;
     let len = packed_len(&t, count)?;
-    crate::api::check_buf(buf, len, "buf")?;
+    check_typed_buf(buf, &t, len, "buf")?;
     let mut v = vec![0u8; len];
     // SAFETY: as in `outgoing`.
     unsafe { t.map.pack(buf as *const u8, count as u64, &mut v) };
@@ -94,7 +103,7 @@ pub struct Incoming {
 pub fn incoming(buf: *mut c_void, count: i64, dt: MPI_Datatype) -> Result<Incoming, MpiErr> {
     let t = datatype::resolve(dt)?;
     let len = packed_len(&t, count)?;
-    crate::api::check_buf(buf, len, "buf")?;
+    check_typed_buf(buf, &t, len, "buf")?;
     if let Some(off) = one_run(&t, count) {
         return Ok(Incoming { ptr: (buf as *mut u8).wrapping_offset(off as isize), len, tmp: None });
     }

@@ -466,7 +466,7 @@ fn unpack_any(inbuf: *const c_void, insize: i64, pos: *mut MPI_Count, outbuf: *m
     if need as u64 > insize as u64 - at as u64 {
         return mpi_err!(MPI_ERR_TRUNCATE, "{need} bytes to unpack but {} left in the buffer", insize as u64 - at as u64);
     }
-    crate::api::check_buf(outbuf, native, "outbuf")?;
+    crate::packing::check_typed_buf(outbuf, &t, native, "outbuf")?;
     if need == 0 {
         return Ok(());
     }

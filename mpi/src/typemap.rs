@@ -6,7 +6,7 @@
 
 /// Most blocks (and signature runs) one type map may hold: a bound on the memory a caller's
 /// constructor arguments can make us allocate.
-pub const MAX_BLOCKS: usize = 1 << 24;
+pub const MAX_BLOCKS: usize = 1 << 22;
 
 /// `n` basic elements in a row of predefined type `basic`, `size` bytes each.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -105,13 +105,14 @@ impl Layout {
     /// MPI_Type_create_struct does, as C compilers pad structs).
     pub fn compose(parts: &[Part], pad: bool) -> Result<Layout, MapErr> {
         // Bound the work before doing it.
-        let mut nblocks: u64 = 0;
+        let (mut nblocks, mut nsig): (u64, u64) = (0, 0);
         for p in parts {
             let c = p.child;
             let n = if c.blocks.len() == 1 && c.blocks[0].len as i64 == c.extent() { 1 } else { (c.blocks.len() as u64).checked_mul(p.reps).ok_or(MapErr::TooBig)? };
             nblocks = nblocks.checked_add(n).ok_or(MapErr::TooBig)?;
             let sig_n = if c.sig.len() <= 1 { 1 } else { (c.sig.len() as u64).checked_mul(p.reps).ok_or(MapErr::TooBig)? };
-            if nblocks > MAX_BLOCKS as u64 || sig_n > MAX_BLOCKS as u64 {
+            nsig = nsig.checked_add(sig_n).ok_or(MapErr::TooBig)?;
+            if nblocks > MAX_BLOCKS as u64 || nsig > MAX_BLOCKS as u64 {
                 return Err(MapErr::TooBig);
             }
         }

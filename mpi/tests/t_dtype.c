@@ -247,6 +247,23 @@ static void p2p(void) {
   CHECK(cnt == 4);
   OK(MPI_Get_count(&st, sid, &cnt));
   CHECK(cnt == 2);
+  /* MPI_BOTTOM with a struct of absolute addresses. */
+  int ai = rank * 3, bi = -1;
+  double ad = rank + 0.25, bd = -1;
+  MPI_Aint abs_s[2], abs_r[2];
+  OK(MPI_Get_address(&ai, &abs_s[0]));
+  OK(MPI_Get_address(&ad, &abs_s[1]));
+  OK(MPI_Get_address(&bi, &abs_r[0]));
+  OK(MPI_Get_address(&bd, &abs_r[1]));
+  MPI_Datatype as_t, ar_t;
+  OK(MPI_Type_create_struct(2, bl, abs_s, ts, &as_t));
+  OK(MPI_Type_create_struct(2, bl, abs_r, ts, &ar_t));
+  OK(MPI_Type_commit(&as_t));
+  OK(MPI_Type_commit(&ar_t));
+  OK(MPI_Sendrecv(MPI_BOTTOM, 1, as_t, next, 10, MPI_BOTTOM, 1, ar_t, prev, 10, MPI_COMM_WORLD, &st));
+  CHECK(bi == prev * 3 && bd == prev + 0.25);
+  OK(MPI_Type_free(&as_t));
+  OK(MPI_Type_free(&ar_t));
   /* Probe and mprobe/mrecv with a vector receive. */
   for (int i = 0; i < 20; i++) grid[i] = -1;
   OK(MPI_Isend(out, 4, MPI_DOUBLE, next, 5, MPI_COMM_WORLD, &rq[0]));
