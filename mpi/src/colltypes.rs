@@ -493,7 +493,8 @@ struct Red {
 fn red(k: &Coll, t: Arc<Type>, b: Arc<Type>, sbuf: *const c_void, rbuf: *mut c_void, input: i64, output: i64, out_here: bool) -> Result<Red, MpiErr> {
     let src = if in_place(sbuf) { rbuf as *const c_void } else { sbuf };
     let sin = to_basic(k, &t, &b, src, input, if in_place(sbuf) { "recvbuf" } else { "sendbuf" })?;
-    let per = t.map.nelems as i64;
+    // Elements of the basic type in one element of t (a pair type counts once here).
+    let per = (t.map.size / b.map.size.max(1)) as i64;
     let rout = if out_here {
         let n = len(k, &t, output)?;
         crate::packing::check_typed_buf(rbuf, &t, n, "recvbuf").map_err(on(k))?;
@@ -588,7 +589,7 @@ pub(crate) fn w_reduce_local(inbuf: *const c_void, inout: *mut c_void, count: i6
     let Some((t, b)) = basic_route(&k, dt, o).map_err(|e| e.on(MPI_COMM_WORLD))? else { return reduce_local_any(inbuf, inout, count, dt, o) };
     let a = to_basic(&k, &t, &b, inbuf, count, "inbuf")?;
     let mut io = to_basic(&k, &t, &b, inout, count, "inoutbuf")?;
-    let n = times(&k, count, t.map.nelems as usize)?;
+    let n = times(&k, count, (t.map.size / b.map.size.max(1)) as usize)?;
     reduce_local_any(ptr(&a), ptr_mut(&mut io), n, b.dt.handle, o)?;
     from_basic(&t, &b, &io, inout as usize, count);
     Ok(())

@@ -4,7 +4,7 @@
 
 use crate::abi_gen::*;
 use crate::err::MpiErr;
-use crate::typemap::{Layout, MapErr, Part};
+use crate::typemap::{Layout, MapErr, Part, Run};
 use distcomm::DType;
 use std::collections::HashMap;
 use std::ffi::c_int;
@@ -194,7 +194,27 @@ fn predef_layout(d: &Dt) -> Layout {
         _ if d.name.contains("COMPLEX") => (d.extent / 2).max(1),
         _ => d.extent.clamp(1, 16),
     };
-    Layout::predefined(h, &blocks, d.extent as i64, align as u64)
+    let mut l = Layout::predefined(h, &blocks, d.extent as i64, align as u64);
+    // A pair type is two basic elements (value, index) for MPI_Get_elements and external32;
+    // reductions still see the pair as one (`basic`).
+    let pair: Option<(MPI_Datatype, u64, MPI_Datatype)> = match h {
+        MPI_FLOAT_INT => Some((MPI_FLOAT, 4, MPI_INT)),
+        MPI_DOUBLE_INT => Some((MPI_DOUBLE, 8, MPI_INT)),
+        MPI_LONG_INT => Some((MPI_LONG, 8, MPI_INT)),
+        MPI_SHORT_INT => Some((MPI_SHORT, 2, MPI_INT)),
+        MPI_LONG_DOUBLE_INT => Some((MPI_LONG_DOUBLE, 16, MPI_INT)),
+        MPI_2INT => Some((MPI_INT, 4, MPI_INT)),
+        MPI_2REAL => Some((MPI_REAL, 4, MPI_REAL)),
+        MPI_2DOUBLE_PRECISION => Some((MPI_DOUBLE_PRECISION, 8, MPI_DOUBLE_PRECISION)),
+        MPI_2INTEGER => Some((MPI_INTEGER, 4, MPI_INTEGER)),
+        _ => None,
+    };
+    if let Some((v, vs, i)) = pair {
+        let is = l.size - vs;
+        l.sig = if v == i { vec![Run { basic: v, size: vs, n: 2 }] } else { vec![Run { basic: v, size: vs, n: 1 }, Run { basic: i, size: is, n: 1 }] };
+        l.nelems = 2;
+    }
+    l
 }
 
 fn predef_type(d: Dt) -> Arc<Type> {
@@ -701,5 +721,9 @@ mod derived_tests {
         assert_eq!((m.size, m.extent(), m.blocks.len()), (6, 8, 2));
         assert!(!m.dense());
         assert!(predef_layout(&predefined(MPI_DOUBLE).unwrap()).dense());
+        // Two basic elements per pair: 20 bytes of MPI_DOUBLE_INT are 3 elements.
+        let di = predef_layout(&predefined(MPI_DOUBLE_INT).unwrap());
+        assert_eq!((di.nelems, di.elements_in(20), di.elements_in(24), di.bytes_of_elements(3)), (2, Some(3), Some(4), Some(20)));
+        assert_eq!(di.basic, Some(MPI_DOUBLE_INT));
     }
 }

@@ -247,6 +247,12 @@ static void p2p(void) {
   CHECK(cnt == 4);
   OK(MPI_Get_count(&st, sid, &cnt));
   CHECK(cnt == 2);
+  /* A pair type is two basic elements: 3 of MPI_DOUBLE_INT are a pair and a double. */
+  OK(MPI_Status_set_elements(&st, MPI_DOUBLE_INT, 3));
+  OK(MPI_Get_elements(&st, MPI_DOUBLE_INT, &cnt));
+  CHECK(cnt == 3);
+  OK(MPI_Get_count(&st, MPI_DOUBLE_INT, &cnt));
+  CHECK(cnt == MPI_UNDEFINED);
   /* MPI_BOTTOM with a struct of absolute addresses. */
   int ai = rank * 3, bi = -1;
   double ad = rank + 0.25, bd = -1;
