@@ -977,7 +977,7 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Type_get_value_index", true),
     ("MPI_Type_indexed", true),
     ("MPI_Type_indexed_c", true),
-    ("MPI_Type_match_size", false),
+    ("MPI_Type_match_size", true),
     ("MPI_Type_set_attr", false),
     ("MPI_Type_set_name", true),
     ("MPI_Type_size", true),
@@ -5365,11 +5365,11 @@ pub unsafe extern "C" fn PMPI_Type_indexed_c(count: MPI_Count, array_of_blocklen
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_match_size(typeclass: c_int, size: c_int, datatype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_match_size", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_match_size", || unsafe { crate::api::type_match_size(typeclass, size, datatype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_match_size(typeclass: c_int, size: c_int, datatype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_match_size", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_match_size", || unsafe { crate::api::type_match_size(typeclass, size, datatype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_set_attr(datatype: MPI_Datatype, type_keyval: c_int, attribute_val: *mut c_void) -> c_int {

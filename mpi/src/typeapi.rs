@@ -589,3 +589,30 @@ pub unsafe fn pack_external_size_c(d: *const c_char, incount: MPI_Count, dt: MPI
     *out(size, "size")? = n;
     Ok(())
 }
+
+/// MPI_Type_match_size: the sized Fortran type of a type class and byte size.
+pub unsafe fn type_match_size(typeclass: c_int, size: c_int, dt: *mut MPI_Datatype) -> Res {
+    let o = out(dt, "datatype")?;
+    let t = match (typeclass, size) {
+        (MPIX_TYPECLASS_LOGICAL, 1) => MPI_LOGICAL1,
+        (MPIX_TYPECLASS_LOGICAL, 2) => MPI_LOGICAL2,
+        (MPIX_TYPECLASS_LOGICAL, 4) => MPI_LOGICAL4,
+        (MPIX_TYPECLASS_LOGICAL, 8) => MPI_LOGICAL8,
+        (MPI_TYPECLASS_INTEGER, 1) => MPI_INTEGER1,
+        (MPI_TYPECLASS_INTEGER, 2) => MPI_INTEGER2,
+        (MPI_TYPECLASS_INTEGER, 4) => MPI_INTEGER4,
+        (MPI_TYPECLASS_INTEGER, 8) => MPI_INTEGER8,
+        (MPI_TYPECLASS_INTEGER, 16) => MPI_INTEGER16,
+        (MPI_TYPECLASS_REAL, 2) => MPI_REAL2,
+        (MPI_TYPECLASS_REAL, 4) => MPI_REAL4,
+        (MPI_TYPECLASS_REAL, 8) => MPI_REAL8,
+        (MPI_TYPECLASS_REAL, 16) => MPI_REAL16,
+        (MPI_TYPECLASS_COMPLEX, 4) => MPI_COMPLEX4,
+        (MPI_TYPECLASS_COMPLEX, 8) => MPI_COMPLEX8,
+        (MPI_TYPECLASS_COMPLEX, 16) => MPI_COMPLEX16,
+        (MPI_TYPECLASS_COMPLEX, 32) => MPI_COMPLEX32,
+        _ => return mpi_err!(MPI_ERR_ARG, "no predefined datatype of type class {typeclass} and size {size}"),
+    };
+    *o = t;
+    Ok(())
+}
