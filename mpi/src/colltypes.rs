@@ -431,9 +431,12 @@ alltoallw_entry!(ialltoallw_c, MPI_Count, MPI_Aint, aints, req);
 
 // ---- reductions ------------------------------------------------------------------------------------
 
+/// A derived type and its one basic type.
+type TypeAndBasic = (Arc<Type>, Arc<Type>);
+
 /// How a reduction of `dt` runs: None on the type as it is (predefined, or dense where the
 /// op applies to its elements or is the user's); or on an array of its one basic type.
-fn basic_route(k: &Coll, dt: MPI_Datatype, o: MPI_Op) -> Result<Option<(Arc<Type>, Arc<Type>)>, MpiErr> {
+fn basic_route(k: &Coll, dt: MPI_Datatype, o: MPI_Op) -> Result<Option<TypeAndBasic>, MpiErr> {
     let d = datatype::get(dt).map_err(on(k))?;
     let user = o >= op::OP_BASE;
     if datatype::predefined(dt).is_some() || (d.dense && (user || d.kind != datatype::Kind::Other)) {
@@ -490,6 +493,7 @@ struct Red {
     per: i64,
 }
 
+#[allow(clippy::too_many_arguments)]
 fn red(k: &Coll, t: Arc<Type>, b: Arc<Type>, sbuf: *const c_void, rbuf: *mut c_void, input: i64, output: i64, out_here: bool) -> Result<Red, MpiErr> {
     let src = if in_place(sbuf) { rbuf as *const c_void } else { sbuf };
     let sin = to_basic(k, &t, &b, src, input, if in_place(sbuf) { "recvbuf" } else { "sendbuf" })?;

@@ -30,8 +30,11 @@ pub struct Envelope {
     pub addrs: Vec<MPI_Aint>,
     pub larges: Vec<MPI_Count>,
     /// The old types: predefined handles, or derived types kept alive here.
-    pub types: Vec<(MPI_Datatype, Option<Arc<Type>>)>,
+    pub types: Vec<OldType>,
 }
+
+/// An old type of a constructor: its handle, and the type itself when it is derived.
+pub type OldType = (MPI_Datatype, Option<Arc<Type>>);
 
 struct Derived {
     t: Arc<Type>,
@@ -197,7 +200,7 @@ fn predef_layout(d: &Dt) -> Layout {
     let mut l = Layout::predefined(h, &blocks, d.extent as i64, align as u64);
     // A pair type is two basic elements (value, index) for MPI_Get_elements and external32;
     // reductions still see the pair as one (`basic`).
-    let pair: Option<(MPI_Datatype, u64, MPI_Datatype)> = match h {
+    let pair = match h {
         MPI_FLOAT_INT => Some((MPI_FLOAT, 4, MPI_INT)),
         MPI_DOUBLE_INT => Some((MPI_DOUBLE, 8, MPI_INT)),
         MPI_LONG_INT => Some((MPI_LONG, 8, MPI_INT)),
@@ -231,7 +234,7 @@ fn summary(map: &Layout) -> Dt {
         Some(b) if dense && b.dense && !matches!(b.kind, Kind::Pair(..)) => b.kind,
         _ => Kind::Other,
     };
-    let elem = if map.nelems > 0 { (map.size / map.nelems) as usize } else { basic.map_or(1, |b| b.size) };
+    let elem = map.size.checked_div(map.nelems).map_or_else(|| basic.map_or(1, |b| b.size), |e| e as usize);
     Dt { handle: 0, size: map.size as usize, extent: map.extent().max(0) as usize, kind, name: "", elem, dense }
 }
 
@@ -307,7 +310,7 @@ struct Args<'a> {
     fixed_ints: &'a [c_int],
 }
 
-fn envelope(a: &Args, types: Vec<(MPI_Datatype, Option<Arc<Type>>)>) -> Result<Envelope, MpiErr> {
+fn envelope(a: &Args, types: Vec<OldType>) -> Result<Envelope, MpiErr> {
     let mut e = Envelope { combiner: a.combiner, ints: a.fixed_ints.to_vec(), addrs: vec![], larges: vec![], types };
     for &(v, is_addr) in a.vals {
         if a.large {
@@ -326,7 +329,8 @@ fn envelope(a: &Args, types: Vec<(MPI_Datatype, Option<Arc<Type>>)>) -> Result<E
     Ok(e)
 }
 
-fn old(h: MPI_Datatype) -> Result<(Arc<Type>, (MPI_Datatype, Option<Arc<Type>>)), MpiErr> {
+/// The type behind `h`, and what a new type's envelope keeps of it.
+fn old(h: MPI_Datatype) -> Result<(Arc<Type>, OldType), MpiErr> {
     let (t, _) = resolve_any(h)?;
     let keep = if h >= TYPE_BASE { Some(t.clone()) } else { None };
     Ok((t, (h, keep)))

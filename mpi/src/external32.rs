@@ -16,9 +16,12 @@ enum Conv {
     LongDouble,
 }
 
+/// (native bytes, external32 bytes, conversion) of one component.
+type Comp = (usize, usize, Conv);
+
 /// The components of one basic element: (native bytes, external32 bytes, conversion), in the
 /// order of its packed form.
-fn comps(h: MPI_Datatype) -> Result<Vec<(usize, usize, Conv)>, MpiErr> {
+fn comps(h: MPI_Datatype) -> Result<Vec<Comp>, MpiErr> {
     use Conv::*;
     let ld = (16, 16, LongDouble);
     Ok(match h {
@@ -48,7 +51,7 @@ fn int_comps(h: MPI_Datatype) -> Result<Vec<(usize, usize, bool)>, MpiErr> {
 /// Calls `f(native component bytes, external32 bytes, signed)` for each component of `count`
 /// elements of `map`, in packed order.
 fn walk(map: &Layout, count: u64, mut f: impl FnMut(usize, usize, Conv)) -> Result<(), MpiErr> {
-    let per: Vec<(Vec<(usize, usize, Conv)>, u64)> = map.sig.iter().map(|r| Ok((comps(r.basic)?, r.n))).collect::<Result<_, MpiErr>>()?;
+    let per: Vec<(Vec<Comp>, u64)> = map.sig.iter().map(|r| Ok((comps(r.basic)?, r.n))).collect::<Result<_, MpiErr>>()?;
     for _ in 0..count {
         for (cs, n) in &per {
             for _ in 0..*n {

@@ -130,7 +130,10 @@ impl Layout {
             nelems: 0,
             basic: None,
         };
-        let (mut lb, mut ub, mut xlb, mut xub, mut tlb, mut tub): (Option<i64>, Option<i64>, Option<i64>, Option<i64>, Option<i64>, Option<i64>) = (None, None, None, None, None, None);
+        // Bounds over the parts: all, resized markers only, data only.
+        let (mut lb, mut ub): (Option<i64>, Option<i64>) = (None, None);
+        let (mut xlb, mut xub): (Option<i64>, Option<i64>) = (None, None);
+        let (mut tlb, mut tub): (Option<i64>, Option<i64>) = (None, None);
         let mut basic: Option<Option<usize>> = None;
         for p in parts {
             let c = p.child;
