@@ -480,8 +480,8 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Alltoallv_c", true),
     ("MPI_Alltoallv_init", false),
     ("MPI_Alltoallv_init_c", false),
-    ("MPI_Alltoallw", false),
-    ("MPI_Alltoallw_c", false),
+    ("MPI_Alltoallw", true),
+    ("MPI_Alltoallw_c", true),
     ("MPI_Alltoallw_init", false),
     ("MPI_Alltoallw_init_c", false),
     ("MPI_Attr_delete", false),
@@ -680,7 +680,7 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Get_count_c", true),
     ("MPI_Get_elements", true),
     ("MPI_Get_elements_c", true),
-    ("MPI_Get_elements_x", false),
+    ("MPI_Get_elements_x", true),
     ("MPI_Get_hw_resource_info", false),
     ("MPI_Get_library_version", true),
     ("MPI_Get_processor_name", true),
@@ -716,8 +716,8 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Ialltoall_c", true),
     ("MPI_Ialltoallv", true),
     ("MPI_Ialltoallv_c", true),
-    ("MPI_Ialltoallw", false),
-    ("MPI_Ialltoallw_c", false),
+    ("MPI_Ialltoallw", true),
+    ("MPI_Ialltoallw_c", true),
     ("MPI_Ibarrier", true),
     ("MPI_Ibcast", true),
     ("MPI_Ibcast_c", true),
@@ -817,14 +817,14 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPIX_Op_create_x", false),
     ("MPI_Op_free", true),
     ("MPI_Open_port", false),
-    ("MPI_Pack", false),
-    ("MPI_Pack_c", false),
-    ("MPI_Pack_external", false),
-    ("MPI_Pack_external_c", false),
-    ("MPI_Pack_external_size", false),
-    ("MPI_Pack_external_size_c", false),
-    ("MPI_Pack_size", false),
-    ("MPI_Pack_size_c", false),
+    ("MPI_Pack", true),
+    ("MPI_Pack_c", true),
+    ("MPI_Pack_external", true),
+    ("MPI_Pack_external_c", true),
+    ("MPI_Pack_external_size", true),
+    ("MPI_Pack_external_size_c", true),
+    ("MPI_Pack_size", true),
+    ("MPI_Pack_size_c", true),
     ("MPI_Parrived", false),
     ("MPI_Pcontrol", true),
     ("MPI_Pready", false),
@@ -926,7 +926,7 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Status_set_cancelled", true),
     ("MPI_Status_set_elements", true),
     ("MPI_Status_set_elements_c", true),
-    ("MPI_Status_set_elements_x", false),
+    ("MPI_Status_set_elements_x", true),
     ("MPI_Status_set_error", true),
     ("MPI_Status_set_source", true),
     ("MPI_Status_set_tag", true),
@@ -944,52 +944,52 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Type_create_f90_complex", false),
     ("MPI_Type_create_f90_integer", false),
     ("MPI_Type_create_f90_real", false),
-    ("MPI_Type_create_hindexed", false),
-    ("MPI_Type_create_hindexed_c", false),
-    ("MPI_Type_create_hindexed_block", false),
-    ("MPI_Type_create_hindexed_block_c", false),
-    ("MPI_Type_create_hvector", false),
-    ("MPI_Type_create_hvector_c", false),
-    ("MPI_Type_create_indexed_block", false),
-    ("MPI_Type_create_indexed_block_c", false),
+    ("MPI_Type_create_hindexed", true),
+    ("MPI_Type_create_hindexed_c", true),
+    ("MPI_Type_create_hindexed_block", true),
+    ("MPI_Type_create_hindexed_block_c", true),
+    ("MPI_Type_create_hvector", true),
+    ("MPI_Type_create_hvector_c", true),
+    ("MPI_Type_create_indexed_block", true),
+    ("MPI_Type_create_indexed_block_c", true),
     ("MPI_Type_create_keyval", false),
-    ("MPI_Type_create_resized", false),
-    ("MPI_Type_create_resized_c", false),
-    ("MPI_Type_create_struct", false),
-    ("MPI_Type_create_struct_c", false),
-    ("MPI_Type_create_subarray", false),
-    ("MPI_Type_create_subarray_c", false),
+    ("MPI_Type_create_resized", true),
+    ("MPI_Type_create_resized_c", true),
+    ("MPI_Type_create_struct", true),
+    ("MPI_Type_create_struct_c", true),
+    ("MPI_Type_create_subarray", true),
+    ("MPI_Type_create_subarray_c", true),
     ("MPI_Type_delete_attr", false),
     ("MPI_Type_dup", true),
     ("MPI_Type_free", true),
     ("MPI_Type_free_keyval", false),
     ("MPI_Type_get_attr", false),
-    ("MPI_Type_get_contents", false),
-    ("MPI_Type_get_contents_c", false),
-    ("MPI_Type_get_envelope", false),
-    ("MPI_Type_get_envelope_c", false),
+    ("MPI_Type_get_contents", true),
+    ("MPI_Type_get_contents_c", true),
+    ("MPI_Type_get_envelope", true),
+    ("MPI_Type_get_envelope_c", true),
     ("MPI_Type_get_extent", true),
     ("MPI_Type_get_extent_c", true),
-    ("MPI_Type_get_extent_x", false),
+    ("MPI_Type_get_extent_x", true),
     ("MPI_Type_get_name", true),
     ("MPI_Type_get_true_extent", true),
     ("MPI_Type_get_true_extent_c", true),
-    ("MPI_Type_get_true_extent_x", false),
-    ("MPI_Type_get_value_index", false),
-    ("MPI_Type_indexed", false),
-    ("MPI_Type_indexed_c", false),
-    ("MPI_Type_match_size", false),
+    ("MPI_Type_get_true_extent_x", true),
+    ("MPI_Type_get_value_index", true),
+    ("MPI_Type_indexed", true),
+    ("MPI_Type_indexed_c", true),
+    ("MPI_Type_match_size", true),
     ("MPI_Type_set_attr", false),
-    ("MPI_Type_set_name", false),
+    ("MPI_Type_set_name", true),
     ("MPI_Type_size", true),
     ("MPI_Type_size_c", true),
-    ("MPI_Type_size_x", false),
-    ("MPI_Type_vector", false),
-    ("MPI_Type_vector_c", false),
-    ("MPI_Unpack", false),
-    ("MPI_Unpack_c", false),
-    ("MPI_Unpack_external", false),
-    ("MPI_Unpack_external_c", false),
+    ("MPI_Type_size_x", true),
+    ("MPI_Type_vector", true),
+    ("MPI_Type_vector_c", true),
+    ("MPI_Unpack", true),
+    ("MPI_Unpack_c", true),
+    ("MPI_Unpack_external", true),
+    ("MPI_Unpack_external_c", true),
     ("MPI_Unpublish_name", false),
     ("MPI_Wait", true),
     ("MPI_Waitall", true),
@@ -1382,19 +1382,19 @@ pub unsafe extern "C" fn PMPI_Alltoallv_init_c(sendbuf: *const c_void, sendcount
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Alltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const MPI_Datatype, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Alltoallw", comm)
+    crate::err::guard("MPI_Alltoallw", || unsafe { crate::api::alltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Alltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const MPI_Datatype, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Alltoallw", comm)
+    crate::err::guard("MPI_Alltoallw", || unsafe { crate::api::alltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Alltoallw_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Alltoallw_c", comm)
+    crate::err::guard("MPI_Alltoallw_c", || unsafe { crate::api::alltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Alltoallw_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Alltoallw_c", comm)
+    crate::err::guard("MPI_Alltoallw_c", || unsafe { crate::api::alltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Alltoallw_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
@@ -2982,11 +2982,11 @@ pub unsafe extern "C" fn PMPI_Get_elements_c(status: *const MPI_Status, datatype
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Get_elements_x(status: *const MPI_Status, datatype: MPI_Datatype, count: *mut MPI_Count) -> c_int {
-    crate::err::unsupported("MPI_Get_elements_x", MPI_COMM_SELF)
+    crate::err::guard("MPI_Get_elements_x", || unsafe { crate::api::get_elements_x(status, datatype, count) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Get_elements_x(status: *const MPI_Status, datatype: MPI_Datatype, count: *mut MPI_Count) -> c_int {
-    crate::err::unsupported("MPI_Get_elements_x", MPI_COMM_SELF)
+    crate::err::guard("MPI_Get_elements_x", || unsafe { crate::api::get_elements_x(status, datatype, count) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Get_hw_resource_info(hw_info: *mut MPI_Info) -> c_int {
@@ -3270,19 +3270,19 @@ pub unsafe extern "C" fn PMPI_Ialltoallv_c(sendbuf: *const c_void, sendcounts: *
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ialltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ialltoallw", comm)
+    crate::err::guard("MPI_Ialltoallw", || unsafe { crate::api::ialltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ialltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ialltoallw", comm)
+    crate::err::guard("MPI_Ialltoallw", || unsafe { crate::api::ialltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ialltoallw_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ialltoallw_c", comm)
+    crate::err::guard("MPI_Ialltoallw_c", || unsafe { crate::api::ialltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ialltoallw_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ialltoallw_c", comm)
+    crate::err::guard("MPI_Ialltoallw_c", || unsafe { crate::api::ialltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ibarrier(comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
@@ -4078,67 +4078,67 @@ pub unsafe extern "C" fn PMPI_Open_port(info: MPI_Info, port_name: *mut c_char) 
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Pack(inbuf: *const c_void, incount: c_int, datatype: MPI_Datatype, outbuf: *mut c_void, outsize: c_int, position: *mut c_int, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Pack", comm)
+    crate::err::guard("MPI_Pack", || unsafe { crate::api::pack(inbuf, incount, datatype, outbuf, outsize, position, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Pack(inbuf: *const c_void, incount: c_int, datatype: MPI_Datatype, outbuf: *mut c_void, outsize: c_int, position: *mut c_int, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Pack", comm)
+    crate::err::guard("MPI_Pack", || unsafe { crate::api::pack(inbuf, incount, datatype, outbuf, outsize, position, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Pack_c(inbuf: *const c_void, incount: MPI_Count, datatype: MPI_Datatype, outbuf: *mut c_void, outsize: MPI_Count, position: *mut MPI_Count, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Pack_c", comm)
+    crate::err::guard("MPI_Pack_c", || unsafe { crate::api::pack_c(inbuf, incount, datatype, outbuf, outsize, position, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Pack_c(inbuf: *const c_void, incount: MPI_Count, datatype: MPI_Datatype, outbuf: *mut c_void, outsize: MPI_Count, position: *mut MPI_Count, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Pack_c", comm)
+    crate::err::guard("MPI_Pack_c", || unsafe { crate::api::pack_c(inbuf, incount, datatype, outbuf, outsize, position, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Pack_external(datarep: *const c_char, inbuf: *const c_void, incount: c_int, datatype: MPI_Datatype, outbuf: *mut c_void, outsize: MPI_Aint, position: *mut MPI_Aint) -> c_int {
-    crate::err::unsupported("MPI_Pack_external", MPI_COMM_SELF)
+    crate::err::guard("MPI_Pack_external", || unsafe { crate::api::pack_external(datarep, inbuf, incount, datatype, outbuf, outsize, position) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Pack_external(datarep: *const c_char, inbuf: *const c_void, incount: c_int, datatype: MPI_Datatype, outbuf: *mut c_void, outsize: MPI_Aint, position: *mut MPI_Aint) -> c_int {
-    crate::err::unsupported("MPI_Pack_external", MPI_COMM_SELF)
+    crate::err::guard("MPI_Pack_external", || unsafe { crate::api::pack_external(datarep, inbuf, incount, datatype, outbuf, outsize, position) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Pack_external_c(datarep: *const c_char, inbuf: *const c_void, incount: MPI_Count, datatype: MPI_Datatype, outbuf: *mut c_void, outsize: MPI_Count, position: *mut MPI_Count) -> c_int {
-    crate::err::unsupported("MPI_Pack_external_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Pack_external_c", || unsafe { crate::api::pack_external_c(datarep, inbuf, incount, datatype, outbuf, outsize, position) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Pack_external_c(datarep: *const c_char, inbuf: *const c_void, incount: MPI_Count, datatype: MPI_Datatype, outbuf: *mut c_void, outsize: MPI_Count, position: *mut MPI_Count) -> c_int {
-    crate::err::unsupported("MPI_Pack_external_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Pack_external_c", || unsafe { crate::api::pack_external_c(datarep, inbuf, incount, datatype, outbuf, outsize, position) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Pack_external_size(datarep: *const c_char, incount: c_int, datatype: MPI_Datatype, size: *mut MPI_Aint) -> c_int {
-    crate::err::unsupported("MPI_Pack_external_size", MPI_COMM_SELF)
+    crate::err::guard("MPI_Pack_external_size", || unsafe { crate::api::pack_external_size(datarep, incount, datatype, size) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Pack_external_size(datarep: *const c_char, incount: c_int, datatype: MPI_Datatype, size: *mut MPI_Aint) -> c_int {
-    crate::err::unsupported("MPI_Pack_external_size", MPI_COMM_SELF)
+    crate::err::guard("MPI_Pack_external_size", || unsafe { crate::api::pack_external_size(datarep, incount, datatype, size) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Pack_external_size_c(datarep: *const c_char, incount: MPI_Count, datatype: MPI_Datatype, size: *mut MPI_Count) -> c_int {
-    crate::err::unsupported("MPI_Pack_external_size_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Pack_external_size_c", || unsafe { crate::api::pack_external_size_c(datarep, incount, datatype, size) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Pack_external_size_c(datarep: *const c_char, incount: MPI_Count, datatype: MPI_Datatype, size: *mut MPI_Count) -> c_int {
-    crate::err::unsupported("MPI_Pack_external_size_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Pack_external_size_c", || unsafe { crate::api::pack_external_size_c(datarep, incount, datatype, size) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Pack_size(incount: c_int, datatype: MPI_Datatype, comm: MPI_Comm, size: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Pack_size", comm)
+    crate::err::guard("MPI_Pack_size", || unsafe { crate::api::pack_size(incount, datatype, comm, size) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Pack_size(incount: c_int, datatype: MPI_Datatype, comm: MPI_Comm, size: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Pack_size", comm)
+    crate::err::guard("MPI_Pack_size", || unsafe { crate::api::pack_size(incount, datatype, comm, size) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Pack_size_c(incount: MPI_Count, datatype: MPI_Datatype, comm: MPI_Comm, size: *mut MPI_Count) -> c_int {
-    crate::err::unsupported("MPI_Pack_size_c", comm)
+    crate::err::guard("MPI_Pack_size_c", || unsafe { crate::api::pack_size_c(incount, datatype, comm, size) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Pack_size_c(incount: MPI_Count, datatype: MPI_Datatype, comm: MPI_Comm, size: *mut MPI_Count) -> c_int {
-    crate::err::unsupported("MPI_Pack_size_c", comm)
+    crate::err::guard("MPI_Pack_size_c", || unsafe { crate::api::pack_size_c(incount, datatype, comm, size) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Parrived(request: MPI_Request, partition: c_int, flag: *mut c_int) -> c_int {
@@ -4950,11 +4950,11 @@ pub unsafe extern "C" fn PMPI_Status_set_elements_c(status: *mut MPI_Status, dat
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Status_set_elements_x(status: *mut MPI_Status, datatype: MPI_Datatype, count: MPI_Count) -> c_int {
-    crate::err::unsupported("MPI_Status_set_elements_x", MPI_COMM_SELF)
+    crate::err::guard("MPI_Status_set_elements_x", || unsafe { crate::api::status_set_elements_x(status, datatype, count) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Status_set_elements_x(status: *mut MPI_Status, datatype: MPI_Datatype, count: MPI_Count) -> c_int {
-    crate::err::unsupported("MPI_Status_set_elements_x", MPI_COMM_SELF)
+    crate::err::guard("MPI_Status_set_elements_x", || unsafe { crate::api::status_set_elements_x(status, datatype, count) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Status_set_error(status: *mut MPI_Status, error: c_int) -> c_int {
@@ -5094,67 +5094,67 @@ pub unsafe extern "C" fn PMPI_Type_create_f90_real(p: c_int, r: c_int, newtype: 
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_hindexed(count: c_int, array_of_blocklengths: *const c_int, array_of_displacements: *const MPI_Aint, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_create_hindexed", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_create_hindexed", || unsafe { crate::api::type_create_hindexed(count, array_of_blocklengths, array_of_displacements, oldtype, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_hindexed(count: c_int, array_of_blocklengths: *const c_int, array_of_displacements: *const MPI_Aint, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_create_hindexed", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_create_hindexed", || unsafe { crate::api::type_create_hindexed(count, array_of_blocklengths, array_of_displacements, oldtype, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_hindexed_c(count: MPI_Count, array_of_blocklengths: *const MPI_Count, array_of_displacements: *const MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_create_hindexed_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_create_hindexed_c", || unsafe { crate::api::type_create_hindexed_c(count, array_of_blocklengths, array_of_displacements, oldtype, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_hindexed_c(count: MPI_Count, array_of_blocklengths: *const MPI_Count, array_of_displacements: *const MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_create_hindexed_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_create_hindexed_c", || unsafe { crate::api::type_create_hindexed_c(count, array_of_blocklengths, array_of_displacements, oldtype, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_hindexed_block(count: c_int, blocklength: c_int, array_of_displacements: *const MPI_Aint, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_create_hindexed_block", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_create_hindexed_block", || unsafe { crate::api::type_create_hindexed_block(count, blocklength, array_of_displacements, oldtype, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_hindexed_block(count: c_int, blocklength: c_int, array_of_displacements: *const MPI_Aint, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_create_hindexed_block", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_create_hindexed_block", || unsafe { crate::api::type_create_hindexed_block(count, blocklength, array_of_displacements, oldtype, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_hindexed_block_c(count: MPI_Count, blocklength: MPI_Count, array_of_displacements: *const MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_create_hindexed_block_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_create_hindexed_block_c", || unsafe { crate::api::type_create_hindexed_block_c(count, blocklength, array_of_displacements, oldtype, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_hindexed_block_c(count: MPI_Count, blocklength: MPI_Count, array_of_displacements: *const MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_create_hindexed_block_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_create_hindexed_block_c", || unsafe { crate::api::type_create_hindexed_block_c(count, blocklength, array_of_displacements, oldtype, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_hvector(count: c_int, blocklength: c_int, stride: MPI_Aint, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_create_hvector", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_create_hvector", || unsafe { crate::api::type_create_hvector(count, blocklength, stride, oldtype, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_hvector(count: c_int, blocklength: c_int, stride: MPI_Aint, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_create_hvector", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_create_hvector", || unsafe { crate::api::type_create_hvector(count, blocklength, stride, oldtype, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_hvector_c(count: MPI_Count, blocklength: MPI_Count, stride: MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_create_hvector_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_create_hvector_c", || unsafe { crate::api::type_create_hvector_c(count, blocklength, stride, oldtype, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_hvector_c(count: MPI_Count, blocklength: MPI_Count, stride: MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_create_hvector_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_create_hvector_c", || unsafe { crate::api::type_create_hvector_c(count, blocklength, stride, oldtype, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_indexed_block(count: c_int, blocklength: c_int, array_of_displacements: *const c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_create_indexed_block", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_create_indexed_block", || unsafe { crate::api::type_create_indexed_block(count, blocklength, array_of_displacements, oldtype, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_indexed_block(count: c_int, blocklength: c_int, array_of_displacements: *const c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_create_indexed_block", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_create_indexed_block", || unsafe { crate::api::type_create_indexed_block(count, blocklength, array_of_displacements, oldtype, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_indexed_block_c(count: MPI_Count, blocklength: MPI_Count, array_of_displacements: *const MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_create_indexed_block_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_create_indexed_block_c", || unsafe { crate::api::type_create_indexed_block_c(count, blocklength, array_of_displacements, oldtype, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_indexed_block_c(count: MPI_Count, blocklength: MPI_Count, array_of_displacements: *const MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_create_indexed_block_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_create_indexed_block_c", || unsafe { crate::api::type_create_indexed_block_c(count, blocklength, array_of_displacements, oldtype, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_keyval(type_copy_attr_fn: Option<MPI_Type_copy_attr_function>, type_delete_attr_fn: Option<MPI_Type_delete_attr_function>, type_keyval: *mut c_int, extra_state: *mut c_void) -> c_int {
@@ -5166,51 +5166,51 @@ pub unsafe extern "C" fn PMPI_Type_create_keyval(type_copy_attr_fn: Option<MPI_T
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_resized(oldtype: MPI_Datatype, lb: MPI_Aint, extent: MPI_Aint, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_create_resized", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_create_resized", || unsafe { crate::api::type_create_resized(oldtype, lb, extent, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_resized(oldtype: MPI_Datatype, lb: MPI_Aint, extent: MPI_Aint, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_create_resized", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_create_resized", || unsafe { crate::api::type_create_resized(oldtype, lb, extent, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_resized_c(oldtype: MPI_Datatype, lb: MPI_Count, extent: MPI_Count, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_create_resized_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_create_resized_c", || unsafe { crate::api::type_create_resized_c(oldtype, lb, extent, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_resized_c(oldtype: MPI_Datatype, lb: MPI_Count, extent: MPI_Count, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_create_resized_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_create_resized_c", || unsafe { crate::api::type_create_resized_c(oldtype, lb, extent, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_struct(count: c_int, array_of_blocklengths: *const c_int, array_of_displacements: *const MPI_Aint, array_of_types: *const MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_create_struct", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_create_struct", || unsafe { crate::api::type_create_struct(count, array_of_blocklengths, array_of_displacements, array_of_types, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_struct(count: c_int, array_of_blocklengths: *const c_int, array_of_displacements: *const MPI_Aint, array_of_types: *const MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_create_struct", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_create_struct", || unsafe { crate::api::type_create_struct(count, array_of_blocklengths, array_of_displacements, array_of_types, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_struct_c(count: MPI_Count, array_of_blocklengths: *const MPI_Count, array_of_displacements: *const MPI_Count, array_of_types: *const MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_create_struct_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_create_struct_c", || unsafe { crate::api::type_create_struct_c(count, array_of_blocklengths, array_of_displacements, array_of_types, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_struct_c(count: MPI_Count, array_of_blocklengths: *const MPI_Count, array_of_displacements: *const MPI_Count, array_of_types: *const MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_create_struct_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_create_struct_c", || unsafe { crate::api::type_create_struct_c(count, array_of_blocklengths, array_of_displacements, array_of_types, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_subarray(ndims: c_int, array_of_sizes: *const c_int, array_of_subsizes: *const c_int, array_of_starts: *const c_int, order: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_create_subarray", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_create_subarray", || unsafe { crate::api::type_create_subarray(ndims, array_of_sizes, array_of_subsizes, array_of_starts, order, oldtype, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_subarray(ndims: c_int, array_of_sizes: *const c_int, array_of_subsizes: *const c_int, array_of_starts: *const c_int, order: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_create_subarray", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_create_subarray", || unsafe { crate::api::type_create_subarray(ndims, array_of_sizes, array_of_subsizes, array_of_starts, order, oldtype, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_subarray_c(ndims: c_int, array_of_sizes: *const MPI_Count, array_of_subsizes: *const MPI_Count, array_of_starts: *const MPI_Count, order: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_create_subarray_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_create_subarray_c", || unsafe { crate::api::type_create_subarray_c(ndims, array_of_sizes, array_of_subsizes, array_of_starts, order, oldtype, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_subarray_c(ndims: c_int, array_of_sizes: *const MPI_Count, array_of_subsizes: *const MPI_Count, array_of_starts: *const MPI_Count, order: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_create_subarray_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_create_subarray_c", || unsafe { crate::api::type_create_subarray_c(ndims, array_of_sizes, array_of_subsizes, array_of_starts, order, oldtype, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_delete_attr(datatype: MPI_Datatype, type_keyval: c_int) -> c_int {
@@ -5254,35 +5254,35 @@ pub unsafe extern "C" fn PMPI_Type_get_attr(datatype: MPI_Datatype, type_keyval:
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_get_contents(datatype: MPI_Datatype, max_integers: c_int, max_addresses: c_int, max_datatypes: c_int, array_of_integers: *mut c_int, array_of_addresses: *mut MPI_Aint, array_of_datatypes: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_get_contents", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_get_contents", || unsafe { crate::api::type_get_contents(datatype, max_integers, max_addresses, max_datatypes, array_of_integers, array_of_addresses, array_of_datatypes) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_get_contents(datatype: MPI_Datatype, max_integers: c_int, max_addresses: c_int, max_datatypes: c_int, array_of_integers: *mut c_int, array_of_addresses: *mut MPI_Aint, array_of_datatypes: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_get_contents", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_get_contents", || unsafe { crate::api::type_get_contents(datatype, max_integers, max_addresses, max_datatypes, array_of_integers, array_of_addresses, array_of_datatypes) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_get_contents_c(datatype: MPI_Datatype, max_integers: MPI_Count, max_addresses: MPI_Count, max_large_counts: MPI_Count, max_datatypes: MPI_Count, array_of_integers: *mut c_int, array_of_addresses: *mut MPI_Aint, array_of_large_counts: *mut MPI_Count, array_of_datatypes: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_get_contents_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_get_contents_c", || unsafe { crate::api::type_get_contents_c(datatype, max_integers, max_addresses, max_large_counts, max_datatypes, array_of_integers, array_of_addresses, array_of_large_counts, array_of_datatypes) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_get_contents_c(datatype: MPI_Datatype, max_integers: MPI_Count, max_addresses: MPI_Count, max_large_counts: MPI_Count, max_datatypes: MPI_Count, array_of_integers: *mut c_int, array_of_addresses: *mut MPI_Aint, array_of_large_counts: *mut MPI_Count, array_of_datatypes: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_get_contents_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_get_contents_c", || unsafe { crate::api::type_get_contents_c(datatype, max_integers, max_addresses, max_large_counts, max_datatypes, array_of_integers, array_of_addresses, array_of_large_counts, array_of_datatypes) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_get_envelope(datatype: MPI_Datatype, num_integers: *mut c_int, num_addresses: *mut c_int, num_datatypes: *mut c_int, combiner: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Type_get_envelope", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_get_envelope", || unsafe { crate::api::type_get_envelope(datatype, num_integers, num_addresses, num_datatypes, combiner) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_get_envelope(datatype: MPI_Datatype, num_integers: *mut c_int, num_addresses: *mut c_int, num_datatypes: *mut c_int, combiner: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Type_get_envelope", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_get_envelope", || unsafe { crate::api::type_get_envelope(datatype, num_integers, num_addresses, num_datatypes, combiner) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_get_envelope_c(datatype: MPI_Datatype, num_integers: *mut MPI_Count, num_addresses: *mut MPI_Count, num_large_counts: *mut MPI_Count, num_datatypes: *mut MPI_Count, combiner: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Type_get_envelope_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_get_envelope_c", || unsafe { crate::api::type_get_envelope_c(datatype, num_integers, num_addresses, num_large_counts, num_datatypes, combiner) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_get_envelope_c(datatype: MPI_Datatype, num_integers: *mut MPI_Count, num_addresses: *mut MPI_Count, num_large_counts: *mut MPI_Count, num_datatypes: *mut MPI_Count, combiner: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Type_get_envelope_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_get_envelope_c", || unsafe { crate::api::type_get_envelope_c(datatype, num_integers, num_addresses, num_large_counts, num_datatypes, combiner) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_get_extent(datatype: MPI_Datatype, lb: *mut MPI_Aint, extent: *mut MPI_Aint) -> c_int {
@@ -5302,11 +5302,11 @@ pub unsafe extern "C" fn PMPI_Type_get_extent_c(datatype: MPI_Datatype, lb: *mut
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_get_extent_x(datatype: MPI_Datatype, lb: *mut MPI_Count, extent: *mut MPI_Count) -> c_int {
-    crate::err::unsupported("MPI_Type_get_extent_x", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_get_extent_x", || unsafe { crate::api::type_get_extent_x(datatype, lb, extent) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_get_extent_x(datatype: MPI_Datatype, lb: *mut MPI_Count, extent: *mut MPI_Count) -> c_int {
-    crate::err::unsupported("MPI_Type_get_extent_x", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_get_extent_x", || unsafe { crate::api::type_get_extent_x(datatype, lb, extent) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_get_name(datatype: MPI_Datatype, type_name: *mut c_char, resultlen: *mut c_int) -> c_int {
@@ -5334,43 +5334,43 @@ pub unsafe extern "C" fn PMPI_Type_get_true_extent_c(datatype: MPI_Datatype, tru
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_get_true_extent_x(datatype: MPI_Datatype, true_lb: *mut MPI_Count, true_extent: *mut MPI_Count) -> c_int {
-    crate::err::unsupported("MPI_Type_get_true_extent_x", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_get_true_extent_x", || unsafe { crate::api::type_get_true_extent_x(datatype, true_lb, true_extent) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_get_true_extent_x(datatype: MPI_Datatype, true_lb: *mut MPI_Count, true_extent: *mut MPI_Count) -> c_int {
-    crate::err::unsupported("MPI_Type_get_true_extent_x", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_get_true_extent_x", || unsafe { crate::api::type_get_true_extent_x(datatype, true_lb, true_extent) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_get_value_index(value_type: MPI_Datatype, index_type: MPI_Datatype, pair_type: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_get_value_index", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_get_value_index", || unsafe { crate::api::type_get_value_index(value_type, index_type, pair_type) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_get_value_index(value_type: MPI_Datatype, index_type: MPI_Datatype, pair_type: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_get_value_index", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_get_value_index", || unsafe { crate::api::type_get_value_index(value_type, index_type, pair_type) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_indexed(count: c_int, array_of_blocklengths: *const c_int, array_of_displacements: *const c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_indexed", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_indexed", || unsafe { crate::api::type_indexed(count, array_of_blocklengths, array_of_displacements, oldtype, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_indexed(count: c_int, array_of_blocklengths: *const c_int, array_of_displacements: *const c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_indexed", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_indexed", || unsafe { crate::api::type_indexed(count, array_of_blocklengths, array_of_displacements, oldtype, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_indexed_c(count: MPI_Count, array_of_blocklengths: *const MPI_Count, array_of_displacements: *const MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_indexed_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_indexed_c", || unsafe { crate::api::type_indexed_c(count, array_of_blocklengths, array_of_displacements, oldtype, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_indexed_c(count: MPI_Count, array_of_blocklengths: *const MPI_Count, array_of_displacements: *const MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_indexed_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_indexed_c", || unsafe { crate::api::type_indexed_c(count, array_of_blocklengths, array_of_displacements, oldtype, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_match_size(typeclass: c_int, size: c_int, datatype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_match_size", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_match_size", || unsafe { crate::api::type_match_size(typeclass, size, datatype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_match_size(typeclass: c_int, size: c_int, datatype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_match_size", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_match_size", || unsafe { crate::api::type_match_size(typeclass, size, datatype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_set_attr(datatype: MPI_Datatype, type_keyval: c_int, attribute_val: *mut c_void) -> c_int {
@@ -5382,11 +5382,11 @@ pub unsafe extern "C" fn PMPI_Type_set_attr(datatype: MPI_Datatype, type_keyval:
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_set_name(datatype: MPI_Datatype, type_name: *const c_char) -> c_int {
-    crate::err::unsupported("MPI_Type_set_name", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_set_name", || unsafe { crate::api::type_set_name(datatype, type_name) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_set_name(datatype: MPI_Datatype, type_name: *const c_char) -> c_int {
-    crate::err::unsupported("MPI_Type_set_name", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_set_name", || unsafe { crate::api::type_set_name(datatype, type_name) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_size(datatype: MPI_Datatype, size: *mut c_int) -> c_int {
@@ -5406,59 +5406,59 @@ pub unsafe extern "C" fn PMPI_Type_size_c(datatype: MPI_Datatype, size: *mut MPI
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_size_x(datatype: MPI_Datatype, size: *mut MPI_Count) -> c_int {
-    crate::err::unsupported("MPI_Type_size_x", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_size_x", || unsafe { crate::api::type_size_x(datatype, size) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_size_x(datatype: MPI_Datatype, size: *mut MPI_Count) -> c_int {
-    crate::err::unsupported("MPI_Type_size_x", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_size_x", || unsafe { crate::api::type_size_x(datatype, size) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_vector(count: c_int, blocklength: c_int, stride: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_vector", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_vector", || unsafe { crate::api::type_vector(count, blocklength, stride, oldtype, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_vector(count: c_int, blocklength: c_int, stride: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_vector", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_vector", || unsafe { crate::api::type_vector(count, blocklength, stride, oldtype, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_vector_c(count: MPI_Count, blocklength: MPI_Count, stride: MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_vector_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_vector_c", || unsafe { crate::api::type_vector_c(count, blocklength, stride, oldtype, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_vector_c(count: MPI_Count, blocklength: MPI_Count, stride: MPI_Count, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_vector_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_vector_c", || unsafe { crate::api::type_vector_c(count, blocklength, stride, oldtype, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Unpack(inbuf: *const c_void, insize: c_int, position: *mut c_int, outbuf: *mut c_void, outcount: c_int, datatype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Unpack", comm)
+    crate::err::guard("MPI_Unpack", || unsafe { crate::api::unpack(inbuf, insize, position, outbuf, outcount, datatype, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Unpack(inbuf: *const c_void, insize: c_int, position: *mut c_int, outbuf: *mut c_void, outcount: c_int, datatype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Unpack", comm)
+    crate::err::guard("MPI_Unpack", || unsafe { crate::api::unpack(inbuf, insize, position, outbuf, outcount, datatype, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Unpack_c(inbuf: *const c_void, insize: MPI_Count, position: *mut MPI_Count, outbuf: *mut c_void, outcount: MPI_Count, datatype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Unpack_c", comm)
+    crate::err::guard("MPI_Unpack_c", || unsafe { crate::api::unpack_c(inbuf, insize, position, outbuf, outcount, datatype, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Unpack_c(inbuf: *const c_void, insize: MPI_Count, position: *mut MPI_Count, outbuf: *mut c_void, outcount: MPI_Count, datatype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Unpack_c", comm)
+    crate::err::guard("MPI_Unpack_c", || unsafe { crate::api::unpack_c(inbuf, insize, position, outbuf, outcount, datatype, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Unpack_external(datarep: *const c_char, inbuf: *const c_void, insize: MPI_Aint, position: *mut MPI_Aint, outbuf: *mut c_void, outcount: c_int, datatype: MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Unpack_external", MPI_COMM_SELF)
+    crate::err::guard("MPI_Unpack_external", || unsafe { crate::api::unpack_external(datarep, inbuf, insize, position, outbuf, outcount, datatype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Unpack_external(datarep: *const c_char, inbuf: *const c_void, insize: MPI_Aint, position: *mut MPI_Aint, outbuf: *mut c_void, outcount: c_int, datatype: MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Unpack_external", MPI_COMM_SELF)
+    crate::err::guard("MPI_Unpack_external", || unsafe { crate::api::unpack_external(datarep, inbuf, insize, position, outbuf, outcount, datatype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Unpack_external_c(datarep: *const c_char, inbuf: *const c_void, insize: MPI_Count, position: *mut MPI_Count, outbuf: *mut c_void, outcount: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Unpack_external_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Unpack_external_c", || unsafe { crate::api::unpack_external_c(datarep, inbuf, insize, position, outbuf, outcount, datatype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Unpack_external_c(datarep: *const c_char, inbuf: *const c_void, insize: MPI_Count, position: *mut MPI_Count, outbuf: *mut c_void, outcount: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Unpack_external_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Unpack_external_c", || unsafe { crate::api::unpack_external_c(datarep, inbuf, insize, position, outbuf, outcount, datatype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Unpublish_name(service_name: *const c_char, info: MPI_Info, port_name: *const c_char) -> c_int {

@@ -44,7 +44,7 @@ pub(crate) fn write_status(st: *mut MPI_Status, s: MPI_Status) {
 }
 
 /// Copies a Rust string into a caller's char buffer of `max` bytes, NUL-terminated.
-fn put_str(s: &str, buf: *mut c_char, len: *mut c_int, max: usize) -> Res {
+pub(crate) fn put_str(s: &str, buf: *mut c_char, len: *mut c_int, max: usize) -> Res {
     if buf.is_null() {
         return mpi_err!(MPI_ERR_ARG, "string buffer is NULL");
     }
@@ -356,71 +356,20 @@ pub unsafe fn comm_get_attr(c: MPI_Comm, keyval: c_int, value: *mut c_void, flag
     Ok(())
 }
 
-// ---- datatypes ---------------------------------------------------------------------------------------
-
-pub unsafe fn type_size(dt: MPI_Datatype, size: *mut c_int) -> Res {
-    let n = datatype::type_size(dt)?;
-    *out(size, "size")? = if n > c_int::MAX as i64 { MPI_UNDEFINED } else { n as c_int };
-    Ok(())
-}
-
-pub unsafe fn type_size_c(dt: MPI_Datatype, size: *mut MPI_Count) -> Res {
-    *out(size, "size")? = datatype::type_size(dt)? as MPI_Count;
-    Ok(())
-}
-
-/// A status's bytes in units of `unit` bytes (0 for a zero-size unit; MPI_UNDEFINED when they
-/// do not divide): whole items for Get_count, basic elements for Get_elements.
-fn units_in(st: *const MPI_Status, unit: usize) -> Result<i64, MpiErr> {
-    let s = unsafe { st.as_ref() }.ok_or_else(|| MpiErr::new(MPI_ERR_ARG, "status is NULL (MPI_STATUS_IGNORE has no count)"))?;
-    let bytes = request::count_of(s);
-    if unit == 0 {
-        return Ok(0);
-    }
-    Ok(if bytes.is_multiple_of(unit as u64) { (bytes / unit as u64) as i64 } else { MPI_UNDEFINED as i64 })
-}
-
-fn count_in(st: *const MPI_Status, dt: MPI_Datatype) -> Result<i64, MpiErr> {
-    units_in(st, datatype::get(dt)?.extent)
-}
-
-/// A count into an `int` (MPI_UNDEFINED when it does not fit).
-unsafe fn put_int(count: *mut c_int, n: i64) -> Res {
-    *out(count, "count")? = if n > c_int::MAX as i64 { MPI_UNDEFINED } else { n as c_int };
-    Ok(())
-}
-
-pub unsafe fn get_count(st: *const MPI_Status, dt: MPI_Datatype, count: *mut c_int) -> Res {
-    put_int(count, count_in(st, dt)?)
-}
-
-pub unsafe fn get_count_c(st: *const MPI_Status, dt: MPI_Datatype, count: *mut MPI_Count) -> Res {
-    *out(count, "count")? = count_in(st, dt)?;
-    Ok(())
-}
-
 // ---- point to point ----------------------------------------------------------------------------
 
 pub(crate) struct P2p {
     pub(crate) mc: Arc<MpiComm>,
-    pub(crate) bytes: usize,
-}
-
-pub(crate) fn check_buf(buf: *const c_void, bytes: usize, what: &str) -> Res {
-    if buf.is_null() && bytes > 0 {
-        return mpi_err!(MPI_ERR_BUFFER, "{what} is NULL with a non-zero count");
-    }
-    Ok(())
 }
 
 pub(crate) fn p2p_args(buf: *const c_void, count: i64, dt: MPI_Datatype, peer: c_int, tag: c_int, c: MPI_Comm, recv: bool) -> Result<P2p, MpiErr> {
     let mc = comm(c)?;
     let on = |e: MpiErr| e.on(c);
-    let d = datatype::get(dt).map_err(on)?;
-    let bytes = d.bytes(count).map_err(on)?;
-    check_buf(buf, bytes, "buf").map_err(on)?;
+    let t = datatype::resolve(dt).map_err(on)?;
+    let bytes = crate::packing::packed_len(&t, count).map_err(on)?;
+    crate::packing::check_typed_buf(buf, &t, bytes, "buf").map_err(on)?;
     check_peer(&mc, peer, tag, c, recv)?;
-    Ok(P2p { mc, bytes })
+    Ok(P2p { mc })
 }
 
 /// The communicator of a probe, after checking its source and tag as a receive's.
@@ -449,10 +398,11 @@ pub(crate) fn start_send(buf: *const c_void, count: i64, dt: MPI_Datatype, dest:
     if dest == MPI_PROC_NULL {
         return Ok(Req::Done(request::proc_null_status()));
     }
-    // SAFETY: the caller's buffer holds `bytes` bytes until the send completes (MPI's rule).
-    let b = unsafe { ConstBuf::new(buf as *const u8, a.bytes) };
+    let o = crate::packing::outgoing(buf, count, dt).map_err(|e| e.on(c))?;
+    // SAFETY: the bytes (the caller's buffer, or our packed copy) stay until the send completes.
+    let b = unsafe { ConstBuf::new(o.ptr, o.len) };
     let op = a.mc.comm.post_send(b, dest as usize, tag as u32).map_err(|e| MpiErr::from(e).on(c))?;
-    Ok(Req::Send { comm: a.mc, op })
+    Ok(crate::packing::wrap(Req::Send { comm: a.mc, op }, o.keep, None))
 }
 
 pub(crate) fn start_recv(buf: *mut c_void, count: i64, dt: MPI_Datatype, src: c_int, tag: c_int, c: MPI_Comm) -> Result<Req, MpiErr> {
@@ -460,12 +410,13 @@ pub(crate) fn start_recv(buf: *mut c_void, count: i64, dt: MPI_Datatype, src: c_
     if src == MPI_PROC_NULL {
         return Ok(Req::Done(request::proc_null_status()));
     }
-    // SAFETY: the caller's buffer holds `bytes` writable bytes until the receive completes.
-    let b = unsafe { MutBuf::new(buf as *mut u8, a.bytes) };
+    let i = crate::packing::incoming(buf, count, dt).map_err(|e| e.on(c))?;
+    // SAFETY: the bytes (the caller's buffer, or our packed one) stay until the receive completes.
+    let b = unsafe { MutBuf::new(i.ptr, i.len) };
     let src = (src != MPI_ANY_SOURCE).then_some(src as usize);
     let tag = (tag != MPI_ANY_TAG).then_some(tag as u32);
     let op = a.mc.comm.post_recv(b, src, tag).map_err(|e| MpiErr::from(e).on(c))?;
-    Ok(Req::Recv { comm: a.mc, op })
+    Ok(crate::packing::wrap_recv(Req::Recv { comm: a.mc, op }, i.tmp))
 }
 
 pub unsafe fn send_c(buf: *const c_void, count: MPI_Count, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm) -> Res {
@@ -602,6 +553,12 @@ pub unsafe fn request_free(req: *mut MPI_Request) -> Res {
                         f();
                     }
                 }
+            });
+        }
+        Req::Packed(p) => {
+            // A freed receive still delivers into the caller's buffer; ours must outlive it.
+            std::thread::spawn(move || {
+                let _ = Req::Packed(p).finish();
             });
         }
         other => drop(other),
@@ -765,6 +722,8 @@ pub unsafe fn testany(n: c_int, rq: *mut MPI_Request, index: *mut c_int, flag: *
 // ---- collectives: see colls.rs ------------------------------------------------------------------
 
 pub use crate::colls::*;
+pub use crate::colltypes::{alltoallw, alltoallw_c, ialltoallw, ialltoallw_c};
+pub use crate::typeapi::*;
 pub use crate::extras::{
     get_address, isendrecv, isendrecv_c, isendrecv_replace, isendrecv_replace_c, request_get_status_all, request_get_status_any,
     request_get_status_some, status_get_error, status_get_source, status_get_tag, status_set_error, status_set_source, status_set_tag,
@@ -813,31 +772,6 @@ pub unsafe fn free_mem(base: *mut c_void) -> Res {
     Ok(())
 }
 
-/// Basic elements in a status: bytes over the bytes of one predefined element of `dt`.
-fn elements_in(st: *const MPI_Status, dt: MPI_Datatype) -> Result<i64, MpiErr> {
-    units_in(st, datatype::get(dt)?.elem)
-}
-
-pub unsafe fn get_elements(st: *const MPI_Status, dt: MPI_Datatype, count: *mut c_int) -> Res {
-    put_int(count, elements_in(st, dt)?)
-}
-
-pub unsafe fn get_elements_c(st: *const MPI_Status, dt: MPI_Datatype, count: *mut MPI_Count) -> Res {
-    *out(count, "count")? = elements_in(st, dt)?;
-    Ok(())
-}
-
-pub unsafe fn status_set_elements_c(st: *mut MPI_Status, dt: MPI_Datatype, count: MPI_Count) -> Res {
-    let d = datatype::get(dt)?;
-    let n = d.bytes(count)?;
-    request::set_count(out(st, "status")?, n);
-    Ok(())
-}
-
-pub unsafe fn status_set_elements(st: *mut MPI_Status, dt: MPI_Datatype, count: c_int) -> Res {
-    status_set_elements_c(st, dt, count as MPI_Count)
-}
-
 pub unsafe fn status_set_cancelled(st: *mut MPI_Status, flag: c_int) -> Res {
     out(st, "status")?.MPI_internal[2] = (flag != 0) as c_int;
     Ok(())
@@ -846,39 +780,6 @@ pub unsafe fn status_set_cancelled(st: *mut MPI_Status, flag: c_int) -> Res {
 pub unsafe fn test_cancelled(st: *const MPI_Status, flag: *mut c_int) -> Res {
     let s = unsafe { st.as_ref() }.ok_or_else(|| MpiErr::new(MPI_ERR_ARG, "status is NULL"))?;
     *out(flag, "flag")? = (s.MPI_internal[2] != 0) as c_int;
-    Ok(())
-}
-
-pub unsafe fn type_get_name(dt: MPI_Datatype, name: *mut c_char, len: *mut c_int) -> Res {
-    let d = datatype::get_any(dt)?.0;
-    put_str(d.name, name, len, MPI_MAX_OBJECT_NAME as usize)
-}
-
-pub unsafe fn type_get_extent_c(dt: MPI_Datatype, lb: *mut MPI_Count, extent: *mut MPI_Count) -> Res {
-    let d = datatype::get_any(dt)?.0;
-    *out(lb, "lb")? = 0;
-    *out(extent, "extent")? = d.extent as MPI_Count;
-    Ok(())
-}
-
-pub unsafe fn type_get_extent(dt: MPI_Datatype, lb: *mut MPI_Aint, extent: *mut MPI_Aint) -> Res {
-    let d = datatype::get_any(dt)?.0;
-    *out(lb, "lb")? = 0;
-    *out(extent, "extent")? = d.extent as MPI_Aint;
-    Ok(())
-}
-
-pub unsafe fn type_get_true_extent_c(dt: MPI_Datatype, lb: *mut MPI_Count, extent: *mut MPI_Count) -> Res {
-    let d = datatype::get_any(dt)?.0;
-    *out(lb, "true_lb")? = 0;
-    *out(extent, "true_extent")? = d.size as MPI_Count;
-    Ok(())
-}
-
-pub unsafe fn type_get_true_extent(dt: MPI_Datatype, lb: *mut MPI_Aint, extent: *mut MPI_Aint) -> Res {
-    let d = datatype::get_any(dt)?.0;
-    *out(lb, "true_lb")? = 0;
-    *out(extent, "true_extent")? = d.size as MPI_Aint;
     Ok(())
 }
 
@@ -974,21 +875,20 @@ pub unsafe fn testsome(n: c_int, rq: *mut MPI_Request, outcount: *mut c_int, ind
 
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn sendrecv_replace_c(buf: *mut c_void, count: MPI_Count, dt: MPI_Datatype, dest: c_int, stag: c_int, src: c_int, rtag: c_int, c: MPI_Comm, st: *mut MPI_Status) -> Res {
-    let d = datatype::get(dt).map_err(|e| e.on(c))?;
-    let n = d.bytes(count).map_err(|e| e.on(c))?;
-    check_buf(buf, n, "buf").map_err(|e| e.on(c))?;
-    // Receive into a buffer of our own; the send goes out of the caller's; then copy back.
-    let mut tmp = vec![0u8; n];
-    let r = start_recv(tmp.as_mut_ptr() as *mut c_void, count, dt, src, rtag, c)?;
-    let s = start_send(buf, count, dt, dest, stag, c)?;
+    // The send goes out of a packed copy, so the receive may go straight into the buffer.
+    let copy = crate::packing::pack_copy(buf, count, dt).map_err(|e| e.on(c))?;
+    let r = start_recv(buf, count, dt, src, rtag, c)?;
+    let s = match start_send(copy.as_ptr() as *const c_void, copy.len() as i64, MPI_BYTE, dest, stag, c) {
+        Ok(s) => s,
+        Err(e) => {
+            r.cancel_now();
+            return Err(e);
+        }
+    };
     let sent = s.finish();
     let got = r.finish()?;
     sent?;
-    let bytes = request::count_of(&got) as usize;
-    if bytes > 0 {
-        // SAFETY: the caller's buffer holds n >= bytes bytes.
-        unsafe { std::ptr::copy_nonoverlapping(tmp.as_ptr(), buf as *mut u8, bytes) };
-    }
+    drop(copy);
     write_status(st, got);
     Ok(())
 }
@@ -1217,35 +1117,6 @@ pub unsafe fn comm_split_type(c: MPI_Comm, split_type: c_int, key: c_int, _info:
     Ok(())
 }
 
-// ---- derived datatypes (contiguous ones) ----------------------------------------------------------
-
-pub unsafe fn type_contiguous_c(count: MPI_Count, old: MPI_Datatype, new: *mut MPI_Datatype) -> Res {
-    let o = out(new, "newtype")?;
-    *o = datatype::contiguous(count, old)?;
-    Ok(())
-}
-
-pub unsafe fn type_contiguous(count: c_int, old: MPI_Datatype, new: *mut MPI_Datatype) -> Res {
-    type_contiguous_c(count as MPI_Count, old, new)
-}
-
-pub unsafe fn type_dup(old: MPI_Datatype, new: *mut MPI_Datatype) -> Res {
-    let o = out(new, "newtype")?;
-    *o = datatype::dup(old)?;
-    Ok(())
-}
-
-pub unsafe fn type_commit(dt: *mut MPI_Datatype) -> Res {
-    datatype::commit(*out(dt, "datatype")?)
-}
-
-pub unsafe fn type_free(dt: *mut MPI_Datatype) -> Res {
-    let h = out(dt, "datatype")?;
-    datatype::free(*h)?;
-    *h = MPI_DATATYPE_NULL;
-    Ok(())
-}
-
 // ---- ready and buffered sends ---------------------------------------------------------------------
 
 // A ready send may be a standard send (the standard: it differs only in what the program
@@ -1292,9 +1163,9 @@ pub fn bsend_flush() -> Res {
 }
 
 pub(crate) fn start_bsend(buf: *const c_void, count: MPI_Count, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm) -> Res {
-    let d = datatype::get(dt).map_err(|e| e.on(c))?;
-    let n = d.bytes(count).map_err(|e| e.on(c))?;
-    check_buf(buf, n, "buf").map_err(|e| e.on(c))?;
+    // The message is packed now: what is sent is a copy of ours, as MPI_BYTE.
+    let data = crate::packing::pack_copy(buf, count, dt).map_err(|e| e.on(c))?;
+    let n = data.len();
     let mut b = bsend_lock();
     // Finished ones give their space back.
     let mut i = 0;
@@ -1315,8 +1186,7 @@ pub(crate) fn start_bsend(buf: *const c_void, count: MPI_Count, dt: MPI_Datatype
             return Err(MpiErr::new(MPI_ERR_BUFFER, format!("the attached buffer ({size} bytes, {used} in use) has no room for {n} bytes + MPI_BSEND_OVERHEAD")).on(c));
         }
     }
-    let data = if n == 0 { Vec::new() } else { unsafe { std::slice::from_raw_parts(buf as *const u8, n) }.to_vec() };
-    let r = start_send(data.as_ptr() as *const c_void, count, dt, dest, tag, c)?;
+    let r = start_send(data.as_ptr() as *const c_void, n as i64, MPI_BYTE, dest, tag, c)?;
     b.pending.push((r, data));
     Ok(())
 }

@@ -9,6 +9,7 @@
 //! gets the same bytes.
 
 use crate::abi_gen::*;
+use crate::colltypes::*;
 use crate::datatype::{self, Dt};
 use crate::err::{MpiErr, Res};
 use crate::op::{self, Local, Plan};
@@ -20,16 +21,16 @@ use distcomm::DType;
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 
-type After = Box<dyn FnOnce() + Send>;
+pub(crate) type After = Box<dyn FnOnce() + Send>;
 
 /// One collective, ready to run.
-struct Built {
-    args: CollArgs,
-    after: Option<After>,
+pub(crate) struct Built {
+    pub(crate) args: CollArgs,
+    pub(crate) after: Option<After>,
 }
 
 impl Built {
-    fn plain(args: CollArgs) -> Built {
+    pub(crate) fn plain(args: CollArgs) -> Built {
         Built { args, after: None }
     }
 }
@@ -53,21 +54,21 @@ impl P {
     }
 }
 
-fn in_place(p: *const c_void) -> bool {
+pub(crate) fn in_place(p: *const c_void) -> bool {
     p as usize == MPI_IN_PLACE
 }
 
-fn cb(p: *const c_void, n: usize) -> ConstBuf {
+pub(crate) fn cb(p: *const c_void, n: usize) -> ConstBuf {
     // SAFETY: the caller's buffer holds `n` bytes (checked non-NULL where n > 0).
     unsafe { ConstBuf::new(p as *const u8, n) }
 }
 
-fn mb(p: *mut c_void, n: usize) -> MutBuf {
+pub(crate) fn mb(p: *mut c_void, n: usize) -> MutBuf {
     // SAFETY: the caller's buffer holds `n` writable bytes.
     unsafe { MutBuf::new(p as *mut u8, n) }
 }
 
-fn copy_of(p: *const c_void, n: usize) -> Vec<u8> {
+pub(crate) fn copy_of(p: *const c_void, n: usize) -> Vec<u8> {
     if n == 0 {
         return Vec::new();
     }
@@ -77,20 +78,20 @@ fn copy_of(p: *const c_void, n: usize) -> Vec<u8> {
 
 /// Owned memory whose heap block the engine reads or writes; the Vec itself moves into the
 /// step that runs after the collective (moving a Vec does not move its heap block).
-fn own_mut(v: &mut Vec<u8>) -> MutBuf {
+pub(crate) fn own_mut(v: &mut Vec<u8>) -> MutBuf {
     MutBuf::from_slice(v.as_mut_slice())
 }
 
-struct Coll {
-    mc: Arc<MpiComm>,
+pub(crate) struct Coll {
+    pub(crate) mc: Arc<MpiComm>,
 }
 
 impl Coll {
-    fn new(c: MPI_Comm) -> Result<Coll, MpiErr> {
+    pub(crate) fn new(c: MPI_Comm) -> Result<Coll, MpiErr> {
         state::check_active()?;
         Ok(Coll { mc: state::get_comm(c)? })
     }
-    fn err(&self, class: c_int, msg: String) -> MpiErr {
+    pub(crate) fn err(&self, class: c_int, msg: String) -> MpiErr {
         MpiErr::new(class, msg).on(self.mc.handle)
     }
     fn dt(&self, h: MPI_Datatype) -> Result<Dt, MpiErr> {
@@ -99,13 +100,13 @@ impl Coll {
     fn bytes(&self, d: &Dt, count: i64) -> Result<usize, MpiErr> {
         d.bytes(count).map_err(|e| e.on(self.mc.handle))
     }
-    fn buf(&self, p: *const c_void, n: usize, what: &str) -> Res {
+    pub(crate) fn buf(&self, p: *const c_void, n: usize, what: &str) -> Res {
         if p.is_null() && n > 0 {
             return Err(self.err(MPI_ERR_BUFFER, format!("{what} is NULL with a non-zero count")));
         }
         Ok(())
     }
-    fn root(&self, root: c_int) -> Result<usize, MpiErr> {
+    pub(crate) fn root(&self, root: c_int) -> Result<usize, MpiErr> {
         if root < 0 || root as usize >= self.size() {
             return Err(self.err(MPI_ERR_ROOT, format!("root {root} is not a rank of the communicator (size {})", self.size())));
         }
@@ -114,15 +115,15 @@ impl Coll {
     fn plan(&self, o: MPI_Op, d: &Dt) -> Result<Plan, MpiErr> {
         op::plan(o, d).map_err(|e| e.on(self.mc.handle))
     }
-    fn size(&self) -> usize {
+    pub(crate) fn size(&self) -> usize {
         self.mc.size()
     }
-    fn rank(&self) -> usize {
+    pub(crate) fn rank(&self) -> usize {
         self.mc.rank()
     }
 
     /// Runs `b` now (req None) or starts it and hands out a request.
-    fn go(self, b: Built, req: Option<&mut MPI_Request>) -> Res {
+    pub(crate) fn go(self, b: Built, req: Option<&mut MPI_Request>) -> Res {
         let h = self.mc.handle;
         match req {
             None => {
@@ -141,13 +142,13 @@ impl Coll {
     }
 }
 
-fn req_out<'a>(r: *mut MPI_Request, c: MPI_Comm) -> Result<&'a mut MPI_Request, MpiErr> {
+pub(crate) fn req_out<'a>(r: *mut MPI_Request, c: MPI_Comm) -> Result<&'a mut MPI_Request, MpiErr> {
     // SAFETY: a non-NULL request pointer from the caller is writable.
     unsafe { r.as_mut() }.ok_or_else(|| MpiErr::new(MPI_ERR_ARG, "request is NULL").on(c))
 }
 
 /// A count array of the caller as i64s (`n` entries; NULL is an error where entries are read).
-fn counts<T: Copy + Into<i64>>(p: *const T, n: usize, what: &str) -> Result<Vec<i64>, MpiErr> {
+pub(crate) fn counts<T: Copy + Into<i64>>(p: *const T, n: usize, what: &str) -> Result<Vec<i64>, MpiErr> {
     if n == 0 {
         return Ok(Vec::new());
     }
@@ -158,7 +159,7 @@ fn counts<T: Copy + Into<i64>>(p: *const T, n: usize, what: &str) -> Result<Vec<
     Ok(unsafe { std::slice::from_raw_parts(p, n) }.iter().map(|&v| v.into()).collect())
 }
 
-fn aints(p: *const MPI_Aint, n: usize, what: &str) -> Result<Vec<i64>, MpiErr> {
+pub(crate) fn aints(p: *const MPI_Aint, n: usize, what: &str) -> Result<Vec<i64>, MpiErr> {
     if n == 0 {
         return Ok(Vec::new());
     }
@@ -199,7 +200,7 @@ pub unsafe fn ibarrier(c: MPI_Comm, r: *mut MPI_Request) -> Res {
     k.go(Built::plain(CollArgs::Barrier), Some(r))
 }
 
-fn build_bcast(k: &Coll, buf: *mut c_void, count: i64, dt: MPI_Datatype, root: c_int) -> Result<Built, MpiErr> {
+pub(crate) fn build_bcast(k: &Coll, buf: *mut c_void, count: i64, dt: MPI_Datatype, root: c_int) -> Result<Built, MpiErr> {
     let d = k.dt(dt)?;
     let n = k.bytes(&d, count)?;
     let root = k.root(root)?;
@@ -209,7 +210,7 @@ fn build_bcast(k: &Coll, buf: *mut c_void, count: i64, dt: MPI_Datatype, root: c
 
 pub unsafe fn bcast_c(buf: *mut c_void, count: MPI_Count, dt: MPI_Datatype, root: c_int, c: MPI_Comm) -> Res {
     let k = Coll::new(c)?;
-    let b = build_bcast(&k, buf, count, dt, root)?;
+    let b = w_bcast(&k, buf, count, dt, root)?;
     k.go(b, None)
 }
 pub unsafe fn bcast(buf: *mut c_void, count: c_int, dt: MPI_Datatype, root: c_int, c: MPI_Comm) -> Res {
@@ -218,7 +219,7 @@ pub unsafe fn bcast(buf: *mut c_void, count: c_int, dt: MPI_Datatype, root: c_in
 pub unsafe fn ibcast_c(buf: *mut c_void, count: MPI_Count, dt: MPI_Datatype, root: c_int, c: MPI_Comm, r: *mut MPI_Request) -> Res {
     let k = Coll::new(c)?;
     let r = req_out(r, c)?;
-    let b = build_bcast(&k, buf, count, dt, root)?;
+    let b = w_bcast(&k, buf, count, dt, root)?;
     k.go(b, Some(r))
 }
 pub unsafe fn ibcast(buf: *mut c_void, count: c_int, dt: MPI_Datatype, root: c_int, c: MPI_Comm, r: *mut MPI_Request) -> Res {
@@ -239,7 +240,7 @@ fn gather_all(k: &Coll, mine: Vec<u8>, root: Option<usize>) -> (CollArgs, Vec<u8
     (args, mine, all)
 }
 
-fn build_reduce(k: &Coll, sbuf: *const c_void, rbuf: *mut c_void, count: i64, dt: MPI_Datatype, o: MPI_Op, root: c_int) -> Result<Built, MpiErr> {
+pub(crate) fn build_reduce(k: &Coll, sbuf: *const c_void, rbuf: *mut c_void, count: i64, dt: MPI_Datatype, o: MPI_Op, root: c_int) -> Result<Built, MpiErr> {
     let d = k.dt(dt)?;
     let n = k.bytes(&d, count)?;
     let root = k.root(root)?;
@@ -313,11 +314,11 @@ macro_rules! reduction_forms {
     };
 }
 
-reduction_forms!(build_reduce, reduce, reduce_c, ireduce, ireduce_c,
+reduction_forms!(w_reduce, reduce, reduce_c, ireduce, ireduce_c,
     (sbuf: *const c_void, rbuf: *mut c_void, count: c_int, dt: MPI_Datatype, o: MPI_Op, root: c_int),
     (sbuf: *const c_void, rbuf: *mut c_void, count: MPI_Count, dt: MPI_Datatype, o: MPI_Op, root: c_int));
 
-fn build_allreduce(k: &Coll, sbuf: *const c_void, rbuf: *mut c_void, count: i64, dt: MPI_Datatype, o: MPI_Op) -> Result<Built, MpiErr> {
+pub(crate) fn build_allreduce(k: &Coll, sbuf: *const c_void, rbuf: *mut c_void, count: i64, dt: MPI_Datatype, o: MPI_Op) -> Result<Built, MpiErr> {
     let d = k.dt(dt)?;
     let n = k.bytes(&d, count)?;
     let plan = k.plan(o, &d)?;
@@ -345,13 +346,13 @@ fn build_allreduce(k: &Coll, sbuf: *const c_void, rbuf: *mut c_void, count: i64,
     })
 }
 
-reduction_forms!(build_allreduce, allreduce, allreduce_c, iallreduce, iallreduce_c,
+reduction_forms!(w_allreduce, allreduce, allreduce_c, iallreduce, iallreduce_c,
     (sbuf: *const c_void, rbuf: *mut c_void, count: c_int, dt: MPI_Datatype, o: MPI_Op),
     (sbuf: *const c_void, rbuf: *mut c_void, count: MPI_Count, dt: MPI_Datatype, o: MPI_Op));
 
 /// Scan (inclusive) and Exscan: every contribution gathered, each rank folds ranks 0..=rank
 /// (0..rank for Exscan; rank 0's receive buffer is left alone then, as the standard allows).
-fn build_scan(k: &Coll, sbuf: *const c_void, rbuf: *mut c_void, count: i64, dt: MPI_Datatype, o: MPI_Op, exclusive: bool) -> Result<Built, MpiErr> {
+pub(crate) fn build_scan(k: &Coll, sbuf: *const c_void, rbuf: *mut c_void, count: i64, dt: MPI_Datatype, o: MPI_Op, exclusive: bool) -> Result<Built, MpiErr> {
     let d = k.dt(dt)?;
     let n = k.bytes(&d, count)?;
     let plan = k.plan(o, &d)?;
@@ -378,21 +379,21 @@ fn build_scan(k: &Coll, sbuf: *const c_void, rbuf: *mut c_void, count: i64, dt: 
     })
 }
 
-fn build_inscan(k: &Coll, sbuf: *const c_void, rbuf: *mut c_void, count: i64, dt: MPI_Datatype, o: MPI_Op) -> Result<Built, MpiErr> {
+pub(crate) fn build_inscan(k: &Coll, sbuf: *const c_void, rbuf: *mut c_void, count: i64, dt: MPI_Datatype, o: MPI_Op) -> Result<Built, MpiErr> {
     build_scan(k, sbuf, rbuf, count, dt, o, false)
 }
-fn build_exscan(k: &Coll, sbuf: *const c_void, rbuf: *mut c_void, count: i64, dt: MPI_Datatype, o: MPI_Op) -> Result<Built, MpiErr> {
+pub(crate) fn build_exscan(k: &Coll, sbuf: *const c_void, rbuf: *mut c_void, count: i64, dt: MPI_Datatype, o: MPI_Op) -> Result<Built, MpiErr> {
     build_scan(k, sbuf, rbuf, count, dt, o, true)
 }
 
-reduction_forms!(build_inscan, scan, scan_c, iscan, iscan_c,
+reduction_forms!(w_inscan, scan, scan_c, iscan, iscan_c,
     (sbuf: *const c_void, rbuf: *mut c_void, count: c_int, dt: MPI_Datatype, o: MPI_Op),
     (sbuf: *const c_void, rbuf: *mut c_void, count: MPI_Count, dt: MPI_Datatype, o: MPI_Op));
-reduction_forms!(build_exscan, exscan, exscan_c, iexscan, iexscan_c,
+reduction_forms!(w_exscan, exscan, exscan_c, iexscan, iexscan_c,
     (sbuf: *const c_void, rbuf: *mut c_void, count: c_int, dt: MPI_Datatype, o: MPI_Op),
     (sbuf: *const c_void, rbuf: *mut c_void, count: MPI_Count, dt: MPI_Datatype, o: MPI_Op));
 
-fn build_reduce_scatter_block(k: &Coll, sbuf: *const c_void, rbuf: *mut c_void, rcount: i64, dt: MPI_Datatype, o: MPI_Op) -> Result<Built, MpiErr> {
+pub(crate) fn build_reduce_scatter_block(k: &Coll, sbuf: *const c_void, rbuf: *mut c_void, rcount: i64, dt: MPI_Datatype, o: MPI_Op) -> Result<Built, MpiErr> {
     let d = k.dt(dt)?;
     let n = k.bytes(&d, rcount)?;
     let plan = k.plan(o, &d)?;
@@ -434,13 +435,13 @@ fn build_reduce_scatter_block(k: &Coll, sbuf: *const c_void, rbuf: *mut c_void, 
     })
 }
 
-reduction_forms!(build_reduce_scatter_block, reduce_scatter_block, reduce_scatter_block_c, ireduce_scatter_block, ireduce_scatter_block_c,
+reduction_forms!(w_reduce_scatter_block, reduce_scatter_block, reduce_scatter_block_c, ireduce_scatter_block, ireduce_scatter_block_c,
     (sbuf: *const c_void, rbuf: *mut c_void, rcount: c_int, dt: MPI_Datatype, o: MPI_Op),
     (sbuf: *const c_void, rbuf: *mut c_void, rcount: MPI_Count, dt: MPI_Datatype, o: MPI_Op));
 
 /// Reduce_scatter with per-rank counts: an allreduce of the whole vector into a buffer of our
 /// own, then this rank's block copied out (one engine call, so it is non-blocking too).
-fn build_reduce_scatter(k: &Coll, sbuf: *const c_void, rbuf: *mut c_void, rcounts: Vec<i64>, dt: MPI_Datatype, o: MPI_Op) -> Result<Built, MpiErr> {
+pub(crate) fn build_reduce_scatter(k: &Coll, sbuf: *const c_void, rbuf: *mut c_void, rcounts: Vec<i64>, dt: MPI_Datatype, o: MPI_Op) -> Result<Built, MpiErr> {
     let d = k.dt(dt)?;
     let (rank, size) = (k.rank(), k.size());
     let mut offs = Vec::with_capacity(size + 1);
@@ -474,32 +475,32 @@ fn build_reduce_scatter(k: &Coll, sbuf: *const c_void, rbuf: *mut c_void, rcount
 pub unsafe fn reduce_scatter_c(sbuf: *const c_void, rbuf: *mut c_void, rcounts: *const MPI_Count, dt: MPI_Datatype, o: MPI_Op, c: MPI_Comm) -> Res {
     let k = Coll::new(c)?;
     let rc = counts(rcounts, k.size(), "recvcounts").map_err(|e| e.on(c))?;
-    let b = build_reduce_scatter(&k, sbuf, rbuf, rc, dt, o)?;
+    let b = w_reduce_scatter(&k, sbuf, rbuf, rc, dt, o)?;
     k.go(b, None)
 }
 pub unsafe fn reduce_scatter(sbuf: *const c_void, rbuf: *mut c_void, rcounts: *const c_int, dt: MPI_Datatype, o: MPI_Op, c: MPI_Comm) -> Res {
     let k = Coll::new(c)?;
     let rc = counts(rcounts, k.size(), "recvcounts").map_err(|e| e.on(c))?;
-    let b = build_reduce_scatter(&k, sbuf, rbuf, rc, dt, o)?;
+    let b = w_reduce_scatter(&k, sbuf, rbuf, rc, dt, o)?;
     k.go(b, None)
 }
 pub unsafe fn ireduce_scatter_c(sbuf: *const c_void, rbuf: *mut c_void, rcounts: *const MPI_Count, dt: MPI_Datatype, o: MPI_Op, c: MPI_Comm, r: *mut MPI_Request) -> Res {
     let k = Coll::new(c)?;
     let r = req_out(r, c)?;
     let rc = counts(rcounts, k.size(), "recvcounts").map_err(|e| e.on(c))?;
-    let b = build_reduce_scatter(&k, sbuf, rbuf, rc, dt, o)?;
+    let b = w_reduce_scatter(&k, sbuf, rbuf, rc, dt, o)?;
     k.go(b, Some(r))
 }
 pub unsafe fn ireduce_scatter(sbuf: *const c_void, rbuf: *mut c_void, rcounts: *const c_int, dt: MPI_Datatype, o: MPI_Op, c: MPI_Comm, r: *mut MPI_Request) -> Res {
     let k = Coll::new(c)?;
     let r = req_out(r, c)?;
     let rc = counts(rcounts, k.size(), "recvcounts").map_err(|e| e.on(c))?;
-    let b = build_reduce_scatter(&k, sbuf, rbuf, rc, dt, o)?;
+    let b = w_reduce_scatter(&k, sbuf, rbuf, rc, dt, o)?;
     k.go(b, Some(r))
 }
 
 /// MPI_Reduce_local: inoutbuf = inbuf op inoutbuf, here.
-fn reduce_local_any(inbuf: *const c_void, inout: *mut c_void, count: i64, dt: MPI_Datatype, o: MPI_Op) -> Res {
+pub(crate) fn reduce_local_any(inbuf: *const c_void, inout: *mut c_void, count: i64, dt: MPI_Datatype, o: MPI_Op) -> Res {
     let d = datatype::get(dt)?;
     let n = d.bytes(count)?;
     let l = match op::plan(o, &d)? {
@@ -515,10 +516,10 @@ fn reduce_local_any(inbuf: *const c_void, inout: *mut c_void, count: i64, dt: MP
 }
 
 pub unsafe fn reduce_local(inbuf: *const c_void, inout: *mut c_void, count: c_int, dt: MPI_Datatype, o: MPI_Op) -> Res {
-    reduce_local_any(inbuf, inout, count as i64, dt, o)
+    w_reduce_local(inbuf, inout, count as i64, dt, o)
 }
 pub unsafe fn reduce_local_c(inbuf: *const c_void, inout: *mut c_void, count: MPI_Count, dt: MPI_Datatype, o: MPI_Op) -> Res {
-    reduce_local_any(inbuf, inout, count, dt, o)
+    w_reduce_local(inbuf, inout, count, dt, o)
 }
 
 // ---- gather, scatter, allgather, alltoall --------------------------------------------------------
@@ -536,7 +537,7 @@ fn block(k: &Coll, scount: i64, sdt: MPI_Datatype, rcount: i64, rdt: MPI_Datatyp
 }
 
 #[allow(clippy::too_many_arguments)]
-fn build_gather(k: &Coll, sbuf: *const c_void, scount: i64, sdt: MPI_Datatype, rbuf: *mut c_void, rcount: i64, rdt: MPI_Datatype, root: c_int) -> Result<Built, MpiErr> {
+pub(crate) fn build_gather(k: &Coll, sbuf: *const c_void, scount: i64, sdt: MPI_Datatype, rbuf: *mut c_void, rcount: i64, rdt: MPI_Datatype, root: c_int) -> Result<Built, MpiErr> {
     let root = k.root(root)?;
     let is_root = k.rank() == root;
     let inplace = in_place(sbuf);
@@ -562,7 +563,7 @@ fn build_gather(k: &Coll, sbuf: *const c_void, scount: i64, sdt: MPI_Datatype, r
 }
 
 #[allow(clippy::too_many_arguments)]
-fn build_scatter(k: &Coll, sbuf: *const c_void, scount: i64, sdt: MPI_Datatype, rbuf: *mut c_void, rcount: i64, rdt: MPI_Datatype, root: c_int) -> Result<Built, MpiErr> {
+pub(crate) fn build_scatter(k: &Coll, sbuf: *const c_void, scount: i64, sdt: MPI_Datatype, rbuf: *mut c_void, rcount: i64, rdt: MPI_Datatype, root: c_int) -> Result<Built, MpiErr> {
     let root = k.root(root)?;
     let is_root = k.rank() == root;
     let inplace = in_place(rbuf);
@@ -586,7 +587,7 @@ fn build_scatter(k: &Coll, sbuf: *const c_void, scount: i64, sdt: MPI_Datatype, 
     Ok(Built::plain(CollArgs::Scatter { send, recv: mb(rbuf, rb), dt: DType::Uint8, root }))
 }
 
-fn build_allgather(k: &Coll, sbuf: *const c_void, scount: i64, sdt: MPI_Datatype, rbuf: *mut c_void, rcount: i64, rdt: MPI_Datatype) -> Result<Built, MpiErr> {
+pub(crate) fn build_allgather(k: &Coll, sbuf: *const c_void, scount: i64, sdt: MPI_Datatype, rbuf: *mut c_void, rcount: i64, rdt: MPI_Datatype) -> Result<Built, MpiErr> {
     let inplace = in_place(sbuf);
     let (sb, rb) = block(k, scount, sdt, rcount, rdt, !inplace, true)?;
     let total = rb * k.size();
@@ -597,7 +598,7 @@ fn build_allgather(k: &Coll, sbuf: *const c_void, scount: i64, sdt: MPI_Datatype
     Ok(Built::plain(CollArgs::Allgather { send: (!inplace).then(|| cb(sbuf, sb)), recv: mb(rbuf, total), dt: DType::Uint8 }))
 }
 
-fn build_alltoall(k: &Coll, sbuf: *const c_void, scount: i64, sdt: MPI_Datatype, rbuf: *mut c_void, rcount: i64, rdt: MPI_Datatype) -> Result<Built, MpiErr> {
+pub(crate) fn build_alltoall(k: &Coll, sbuf: *const c_void, scount: i64, sdt: MPI_Datatype, rbuf: *mut c_void, rcount: i64, rdt: MPI_Datatype) -> Result<Built, MpiErr> {
     let inplace = in_place(sbuf);
     let (_, rb) = block(k, scount, sdt, rcount, rdt, !inplace, true)?;
     let total = rb * k.size();
@@ -645,17 +646,17 @@ macro_rules! move_forms {
     };
 }
 
-move_forms!(build_gather, gather, gather_c, igather, igather_c, (root), (root: c_int));
-move_forms!(build_scatter, scatter, scatter_c, iscatter, iscatter_c, (root), (root: c_int));
-move_forms!(build_allgather, allgather, allgather_c, iallgather, iallgather_c, (), ());
-move_forms!(build_alltoall, alltoall, alltoall_c, ialltoall, ialltoall_c, (), ());
+move_forms!(w_gather, gather, gather_c, igather, igather_c, (root), (root: c_int));
+move_forms!(w_scatter, scatter, scatter_c, iscatter, iscatter_c, (root), (root: c_int));
+move_forms!(w_allgather, allgather, allgather_c, iallgather, iallgather_c, (), ());
+move_forms!(w_alltoall, alltoall, alltoall_c, ialltoall, ialltoall_c, (), ());
 
 // ---- v-forms ---------------------------------------------------------------------------------------
 
 /// Gatherv and Scatterv as the engine's alltoallv in which only the root's row (scatter) or
 /// column (gather) has bytes.
 #[allow(clippy::too_many_arguments)]
-fn build_gatherv(k: &Coll, sbuf: *const c_void, scount: i64, sdt: MPI_Datatype, rbuf: *mut c_void, rcounts: &[i64], displs: &[i64], rdt: MPI_Datatype, root: c_int) -> Result<Built, MpiErr> {
+pub(crate) fn build_gatherv(k: &Coll, sbuf: *const c_void, scount: i64, sdt: MPI_Datatype, rbuf: *mut c_void, rcounts: &[i64], displs: &[i64], rdt: MPI_Datatype, root: c_int) -> Result<Built, MpiErr> {
     let root = k.root(root)?;
     let (rank, size) = (k.rank(), k.size());
     let is_root = rank == root;
@@ -685,7 +686,7 @@ fn build_gatherv(k: &Coll, sbuf: *const c_void, scount: i64, sdt: MPI_Datatype, 
 }
 
 #[allow(clippy::too_many_arguments)]
-fn build_scatterv(k: &Coll, sbuf: *const c_void, scounts: &[i64], displs: &[i64], sdt: MPI_Datatype, rbuf: *mut c_void, rcount: i64, rdt: MPI_Datatype, root: c_int) -> Result<Built, MpiErr> {
+pub(crate) fn build_scatterv(k: &Coll, sbuf: *const c_void, scounts: &[i64], displs: &[i64], sdt: MPI_Datatype, rbuf: *mut c_void, rcount: i64, rdt: MPI_Datatype, root: c_int) -> Result<Built, MpiErr> {
     let root = k.root(root)?;
     let (rank, size) = (k.rank(), k.size());
     let is_root = rank == root;
@@ -715,7 +716,7 @@ fn build_scatterv(k: &Coll, sbuf: *const c_void, scounts: &[i64], displs: &[i64]
 }
 
 #[allow(clippy::too_many_arguments)]
-fn build_allgatherv(k: &Coll, sbuf: *const c_void, scount: i64, sdt: MPI_Datatype, rbuf: *mut c_void, rcounts: &[i64], displs: &[i64], rdt: MPI_Datatype) -> Result<Built, MpiErr> {
+pub(crate) fn build_allgatherv(k: &Coll, sbuf: *const c_void, scount: i64, sdt: MPI_Datatype, rbuf: *mut c_void, rcounts: &[i64], displs: &[i64], rdt: MPI_Datatype) -> Result<Built, MpiErr> {
     let inplace = in_place(sbuf);
     let d = k.dt(rdt)?;
     let (rc, rd, span) = to_bytes(k, &d, rcounts, displs)?;
@@ -734,7 +735,7 @@ fn build_allgatherv(k: &Coll, sbuf: *const c_void, scount: i64, sdt: MPI_Datatyp
 }
 
 #[allow(clippy::too_many_arguments)]
-fn build_alltoallv(k: &Coll, sbuf: *const c_void, scounts: &[i64], sdispls: &[i64], sdt: MPI_Datatype, rbuf: *mut c_void, rcounts: &[i64], rdispls: &[i64], rdt: MPI_Datatype) -> Result<Built, MpiErr> {
+pub(crate) fn build_alltoallv(k: &Coll, sbuf: *const c_void, scounts: &[i64], sdispls: &[i64], sdt: MPI_Datatype, rbuf: *mut c_void, rcounts: &[i64], rdispls: &[i64], rdt: MPI_Datatype) -> Result<Built, MpiErr> {
     let inplace = in_place(sbuf);
     let d = k.dt(rdt)?;
     let (rc, rd, rspan) = to_bytes(k, &d, rcounts, rdispls)?;
@@ -778,65 +779,65 @@ fn is_root(k: &Coll, root: c_int) -> bool {
 
 v_entry!(gatherv, (sbuf: *const c_void, scount: c_int, sdt: MPI_Datatype, rbuf: *mut c_void, rcounts: *const c_int, displs: *const c_int, rdt: MPI_Datatype, root: c_int), |k| {
     let n = if is_root(&k, root) { k.size() } else { 0 };
-    build_gatherv(&k, sbuf, scount as i64, sdt, rbuf, &counts(rcounts, n, "recvcounts")?, &counts(displs, n, "displs")?, rdt, root)
+    w_gatherv(&k, sbuf, scount as i64, sdt, rbuf, &counts(rcounts, n, "recvcounts")?, &counts(displs, n, "displs")?, rdt, root)
 });
 v_entry!(gatherv_c, (sbuf: *const c_void, scount: MPI_Count, sdt: MPI_Datatype, rbuf: *mut c_void, rcounts: *const MPI_Count, displs: *const MPI_Aint, rdt: MPI_Datatype, root: c_int), |k| {
     let n = if is_root(&k, root) { k.size() } else { 0 };
-    build_gatherv(&k, sbuf, scount, sdt, rbuf, &counts(rcounts, n, "recvcounts")?, &aints(displs, n, "displs")?, rdt, root)
+    w_gatherv(&k, sbuf, scount, sdt, rbuf, &counts(rcounts, n, "recvcounts")?, &aints(displs, n, "displs")?, rdt, root)
 });
 v_entry!(igatherv, (sbuf: *const c_void, scount: c_int, sdt: MPI_Datatype, rbuf: *mut c_void, rcounts: *const c_int, displs: *const c_int, rdt: MPI_Datatype, root: c_int), request, |k| {
     let n = if is_root(&k, root) { k.size() } else { 0 };
-    build_gatherv(&k, sbuf, scount as i64, sdt, rbuf, &counts(rcounts, n, "recvcounts")?, &counts(displs, n, "displs")?, rdt, root)
+    w_gatherv(&k, sbuf, scount as i64, sdt, rbuf, &counts(rcounts, n, "recvcounts")?, &counts(displs, n, "displs")?, rdt, root)
 });
 v_entry!(igatherv_c, (sbuf: *const c_void, scount: MPI_Count, sdt: MPI_Datatype, rbuf: *mut c_void, rcounts: *const MPI_Count, displs: *const MPI_Aint, rdt: MPI_Datatype, root: c_int), request, |k| {
     let n = if is_root(&k, root) { k.size() } else { 0 };
-    build_gatherv(&k, sbuf, scount, sdt, rbuf, &counts(rcounts, n, "recvcounts")?, &aints(displs, n, "displs")?, rdt, root)
+    w_gatherv(&k, sbuf, scount, sdt, rbuf, &counts(rcounts, n, "recvcounts")?, &aints(displs, n, "displs")?, rdt, root)
 });
 v_entry!(scatterv, (sbuf: *const c_void, scounts: *const c_int, displs: *const c_int, sdt: MPI_Datatype, rbuf: *mut c_void, rcount: c_int, rdt: MPI_Datatype, root: c_int), |k| {
     let n = if is_root(&k, root) { k.size() } else { 0 };
-    build_scatterv(&k, sbuf, &counts(scounts, n, "sendcounts")?, &counts(displs, n, "displs")?, sdt, rbuf, rcount as i64, rdt, root)
+    w_scatterv(&k, sbuf, &counts(scounts, n, "sendcounts")?, &counts(displs, n, "displs")?, sdt, rbuf, rcount as i64, rdt, root)
 });
 v_entry!(scatterv_c, (sbuf: *const c_void, scounts: *const MPI_Count, displs: *const MPI_Aint, sdt: MPI_Datatype, rbuf: *mut c_void, rcount: MPI_Count, rdt: MPI_Datatype, root: c_int), |k| {
     let n = if is_root(&k, root) { k.size() } else { 0 };
-    build_scatterv(&k, sbuf, &counts(scounts, n, "sendcounts")?, &aints(displs, n, "displs")?, sdt, rbuf, rcount, rdt, root)
+    w_scatterv(&k, sbuf, &counts(scounts, n, "sendcounts")?, &aints(displs, n, "displs")?, sdt, rbuf, rcount, rdt, root)
 });
 v_entry!(iscatterv, (sbuf: *const c_void, scounts: *const c_int, displs: *const c_int, sdt: MPI_Datatype, rbuf: *mut c_void, rcount: c_int, rdt: MPI_Datatype, root: c_int), request, |k| {
     let n = if is_root(&k, root) { k.size() } else { 0 };
-    build_scatterv(&k, sbuf, &counts(scounts, n, "sendcounts")?, &counts(displs, n, "displs")?, sdt, rbuf, rcount as i64, rdt, root)
+    w_scatterv(&k, sbuf, &counts(scounts, n, "sendcounts")?, &counts(displs, n, "displs")?, sdt, rbuf, rcount as i64, rdt, root)
 });
 v_entry!(iscatterv_c, (sbuf: *const c_void, scounts: *const MPI_Count, displs: *const MPI_Aint, sdt: MPI_Datatype, rbuf: *mut c_void, rcount: MPI_Count, rdt: MPI_Datatype, root: c_int), request, |k| {
     let n = if is_root(&k, root) { k.size() } else { 0 };
-    build_scatterv(&k, sbuf, &counts(scounts, n, "sendcounts")?, &aints(displs, n, "displs")?, sdt, rbuf, rcount, rdt, root)
+    w_scatterv(&k, sbuf, &counts(scounts, n, "sendcounts")?, &aints(displs, n, "displs")?, sdt, rbuf, rcount, rdt, root)
 });
 v_entry!(allgatherv, (sbuf: *const c_void, scount: c_int, sdt: MPI_Datatype, rbuf: *mut c_void, rcounts: *const c_int, displs: *const c_int, rdt: MPI_Datatype), |k| {
-    build_allgatherv(&k, sbuf, scount as i64, sdt, rbuf, &counts(rcounts, k.size(), "recvcounts")?, &counts(displs, k.size(), "displs")?, rdt)
+    w_allgatherv(&k, sbuf, scount as i64, sdt, rbuf, &counts(rcounts, k.size(), "recvcounts")?, &counts(displs, k.size(), "displs")?, rdt)
 });
 v_entry!(allgatherv_c, (sbuf: *const c_void, scount: MPI_Count, sdt: MPI_Datatype, rbuf: *mut c_void, rcounts: *const MPI_Count, displs: *const MPI_Aint, rdt: MPI_Datatype), |k| {
-    build_allgatherv(&k, sbuf, scount, sdt, rbuf, &counts(rcounts, k.size(), "recvcounts")?, &aints(displs, k.size(), "displs")?, rdt)
+    w_allgatherv(&k, sbuf, scount, sdt, rbuf, &counts(rcounts, k.size(), "recvcounts")?, &aints(displs, k.size(), "displs")?, rdt)
 });
 v_entry!(iallgatherv, (sbuf: *const c_void, scount: c_int, sdt: MPI_Datatype, rbuf: *mut c_void, rcounts: *const c_int, displs: *const c_int, rdt: MPI_Datatype), request, |k| {
-    build_allgatherv(&k, sbuf, scount as i64, sdt, rbuf, &counts(rcounts, k.size(), "recvcounts")?, &counts(displs, k.size(), "displs")?, rdt)
+    w_allgatherv(&k, sbuf, scount as i64, sdt, rbuf, &counts(rcounts, k.size(), "recvcounts")?, &counts(displs, k.size(), "displs")?, rdt)
 });
 v_entry!(iallgatherv_c, (sbuf: *const c_void, scount: MPI_Count, sdt: MPI_Datatype, rbuf: *mut c_void, rcounts: *const MPI_Count, displs: *const MPI_Aint, rdt: MPI_Datatype), request, |k| {
-    build_allgatherv(&k, sbuf, scount, sdt, rbuf, &counts(rcounts, k.size(), "recvcounts")?, &aints(displs, k.size(), "displs")?, rdt)
+    w_allgatherv(&k, sbuf, scount, sdt, rbuf, &counts(rcounts, k.size(), "recvcounts")?, &aints(displs, k.size(), "displs")?, rdt)
 });
 v_entry!(alltoallv, (sbuf: *const c_void, scounts: *const c_int, sdispls: *const c_int, sdt: MPI_Datatype, rbuf: *mut c_void, rcounts: *const c_int, rdispls: *const c_int, rdt: MPI_Datatype), |k| {
     let (n, ip) = (k.size(), in_place(sbuf));
     let (sc, sd) = if ip { (Vec::new(), Vec::new()) } else { (counts(scounts, n, "sendcounts")?, counts(sdispls, n, "sdispls")?) };
-    build_alltoallv(&k, sbuf, &sc, &sd, sdt, rbuf, &counts(rcounts, n, "recvcounts")?, &counts(rdispls, n, "rdispls")?, rdt)
+    w_alltoallv(&k, sbuf, &sc, &sd, sdt, rbuf, &counts(rcounts, n, "recvcounts")?, &counts(rdispls, n, "rdispls")?, rdt)
 });
 v_entry!(alltoallv_c, (sbuf: *const c_void, scounts: *const MPI_Count, sdispls: *const MPI_Aint, sdt: MPI_Datatype, rbuf: *mut c_void, rcounts: *const MPI_Count, rdispls: *const MPI_Aint, rdt: MPI_Datatype), |k| {
     let (n, ip) = (k.size(), in_place(sbuf));
     let (sc, sd) = if ip { (Vec::new(), Vec::new()) } else { (counts(scounts, n, "sendcounts")?, aints(sdispls, n, "sdispls")?) };
-    build_alltoallv(&k, sbuf, &sc, &sd, sdt, rbuf, &counts(rcounts, n, "recvcounts")?, &aints(rdispls, n, "rdispls")?, rdt)
+    w_alltoallv(&k, sbuf, &sc, &sd, sdt, rbuf, &counts(rcounts, n, "recvcounts")?, &aints(rdispls, n, "rdispls")?, rdt)
 });
 v_entry!(ialltoallv, (sbuf: *const c_void, scounts: *const c_int, sdispls: *const c_int, sdt: MPI_Datatype, rbuf: *mut c_void, rcounts: *const c_int, rdispls: *const c_int, rdt: MPI_Datatype), request, |k| {
     let (n, ip) = (k.size(), in_place(sbuf));
     let (sc, sd) = if ip { (Vec::new(), Vec::new()) } else { (counts(scounts, n, "sendcounts")?, counts(sdispls, n, "sdispls")?) };
-    build_alltoallv(&k, sbuf, &sc, &sd, sdt, rbuf, &counts(rcounts, n, "recvcounts")?, &counts(rdispls, n, "rdispls")?, rdt)
+    w_alltoallv(&k, sbuf, &sc, &sd, sdt, rbuf, &counts(rcounts, n, "recvcounts")?, &counts(rdispls, n, "rdispls")?, rdt)
 });
 v_entry!(ialltoallv_c, (sbuf: *const c_void, scounts: *const MPI_Count, sdispls: *const MPI_Aint, sdt: MPI_Datatype, rbuf: *mut c_void, rcounts: *const MPI_Count, rdispls: *const MPI_Aint, rdt: MPI_Datatype), request, |k| {
     let (n, ip) = (k.size(), in_place(sbuf));
     let (sc, sd) = if ip { (Vec::new(), Vec::new()) } else { (counts(scounts, n, "sendcounts")?, aints(sdispls, n, "sdispls")?) };
-    build_alltoallv(&k, sbuf, &sc, &sd, sdt, rbuf, &counts(rcounts, n, "recvcounts")?, &aints(rdispls, n, "rdispls")?, rdt)
+    w_alltoallv(&k, sbuf, &sc, &sd, sdt, rbuf, &counts(rcounts, n, "recvcounts")?, &aints(rdispls, n, "rdispls")?, rdt)
 });

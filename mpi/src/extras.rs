@@ -2,8 +2,7 @@
 //! Request_get_status_any/all/some family, Status_get/set_source/tag/error, Get_address.
 
 use crate::abi_gen::*;
-use crate::api::{check_buf, out, start_recv, start_send, write_status};
-use crate::datatype;
+use crate::api::{out, start_recv, start_send, write_status};
 use crate::err::{MpiErr, Res};
 use crate::request::{self, Req};
 use std::ffi::{c_int, c_void};
@@ -99,13 +98,10 @@ pub unsafe fn isendrecv(
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn isendrecv_replace_c(buf: *mut c_void, count: MPI_Count, dt: MPI_Datatype, dest: c_int, stag: c_int, src: c_int, rtag: c_int, c: MPI_Comm, req: *mut MPI_Request) -> Res {
     let r = out(req, "request").map_err(|e| e.on(c))?;
-    let d = datatype::get(dt).map_err(|e| e.on(c))?;
-    let n = d.bytes(count).map_err(|e| e.on(c))?;
-    check_buf(buf, n, "buf").map_err(|e| e.on(c))?;
-    // The send goes from a copy: the receive overwrites the buffer.
-    let copy = if n == 0 { Vec::new() } else { unsafe { std::slice::from_raw_parts(buf as *const u8, n) }.to_vec() };
+    // The send goes from a packed copy (as MPI_BYTE): the receive overwrites the buffer.
+    let copy = crate::packing::pack_copy(buf, count, dt).map_err(|e| e.on(c))?;
     let recv = start_recv(buf, count, dt, src, rtag, c)?;
-    let send = match start_send(copy.as_ptr() as *const c_void, count, dt, dest, stag, c) {
+    let send = match start_send(copy.as_ptr() as *const c_void, copy.len() as i64, MPI_BYTE, dest, stag, c) {
         Ok(s) => s,
         Err(e) => {
             recv.cancel_now();

@@ -13,10 +13,11 @@ fn start_ssend(buf: *const c_void, count: i64, dt: MPI_Datatype, dest: c_int, ta
     if dest == MPI_PROC_NULL {
         return Ok(Req::Done(request::proc_null_status()));
     }
-    // SAFETY: the caller's buffer holds `bytes` bytes until the send completes (MPI's rule).
-    let b = unsafe { ConstBuf::new(buf as *const u8, a.bytes) };
+    let o = crate::packing::outgoing(buf, count, dt).map_err(|e| e.on(c))?;
+    // SAFETY: the bytes (the caller's buffer, or our packed copy) stay until the send completes.
+    let b = unsafe { ConstBuf::new(o.ptr, o.len) };
     let op = a.mc.comm.post_ssend(b, dest as usize, tag as u32).map_err(|e| MpiErr::from(e).on(c))?;
-    Ok(Req::Send { comm: a.mc, op })
+    Ok(crate::packing::wrap(Req::Send { comm: a.mc, op }, o.keep, None))
 }
 
 pub unsafe fn ssend_c(buf: *const c_void, count: MPI_Count, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm) -> Res {
@@ -37,6 +38,28 @@ pub unsafe fn issend(buf: *const c_void, count: c_int, dt: MPI_Datatype, dest: c
     issend_c(buf, count as MPI_Count, dt, dest, tag, c, req)
 }
 
+/// `r` with its receive withdrawn if no message matched it yet (see `cancel`).
+fn withdraw(r: Req) -> Req {
+    match r {
+        Req::Recv { comm, op } => {
+            let e = || distcomm::Error::new(distcomm::Status::Aborted, "cancelled by MPI_Cancel");
+            if comm.comm.cancel_unmatched(&op, e) {
+                Req::Done(request::cancelled_status())
+            } else {
+                Req::Recv { comm, op }
+            }
+        }
+        Req::Packed(mut p) => {
+            p.inner = withdraw(p.inner);
+            if matches!(p.inner, Req::Done(_)) {
+                p.unpack = None;
+            }
+            Req::Packed(p)
+        }
+        other => other,
+    }
+}
+
 /// A receive that no message matched yet is withdrawn: it completes with a status that
 /// MPI_Test_cancelled reports as cancelled. Anything else (a send, a matched receive, a
 /// collective) is not cancelled and completes as usual: the standard allows that answer.
@@ -47,19 +70,6 @@ pub unsafe fn cancel(req: *mut MPI_Request) -> Res {
         return crate::mpi_err!(MPI_ERR_REQUEST, "MPI_REQUEST_NULL cannot be cancelled");
     }
     let r = request::take(h)?;
-    let withdraw = |r: Req| -> Req {
-        match r {
-            Req::Recv { comm, op } => {
-                let e = || distcomm::Error::new(distcomm::Status::Aborted, "cancelled by MPI_Cancel");
-                if comm.comm.cancel_unmatched(&op, e) {
-                    Req::Done(request::cancelled_status())
-                } else {
-                    Req::Recv { comm, op }
-                }
-            }
-            other => other,
-        }
-    };
     let r = match r {
         Req::Persistent(mut p) => {
             p.active = p.active.map(|a| Box::new(withdraw(*a)));
@@ -90,9 +100,35 @@ fn persistent(
     let r = out(req, "request").map_err(|e| e.on(c))?;
     let a = p2p_args(buf, count, dt, peer, tag, c, recv)?;
     let addr = buf as usize;
-    let start = Box::new(move || start(addr, count, dt, peer, tag, c));
+    // The request keeps its datatype: MPI_Type_free of it before the last MPI_Start is allowed.
+    let pin = Pin::new(dt);
+    let start = Box::new(move || {
+        // The whole Pin moves into the closure (not just its field), so it lives as long.
+        let pin = &pin;
+        start(addr, count, pin.0, peer, tag, c)
+    });
     *r = request::add(Req::Persistent(Box::new(Persistent { comm: a.mc, start, active: None })));
     Ok(())
+}
+
+/// A handle of our own to a derived datatype, freed with the persistent request.
+struct Pin(MPI_Datatype);
+
+impl Pin {
+    fn new(dt: MPI_Datatype) -> Pin {
+        match crate::datatype::resolve(dt) {
+            Ok(t) if dt >= crate::datatype::TYPE_BASE => Pin(crate::datatype::handle_for(&t)),
+            _ => Pin(dt),
+        }
+    }
+}
+
+impl Drop for Pin {
+    fn drop(&mut self) {
+        if self.0 >= crate::datatype::TYPE_BASE {
+            let _ = crate::datatype::free(self.0);
+        }
+    }
 }
 
 fn send_start(buf: usize, count: i64, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm) -> Result<Req, MpiErr> {

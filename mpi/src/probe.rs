@@ -3,7 +3,6 @@
 
 use crate::abi_gen::*;
 use crate::api::{check_comm_peer, out, write_status};
-use crate::datatype;
 use crate::err::{MpiErr, Res};
 use crate::request::{self, Req};
 use crate::state::MpiComm;
@@ -135,15 +134,13 @@ fn start_mrecv(buf: *mut c_void, count: i64, dt: MPI_Datatype, msg: *mut MPI_Mes
         return crate::mpi_err!(MPI_ERR_REQUEST, "MPI_MESSAGE_NULL cannot be received");
     }
     let on = |e: MpiErr| e.on(comm_of(*m).unwrap_or(MPI_COMM_SELF));
-    let d = datatype::get(dt).map_err(on)?;
-    let bytes = d.bytes(count).map_err(on)?;
-    crate::api::check_buf(buf, bytes, "buf").map_err(on)?;
+    let i = crate::packing::incoming(buf, count, dt).map_err(on)?;
     let (mc, c, matched) = take(*m)?;
     *m = MPI_MESSAGE_NULL;
-    // SAFETY: the caller's buffer holds `bytes` writable bytes until the receive completes.
-    let b = unsafe { MutBuf::new(buf as *mut u8, bytes) };
+    // SAFETY: the bytes (the caller's buffer, or our packed one) stay until the receive completes.
+    let b = unsafe { MutBuf::new(i.ptr, i.len) };
     let op = mc.comm.post_recv_matched(matched, b).map_err(|e| MpiErr::from(e).on(c))?;
-    Ok(Req::Recv { comm: mc, op })
+    Ok(crate::packing::wrap_recv(Req::Recv { comm: mc, op }, i.tmp))
 }
 
 pub unsafe fn mrecv_c(buf: *mut c_void, count: MPI_Count, dt: MPI_Datatype, msg: *mut MPI_Message, st: *mut MPI_Status) -> Res {

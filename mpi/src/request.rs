@@ -22,6 +22,8 @@ pub enum Req {
     Persistent(Box<Persistent>),
     /// A receive and a send as one request (MPI_Isendrecv).
     Pair(Box<Pair>),
+    /// A send or receive of a non-dense datatype, on packed bytes of ours.
+    Packed(Box<crate::packing::Packed>),
 }
 
 /// Done when both are; the receive's status. `keep` holds what the send sends from when it is
@@ -160,6 +162,7 @@ impl Req {
             Req::Send { comm, .. } | Req::Recv { comm, .. } | Req::Coll { comm, .. } => Some(comm),
             Req::Persistent(p) => Some(&p.comm),
             Req::Pair(p) => p.recv.comm().or(p.send.comm()),
+            Req::Packed(p) => p.inner.comm(),
         }
     }
 
@@ -170,6 +173,7 @@ impl Req {
             Req::Coll { req, .. } => req.is_completed(),
             Req::Persistent(p) => p.active.as_ref().is_none_or(|r| r.is_done()),
             Req::Pair(p) => p.recv.is_done() && p.send.is_done(),
+            Req::Packed(p) => p.inner.is_done(),
         }
     }
 
@@ -188,6 +192,16 @@ impl Req {
                     return Some(Err(e));
                 }
                 return p.recv.peek();
+            }
+            Req::Packed(p) => {
+                let r = p.inner.peek();
+                if let Some(Ok(st)) = &r {
+                    // Unpacked once, the first time the completed receive is looked at.
+                    if let Some(u) = p.unpack.take() {
+                        u.run(&p.buf[..(count_of(st) as usize).min(p.buf.len())]);
+                    }
+                }
+                return r;
             }
             Req::Send { comm, op } => {
                 if let Some(Err(e)) = comm.comm.p2p_result(op) {
@@ -228,6 +242,14 @@ impl Req {
                 sent?;
                 return got;
             }
+            Req::Packed(p) => {
+                let crate::packing::Packed { inner, buf, unpack } = *p;
+                let st = inner.finish()?;
+                if let Some(u) = unpack {
+                    u.run(&buf[..(count_of(&st) as usize).min(buf.len())]);
+                }
+                return Ok(st);
+            }
             Req::Send { comm, mut op } => {
                 let r = comm.comm.wait_p2p_started(&op, &|| "MPI send".to_string());
                 op.release();
@@ -256,8 +278,11 @@ impl Req {
 impl Req {
     /// Withdraws a receive that was just started, for a call that fails after starting it.
     pub fn cancel_now(self) {
-        if let Req::Recv { comm, op } = &self {
-            comm.comm.cancel_p2p(op, || distcomm::Error::new(distcomm::Status::Aborted, "withdrawn: the call failed"));
+        match self {
+            Req::Recv { comm, op } => comm.comm.cancel_p2p(&op, || distcomm::Error::new(distcomm::Status::Aborted, "withdrawn: the call failed")),
+            // The packed buffer goes after the receive into it is withdrawn.
+            Req::Packed(p) => p.inner.cancel_now(),
+            _ => {}
         }
     }
 }

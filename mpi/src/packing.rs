@@ -1,0 +1,128 @@
+//! Point-to-point data of any datatype as the engine moves it: dense types straight from and
+//! into the caller's memory, others through a packed buffer of ours (packed before a send
+//! starts; unpacked into the caller's memory when the receive completes).
+
+use crate::abi_gen::*;
+use crate::datatype::{self, Type};
+use crate::err::MpiErr;
+use crate::request::Req;
+use std::ffi::c_void;
+use std::sync::Arc;
+
+/// Where received packed bytes go: `count` elements of `t` at `addr` (the Arc keeps the type
+/// map alive even if the handle is freed before the receive completes).
+pub struct Unpack {
+    addr: usize,
+    count: u64,
+    t: Arc<Type>,
+}
+
+impl Unpack {
+    pub fn run(self, data: &[u8]) {
+        // SAFETY: the caller's receive buffer holds `count` elements of the type until the
+        // receive completes (MPI's rule), and this runs once, at completion.
+        unsafe { self.t.map.unpack(data, self.addr as *mut u8, self.count) }
+    }
+}
+
+/// A send or receive of a non-dense datatype: the engine moves `buf`.
+pub struct Packed {
+    pub inner: Req,
+    pub buf: Vec<u8>,
+    pub unpack: Option<Unpack>,
+}
+
+/// Bytes that `count` elements of `t` are packed (MPI_ERR_COUNT when negative or too many).
+pub fn packed_len(t: &Type, count: i64) -> Result<usize, MpiErr> {
+    if count < 0 {
+        return crate::mpi_err!(MPI_ERR_COUNT, "count {count} is negative");
+    }
+    t.map.packed_bytes(count as u64).map(|b| b as usize).ok_or_else(|| MpiErr::new(MPI_ERR_COUNT, format!("count {count} overflows")))
+}
+
+/// A NULL buffer is refused when it holds data, except for a derived type whose data does not
+/// start at its address (MPI_BOTTOM with absolute displacements from MPI_Get_address).
+pub fn check_typed_buf(buf: *const c_void, t: &Type, len: usize, what: &str) -> Result<(), MpiErr> {
+    if buf.is_null() && len > 0 && (t.env.combiner == MPI_COMBINER_NAMED || t.map.true_lb == 0) {
+        return crate::mpi_err!(MPI_ERR_BUFFER, "{what} is NULL with a non-zero count");
+    }
+    Ok(())
+}
+
+/// Where the data of `count` elements lies when it is one run of the caller's memory: the
+/// offset of the run, for dense types and one-block ones.
+fn one_run(t: &Type, count: i64) -> Option<i64> {
+    let m = &t.map;
+    if m.size == 0 {
+        return Some(0);
+    }
+    match m.blocks.as_slice() {
+        [b] if count <= 1 || m.extent() == b.len as i64 => Some(b.off),
+        _ => None,
+    }
+}
+
+/// The bytes a send moves.
+pub struct Outgoing {
+    pub ptr: *const u8,
+    pub len: usize,
+    pub keep: Option<Vec<u8>>,
+}
+
+pub fn outgoing(buf: *const c_void, count: i64, dt: MPI_Datatype) -> Result<Outgoing, MpiErr> {
+    let t = datatype::resolve(dt)?;
+    let len = packed_len(&t, count)?;
+    check_typed_buf(buf, &t, len, "buf")?;
+    if let Some(off) = one_run(&t, count) {
+        return Ok(Outgoing { ptr: (buf as *const u8).wrapping_offset(off as isize), len, keep: None });
+    }
+    let mut v = vec![0u8; len];
+    // SAFETY: the caller's buffer holds `count` elements of the type.
+    unsafe { t.map.pack(buf as *const u8, count as u64, &mut v) };
+    Ok(Outgoing { ptr: v.as_ptr(), len, keep: Some(v) })
+}
+
+/// The packed bytes of `count` elements at `buf`, always a copy (buffered sends, replace).
+pub fn pack_copy(buf: *const c_void, count: i64, dt: MPI_Datatype) -> Result<Vec<u8>, MpiErr> {
+    let t = datatype::resolve(dt)?;
+    let len = packed_len(&t, count)?;
+    check_typed_buf(buf, &t, len, "buf")?;
+    let mut v = vec![0u8; len];
+    // SAFETY: as in `outgoing`.
+    unsafe { t.map.pack(buf as *const u8, count as u64, &mut v) };
+    Ok(v)
+}
+
+/// Where a receive puts the bytes.
+pub struct Incoming {
+    pub ptr: *mut u8,
+    pub len: usize,
+    pub tmp: Option<(Vec<u8>, Unpack)>,
+}
+
+pub fn incoming(buf: *mut c_void, count: i64, dt: MPI_Datatype) -> Result<Incoming, MpiErr> {
+    let t = datatype::resolve(dt)?;
+    let len = packed_len(&t, count)?;
+    check_typed_buf(buf, &t, len, "buf")?;
+    if let Some(off) = one_run(&t, count) {
+        return Ok(Incoming { ptr: (buf as *mut u8).wrapping_offset(off as isize), len, tmp: None });
+    }
+    let mut v = vec![0u8; len];
+    let ptr = v.as_mut_ptr();
+    Ok(Incoming { ptr, len, tmp: Some((v, Unpack { addr: buf as usize, count: count as u64, t })) })
+}
+
+/// The request of an operation on packed bytes (or the operation itself when there are none).
+pub fn wrap(inner: Req, buf: Option<Vec<u8>>, unpack: Option<Unpack>) -> Req {
+    match (buf, unpack) {
+        (None, None) => inner,
+        (buf, unpack) => Req::Packed(Box::new(Packed { inner, buf: buf.unwrap_or_default(), unpack })),
+    }
+}
+
+pub fn wrap_recv(inner: Req, tmp: Option<(Vec<u8>, Unpack)>) -> Req {
+    match tmp {
+        None => inner,
+        Some((buf, u)) => wrap(inner, Some(buf), Some(u)),
+    }
+}
