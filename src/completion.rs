@@ -123,6 +123,8 @@ pub struct Backoff {
     yielded: u32,
     /// Polls held back from yielding since the last yield (see `Poll::awaited_on_core`).
     held: u32,
+    /// Whether the spin yields every `spin_slice` (see `yield_while_spinning`).
+    slice_yields: bool,
 }
 
 /// While spinning, yield this often: if the awaited peer shares our core (the scheduler often
@@ -131,6 +133,30 @@ pub struct Backoff {
 fn spin_slice() -> Duration {
     static SLICE: once_cell::sync::Lazy<Duration> = once_cell::sync::Lazy::new(|| Duration::from_micros(crate::params::get().spin_slice_us.unwrap_or(5)));
     *SLICE
+}
+
+/// Whether a wait on shared memory yields now and then while it spins (every [`spin_slice`]),
+/// for a peer that may share its core. Not when the launcher bound this rank to a part of the
+/// host's cores (dcrun, mpirun's default, Slurm's `--cpu-bind`): ranks then hold cores of their
+/// own, the awaited peer is never on ours, and a yield only hands the core to whatever else runs
+/// there (a busy process keeps it for a whole time slice, milliseconds: measured with one busy
+/// process beside 2 bound ranks, a 256-byte ping-pong took 114 us with these yields and 3.4 us
+/// without). Unbound ranks (a plain env:// launcher) keep them: there the peer may be on our core,
+/// and without them the same ping-pong took 3x longer. `DC_SPIN_SLICE_US` given: always.
+fn yield_while_spinning() -> bool {
+    static Y: once_cell::sync::Lazy<bool> =
+        once_cell::sync::Lazy::new(|| crate::params::get().spin_slice_us.is_some() || !affinity_cpus().is_some_and(|n| n < host_cores()));
+    *Y
+}
+
+/// How many CPUs this thread may run on (its affinity mask), if the kernel says.
+fn affinity_cpus() -> Option<usize> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity fills it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: the size passed is the set's.
+    let r = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    // SAFETY: `set` was filled by the kernel.
+    (r == 0).then(|| unsafe { libc::CPU_COUNT(&set) } as usize).filter(|&n| n > 0)
 }
 
 /// The cores this host gives the job: what the launcher saw (`DC_LOCAL_CORES`, which `dcrun`
@@ -182,7 +208,7 @@ impl Backoff {
     pub fn for_shared_memory() -> Backoff {
         static SPIN: once_cell::sync::Lazy<Duration> =
             once_cell::sync::Lazy::new(|| Duration::from_micros(crate::params::get().spin_us.unwrap_or(if oversubscribed() { 0 } else { 200 })));
-        Backoff::new(*SPIN, if oversubscribed() { 200 } else { 32 })
+        Backoff { slice_yields: yield_while_spinning(), ..Backoff::new(*SPIN, if oversubscribed() { 200 } else { 32 }) }
     }
 
     /// For waits that another thread of this process (the progress thread) must end: spinning
@@ -194,7 +220,7 @@ impl Backoff {
     }
 
     pub fn new(spin: Duration, yields: u32) -> Backoff {
-        Backoff { spin, yields, started: None, last_yield: None, polls: 0, yielded: 0, held: 0 }
+        Backoff { spin, yields, started: None, last_yield: None, polls: 0, yielded: 0, held: 0, slice_yields: true }
     }
 
     /// Progress was made: spin again from the start (without reading the clock now).
@@ -226,7 +252,7 @@ impl Backoff {
             let start = *self.started.get_or_insert(now);
             if now - start < self.spin {
                 let last = *self.last_yield.get_or_insert(now);
-                if now - last >= spin_slice() {
+                if self.slice_yields && now - last >= spin_slice() {
                     self.last_yield = Some(now);
                     std::thread::yield_now();
                 }
