@@ -218,23 +218,6 @@ read -r -a EXTRA_DCRUN_ARGS <<<"$DCRUN_ARGS"
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/dc-compare.XXXXXX")
 
-# plain_launch NP CMD...: the ranks as a plain env:// launcher starts them (torchrun without
-# binding): the rendezvous variables only, every rank free to run on any core. Exits with the
-# first failing rank's status.
-plain_launch() {
-  local np=$1 port pids=() rc=0 r
-  shift
-  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-  for ((r = 0; r < np; r++)); do
-    env MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" RANK="$r" WORLD_SIZE="$np" LOCAL_RANK="$r" LOCAL_WORLD_SIZE="$np" "$@" &
-    pids+=($!)
-  done
-  for r in "${pids[@]}"; do
-    wait "$r" || { local s=$?; [ "$rc" -ne 0 ] || rc=$s; }
-  done
-  return "$rc"
-}
-
 # The busy processes of --load, for the whole comparison (both libraries alike).
 LOAD_PIDS=()
 stop_load() { [ ${#LOAD_PIDS[@]} -eq 0 ] || kill "${LOAD_PIDS[@]}" 2>/dev/null || true; }
@@ -259,7 +242,7 @@ run_one() {
   if [ "$impl" = distcomm ] && [ "$DC_MPI" = 1 ]; then
     cmd=(env ${TRANSPORT:+DC_TRANSPORT="$TRANSPORT"} LD_LIBRARY_PATH="$PREFIX/lib" "$PREFIX/bin/mpiexec" -n "$np" "$MPI_BENCH" "${bench_args[@]}" --label distcomm)
   elif [ "$impl" = distcomm ] && [ "$LAUNCHER" = plain ]; then
-    cmd=(plain_launch "$np" env ${TRANSPORT:+DC_TRANSPORT="$TRANSPORT"} "$DCBENCH" "${bench_args[@]}")
+    cmd=("$ROOT/bench/plain_launch.sh" "$np" env ${TRANSPORT:+DC_TRANSPORT="$TRANSPORT"} "$DCBENCH" "${bench_args[@]}")
   elif [ "$impl" = distcomm ]; then
     cmd=(env ${TRANSPORT:+DC_TRANSPORT="$TRANSPORT"} "$DCRUN" "${EXTRA_DCRUN_ARGS[@]}" -n "$np" "$DCBENCH" "${bench_args[@]}")
   elif [ "$MPI" = mpich-abi ]; then

@@ -1291,6 +1291,63 @@ fn a_panic_in_a_collective_aborts_the_comm_and_names_the_panic() {
     }
 }
 
+/// Every rank: an allreduce, then (once the parent has stopped the launcher's store) a split
+/// and an allreduce on the new comm: nothing after init needs the store.
+fn child_store_gone() -> i32 {
+    let c = init_world();
+    let (r, n) = rank_size(c);
+    let allreduce = |comm: C| {
+        let (x, mut y) = (1.0f32, 0.0f32);
+        let st = unsafe { dc_allreduce(&x as *const f32 as *const c_void, &mut y as *mut f32 as *mut c_void, 1, DC_FLOAT32, DC_SUM, comm) };
+        (st, y)
+    };
+    assert_eq!(allreduce(c), (OK, n as f32));
+    report("ready", &[], None);
+    let gone = PathBuf::from(env("DC_TEST_DIR")).join("store_gone");
+    while !gone.exists() {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let t = Instant::now();
+    let mut sub: C = std::ptr::null_mut();
+    let st = unsafe { dc_comm_split(c, (r % 2) as i32, r as i32, &mut sub) };
+    let msg = last_error();
+    let (st2, sum) = if st == OK { allreduce(sub) } else { (st, 0.0) };
+    report("split", &[("status", (st as u32).to_string()), ("allreduce", (st2 as u32).to_string()), ("sum", sum.to_string()), ("ms", t.elapsed().as_millis().to_string())], Some(&msg));
+    unsafe {
+        if st == OK {
+            dc_comm_destroy(sub);
+        }
+        dc_comm_destroy(c);
+    }
+    0
+}
+
+/// The launcher's store (dcrun's) goes away after init, as when its host dies: new comms and
+/// their collectives go on without it, within the timeout (none of them needs the store).
+#[test]
+fn the_store_gone_after_init_stops_no_split() {
+    let token = "faults-store-gone-token-0123456789";
+    let mut job = Job::new("store_gone", 4, 5000).env("DC_LAUNCHER_STORE", 1).env("DC_TOKEN", token);
+    let addr: SocketAddr = format!("127.0.0.1:{}", job.port).parse().unwrap();
+    let store = distcomm::rendezvous::StoreServer::start(addr, token.as_bytes().to_vec()).unwrap();
+    job = job.start_all();
+    let ready = |job: &Job| (0..4).all(|r| std::fs::read_to_string(job.dir.join(format!("r{r}.log"))).is_ok_and(|t| t.contains("what=ready")));
+    let t0 = Instant::now();
+    while !ready(&job) && t0.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(store);
+    File::create(job.dir.join("store_gone")).unwrap();
+    let o = job.wait(Duration::from_secs(30));
+    for r in 0..4 {
+        assert_eq!(o.codes[&r], Some(0), "{}", o.logs);
+        let l = o.one(r, "split");
+        assert_eq!((l.status(), l.num("allreduce")), (OK as u32, OK as u64), "rank {r}: {}\n{}", l.msg(), o.logs);
+        assert_eq!(l.get("sum"), "2", "rank {r}");
+        assert!(l.num("ms") < 5000, "rank {r} took {} ms", l.num("ms"));
+    }
+}
+
 #[test]
 fn child_entry() {
     let Ok(role) = std::env::var("DC_TEST_ROLE") else { return };
@@ -1306,6 +1363,7 @@ fn child_entry() {
         "mismatch_detail" => child_mismatch_detail(),
         "count_mismatch" => child_count_mismatch(),
         "panic" => child_panic(),
+        "store_gone" => child_store_gone(),
         other => panic!("unknown role {other}"),
     };
     std::process::exit(code);

@@ -11,6 +11,7 @@ use distcomm::rendezvous::config::{parse_host_port, parse_method, resolve, InitO
 use distcomm::rendezvous::tcp_store::{fuzz_server_input, raw};
 use distcomm::transport::frame::{FrameKind, Header, HEADER_LEN, RTS_LEN};
 use distcomm::transport::handshake::{challenge, check_proof, decode, token_digest, Hello, HELLO_LEN};
+use distcomm::rpc::protocol as rpc;
 use distcomm::Status;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -385,4 +386,52 @@ fn the_environment_resolves_safely() {
         }
     }
     assert!(ok > cases(20_000) / 50, "almost nothing resolved ({ok})");
+}
+
+// ---- RPC frames ------------------------------------------------------------------------------------
+
+/// The RPC header, the body lengths it announces and a request body's split, on random and
+/// mutated input (the same checks as fuzz/fuzz_targets/rpc_frame.rs): nothing panics, a length
+/// is accepted only within the limit, an accepted split stays within the body, and a refusal
+/// allocates nothing large.
+#[test]
+fn rpc_frames_decode_safely() {
+    const LIMIT: usize = 1 << 20;
+    let mut rng = Rng(SEED ^ 0x59c);
+    let mut accepted = 0;
+    for case in 0..cases(100_000) {
+        let mut v = if rng.below(2) == 0 {
+            let n = rpc::HEADER_LEN + rng.below(64);
+            rng.bytes(n)
+        } else {
+            let name: String = (0..1 + rng.below(8)).map(|_| (b'a' + rng.below(26) as u8) as char).collect();
+            let n = rng.below(32);
+            let payload = rng.bytes(n);
+            let h = rpc::Header::request(rng.next() & 0xffff, name.len(), payload.len());
+            let mut v = h.encode().to_vec();
+            v.extend_from_slice(&rpc::request_body(&name, &payload));
+            if rng.below(3) > 0 {
+                rng.mutate(&mut v);
+            }
+            v
+        };
+        v.resize(v.len().max(rpc::HEADER_LEN), 0);
+        let (h, big) = largest_alloc(|| rpc::Header::decode(&v[..rpc::HEADER_LEN]));
+        assert!(big < 4096, "case {case}: decoding allocated {big} bytes");
+        let Ok(h) = h else { continue };
+        let body = &v[rpc::HEADER_LEN..];
+        if let Ok(n) = h.request_body_len(LIMIT) {
+            assert!(n <= LIMIT + rpc::MAX_FUNCTION_NAME, "case {case}: {n} bytes accepted");
+            if let Ok((name, payload)) = rpc::split_request(&h, &body[..n.min(body.len())]) {
+                accepted += 1;
+                assert_eq!(name.len(), h.name_len as usize, "case {case}");
+                assert!(payload.end <= body.len() && payload.len() as u64 == h.payload_len, "case {case}");
+            }
+        }
+        if let Ok(n) = h.reply_body_len(LIMIT) {
+            assert!(n <= LIMIT);
+        }
+        let _ = rpc::WorkerRecord::decode(&v);
+    }
+    assert!(accepted > 100, "the generator hardly produced valid requests ({accepted})");
 }
