@@ -3,11 +3,9 @@
 //! 256 KiB (set for the whole binary before any rank starts).
 
 mod common;
-use common::free_port;
 
 use distcomm::buffer::{ConstBuf, MutBuf};
 use distcomm::comm::{Comm, P2pOp, Probed};
-use distcomm::rendezvous::config::InitOptions;
 use distcomm::Status;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Once};
@@ -30,28 +28,7 @@ fn setup() {
 
 fn job<T: Send + 'static>(n: usize, f: impl Fn(Arc<Comm>) -> T + Send + Sync + 'static) -> Vec<T> {
     setup();
-    let port = free_port();
-    let f = Arc::new(f);
-    let handles: Vec<_> = (0..n)
-        .map(|r| {
-            let f = f.clone();
-            std::thread::spawn(move || {
-                let opts = InitOptions {
-                    init_method: Some(format!("tcp://127.0.0.1:{port}")),
-                    rank: r as i32,
-                    world_size: n as i32,
-                    timeout_ms: 30_000,
-                    backend: Some("socket".into()),
-                    ..Default::default()
-                };
-                let comm = distcomm::init::init(&opts).unwrap_or_else(|e| panic!("rank {r}: init failed: {e}"));
-                let out = f(comm.clone());
-                comm.destroy();
-                out
-            })
-        })
-        .collect();
-    handles.into_iter().map(|h| h.join().unwrap()).collect()
+    common::thread_ranks("socket", n, 30_000, f)
 }
 
 fn pattern(k: usize, len: usize) -> Vec<u8> {

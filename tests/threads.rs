@@ -1,18 +1,14 @@
 //! Ranks as threads in one process: each thread calls `init` (tcp:// rendezvous on loopback)
 //! and exercises the engine through the Rust API that the C surface uses.
 
+mod common;
+
 use distcomm::buffer::{ConstBuf, MutBuf};
 use distcomm::collective::CollArgs;
 use distcomm::comm::Comm;
-use distcomm::rendezvous::config::InitOptions;
 use distcomm::{DType, ReduceOp, Status};
-use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
 
 /// Runs `f(comm)` on `n` thread-ranks of a fresh job and returns their results in rank order.
 fn job<T: Send + 'static>(n: usize, timeout_ms: i64, f: impl Fn(Arc<Comm>) -> T + Send + Sync + 'static) -> Vec<T> {
@@ -20,28 +16,7 @@ fn job<T: Send + 'static>(n: usize, timeout_ms: i64, f: impl Fn(Arc<Comm>) -> T 
 }
 
 fn job_on<T: Send + 'static>(backend: &'static str, n: usize, timeout_ms: i64, f: impl Fn(Arc<Comm>) -> T + Send + Sync + 'static) -> Vec<T> {
-    let port = free_port();
-    let f = Arc::new(f);
-    let handles: Vec<_> = (0..n)
-        .map(|r| {
-            let f = f.clone();
-            std::thread::spawn(move || {
-                let opts = InitOptions {
-                    init_method: Some(format!("tcp://127.0.0.1:{port}")),
-                    rank: r as i32,
-                    world_size: n as i32,
-                    timeout_ms,
-                    backend: Some(backend.into()),
-                    ..Default::default()
-                };
-                let comm = distcomm::init::init(&opts).unwrap_or_else(|e| panic!("rank {r}: init failed: {e}"));
-                let out = f(comm.clone());
-                comm.destroy();
-                out
-            })
-        })
-        .collect();
-    handles.into_iter().map(|h| h.join().unwrap()).collect()
+    common::thread_ranks(backend, n, timeout_ms, f)
 }
 
 fn f32_bytes(v: &[f32]) -> Vec<u8> {

@@ -469,6 +469,11 @@ impl Arena {
             let now = Instant::now();
             let deadline = deadline();
             if now >= deadline {
+                // Before blaming `r`: a member that is gone is the likelier cause (`r` may be
+                // waiting for it), and the error should name that one.
+                if let Some(e) = (0..self.layout.ranks).filter(|&q| q != self.rank && q != r && !self.has_left(q)).find_map(interrupt) {
+                    return Err(e);
+                }
                 return Err(Error::new(Status::Timeout, late()));
             }
             if pace == Pace::YieldAndCheck {

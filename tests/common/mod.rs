@@ -82,3 +82,30 @@ pub fn strangers(addr: SocketAddr) -> (Vec<TcpStream>, std::thread::JoinHandle<(
     (keep, t)
 }
 
+
+/// A job of `n` ranks as threads of this process over `backend` (rendezvous on a free local
+/// port): each runs `f` on its world comm, which is destroyed after; the results in rank order.
+pub fn thread_ranks<T: Send + 'static>(backend: &'static str, n: usize, timeout_ms: i64, f: impl Fn(std::sync::Arc<distcomm::comm::Comm>) -> T + Send + Sync + 'static) -> Vec<T> {
+    let port = free_port();
+    let f = std::sync::Arc::new(f);
+    let handles: Vec<_> = (0..n)
+        .map(|r| {
+            let f = f.clone();
+            std::thread::spawn(move || {
+                let opts = distcomm::rendezvous::config::InitOptions {
+                    init_method: Some(format!("tcp://127.0.0.1:{port}")),
+                    rank: r as i32,
+                    world_size: n as i32,
+                    timeout_ms,
+                    backend: Some(backend.into()),
+                    ..Default::default()
+                };
+                let comm = distcomm::init::init(&opts).unwrap_or_else(|e| panic!("rank {r}: init failed: {e}"));
+                let out = f(comm.clone());
+                comm.destroy();
+                out
+            })
+        })
+        .collect();
+    handles.into_iter().map(|h| h.join().unwrap()).collect()
+}
