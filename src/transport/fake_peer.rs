@@ -131,6 +131,39 @@ mod tests {
         hostile(rts(1 << 20), "no single-copy path");
     }
 
+    /// A peer that offers a message, is asked for it, and then goes: the receive of any source
+    /// that took the offer fails with the peer's loss at once (it waits for no rank in
+    /// particular, so only the lost connection can end it before its timeout).
+    #[test]
+    fn a_receive_waiting_for_an_offer_fails_when_its_sender_goes() {
+        use super::super::ops::{CtxState, TagMatch};
+        use crate::completion::WaitOutcome;
+        use std::io::Read;
+        let (a, fake) = fake_rank0(|mut s| {
+            let mut offer = frame(FrameKind::Offer, 5, RTS_LEN as u64).to_vec();
+            offer.extend_from_slice(&super::super::protocol::Rts { cookie: 42, addr: 0, len: 1 << 20 }.encode());
+            s.write_all(&offer).unwrap();
+            // The receive asks for what it takes; then we are gone without sending it.
+            let mut h = [0u8; HEADER_LEN];
+            s.read_exact(&mut h).unwrap();
+            let ask = Header::decode(&h).unwrap();
+            (ask.kind, ask.tag, ask.ctx)
+        });
+        let t = rank1(a, None);
+        let ctx = CtxState::new(7, None);
+        t.register_ctx(&ctx);
+        let mut buf = vec![0u8; 1 << 20];
+        let op = t.post_recv(&ctx, None, TagMatch::AnyUser, 0, crate::buffer::MutBuf::from_slice(&mut buf)).unwrap();
+        assert_eq!(fake.join().unwrap(), (FrameKind::Ask, 42, 1 << 20), "the receive asks for its offer, all of it");
+        let t0 = Instant::now();
+        match op.comp.wait(Instant::now() + Duration::from_secs(10), &|| None) {
+            WaitOutcome::Finished(Err(e)) => assert!(e.status == crate::error::Status::PeerLost && e.msg.contains("rank 0"), "{e}"),
+            o => panic!("the receive did not fail with the loss: {o:?}"),
+        }
+        assert!(t0.elapsed() < Duration::from_secs(3), "took {:?}", t0.elapsed());
+        t.shutdown(Instant::now() + Duration::from_millis(100));
+    }
+
     /// A header that claims 512 GiB (under the cap) and then a trickle: memory grows with
     /// what arrives, never with what the header claims; the peer's end is then a loss.
     #[test]

@@ -243,6 +243,12 @@ impl Matcher {
         None
     }
 
+    /// Takes every pull of offers from `src` (nothing more will come from it).
+    pub fn take_pulls_from(&mut self, src: u32) -> Vec<Pull> {
+        let keys: Vec<(u32, u64)> = self.pulls.keys().filter(|k| k.0 == src).copied().collect();
+        keys.iter().filter_map(|k| self.pulls.remove(k)).collect()
+    }
+
     /// Takes the pull that feeds `op`, if one does (the receive is being withdrawn).
     pub fn take_pull_of(&mut self, op: &Arc<RecvOp>) -> Option<(u32, Pull)> {
         let key = *self.pulls.iter().find(|(_, p)| matches!(p, Pull::Recv { op: o, .. } if Arc::ptr_eq(o, op)))?.0;

@@ -654,7 +654,7 @@ impl Wire for TcpWire {
         }
     }
 
-    fn fail_all(&self, _t: &SocketTransport, peer: &Peer, err: &dyn Fn() -> Error) {
+    fn fail_all(&self, t: &SocketTransport, peer: &Peer, err: &dyn Fn() -> Error) {
         {
             let mut rx = lock(&peer.rx);
             rx.dec = Decoder::new();
@@ -665,6 +665,14 @@ impl Wire for TcpWire {
         }
         for (_, o) in lock(&peer.offers_out).drain() {
             if let Some(op) = o.op {
+                op.comp.complete(Err(err()));
+            }
+        }
+        // Receives (of any source, too) waiting for the bytes of its offers.
+        let pulls = lock(&t.matcher).take_pulls_from(peer.rank);
+        for p in pulls {
+            if let super::matching::Pull::Recv { op, .. } = p {
+                op.filling_from.store(u32::MAX, Ordering::Release);
                 op.comp.complete(Err(err()));
             }
         }
