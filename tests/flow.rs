@@ -70,6 +70,8 @@ fn a_flood_of_eager_messages_is_held_within_the_bound() {
                     wait(&c, op).unwrap();
                 }
             } else {
+                // Once the first message is here, the sender had time to run ahead.
+                c.probe(Some(0), Some(0)).unwrap();
                 std::thread::sleep(Duration::from_millis(500));
                 let h = held(&c, 0);
                 assert!(h <= BOUND && h >= 4 * LEN, "round {round}: {h} bytes held from rank 0 (bound {BOUND})");
@@ -110,7 +112,8 @@ fn large_messages_wait_for_their_receive() {
             let p = c.probe(Some(0), Some(5)).unwrap();
             assert_eq!(p, Probed { source: 0, tag: 5, bytes: LEN }, "a probe sees the offered size");
             assert_eq!(held(&c, 0), 0, "an offer holds no bytes");
-            std::thread::sleep(Duration::from_millis(300));
+            // Well past the sender's look at its send (300 ms after it posted it).
+            std::thread::sleep(Duration::from_millis(800));
             POSTED.store(true, Ordering::SeqCst);
             let (b, _) = recv(&c, LEN, 0, Some(5));
             assert!(b == pattern(3, LEN));
