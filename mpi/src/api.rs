@@ -405,6 +405,30 @@ pub(crate) fn start_send(buf: *const c_void, count: i64, dt: MPI_Datatype, dest:
     Ok(crate::packing::wrap(Req::Send { comm: a.mc, op }, o.keep, None))
 }
 
+/// The two halves of a send-receive: the receive posted first (so two ranks exchanging pass),
+/// then the send; if the send cannot start, the receive is withdrawn again, so a call that fails
+/// leaves nothing posted into the caller's buffer.
+pub(crate) fn start_recv_then_send(recv: Result<Req, MpiErr>, send: impl FnOnce() -> Result<Req, MpiErr>) -> Result<(Req, Req), MpiErr> {
+    let r = recv?;
+    match send() {
+        Ok(s) => Ok((r, s)),
+        Err(e) => {
+            r.cancel_now();
+            Err(e)
+        }
+    }
+}
+
+/// Waits for both halves of a send-receive (the receive's error first) and writes the
+/// receive's status.
+fn finish_recv_and_send(r: Req, s: Req, st: *mut MPI_Status) -> Res {
+    let sent = s.finish();
+    let got = r.finish()?;
+    sent?;
+    write_status(st, got);
+    Ok(())
+}
+
 pub(crate) fn start_recv(buf: *mut c_void, count: i64, dt: MPI_Datatype, src: c_int, tag: c_int, c: MPI_Comm) -> Result<Req, MpiErr> {
     let a = p2p_args(buf, count, dt, src, tag, c, true)?;
     if src == MPI_PROC_NULL {
@@ -472,13 +496,8 @@ pub unsafe fn sendrecv_c(
     c: MPI_Comm,
     st: *mut MPI_Status,
 ) -> Res {
-    let r = start_recv(rbuf, rcount, rdt, src, rtag, c)?;
-    let s = start_send(sbuf, scount, sdt, dest, stag, c)?;
-    let sent = s.finish();
-    let got = r.finish()?;
-    sent?;
-    write_status(st, got);
-    Ok(())
+    let (r, s) = start_recv_then_send(start_recv(rbuf, rcount, rdt, src, rtag, c), || start_send(sbuf, scount, sdt, dest, stag, c))?;
+    finish_recv_and_send(r, s, st)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -877,20 +896,13 @@ pub unsafe fn testsome(n: c_int, rq: *mut MPI_Request, outcount: *mut c_int, ind
 pub unsafe fn sendrecv_replace_c(buf: *mut c_void, count: MPI_Count, dt: MPI_Datatype, dest: c_int, stag: c_int, src: c_int, rtag: c_int, c: MPI_Comm, st: *mut MPI_Status) -> Res {
     // The send goes out of a packed copy, so the receive may go straight into the buffer.
     let copy = crate::packing::pack_copy(buf, count, dt).map_err(|e| e.on(c))?;
-    let r = start_recv(buf, count, dt, src, rtag, c)?;
-    let s = match start_send(copy.as_ptr() as *const c_void, copy.len() as i64, MPI_BYTE, dest, stag, c) {
-        Ok(s) => s,
-        Err(e) => {
-            r.cancel_now();
-            return Err(e);
-        }
-    };
-    let sent = s.finish();
-    let got = r.finish()?;
-    sent?;
+    let (r, s) = start_recv_then_send(start_recv(buf, count, dt, src, rtag, c), || {
+        start_send(copy.as_ptr() as *const c_void, copy.len() as i64, MPI_BYTE, dest, stag, c)
+    })?;
+    // `copy` outlives the send it is sent from.
+    let r = finish_recv_and_send(r, s, st);
     drop(copy);
-    write_status(st, got);
-    Ok(())
+    r
 }
 
 #[allow(clippy::too_many_arguments)]

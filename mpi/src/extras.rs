@@ -2,7 +2,7 @@
 //! Request_get_status_any/all/some family, Status_get/set_source/tag/error, Get_address.
 
 use crate::abi_gen::*;
-use crate::api::{out, start_recv, start_send, write_status};
+use crate::api::{out, start_recv, start_recv_then_send, start_send, write_status};
 use crate::err::{MpiErr, Res};
 use crate::request::{self, Req};
 use std::ffi::{c_int, c_void};
@@ -65,14 +65,7 @@ pub unsafe fn isendrecv_c(
     req: *mut MPI_Request,
 ) -> Res {
     let r = out(req, "request").map_err(|e| e.on(c))?;
-    let recv = start_recv(rbuf, rcount, rdt, src, rtag, c)?;
-    let send = match start_send(sbuf, scount, sdt, dest, stag, c) {
-        Ok(s) => s,
-        Err(e) => {
-            recv.cancel_now();
-            return Err(e);
-        }
-    };
+    let (recv, send) = start_recv_then_send(start_recv(rbuf, rcount, rdt, src, rtag, c), || start_send(sbuf, scount, sdt, dest, stag, c))?;
     *r = request::add(pair(recv, send, Vec::new()));
     Ok(())
 }
@@ -100,14 +93,9 @@ pub unsafe fn isendrecv_replace_c(buf: *mut c_void, count: MPI_Count, dt: MPI_Da
     let r = out(req, "request").map_err(|e| e.on(c))?;
     // The send goes from a packed copy (as MPI_BYTE): the receive overwrites the buffer.
     let copy = crate::packing::pack_copy(buf, count, dt).map_err(|e| e.on(c))?;
-    let recv = start_recv(buf, count, dt, src, rtag, c)?;
-    let send = match start_send(copy.as_ptr() as *const c_void, copy.len() as i64, MPI_BYTE, dest, stag, c) {
-        Ok(s) => s,
-        Err(e) => {
-            recv.cancel_now();
-            return Err(e);
-        }
-    };
+    let (recv, send) = start_recv_then_send(start_recv(buf, count, dt, src, rtag, c), || {
+        start_send(copy.as_ptr() as *const c_void, copy.len() as i64, MPI_BYTE, dest, stag, c)
+    })?;
     *r = request::add(pair(recv, send, copy));
     Ok(())
 }

@@ -38,6 +38,18 @@ int main(int argc, char **argv) {
   FAILS(MPI_Send(&x, 1, MPI_INT, size, 0, MPI_COMM_WORLD), MPI_ERR_RANK);
   FAILS(MPI_Send(&x, 1, MPI_INT, -7, 0, MPI_COMM_WORLD), MPI_ERR_RANK);
   FAILS(MPI_Send(&x, 1, MPI_INT, 0, -5, MPI_COMM_WORLD), MPI_ERR_TAG);
+  {
+    /* A send-receive whose send half is bad fails and leaves no receive posted into its buffer:
+     * the next message of that tag goes to the next receive (a receive left behind would take
+     * it, and this Recv would wait out the timeout). */
+    int left = -1, next = -1, v = 42, me2 = rank;
+    FAILS(MPI_Sendrecv(&x, 1, MPI_INT, size, 0, &left, 1, MPI_INT, me2, 77, MPI_COMM_WORLD, MPI_STATUS_IGNORE), MPI_ERR_RANK);
+    MPI_Request q;
+    OK(MPI_Isend(&v, 1, MPI_INT, me2, 77, MPI_COMM_WORLD, &q));
+    OK(MPI_Recv(&next, 1, MPI_INT, me2, 77, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    OK(MPI_Wait(&q, MPI_STATUS_IGNORE));
+    CHECK(next == 42 && left == -1);
+  }
   FAILS(MPI_Send(&x, 1, MPI_INT, 0, MPI_ANY_TAG, MPI_COMM_WORLD), MPI_ERR_TAG);
   FAILS(MPI_Send(&x, -1, MPI_INT, 0, 0, MPI_COMM_WORLD), MPI_ERR_COUNT);
   FAILS(MPI_Send(&x, 1, MPI_DATATYPE_NULL, 0, 0, MPI_COMM_WORLD), MPI_ERR_TYPE);
