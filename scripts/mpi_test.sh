@@ -87,6 +87,12 @@ step "wrappers"
 "$PREFIX/bin/mpicc" -show x.c -o x | grep -q -- "-Wl,-rpath,$PREFIX/lib -lmpi_abi" || fail "mpicc -show (link)"
 "$PREFIX/bin/mpicxx" -show x.cc | grep -q -- "-lmpi_abi" || fail "mpicxx -show"
 "$PREFIX/bin/mpicc" -show -pthread x.c | grep -q -- " -pthread " || fail "mpicc does not pass -pthread through"
+# autoconf's `CC=mpicc ./configure` exports CC=mpicc: the wrapper must not call itself through it
+printf 'int main(void) { return 0; }\n' > "$TMP/cc_env.c"
+CC="$PREFIX/bin/mpicc" CXX="$PREFIX/bin/mpicxx" timeout 60 "$PREFIX/bin/mpicc" -c "$TMP/cc_env.c" -o "$TMP/cc_env.o" ||
+  fail "mpicc with CC=mpicc in the environment (autoconf) did not compile"
+MPICC_CC="$PREFIX/bin/mpicc" timeout 60 "$PREFIX/bin/mpicc" -c "$TMP/cc_env.c" -o "$TMP/cc_env.o" ||
+  fail "mpicc with MPICC_CC=mpicc did not compile"
 [ -x "$PREFIX/bin/mpirun" ] || fail "no mpirun"
 
 step "C tests built with the installed mpicc"
