@@ -134,6 +134,15 @@ typedef struct dc_init_options {
    * <= 0: the default (DC_TIMEOUT_MS, else 300000 ms).
    */
   int64_t timeout_ms;
+  /**
+   * NULL: DC_TOKEN. The job's secret: every rank must give the same (at most 4096 bytes).
+   */
+  const char *token;
+  /**
+   * -1: DC_ENCRYPT (on when it is 1); 0: connections between hosts in clear; 1: encrypted.
+   * Every rank must say the same.
+   */
+  int32_t encrypt;
 } dc_init_options;
 
 /**

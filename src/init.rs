@@ -59,7 +59,7 @@ pub fn init(opts: &InitOptions) -> Result<Arc<Comm>> {
     // A job id spread by rank 0 keeps data connections of different jobs (same token) apart.
     // Rank 0 publishes the job id and whether connections between hosts are encrypted: every
     // rank must say the same (an encrypted end cannot talk to a clear one).
-    let encrypt = crate::params::get().encrypt;
+    let encrypt = cfg.encrypt;
     let job_id = if rank == 0 {
         let id = random_u64();
         let mut v = id.to_le_bytes().to_vec();
@@ -72,10 +72,10 @@ pub fn init(opts: &InitOptions) -> Result<Arc<Comm>> {
             return Err(Error::new(Status::Rendezvous, "malformed job id in the store"));
         };
         if (theirs != 0) != encrypt {
-            let say = |on: bool| if on { "1" } else { "unset" };
+            let say = |on: bool| if on { "on" } else { "off" };
             return Err(Error::new(
                 Status::InvalidUsage,
-                format!("DC_ENCRYPT is {} on rank 0 and {} on rank {rank}: every rank of a job must set it alike", say(theirs != 0), say(encrypt)),
+                format!("encryption (DC_ENCRYPT or opts->encrypt) is {} on rank 0 and {} on rank {rank}: every rank of a job must set it alike", say(theirs != 0), say(encrypt)),
             ));
         }
         u64::from_le_bytes(id.try_into().expect("8 bytes"))

@@ -796,12 +796,25 @@ fn abort_from_another_thread_in_every_kind_of_call() {
 // ---- a missing rank ---------------------------------------------------------------------------
 
 fn child_init_only() -> i32 {
-    if std::env::var("DC_TEST_ENCRYPT_RANK").ok() == std::env::var("RANK").ok() {
+    let me = std::env::var("RANK").ok();
+    // The variable names this rank, or "all".
+    let picked = |k: &str| std::env::var(k).ok().is_some_and(|v| v == "all" || Some(v) == me);
+    if picked("DC_TEST_ENCRYPT_RANK") {
         std::env::set_var("DC_ENCRYPT", "1");
+    }
+    // The same choices through dc_init_options (issue 17: init options beside the variables).
+    let mut o = dc_init_options::default();
+    unsafe { dc_init_options_default(&mut o) };
+    let own_token = std::ffi::CString::new("a token of its own").unwrap();
+    if picked("DC_TEST_OPTS_ENCRYPT_RANK") {
+        o.encrypt = 1;
+    }
+    if picked("DC_TEST_OPTS_TOKEN_RANK") {
+        o.token = own_token.as_ptr();
     }
     let t = Instant::now();
     let mut c: C = std::ptr::null_mut();
-    let st = unsafe { dc_init(std::ptr::null(), &mut c) };
+    let st = unsafe { dc_init(&o, &mut c) };
     report("init", &[("status", (st as u32).to_string()), ("ms", t.elapsed().as_millis().to_string())], Some(&last_error()));
     if st == OK {
         unsafe { dc_comm_destroy(c) };
@@ -835,6 +848,27 @@ fn ranks_that_disagree_on_dc_encrypt_fail_init_saying_so() {
         assert_eq!(l.status(), dc_status::DC_ERR_INVALID_USAGE as u32, "{}", o.logs);
         assert!(l.msg().contains("DC_ENCRYPT") && l.msg().contains("alike"), "{}", l.msg());
         assert_ne!(o.one(0, "init").status(), 0, "rank 0 cannot form the job without rank 1: {}", o.logs);
+    }
+}
+
+#[test]
+fn init_options_encrypt_and_token_are_honoured() {
+    // opts->encrypt = 1 on one rank only: the same refusal as DC_ENCRYPT on one rank.
+    let o = Job::new("init_only", 2, 3000).env("DC_TEST_OPTS_ENCRYPT_RANK", 1).start_all().wait(Duration::from_secs(20));
+    let l = o.one(1, "init");
+    assert_eq!(l.status(), dc_status::DC_ERR_INVALID_USAGE as u32, "{}", o.logs);
+    assert!(l.msg().contains("opts->encrypt") && l.msg().contains("alike"), "{}", l.msg());
+    // opts->token on rank 1 differs from the DC_TOKEN the others use: the store refuses it.
+    let o = Job::new("init_only", 2, 3000).env("DC_TEST_OPTS_TOKEN_RANK", 1).start_all().wait(Duration::from_secs(20));
+    let l = o.one(1, "init");
+    assert_eq!(l.status(), dc_status::DC_ERR_RENDEZVOUS as u32, "{}", o.logs);
+    assert!(l.msg().contains("token refused"), "{}", l.msg());
+    // Every rank with the same opts->token, and every rank with opts->encrypt = 1: the job forms.
+    for (k, v) in [("DC_TEST_OPTS_TOKEN_RANK", "all"), ("DC_TEST_OPTS_ENCRYPT_RANK", "all")] {
+        let o = Job::new("init_only", 2, 3000).env(k, v).start_all().wait(Duration::from_secs(20));
+        for r in 0..2 {
+            assert_eq!(o.one(r, "init").status(), 0, "{k}={v}, rank {r}: {}", o.logs);
+        }
     }
 }
 

@@ -370,6 +370,8 @@ fn the_environment_resolves_safely() {
             world_size: rng.below(6) as i32 - 2,
             group_name: (rng.below(4) == 0).then(|| text(&mut rng)),
             timeout_ms: rng.edge_u64() as i64,
+            token: (rng.below(4) == 0).then(|| text(&mut rng)),
+            encrypt: [None, Some(false), Some(true)][rng.below(3)],
         };
         match resolve(&opts, &|k| env.get(k).cloned()) {
             Ok(cfg) => {

@@ -21,6 +21,8 @@ fuzz_target!(|data: &[u8]| {
         world_size: data.last().map_or(-1, |&b| b as i8 as i32),
         group_name: None,
         timeout_ms: 0,
+        token: None,
+        encrypt: None,
     };
     let _ = resolve(&opts, &|k| env.get(k).cloned());
 });

@@ -493,6 +493,9 @@ def init_process_group(
     group_name: Optional[str] = None,
     pg_options: Any = None,
     device_id: Any = None,
+    *,
+    token: Optional[str] = None,
+    encrypt: Optional[bool] = None,
 ) -> None:
     """Joins the job and creates the default (world) group; blocks until every rank has joined.
 
@@ -508,6 +511,9 @@ def init_process_group(
     * ``group_name``: keeps several jobs sharing one store or file apart.
     * ``store`` is not supported (pass ``init_method``); ``pg_options`` and ``device_id`` are
       ignored.
+    * ``token`` (keyword only): the job's secret, the same on every rank (default
+      ``DC_TOKEN``); ``encrypt``: encrypt the connections between hosts (default
+      ``DC_ENCRYPT=1``); every rank must say the same.
 
     Raises DistInvalidUsage when already initialised, and the library's errors
     (DistTimeoutError naming missing ranks, DistRendezvousError, DistInvalidArgument naming a
@@ -521,6 +527,10 @@ def init_process_group(
     for name, v in (("rank", rank), ("world_size", world_size)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not -1 <= int(v) < 2**31:
             raise DistInvalidArgument(f"{name} must be an int >= -1, got {v!r}")
+    if encrypt is not None and not isinstance(encrypt, bool):
+        raise DistInvalidArgument(f"encrypt must be None, True or False, got {encrypt!r}")
+    if token is not None and not isinstance(token, str):
+        raise DistInvalidArgument(f"token must be a str, got {type(token).__name__}")
     lib = _lib.load()
     with _state_lock:
         if is_initialized():
@@ -533,6 +543,8 @@ def init_process_group(
         opts.world_size = int(world_size)
         opts.group_name = group_name.encode() if group_name else None
         opts.timeout_ms = ms
+        opts.token = token.encode() if token else None
+        opts.encrypt = -1 if encrypt is None else int(encrypt)
         h = c_void_p()
         _lib.check(lib.dc_init(byref(opts), byref(h)), "dc_init")
         r = _comm_int(lib.dc_comm_rank, h.value)

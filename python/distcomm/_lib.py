@@ -41,6 +41,8 @@ class InitOptions(Structure):
         ("world_size", c_int32),
         ("group_name", c_char_p),
         ("timeout_ms", c_int64),
+        ("token", c_char_p),
+        ("encrypt", c_int32),
     ]
 
 

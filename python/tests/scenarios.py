@@ -126,6 +126,21 @@ def rendezvous_error():
     raise AssertionError("init succeeded with a wrong token")
 
 
+def token_arg():
+    # token= and encrypt= given to init_process_group (no DC_TOKEN): TEST_TOKEN per rank
+    assert "DC_TOKEN" not in os.environ
+    try:
+        dist.init_process_group(token=os.environ["TEST_TOKEN"], encrypt=False)
+    except (dist.DistRendezvousError, dist.DistTimeoutError) as e:
+        ok("refused", type(e).__name__, e.message)
+        return
+    x = np.array([1], np.int64)
+    dist.all_reduce(x)
+    assert x[0] == dist.get_world_size()
+    dist.destroy_process_group()
+    ok("joined")
+
+
 def port_in_use():
     import socket
 

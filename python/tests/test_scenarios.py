@@ -56,6 +56,20 @@ def test_wrong_token_is_refused():
     assert "DistRendezvousError" in results[1][1], harness.describe(results)  # the stranger
 
 
+@pytest.mark.parametrize("same", [True, False])
+def test_token_argument(same):
+    # init_process_group(token=...) stands in for DC_TOKEN: equal tokens join, a different one is refused
+    port = str(harness.free_port())
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "WORLD_SIZE": "2", "DC_TIMEOUT_MS": "3000"}
+    tok = lambda r: "t-0" if same else f"t-{r}"  # noqa: E731
+    results = harness.launch(2, SCEN + ["token_arg"], lambda r: {"RANK": str(r), "TEST_TOKEN": tok(r)}, env, timeout=60)
+    assert all(rc == 0 for rc, _, _ in results), harness.describe(results)
+    if same:
+        assert all("OK joined" in out for _, out, _ in results), harness.describe(results)
+    else:
+        assert "OK refused DistRendezvousError" in results[1][1], harness.describe(results)
+
+
 @pytest.mark.parametrize("method", ["tcp", "file"])
 def test_init_arguments_without_launcher_variables(tmp_path, method):
     n = 3

@@ -30,6 +30,11 @@ pub struct dc_init_options {
     pub group_name: *const c_char,
     /// <= 0: the default (DC_TIMEOUT_MS, else 300000 ms).
     pub timeout_ms: i64,
+    /// NULL: DC_TOKEN. The job's secret: every rank must give the same (at most 4096 bytes).
+    pub token: *const c_char,
+    /// -1: DC_ENCRYPT (on when it is 1); 0: connections between hosts in clear; 1: encrypted.
+    /// Every rank must say the same.
+    pub encrypt: i32,
 }
 
 impl Default for dc_init_options {
@@ -42,6 +47,8 @@ impl Default for dc_init_options {
             world_size: -1,
             group_name: std::ptr::null(),
             timeout_ms: 0,
+            token: std::ptr::null(),
+            encrypt: -1,
         }
     }
 }
@@ -64,6 +71,13 @@ pub(super) unsafe fn read_options(p: *const dc_init_options) -> Result<InitOptio
         world_size: o.world_size,
         group_name: checks::opt_str(o.group_name, "group_name")?,
         timeout_ms: o.timeout_ms,
+        token: checks::opt_str(o.token, "token")?,
+        encrypt: match o.encrypt {
+            -1 => None,
+            0 => Some(false),
+            1 => Some(true),
+            v => return Err(Error::new(Status::InvalidArgument, format!("opts->encrypt is {v}: expected -1 (DC_ENCRYPT), 0 or 1"))),
+        },
     })
 }
 

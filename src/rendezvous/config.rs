@@ -36,6 +36,10 @@ pub struct InitOptions {
     pub group_name: Option<String>,
     /// <= 0: `DC_TIMEOUT_MS`, else 300000.
     pub timeout_ms: i64,
+    /// None: `DC_TOKEN`.
+    pub token: Option<String>,
+    /// None: `DC_ENCRYPT` (on when it is 1).
+    pub encrypt: Option<bool>,
 }
 
 impl InitOptions {
@@ -70,8 +74,10 @@ pub struct JobConfig {
     pub group: String,
     /// timeout_ms > 0, else DC_TIMEOUT_MS, else 300000 ms.
     pub timeout: Duration,
-    /// The job token, see [`default_token`].
+    /// The job token (opts.token, else DC_TOKEN, else [`default_token`]).
     pub token: Vec<u8>,
+    /// opts.encrypt, else DC_ENCRYPT: connections between hosts are encrypted.
+    pub encrypt: bool,
     /// DC_LAUNCHER_STORE=1: the launcher serves the store, rank 0 is a plain client.
     pub launcher_store: bool,
     /// opts.backend, else DC_TRANSPORT, else "auto"; one of auto|shm|socket|nccl.
@@ -356,10 +362,11 @@ pub fn resolve(opts: &InitOptions, env: &dyn Fn(&str) -> Option<String>) -> Resu
         bail!(Status::InvalidArgument, "DC_LAUNCHER_STORE=1 needs env:// or tcp://, not file://");
     }
 
-    let token = match env("DC_TOKEN").filter(|t| !t.is_empty()) {
-        Some(t) => {
+    let given = opts.token.clone().filter(|t| !t.is_empty()).map(|t| ("opts->token", t));
+    let token = match given.or_else(|| env("DC_TOKEN").filter(|t| !t.is_empty()).map(|t| ("DC_TOKEN", t))) {
+        Some((what, t)) => {
             if t.len() > MAX_TOKEN_LEN {
-                bail!(Status::InvalidArgument, "DC_TOKEN is longer than {MAX_TOKEN_LEN} bytes");
+                bail!(Status::InvalidArgument, "{what} is longer than {MAX_TOKEN_LEN} bytes");
             }
             t.into_bytes()
         }
@@ -403,6 +410,7 @@ pub fn resolve(opts: &InitOptions, env: &dyn Fn(&str) -> Option<String>) -> Resu
         group,
         timeout: Duration::from_millis(timeout_ms),
         token,
+        encrypt: opts.encrypt.unwrap_or_else(|| crate::params::get().encrypt),
         launcher_store,
         backend,
         socket_ifname: var(env, "DC_SOCKET_IFNAME").map(|s| s.trim().to_string()),
@@ -707,6 +715,27 @@ mod tests {
         let mut with = base("10.1.2.3");
         with.retain(|(k, _)| *k != "DC_TOKEN");
         assert_eq!(resolve_with(&opts(), &with).unwrap().token, b"test-token");
+    }
+
+    #[test]
+    fn init_options_token_and_encrypt_come_before_the_environment() {
+        let base = [("MASTER_ADDR", "10.1.2.3"), ("MASTER_PORT", "29500"), ("RANK", "0"), ("WORLD_SIZE", "2"), ("DC_TOKEN", "")];
+        let mut o = opts();
+        o.token = Some("from-opts".into());
+        assert_eq!(resolve_with(&o, &base).unwrap().token, b"from-opts", "opts->token allows a store on another host");
+        let mut with_env = base.to_vec();
+        with_env.retain(|(k, _)| *k != "DC_TOKEN");
+        assert_eq!(resolve_with(&o, &with_env).unwrap().token, b"from-opts", "opts->token wins over DC_TOKEN");
+        o.token = Some(String::new());
+        assert_eq!(resolve_with(&o, &with_env).unwrap().token, b"test-token", "an empty opts->token means DC_TOKEN");
+        o.token = Some("x".repeat(MAX_TOKEN_LEN + 1));
+        let e = err_of(&o, &with_env);
+        assert!(e.status == Status::InvalidArgument && e.msg.contains("opts->token"), "{e}");
+        let mut o = opts();
+        for want in [false, true] {
+            o.encrypt = Some(want);
+            assert_eq!(resolve_with(&o, &with_env).unwrap().encrypt, want);
+        }
     }
 
     #[test]
