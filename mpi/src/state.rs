@@ -225,6 +225,10 @@ pub fn remove_comm(h: MPI_Comm) -> Result<Arc<MpiComm>, MpiErr> {
 
 /// The error handler that errors on `comm` go to.
 pub fn errhandler_of(comm: MPI_Comm) -> MPI_Errhandler {
+    // Errors of windows, files and sessions carry their handle (see objerrh.rs).
+    if let Some(h) = crate::objerrh::handler_of(comm) {
+        return h;
+    }
     match get_comm(comm) {
         Ok(c) => c.errhandler.load(Ordering::Relaxed),
         Err(_) => DEFAULT_ERRH.load(Ordering::Relaxed),
