@@ -288,8 +288,11 @@ pub unsafe fn comm_split(c: MPI_Comm, color: c_int, key: c_int, newcomm: *mut MP
 pub unsafe fn comm_free(c: *mut MPI_Comm) -> Res {
     active()?;
     let h = out(c, "comm")?;
+    if *h != MPI_COMM_WORLD && *h != MPI_COMM_SELF {
+        // The delete callbacks run while the comm is still valid (they may query it).
+        crate::info::delete_all(&*state::get_comm(*h)?);
+    }
     let mc = state::remove_comm(*h)?;
-    crate::info::delete_all(&mc);
     mc.comm.destroy();
     *h = MPI_COMM_NULL;
     Ok(())

@@ -150,12 +150,13 @@ pub fn delete(kind: Kind, obj: usize, attrs: &Attrs, k: c_int) -> Res {
     call_delete(&kv, obj, k, v)
 }
 
-/// Runs the delete callbacks of every attribute of an object being freed (freed keyvals too);
-/// the first failing callback's error is returned, after all have run.
+/// Runs the delete callbacks of every attribute of an object being freed (freed keyvals too),
+/// the last set first (the order the standard asks for MPI_COMM_SELF at MPI_Finalize); the
+/// first failing callback's error is returned, after all have run.
 pub fn delete_all(obj: usize, attrs: &Attrs) -> Res {
     let list = std::mem::take(&mut *lock(attrs));
     let mut first = Ok(());
-    for (k, v) in list {
+    for (k, v) in list.into_iter().rev() {
         if let Some(kv) = entry(k) {
             let r = call_delete(&kv, obj, k, v);
             if first.is_ok() {

@@ -136,6 +136,9 @@ pub fn finalize() -> Result<(), MpiErr> {
     let _g = INIT_LOCK.lock().unwrap_or_else(|p| p.into_inner());
     check_active()?;
     let world = get_comm(MPI_COMM_WORLD)?;
+    // MPI_COMM_SELF's attributes are deleted first, as if it were freed, while every object
+    // is still valid (the standard's clean-up hook; mpi4py's callbacks query the comm).
+    crate::info::delete_all(&*get_comm(MPI_COMM_SELF)?);
     // Buffered sends still in flight are delivered first (the standard's Finalize does so).
     crate::api::bsend_flush()?;
     // Every rank arrives before anyone leaves: messages in flight are delivered. A rank that

@@ -299,11 +299,11 @@ pub unsafe fn type_commit(dt: *mut MPI_Datatype) -> Res {
 
 pub unsafe fn type_free(dt: *mut MPI_Datatype) -> Res {
     let h = out(dt, "datatype")?;
+    // The attributes' delete callbacks run while the type is still valid (they may query it).
+    let deleted = if *h >= datatype::TYPE_BASE && datatype::resolve_any(*h).is_ok() { crate::keyval::type_freed(*h) } else { Ok(()) };
     datatype::free(*h)?;
-    let freed = *h;
     *h = MPI_DATATYPE_NULL;
-    // The attributes' delete callbacks run once the type is gone (one may free other types).
-    crate::keyval::type_freed(freed)
+    deleted
 }
 
 /// MPI_Type_get_value_index: the predefined pair type of (value, index), or MPI_DATATYPE_NULL.

@@ -189,9 +189,10 @@ pub unsafe fn win_free(h: *mut MPI_Win) -> Res {
     let handle = *p;
     // Collective: no process frees its memory while another may still be in an epoch on it.
     barrier(&w).map_err(|e| e.on(handle))?;
+    // The delete callbacks run while the window is still valid (they may query it).
+    let deleted = keyval::delete_all(handle, &w.attrs);
     WINS.remove(handle);
     *p = MPI_WIN_NULL;
-    let deleted = keyval::delete_all(handle, &w.attrs);
     w.comm.destroy();
     if w.owned {
         // SAFETY: the memory `allocate` made for this window, freed once (the window is gone).
