@@ -522,7 +522,7 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Comm_create", true),
     ("MPI_Comm_create_errhandler", true),
     ("MPIX_Comm_create_errhandler_x", false),
-    ("MPI_Comm_create_from_group", false),
+    ("MPI_Comm_create_from_group", true),
     ("MPI_Comm_create_group", false),
     ("MPI_Comm_create_keyval", true),
     ("MPI_Comm_delete_attr", true),
@@ -1718,11 +1718,11 @@ pub unsafe extern "C" fn PMPIX_Comm_create_errhandler_x(comm_errhandler_fn_x: Op
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_create_from_group(group: MPI_Group, stringtag: *const c_char, info: MPI_Info, errhandler: MPI_Errhandler, newcomm: *mut MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Comm_create_from_group", MPI_COMM_SELF)
+    crate::err::guard("MPI_Comm_create_from_group", || unsafe { crate::api::comm_create_from_group(group, stringtag, info, errhandler, newcomm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_create_from_group(group: MPI_Group, stringtag: *const c_char, info: MPI_Info, errhandler: MPI_Errhandler, newcomm: *mut MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Comm_create_from_group", MPI_COMM_SELF)
+    crate::err::guard("MPI_Comm_create_from_group", || unsafe { crate::api::comm_create_from_group(group, stringtag, info, errhandler, newcomm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_create_group(comm: MPI_Comm, group: MPI_Group, tag: c_int, newcomm: *mut MPI_Comm) -> c_int {

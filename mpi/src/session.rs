@@ -170,3 +170,32 @@ pub unsafe fn session_get_errhandler(h: MPI_Session, eh: *mut MPI_Errhandler) ->
 pub unsafe fn session_call_errhandler(h: MPI_Session, code: c_int) -> Res {
     with_session(h, |s| crate::objerrh::call(&s.errhandler, h, code))
 }
+
+/// MPI_Comm_create_from_group: collective over the group's processes only (see the engine's
+/// `Comm::new_subset`: the members derive the new comm's context from the world's, the tag and
+/// the member list, with no message to the processes outside it).
+pub unsafe fn comm_create_from_group(g: MPI_Group, tag: *const c_char, _info: MPI_Info, eh: MPI_Errhandler, newcomm: *mut MPI_Comm) -> Res {
+    crate::state::check_active()?;
+    let o = out(newcomm, "newcomm")?;
+    let m = crate::group::get(g)?;
+    if tag.is_null() {
+        return mpi_err!(MPI_ERR_ARG, "stringtag is NULL");
+    }
+    // SAFETY: a NUL-terminated string from the caller.
+    let tag = unsafe { CStr::from_ptr(tag) }.to_bytes();
+    if tag.len() >= MPI_MAX_STRINGTAG_LEN as usize {
+        return mpi_err!(MPI_ERR_ARG, "stringtag is {} bytes, longer than MPI_MAX_STRINGTAG_LEN - 1", tag.len());
+    }
+    if !crate::err::valid_errhandler(eh) {
+        return mpi_err!(MPI_ERR_ARG, "{eh:#x} is not a valid error handler");
+    }
+    let world = crate::state::get_comm(MPI_COMM_WORLD)?;
+    if !m.contains(&(world.rank() as u32)) {
+        return mpi_err!(MPI_ERR_GROUP, "the calling process (world rank {}) is not in the group", world.rank());
+    }
+    // Group members are world ranks, which are the world comm's ranks.
+    let ranks: Vec<usize> = m.iter().map(|&r| r as usize).collect();
+    let c = world.comm.new_subset(&ranks, tag).map_err(MpiErr::from)?;
+    *o = crate::state::add_comm(c, eh);
+    Ok(())
+}
