@@ -28,6 +28,7 @@ pub mod persist;
 pub mod pmi;
 pub mod probe;
 pub mod request;
+pub mod rma;
 pub mod session;
 pub mod slots;
 pub mod startup;

@@ -2,11 +2,12 @@
 //! locks, Put / Get / Accumulate / Get_accumulate / Fetch_and_op / Compare_and_swap, the window
 //! attributes, names, groups and error handlers.
 //!
-//! Every access here is a load or store of this process's memory: a transfer whose target is
-//! this process (the whole story for a window of one process, like mpi4py's on COMM_SELF) is
-//! done at the call, so every synchronization call only has to order the group (fence is a
-//! barrier on the window's own communicator). A transfer to another process of the window's
-//! group answers MPI_ERR_UNSUPPORTED_OPERATION: the engine has no one-sided transfers yet.
+//! A transfer whose target is this process (the whole story for a window of one process, like
+//! mpi4py's on COMM_SELF) is a load or store done at the call. One to another process of the
+//! window's group is queued and carried by the fence that ends its epoch (rma.rs). Passive
+//! target (lock / unlock) transfers to another process would need a progress thread at the
+//! target, which the engine does not run: they, and Compare_and_swap to another process,
+//! answer MPI_ERR_UNSUPPORTED_OPERATION.
 
 use crate::abi_gen::*;
 use crate::api::out;
@@ -14,10 +15,11 @@ use crate::datatype::{self, Kind as DtKind, Type};
 use crate::err::{MpiErr, Res};
 use crate::keyval::{self, Attrs, Kind};
 use crate::mpi_err;
+use crate::rma;
 use crate::slots::Slots;
 use distcomm::comm::Comm;
 use std::ffi::{c_char, c_int, c_void};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 pub const WIN_BASE: usize = 0x0800_0000;
@@ -34,6 +36,14 @@ pub struct Win {
     model: c_int,
     /// Memory MPI_Win_allocate made (freed with the window).
     owned: bool,
+    /// Every rank's (size, disp_unit), for the checks of transfers to it.
+    peers: Vec<(i64, i64)>,
+    /// Transfers to other processes waiting for the next fence.
+    pending: Mutex<rma::Pending>,
+    /// A fence opened an epoch (one without MPI_MODE_NOSUCCEED came last).
+    fenced: AtomicBool,
+    /// Locks held (lock, lock_all): transfers to other processes are refused meanwhile.
+    locks: AtomicUsize,
     errhandler: AtomicUsize,
     name: Mutex<String>,
     attrs: Attrs,
@@ -68,6 +78,22 @@ fn make(base: usize, size: i64, disp_unit: i64, c: MPI_Comm, flavor: c_int, owne
     let mc = crate::state::get_comm(c)?;
     let all: Vec<usize> = (0..mc.size()).collect();
     let comm = mc.comm.new_group(&all).map_err(|e| MpiErr::from(e).on(c))?.expect("every rank is a member of its dup");
+    let peers = if comm.size() == 1 {
+        vec![(size, disp_unit)]
+    } else {
+        let send: Vec<u8> = [size as u64, disp_unit as u64].iter().flat_map(|x| x.to_le_bytes()).collect();
+        let mut recv = vec![0u8; 16 * comm.size()];
+        let r = comm.collective(distcomm::collective::CollArgs::Allgather {
+            send: Some(distcomm::buffer::ConstBuf::from_slice(&send)),
+            recv: distcomm::buffer::MutBuf::from_slice(&mut recv),
+            dt: distcomm::DType::Uint64,
+        });
+        if let Err(e) = r {
+            comm.destroy();
+            return Err(MpiErr::from(e).on(c));
+        }
+        recv.chunks_exact(16).map(|x| (i64::from_le_bytes(x[..8].try_into().unwrap()), i64::from_le_bytes(x[8..].try_into().unwrap()))).collect()
+    };
     let (h, _) = WINS.add(|_| Win {
         comm,
         base,
@@ -76,6 +102,10 @@ fn make(base: usize, size: i64, disp_unit: i64, c: MPI_Comm, flavor: c_int, owne
         flavor,
         model: MPI_WIN_UNIFIED,
         owned,
+        peers,
+        pending: Mutex::new(rma::Pending::default()),
+        fenced: AtomicBool::new(false),
+        locks: AtomicUsize::new(0),
         // The standard's default for windows.
         errhandler: AtomicUsize::new(MPI_ERRORS_ARE_FATAL),
         name: Mutex::new(String::new()),
@@ -187,6 +217,9 @@ pub unsafe fn win_free(h: *mut MPI_Win) -> Res {
     let p = out(h, "win")?;
     let w = win(*p)?;
     let handle = *p;
+    if !lock(&w.pending).is_empty() {
+        return Err(MpiErr::new(MPI_ERR_RMA_SYNC, "transfers to other processes are still waiting for the fence that ends their epoch").on(handle));
+    }
     // Collective: no process frees its memory while another may still be in an epoch on it.
     barrier(&w).map_err(|e| e.on(handle))?;
     // The delete callbacks run while the window is still valid (they may query it).
@@ -210,10 +243,23 @@ fn check_assert(a: c_int) -> Res {
     Ok(())
 }
 
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Ends the epoch (its transfers to other processes complete here) and, without
+/// MPI_MODE_NOSUCCEED, opens the next.
 pub unsafe fn win_fence(assert: c_int, h: MPI_Win) -> Res {
     with_win(h, |w| {
         check_assert(assert)?;
-        barrier(w)
+        let r = if w.comm.size() > 1 {
+            let p = std::mem::take(&mut *lock(&w.pending));
+            rma::fence(&w.comm, &rma::Local { base: w.base, size: w.size as usize, disp_unit: w.disp_unit as i64 }, p)
+        } else {
+            Ok(())
+        };
+        w.fenced.store(assert & MPI_MODE_NOSUCCEED == 0, Ordering::Relaxed);
+        r
     })
 }
 
@@ -231,19 +277,36 @@ pub unsafe fn win_lock(lock_type: c_int, rank: c_int, assert: c_int, h: MPI_Win)
             return mpi_err!(MPI_ERR_LOCKTYPE, "{lock_type} is neither MPI_LOCK_EXCLUSIVE nor MPI_LOCK_SHARED");
         }
         check_assert(assert)?;
-        check_rank(w, rank)
+        check_rank(w, rank)?;
+        w.locks.fetch_add(1, Ordering::Relaxed);
+        Ok(())
     })
+}
+
+fn unlocked(w: &Win) {
+    let _ = w.locks.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
 }
 
 /// Unlock, flush and their kinds: every access is complete at its call (see the module note).
 pub unsafe fn win_unlock(rank: c_int, h: MPI_Win) -> Res {
-    with_win(h, |w| check_rank(w, rank))
+    with_win(h, |w| {
+        check_rank(w, rank)?;
+        unlocked(w);
+        Ok(())
+    })
 }
 pub unsafe fn win_lock_all(assert: c_int, h: MPI_Win) -> Res {
-    with_win(h, |_| check_assert(assert))
+    with_win(h, |w| {
+        check_assert(assert)?;
+        w.locks.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    })
 }
 pub unsafe fn win_unlock_all(h: MPI_Win) -> Res {
-    with_win(h, |_| Ok(()))
+    with_win(h, |w| {
+        unlocked(w);
+        Ok(())
+    })
 }
 pub unsafe fn win_flush(rank: c_int, h: MPI_Win) -> Res {
     with_win(h, |w| check_rank(w, rank))
@@ -271,36 +334,66 @@ struct Target {
     count: u64,
 }
 
-/// Checks a transfer's target and finds it in the window; Ok(None) for MPI_PROC_NULL.
-fn target(w: &Win, rank: c_int, disp: MPI_Aint, count: i64, dt: MPI_Datatype) -> Result<Option<Target>, MpiErr> {
+/// Where a transfer goes.
+enum Where {
+    /// MPI_PROC_NULL: nowhere.
+    Nowhere,
+    Here(Target),
+    /// Another process: queued for the fence.
+    There { rank: usize, disp: i64, count: u64, t: Arc<Type> },
+}
+
+impl Where {
+    fn remote(&self) -> Option<rma::Remote<'_>> {
+        match self {
+            Where::There { rank, disp, count, t } => Some(rma::Remote { rank: *rank, disp: *disp, count: *count, t }),
+            _ => None,
+        }
+    }
+}
+
+/// Checks the target data lies within a window of `size` bytes at `disp` * `unit`.
+fn check_range(t: &Type, count: i64, disp: MPI_Aint, unit: i64, size: i64) -> Res {
+    if disp < 0 {
+        return mpi_err!(MPI_ERR_RMA_RANGE, "target_disp {disp} is negative");
+    }
+    let off = (disp as i128) * (unit as i128);
+    if count > 0 && t.map.size > 0 {
+        let span = (count as i128 - 1) * t.map.extent() as i128;
+        let lo = off + t.map.true_lb as i128 + span.min(0);
+        let hi = off + t.map.true_ub as i128 + span.max(0);
+        if lo < 0 || hi > size as i128 {
+            return mpi_err!(MPI_ERR_RMA_RANGE, "the target data [{lo}, {hi}) leaves the window of {size} bytes");
+        }
+    }
+    Ok(())
+}
+
+/// Checks a transfer's target and finds it: in this process's window, or another's.
+fn target(w: &Win, rank: c_int, disp: MPI_Aint, count: i64, dt: MPI_Datatype) -> Result<Where, MpiErr> {
     check_rank(w, rank)?;
     let t = datatype::resolve(dt)?;
     if count < 0 {
         return mpi_err!(MPI_ERR_COUNT, "target_count {count} is negative");
     }
     if rank == MPI_PROC_NULL {
-        return Ok(None);
+        return Ok(Where::Nowhere);
     }
-    if rank as usize != w.comm.rank() {
-        return mpi_err!(
-            MPI_ERR_UNSUPPORTED_OPERATION,
-            "one-sided transfers to another process (rank {rank} of the window's group of {}) are not supported by distcomm's MPI library yet: only the calling process's own window memory can be the target",
-            w.comm.size()
-        );
-    }
-    if disp < 0 {
-        return mpi_err!(MPI_ERR_RMA_RANGE, "target_disp {disp} is negative");
-    }
-    let off = (disp as i128) * (w.disp_unit as i128);
-    if count > 0 && t.map.size > 0 {
-        let span = (count as i128 - 1) * t.map.extent() as i128;
-        let lo = off + t.map.true_lb as i128 + span.min(0);
-        let hi = off + t.map.true_ub as i128 + span.max(0);
-        if lo < 0 || hi > w.size as i128 {
-            return mpi_err!(MPI_ERR_RMA_RANGE, "the target data [{lo}, {hi}) leaves the window of {} bytes", w.size);
+    let r = rank as usize;
+    let (size, unit) = w.peers[r];
+    check_range(&t, count, disp, unit, size)?;
+    if r != w.comm.rank() {
+        if w.locks.load(Ordering::Relaxed) > 0 || !w.fenced.load(Ordering::Relaxed) {
+            return mpi_err!(
+                MPI_ERR_UNSUPPORTED_OPERATION,
+                "one-sided transfers to another process (rank {rank} of the window's group of {}) are supported in fence epochs only by distcomm's MPI library (passive target needs a progress thread at the target)",
+                w.comm.size()
+            );
         }
+        return Ok(Where::There { rank: r, disp: disp as i64, count: count as u64, t });
     }
-    Ok(Some(Target { addr: (w.base as *mut u8).wrapping_add(off as usize), t, count: count as u64 }))
+    let off = disp as i128 * unit as i128;
+    Ok(Where::Here(Target { addr: (w.base as *mut u8).wrapping_add(off as usize), t, count: count as u64 }))
 }
 
 impl Target {
@@ -320,19 +413,35 @@ impl Target {
 }
 
 fn same_size(origin: usize, t: &Target, what: &str) -> Res {
-    if origin != t.bytes() {
-        return mpi_err!(MPI_ERR_TYPE, "the {what} data is {origin} bytes and the target data {} bytes: their type signatures differ", t.bytes());
+    sizes_match(origin, t.bytes(), what)
+}
+
+fn sizes_match(origin: usize, target: usize, what: &str) -> Res {
+    if origin != target {
+        return mpi_err!(MPI_ERR_TYPE, "the {what} data is {origin} bytes and the target data {target} bytes: their type signatures differ");
     }
     Ok(())
+}
+
+fn same_size_as(origin: usize, to: &Where, what: &str) -> Res {
+    match to {
+        Where::Nowhere => Ok(()),
+        Where::Here(t) => same_size(origin, t, what),
+        Where::There { count, t, .. } => sizes_match(origin, t.map.packed_bytes(*count).unwrap_or(0) as usize, what),
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn put_c(oaddr: *const c_void, ocount: MPI_Count, odt: MPI_Datatype, rank: c_int, disp: MPI_Aint, tcount: MPI_Count, tdt: MPI_Datatype, h: MPI_Win) -> Res {
     with_win(h, |w| {
         let data = crate::packing::pack_copy(oaddr, ocount, odt)?;
-        let Some(t) = target(w, rank, disp, tcount, tdt)? else { return Ok(()) };
-        same_size(data.len(), &t, "origin")?;
-        t.write(&data);
+        let to = target(w, rank, disp, tcount, tdt)?;
+        same_size_as(data.len(), &to, "origin")?;
+        match &to {
+            Where::Here(t) => t.write(&data),
+            Where::There { .. } => rma::put(&mut lock(&w.pending), w.comm.size(), &to.remote().expect("remote"), &data),
+            Where::Nowhere => {}
+        }
         Ok(())
     })
 }
@@ -362,8 +471,15 @@ pub unsafe fn get_c(oaddr: *mut c_void, ocount: MPI_Count, odt: MPI_Datatype, ra
         if ocount < 0 {
             return mpi_err!(MPI_ERR_COUNT, "origin_count {ocount} is negative");
         }
-        let Some(t) = target(w, rank, disp, tcount, tdt)? else { return Ok(()) };
-        to_origin(oaddr, ocount, odt, &t.read(), "origin")
+        match target(w, rank, disp, tcount, tdt)? {
+            Where::Here(t) => to_origin(oaddr, ocount, odt, &t.read(), "origin"),
+            to @ Where::There { .. } => {
+                let ot = landing(oaddr, ocount, odt, &to, "origin")?;
+                rma::get(&mut lock(&w.pending), w.comm.size(), &to.remote().expect("remote"), None, oaddr as usize, ocount as u64, ot);
+                Ok(())
+            }
+            Where::Nowhere => Ok(()),
+        }
     })
 }
 
@@ -372,8 +488,17 @@ pub unsafe fn get(oaddr: *mut c_void, ocount: c_int, odt: MPI_Datatype, rank: c_
     get_c(oaddr, ocount as MPI_Count, odt, rank, disp, tcount as MPI_Count, tdt, h)
 }
 
+/// Checks the origin buffer a remote get's data will land in; its type.
+fn landing(buf: *mut c_void, count: i64, dt: MPI_Datatype, to: &Where, what: &str) -> Result<Arc<Type>, MpiErr> {
+    let t = datatype::resolve(dt)?;
+    let len = crate::packing::packed_len(&t, count)?;
+    crate::packing::check_typed_buf(buf, &t, len, what)?;
+    same_size_as(len, to, what)?;
+    Ok(t)
+}
+
 /// target = origin (op) target, element by element, on packed bytes of `basic` elements.
-fn combine(op: MPI_Op, basic: Option<usize>, origin: &[u8], target: &mut [u8]) -> Res {
+pub(crate) fn combine(op: MPI_Op, basic: Option<usize>, origin: &[u8], target: &mut [u8]) -> Res {
     match op {
         MPI_REPLACE => {
             target.copy_from_slice(origin);
@@ -399,11 +524,21 @@ fn combine(op: MPI_Op, basic: Option<usize>, origin: &[u8], target: &mut [u8]) -
 pub unsafe fn accumulate_c(oaddr: *const c_void, ocount: MPI_Count, odt: MPI_Datatype, rank: c_int, disp: MPI_Aint, tcount: MPI_Count, tdt: MPI_Datatype, op: MPI_Op, h: MPI_Win) -> Res {
     with_win(h, |w| {
         let data = crate::packing::pack_copy(oaddr, ocount, odt)?;
-        let Some(t) = target(w, rank, disp, tcount, tdt)? else { return Ok(()) };
-        same_size(data.len(), &t, "origin")?;
-        let mut cur = t.read();
-        combine(op, t.t.map.basic, &data, &mut cur)?;
-        t.write(&cur);
+        let to = target(w, rank, disp, tcount, tdt)?;
+        same_size_as(data.len(), &to, "origin")?;
+        match &to {
+            Where::Here(t) => {
+                let mut cur = t.read();
+                combine(op, t.t.map.basic, &data, &mut cur)?;
+                t.write(&cur);
+            }
+            Where::There { t, .. } => {
+                // The op's checks at the origin: the target applies it without a way to answer.
+                combine(op, t.map.basic, &data, &mut data.clone())?;
+                rma::accumulate(&mut lock(&w.pending), w.comm.size(), &to.remote().expect("remote"), op, &data);
+            }
+            Where::Nowhere => {}
+        }
         Ok(())
     })
 }
@@ -432,7 +567,20 @@ pub unsafe fn get_accumulate_c(
         // With MPI_NO_OP the origin buffer is ignored (the standard's words).
         let data = if op == MPI_NO_OP { Vec::new() } else { crate::packing::pack_copy(oaddr, ocount, odt)? };
         datatype::resolve(rdt)?;
-        let Some(t) = target(w, rank, disp, tcount, tdt)? else { return Ok(()) };
+        let t = match target(w, rank, disp, tcount, tdt)? {
+            Where::Here(t) => t,
+            to @ Where::There { .. } => {
+                let rt = landing(raddr, rcount, rdt, &to, "result")?;
+                if op != MPI_NO_OP {
+                    same_size_as(data.len(), &to, "origin")?;
+                    let Where::There { t, .. } = &to else { unreachable!() };
+                    combine(op, t.map.basic, &data, &mut data.clone())?;
+                }
+                rma::get(&mut lock(&w.pending), w.comm.size(), &to.remote().expect("remote"), Some((op, &data)), raddr as usize, rcount as u64, rt);
+                return Ok(());
+            }
+            Where::Nowhere => return Ok(()),
+        };
         let mut cur = t.read();
         to_origin(raddr, rcount, rdt, &cur, "result")?;
         if op != MPI_NO_OP {
@@ -470,7 +618,11 @@ pub unsafe fn compare_and_swap(oaddr: *const c_void, caddr: *const c_void, raddr
     with_win(h, |w| {
         let new = crate::packing::pack_copy(oaddr, 1, dt)?;
         let cmp = crate::packing::pack_copy(caddr, 1, dt)?;
-        let Some(t) = target(w, rank, disp, 1, dt)? else { return Ok(()) };
+        let t = match target(w, rank, disp, 1, dt)? {
+            Where::Here(t) => t,
+            Where::There { .. } => return mpi_err!(MPI_ERR_UNSUPPORTED_OPERATION, "MPI_Compare_and_swap to another process is not supported by distcomm's MPI library yet"),
+            Where::Nowhere => return Ok(()),
+        };
         let cur = t.read();
         to_origin(raddr, 1, dt, &cur, "result")?;
         if cur == cmp {

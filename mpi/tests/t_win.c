@@ -1,6 +1,6 @@
 /* RMA windows: allocate and create, fences, Put / Get / Accumulate / Get_accumulate /
  * Fetch_and_op / Compare_and_swap on the calling process's own window (on COMM_SELF and on the
- * world), locks, the window attributes, names, groups, keyvals with callbacks, and error
+ * world), the same to other processes in fence epochs, locks, the window attributes, names, groups, keyvals with callbacks, and error
  * handlers. Datatype keyvals at the end (the same attribute machinery). */
 #include "common.h"
 
@@ -169,6 +169,49 @@ int main(int argc, char **argv) {
   OK(MPI_Put(&val, 1, MPI_INT, rank, 1, 1, MPI_INT, w));
   OK(MPI_Win_fence(0, w));
   CHECK(mine[0] == 0 && mine[1] == 7 + rank);
+  OK(MPI_Win_free(&w));
+  /* Transfers to other processes in fence epochs: to the right neighbour, from it, and
+   * accumulates into rank 0's memory from everyone. */
+  int wbuf[4] = {0, 0, 0, 0};
+  int right = (rank + 1) % size, left = (rank + size - 1) % size, me = 100 + rank, add = 1, fetched = -1;
+  OK(MPI_Win_create(wbuf, sizeof wbuf, sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &w));
+  OK(MPI_Win_set_errhandler(w, MPI_ERRORS_RETURN));
+  OK(MPI_Win_fence(MPI_MODE_NOPRECEDE, w));
+  OK(MPI_Put(&me, 1, MPI_INT, right, 0, 1, MPI_INT, w));
+  OK(MPI_Accumulate(&add, 1, MPI_INT, 0, 1, 1, MPI_INT, MPI_SUM, w));
+  if (expect_distcomm()) FAILS(MPI_Put(&me, 1, MPI_INT, right, 4, 1, MPI_INT, w), MPI_ERR_RMA_RANGE);
+  OK(MPI_Win_fence(0, w));
+  CHECK(wbuf[0] == 100 + left);
+  if (rank == 0) CHECK(wbuf[1] == size);
+  old = -1;
+  OK(MPI_Get(&fetched, 1, MPI_INT, right, 0, 1, MPI_INT, w));
+  OK(MPI_Fetch_and_op(&add, &old, MPI_INT, 0, 2, MPI_SUM, w));
+  OK(MPI_Win_fence(0, w));
+  CHECK(fetched == 100 + rank && old >= 0 && old < size);
+  if (rank == 0) CHECK(wbuf[2] == size);
+  int pair[2] = {7, 8}, before[2] = {-1, -1};
+  OK(MPI_Get_accumulate(pair, 2, MPI_INT, before, 2, MPI_INT, left, 2, 2, MPI_INT, MPI_REPLACE, w));
+  OK(MPI_Win_fence(MPI_MODE_NOSUCCEED, w));
+  CHECK(before[1] == 0 && wbuf[2] == 7 && wbuf[3] == 8);
+  /* A strided target datatype on another process: every other int of the right's window. */
+  MPI_Datatype stride2;
+  int two[2] = {me, me + 1}, back2[2] = {-1, -1};
+  OK(MPI_Type_vector(2, 1, 2, MPI_INT, &stride2));
+  OK(MPI_Type_commit(&stride2));
+  OK(MPI_Win_fence(MPI_MODE_NOPRECEDE, w));
+  OK(MPI_Put(two, 2, MPI_INT, right, 1, 1, stride2, w));
+  OK(MPI_Win_fence(0, w));
+  CHECK(wbuf[1] == 100 + left && wbuf[3] == 101 + left && wbuf[2] == 7);
+  OK(MPI_Get(back2, 2, MPI_INT, right, 1, 1, stride2, w));
+  OK(MPI_Win_fence(MPI_MODE_NOSUCCEED, w));
+  CHECK(back2[0] == me && back2[1] == me + 1);
+  OK(MPI_Type_free(&stride2));
+  if (expect_distcomm() && size > 1) {
+    /* Passive target to another process is not offered (no progress thread at the target). */
+    OK(MPI_Win_lock(MPI_LOCK_SHARED, right, 0, w));
+    FAILS(MPI_Put(&me, 1, MPI_INT, right, 0, 1, MPI_INT, w), MPI_ERR_UNSUPPORTED_OPERATION);
+    OK(MPI_Win_unlock(right, w));
+  }
   OK(MPI_Win_free(&w));
   /* A window made by MPI_Win_create at MPI_BOTTOM (mpi4py's test objects). */
   OK(MPI_Win_create(MPI_BOTTOM, 0, 1, MPI_INFO_NULL, MPI_COMM_SELF, &w));
