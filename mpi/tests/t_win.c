@@ -109,6 +109,8 @@ int main(int argc, char **argv) {
   OK(MPI_Win_set_name(w, "my window"));
   OK(MPI_Win_get_name(w, name, &len));
   CHECK(strcmp(name, "my window") == 0 && len == 9);
+  OK(MPI_Win_get_name(MPI_WIN_NULL, name, &len));
+  CHECK(strcmp(name, "MPI_WIN_NULL") == 0);
   MPI_Group g;
   int gs;
   OK(MPI_Win_get_group(w, &g));
