@@ -1290,7 +1290,25 @@ pub unsafe fn comm_set_info(c: MPI_Comm, info: MPI_Info) -> Res {
 
 // ---- sessions, windows, files, datatype attributes: see session.rs, win.rs, file.rs, keyval.rs ----
 
-pub use crate::win::{win_create_c, win_create, win_allocate_c, win_allocate, win_allocate_shared_c, win_allocate_shared, win_shared_query_c, win_shared_query, win_free, win_fence, win_lock, win_unlock, win_lock_all, win_unlock_all, win_flush, win_flush_local, win_flush_all, win_flush_local_all, win_sync, put_c, put, get_c, get, accumulate_c, accumulate, get_accumulate_c, get_accumulate, fetch_and_op, compare_and_swap, win_get_attr, win_set_attr, win_delete_attr, win_create_keyval, win_free_keyval, win_set_name, win_get_name, win_get_group, win_set_info, win_get_info, win_create_errhandler, win_set_errhandler, win_get_errhandler, win_call_errhandler};
-pub use crate::file::{file_open, file_close, file_delete, file_get_size, file_set_size, file_sync, file_get_amode, file_get_group, file_get_atomicity, file_set_atomicity, file_get_info, file_set_info, file_read_at_c, file_read_at, file_write_at_c, file_write_at, file_read_c, file_read, file_write_c, file_write, file_seek, file_get_position, file_get_byte_offset, file_create_errhandler, file_set_errhandler, file_get_errhandler, file_call_errhandler};
-pub use crate::session::{comm_create_from_group, session_init, session_finalize, session_get_num_psets, session_get_nth_pset, session_get_pset_info, session_get_info, group_from_session_pset, session_create_errhandler, session_set_errhandler, session_get_errhandler, session_call_errhandler};
-pub use crate::keyval::{type_create_keyval, type_free_keyval, type_set_attr, type_get_attr, type_delete_attr};
+pub use crate::win::{
+    win_create_c, win_create, win_allocate_c, win_allocate, win_allocate_shared_c, win_allocate_shared, win_shared_query_c,
+    win_shared_query, win_free, win_fence, win_lock, win_unlock, win_lock_all, win_unlock_all, win_flush, win_flush_local,
+    win_flush_all, win_flush_local_all, win_sync, put_c, put, get_c, get, accumulate_c, accumulate, get_accumulate_c,
+    get_accumulate, fetch_and_op, compare_and_swap, win_get_attr, win_set_attr, win_delete_attr, win_create_keyval,
+    win_free_keyval, win_set_name, win_get_name, win_get_group, win_set_info, win_get_info, win_create_errhandler,
+    win_set_errhandler, win_get_errhandler, win_call_errhandler,
+};
+pub use crate::file::{
+    file_open, file_close, file_delete, file_get_size, file_set_size, file_sync, file_get_amode, file_get_group,
+    file_get_atomicity, file_set_atomicity, file_get_info, file_set_info, file_read_at_c, file_read_at, file_write_at_c,
+    file_write_at, file_read_c, file_read, file_write_c, file_write, file_seek, file_get_position, file_get_byte_offset,
+    file_create_errhandler, file_set_errhandler, file_get_errhandler, file_call_errhandler,
+};
+pub use crate::session::{
+    comm_create_from_group, session_init, session_finalize, session_get_num_psets, session_get_nth_pset,
+    session_get_pset_info, session_get_info, group_from_session_pset, session_create_errhandler, session_set_errhandler,
+    session_get_errhandler, session_call_errhandler,
+};
+pub use crate::keyval::{
+    type_create_keyval, type_free_keyval, type_set_attr, type_get_attr, type_delete_attr,
+};

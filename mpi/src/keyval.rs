@@ -215,16 +215,9 @@ fn check_type(h: MPI_Datatype) -> Res {
     crate::datatype::resolve_any(h).map(|_| ())
 }
 
-fn cb_ptr<T>(f: Option<T>) -> usize {
-    // The NULL functions are NULL (0) and the DUP functions 1: the pointer's value says which.
-    f.map_or(0, |f| {
-        // SAFETY: T is a function pointer type (one word).
-        unsafe { std::mem::transmute_copy::<T, usize>(&f) }
-    })
-}
-
 pub unsafe fn type_create_keyval(copy: Option<MPI_Type_copy_attr_function>, delete: Option<MPI_Type_delete_attr_function>, k: *mut c_int, extra: *mut c_void) -> Res {
-    *crate::api::out(k, "type_keyval")? = create(Kind::Type, cb_ptr(copy), cb_ptr(delete), extra);
+    // MPI_TYPE_NULL_COPY_FN and MPI_TYPE_NULL_DELETE_FN are NULL (0), MPI_TYPE_DUP_FN is 1.
+    *crate::api::out(k, "type_keyval")? = create(Kind::Type, copy.map_or(0, |f| f as usize), delete.map_or(0, |f| f as usize), extra);
     Ok(())
 }
 

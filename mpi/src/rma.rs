@@ -38,10 +38,6 @@ pub struct Pending {
     landings: Vec<Vec<Landing>>,
 }
 
-// SAFETY: a Landing's address is the caller's buffer, written only by the fence that
-// completes the transfer (MPI's rule: the buffer is the library's until then).
-unsafe impl Send for Pending {}
-
 impl Pending {
     pub fn is_empty(&self) -> bool {
         self.out.iter().all(|v| v.is_empty())
@@ -70,7 +66,6 @@ fn put_u64(v: &mut Vec<u8>, x: u64) {
 
 /// Queues a transfer: `kind`, its `op` and basic type (accumulates), its origin data, and for
 /// gets where the reply lands.
-#[allow(clippy::too_many_arguments)]
 fn queue(p: &mut Pending, n: usize, r: &Remote, kind: u8, op: MPI_Op, data: &[u8], landing: Option<Landing>) {
     let basic = r.t.map.basic.unwrap_or(0) as u64;
     let v = p.slot(n, r.rank);
