@@ -454,8 +454,8 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Abi_set_fortran_booleans", false),
     ("MPI_Abi_set_fortran_info", false),
     ("MPI_Abort", true),
-    ("MPI_Accumulate", false),
-    ("MPI_Accumulate_c", false),
+    ("MPI_Accumulate", true),
+    ("MPI_Accumulate_c", true),
     ("MPI_Add_error_class", false),
     ("MPI_Add_error_code", false),
     ("MPI_Add_error_string", false),
@@ -522,7 +522,7 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Comm_create", true),
     ("MPI_Comm_create_errhandler", true),
     ("MPIX_Comm_create_errhandler_x", false),
-    ("MPI_Comm_create_from_group", false),
+    ("MPI_Comm_create_from_group", true),
     ("MPI_Comm_create_group", false),
     ("MPI_Comm_create_keyval", true),
     ("MPI_Comm_delete_attr", true),
@@ -557,7 +557,7 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Comm_split", true),
     ("MPI_Comm_split_type", true),
     ("MPI_Comm_test_inter", true),
-    ("MPI_Compare_and_swap", false),
+    ("MPI_Compare_and_swap", true),
     ("MPI_Dims_create", false),
     ("MPI_Dist_graph_create", false),
     ("MPI_Dist_graph_create_adjacent", false),
@@ -570,21 +570,21 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Exscan_c", true),
     ("MPI_Exscan_init", false),
     ("MPI_Exscan_init_c", false),
-    ("MPI_Fetch_and_op", false),
-    ("MPI_File_call_errhandler", false),
-    ("MPI_File_close", false),
-    ("MPI_File_create_errhandler", false),
+    ("MPI_Fetch_and_op", true),
+    ("MPI_File_call_errhandler", true),
+    ("MPI_File_close", true),
+    ("MPI_File_create_errhandler", true),
     ("MPIX_File_create_errhandler_x", false),
-    ("MPI_File_delete", false),
-    ("MPI_File_get_amode", false),
-    ("MPI_File_get_atomicity", false),
-    ("MPI_File_get_byte_offset", false),
-    ("MPI_File_get_errhandler", false),
-    ("MPI_File_get_group", false),
-    ("MPI_File_get_info", false),
-    ("MPI_File_get_position", false),
+    ("MPI_File_delete", true),
+    ("MPI_File_get_amode", true),
+    ("MPI_File_get_atomicity", true),
+    ("MPI_File_get_byte_offset", true),
+    ("MPI_File_get_errhandler", true),
+    ("MPI_File_get_group", true),
+    ("MPI_File_get_info", true),
+    ("MPI_File_get_position", true),
     ("MPI_File_get_position_shared", false),
-    ("MPI_File_get_size", false),
+    ("MPI_File_get_size", true),
     ("MPI_File_get_type_extent", false),
     ("MPI_File_get_type_extent_c", false),
     ("MPI_File_get_view", false),
@@ -608,17 +608,17 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_File_iwrite_at_all_c", false),
     ("MPI_File_iwrite_shared", false),
     ("MPI_File_iwrite_shared_c", false),
-    ("MPI_File_open", false),
+    ("MPI_File_open", true),
     ("MPI_File_preallocate", false),
-    ("MPI_File_read", false),
-    ("MPI_File_read_c", false),
+    ("MPI_File_read", true),
+    ("MPI_File_read_c", true),
     ("MPI_File_read_all", false),
     ("MPI_File_read_all_c", false),
     ("MPI_File_read_all_begin", false),
     ("MPI_File_read_all_begin_c", false),
     ("MPI_File_read_all_end", false),
-    ("MPI_File_read_at", false),
-    ("MPI_File_read_at_c", false),
+    ("MPI_File_read_at", true),
+    ("MPI_File_read_at_c", true),
     ("MPI_File_read_at_all", false),
     ("MPI_File_read_at_all_c", false),
     ("MPI_File_read_at_all_begin", false),
@@ -631,23 +631,23 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_File_read_ordered_end", false),
     ("MPI_File_read_shared", false),
     ("MPI_File_read_shared_c", false),
-    ("MPI_File_seek", false),
+    ("MPI_File_seek", true),
     ("MPI_File_seek_shared", false),
-    ("MPI_File_set_atomicity", false),
-    ("MPI_File_set_errhandler", false),
-    ("MPI_File_set_info", false),
-    ("MPI_File_set_size", false),
+    ("MPI_File_set_atomicity", true),
+    ("MPI_File_set_errhandler", true),
+    ("MPI_File_set_info", true),
+    ("MPI_File_set_size", true),
     ("MPI_File_set_view", false),
-    ("MPI_File_sync", false),
-    ("MPI_File_write", false),
-    ("MPI_File_write_c", false),
+    ("MPI_File_sync", true),
+    ("MPI_File_write", true),
+    ("MPI_File_write_c", true),
     ("MPI_File_write_all", false),
     ("MPI_File_write_all_c", false),
     ("MPI_File_write_all_begin", false),
     ("MPI_File_write_all_begin_c", false),
     ("MPI_File_write_all_end", false),
-    ("MPI_File_write_at", false),
-    ("MPI_File_write_at_c", false),
+    ("MPI_File_write_at", true),
+    ("MPI_File_write_at_c", true),
     ("MPI_File_write_at_all", false),
     ("MPI_File_write_at_all_c", false),
     ("MPI_File_write_at_all_begin", false),
@@ -671,10 +671,10 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Gatherv_c", true),
     ("MPI_Gatherv_init", false),
     ("MPI_Gatherv_init_c", false),
-    ("MPI_Get", false),
-    ("MPI_Get_c", false),
-    ("MPI_Get_accumulate", false),
-    ("MPI_Get_accumulate_c", false),
+    ("MPI_Get", true),
+    ("MPI_Get_c", true),
+    ("MPI_Get_accumulate", true),
+    ("MPI_Get_accumulate_c", true),
     ("MPI_Get_address", true),
     ("MPI_Get_count", true),
     ("MPI_Get_count_c", true),
@@ -697,7 +697,7 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Group_difference", true),
     ("MPI_Group_excl", true),
     ("MPI_Group_free", true),
-    ("MPI_Group_from_session_pset", false),
+    ("MPI_Group_from_session_pset", true),
     ("MPI_Group_incl", true),
     ("MPI_Group_intersection", true),
     ("MPI_Group_range_excl", true),
@@ -834,8 +834,8 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Probe", true),
     ("MPI_Psend_init", false),
     ("MPI_Publish_name", false),
-    ("MPI_Put", false),
-    ("MPI_Put_c", false),
+    ("MPI_Put", true),
+    ("MPI_Put_c", true),
     ("MPI_Query_thread", true),
     ("MPI_Raccumulate", false),
     ("MPI_Raccumulate_c", false),
@@ -899,21 +899,21 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Sendrecv_replace_c", true),
     ("MPI_Session_attach_buffer", false),
     ("MPI_Session_attach_buffer_c", false),
-    ("MPI_Session_call_errhandler", false),
-    ("MPI_Session_create_errhandler", false),
+    ("MPI_Session_call_errhandler", true),
+    ("MPI_Session_create_errhandler", true),
     ("MPIX_Session_create_errhandler_x", false),
     ("MPI_Session_detach_buffer", false),
     ("MPI_Session_detach_buffer_c", false),
-    ("MPI_Session_finalize", false),
+    ("MPI_Session_finalize", true),
     ("MPI_Session_flush_buffer", false),
-    ("MPI_Session_get_errhandler", false),
-    ("MPI_Session_get_info", false),
-    ("MPI_Session_get_nth_pset", false),
-    ("MPI_Session_get_num_psets", false),
-    ("MPI_Session_get_pset_info", false),
+    ("MPI_Session_get_errhandler", true),
+    ("MPI_Session_get_info", true),
+    ("MPI_Session_get_nth_pset", true),
+    ("MPI_Session_get_num_psets", true),
+    ("MPI_Session_get_pset_info", true),
     ("MPI_Session_iflush_buffer", false),
-    ("MPI_Session_init", false),
-    ("MPI_Session_set_errhandler", false),
+    ("MPI_Session_init", true),
+    ("MPI_Session_set_errhandler", true),
     ("MPI_Ssend", true),
     ("MPI_Ssend_c", true),
     ("MPI_Ssend_init", true),
@@ -952,18 +952,18 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Type_create_hvector_c", true),
     ("MPI_Type_create_indexed_block", true),
     ("MPI_Type_create_indexed_block_c", true),
-    ("MPI_Type_create_keyval", false),
+    ("MPI_Type_create_keyval", true),
     ("MPI_Type_create_resized", true),
     ("MPI_Type_create_resized_c", true),
     ("MPI_Type_create_struct", true),
     ("MPI_Type_create_struct_c", true),
     ("MPI_Type_create_subarray", true),
     ("MPI_Type_create_subarray_c", true),
-    ("MPI_Type_delete_attr", false),
+    ("MPI_Type_delete_attr", true),
     ("MPI_Type_dup", true),
     ("MPI_Type_free", true),
-    ("MPI_Type_free_keyval", false),
-    ("MPI_Type_get_attr", false),
+    ("MPI_Type_free_keyval", true),
+    ("MPI_Type_get_attr", true),
     ("MPI_Type_get_contents", true),
     ("MPI_Type_get_contents_c", true),
     ("MPI_Type_get_envelope", true),
@@ -979,7 +979,7 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Type_indexed", true),
     ("MPI_Type_indexed_c", true),
     ("MPI_Type_match_size", true),
-    ("MPI_Type_set_attr", false),
+    ("MPI_Type_set_attr", true),
     ("MPI_Type_set_name", true),
     ("MPI_Type_size", true),
     ("MPI_Type_size_c", true),
@@ -995,47 +995,47 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Waitall", true),
     ("MPI_Waitany", true),
     ("MPI_Waitsome", true),
-    ("MPI_Win_allocate", false),
-    ("MPI_Win_allocate_c", false),
-    ("MPI_Win_allocate_shared", false),
-    ("MPI_Win_allocate_shared_c", false),
+    ("MPI_Win_allocate", true),
+    ("MPI_Win_allocate_c", true),
+    ("MPI_Win_allocate_shared", true),
+    ("MPI_Win_allocate_shared_c", true),
     ("MPI_Win_attach", false),
-    ("MPI_Win_call_errhandler", false),
+    ("MPI_Win_call_errhandler", true),
     ("MPI_Win_complete", false),
-    ("MPI_Win_create", false),
-    ("MPI_Win_create_c", false),
+    ("MPI_Win_create", true),
+    ("MPI_Win_create_c", true),
     ("MPI_Win_create_dynamic", false),
-    ("MPI_Win_create_errhandler", false),
+    ("MPI_Win_create_errhandler", true),
     ("MPIX_Win_create_errhandler_x", false),
-    ("MPI_Win_create_keyval", false),
-    ("MPI_Win_delete_attr", false),
+    ("MPI_Win_create_keyval", true),
+    ("MPI_Win_delete_attr", true),
     ("MPI_Win_detach", false),
-    ("MPI_Win_fence", false),
-    ("MPI_Win_flush", false),
-    ("MPI_Win_flush_all", false),
-    ("MPI_Win_flush_local", false),
-    ("MPI_Win_flush_local_all", false),
-    ("MPI_Win_free", false),
-    ("MPI_Win_free_keyval", false),
-    ("MPI_Win_get_attr", false),
-    ("MPI_Win_get_errhandler", false),
-    ("MPI_Win_get_group", false),
-    ("MPI_Win_get_info", false),
-    ("MPI_Win_get_name", false),
-    ("MPI_Win_lock", false),
-    ("MPI_Win_lock_all", false),
+    ("MPI_Win_fence", true),
+    ("MPI_Win_flush", true),
+    ("MPI_Win_flush_all", true),
+    ("MPI_Win_flush_local", true),
+    ("MPI_Win_flush_local_all", true),
+    ("MPI_Win_free", true),
+    ("MPI_Win_free_keyval", true),
+    ("MPI_Win_get_attr", true),
+    ("MPI_Win_get_errhandler", true),
+    ("MPI_Win_get_group", true),
+    ("MPI_Win_get_info", true),
+    ("MPI_Win_get_name", true),
+    ("MPI_Win_lock", true),
+    ("MPI_Win_lock_all", true),
     ("MPI_Win_post", false),
-    ("MPI_Win_set_attr", false),
-    ("MPI_Win_set_errhandler", false),
-    ("MPI_Win_set_info", false),
-    ("MPI_Win_set_name", false),
-    ("MPI_Win_shared_query", false),
-    ("MPI_Win_shared_query_c", false),
+    ("MPI_Win_set_attr", true),
+    ("MPI_Win_set_errhandler", true),
+    ("MPI_Win_set_info", true),
+    ("MPI_Win_set_name", true),
+    ("MPI_Win_shared_query", true),
+    ("MPI_Win_shared_query_c", true),
     ("MPI_Win_start", false),
-    ("MPI_Win_sync", false),
+    ("MPI_Win_sync", true),
     ("MPI_Win_test", false),
-    ("MPI_Win_unlock", false),
-    ("MPI_Win_unlock_all", false),
+    ("MPI_Win_unlock", true),
+    ("MPI_Win_unlock_all", true),
     ("MPI_Win_wait", false),
     ("MPI_Aint_add", true),
     ("MPI_Aint_diff", true),
@@ -1174,19 +1174,19 @@ pub unsafe extern "C" fn PMPI_Abort(comm: MPI_Comm, errorcode: c_int) -> c_int {
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Accumulate(origin_addr: *const c_void, origin_count: c_int, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: MPI_Datatype, op: MPI_Op, win: MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Accumulate", MPI_COMM_SELF)
+    crate::err::guard("MPI_Accumulate", || unsafe { crate::api::accumulate(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, op, win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Accumulate(origin_addr: *const c_void, origin_count: c_int, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: MPI_Datatype, op: MPI_Op, win: MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Accumulate", MPI_COMM_SELF)
+    crate::err::guard("MPI_Accumulate", || unsafe { crate::api::accumulate(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, op, win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Accumulate_c(origin_addr: *const c_void, origin_count: MPI_Count, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: MPI_Count, target_datatype: MPI_Datatype, op: MPI_Op, win: MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Accumulate_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Accumulate_c", || unsafe { crate::api::accumulate_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, op, win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Accumulate_c(origin_addr: *const c_void, origin_count: MPI_Count, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: MPI_Count, target_datatype: MPI_Datatype, op: MPI_Op, win: MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Accumulate_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Accumulate_c", || unsafe { crate::api::accumulate_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, op, win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Add_error_class(errorclass: *mut c_int) -> c_int {
@@ -1718,11 +1718,11 @@ pub unsafe extern "C" fn PMPIX_Comm_create_errhandler_x(comm_errhandler_fn_x: Op
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_create_from_group(group: MPI_Group, stringtag: *const c_char, info: MPI_Info, errhandler: MPI_Errhandler, newcomm: *mut MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Comm_create_from_group", MPI_COMM_SELF)
+    crate::err::guard("MPI_Comm_create_from_group", || unsafe { crate::api::comm_create_from_group(group, stringtag, info, errhandler, newcomm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_create_from_group(group: MPI_Group, stringtag: *const c_char, info: MPI_Info, errhandler: MPI_Errhandler, newcomm: *mut MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Comm_create_from_group", MPI_COMM_SELF)
+    crate::err::guard("MPI_Comm_create_from_group", || unsafe { crate::api::comm_create_from_group(group, stringtag, info, errhandler, newcomm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_create_group(comm: MPI_Comm, group: MPI_Group, tag: c_int, newcomm: *mut MPI_Comm) -> c_int {
@@ -1998,11 +1998,11 @@ pub unsafe extern "C" fn PMPI_Comm_test_inter(comm: MPI_Comm, flag: *mut c_int) 
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Compare_and_swap(origin_addr: *const c_void, compare_addr: *const c_void, result_addr: *mut c_void, datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, win: MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Compare_and_swap", MPI_COMM_SELF)
+    crate::err::guard("MPI_Compare_and_swap", || unsafe { crate::api::compare_and_swap(origin_addr, compare_addr, result_addr, datatype, target_rank, target_disp, win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Compare_and_swap(origin_addr: *const c_void, compare_addr: *const c_void, result_addr: *mut c_void, datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, win: MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Compare_and_swap", MPI_COMM_SELF)
+    crate::err::guard("MPI_Compare_and_swap", || unsafe { crate::api::compare_and_swap(origin_addr, compare_addr, result_addr, datatype, target_rank, target_disp, win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Dims_create(nnodes: c_int, ndims: c_int, dims: *mut c_int) -> c_int {
@@ -2102,35 +2102,35 @@ pub unsafe extern "C" fn PMPI_Exscan_init_c(sendbuf: *const c_void, recvbuf: *mu
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Fetch_and_op(origin_addr: *const c_void, result_addr: *mut c_void, datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, op: MPI_Op, win: MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Fetch_and_op", MPI_COMM_SELF)
+    crate::err::guard("MPI_Fetch_and_op", || unsafe { crate::api::fetch_and_op(origin_addr, result_addr, datatype, target_rank, target_disp, op, win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Fetch_and_op(origin_addr: *const c_void, result_addr: *mut c_void, datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, op: MPI_Op, win: MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Fetch_and_op", MPI_COMM_SELF)
+    crate::err::guard("MPI_Fetch_and_op", || unsafe { crate::api::fetch_and_op(origin_addr, result_addr, datatype, target_rank, target_disp, op, win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_call_errhandler(fh: MPI_File, errorcode: c_int) -> c_int {
-    crate::err::unsupported("MPI_File_call_errhandler", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_call_errhandler", || unsafe { crate::api::file_call_errhandler(fh, errorcode) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_call_errhandler(fh: MPI_File, errorcode: c_int) -> c_int {
-    crate::err::unsupported("MPI_File_call_errhandler", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_call_errhandler", || unsafe { crate::api::file_call_errhandler(fh, errorcode) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_close(fh: *mut MPI_File) -> c_int {
-    crate::err::unsupported("MPI_File_close", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_close", || unsafe { crate::api::file_close(fh) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_close(fh: *mut MPI_File) -> c_int {
-    crate::err::unsupported("MPI_File_close", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_close", || unsafe { crate::api::file_close(fh) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_create_errhandler(file_errhandler_fn: Option<MPI_File_errhandler_function>, errhandler: *mut MPI_Errhandler) -> c_int {
-    crate::err::unsupported("MPI_File_create_errhandler", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_create_errhandler", || unsafe { crate::api::file_create_errhandler(file_errhandler_fn, errhandler) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_create_errhandler(file_errhandler_fn: Option<MPI_File_errhandler_function>, errhandler: *mut MPI_Errhandler) -> c_int {
-    crate::err::unsupported("MPI_File_create_errhandler", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_create_errhandler", || unsafe { crate::api::file_create_errhandler(file_errhandler_fn, errhandler) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPIX_File_create_errhandler_x(comm_errhandler_fn_x: Option<MPIX_File_errhandler_function_x>, destructor_fn: Option<MPIX_Destructor_function>, extra_state: *mut c_void, errhandler: *mut MPI_Errhandler) -> c_int {
@@ -2142,67 +2142,67 @@ pub unsafe extern "C" fn PMPIX_File_create_errhandler_x(comm_errhandler_fn_x: Op
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_delete(filename: *const c_char, info: MPI_Info) -> c_int {
-    crate::err::unsupported("MPI_File_delete", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_delete", || unsafe { crate::api::file_delete(filename, info) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_delete(filename: *const c_char, info: MPI_Info) -> c_int {
-    crate::err::unsupported("MPI_File_delete", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_delete", || unsafe { crate::api::file_delete(filename, info) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_get_amode(fh: MPI_File, amode: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_File_get_amode", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_get_amode", || unsafe { crate::api::file_get_amode(fh, amode) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_get_amode(fh: MPI_File, amode: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_File_get_amode", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_get_amode", || unsafe { crate::api::file_get_amode(fh, amode) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_get_atomicity(fh: MPI_File, flag: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_File_get_atomicity", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_get_atomicity", || unsafe { crate::api::file_get_atomicity(fh, flag) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_get_atomicity(fh: MPI_File, flag: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_File_get_atomicity", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_get_atomicity", || unsafe { crate::api::file_get_atomicity(fh, flag) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_get_byte_offset(fh: MPI_File, offset: MPI_Offset, disp: *mut MPI_Offset) -> c_int {
-    crate::err::unsupported("MPI_File_get_byte_offset", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_get_byte_offset", || unsafe { crate::api::file_get_byte_offset(fh, offset, disp) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_get_byte_offset(fh: MPI_File, offset: MPI_Offset, disp: *mut MPI_Offset) -> c_int {
-    crate::err::unsupported("MPI_File_get_byte_offset", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_get_byte_offset", || unsafe { crate::api::file_get_byte_offset(fh, offset, disp) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_get_errhandler(file: MPI_File, errhandler: *mut MPI_Errhandler) -> c_int {
-    crate::err::unsupported("MPI_File_get_errhandler", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_get_errhandler", || unsafe { crate::api::file_get_errhandler(file, errhandler) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_get_errhandler(file: MPI_File, errhandler: *mut MPI_Errhandler) -> c_int {
-    crate::err::unsupported("MPI_File_get_errhandler", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_get_errhandler", || unsafe { crate::api::file_get_errhandler(file, errhandler) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_get_group(fh: MPI_File, group: *mut MPI_Group) -> c_int {
-    crate::err::unsupported("MPI_File_get_group", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_get_group", || unsafe { crate::api::file_get_group(fh, group) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_get_group(fh: MPI_File, group: *mut MPI_Group) -> c_int {
-    crate::err::unsupported("MPI_File_get_group", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_get_group", || unsafe { crate::api::file_get_group(fh, group) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_get_info(fh: MPI_File, info_used: *mut MPI_Info) -> c_int {
-    crate::err::unsupported("MPI_File_get_info", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_get_info", || unsafe { crate::api::file_get_info(fh, info_used) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_get_info(fh: MPI_File, info_used: *mut MPI_Info) -> c_int {
-    crate::err::unsupported("MPI_File_get_info", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_get_info", || unsafe { crate::api::file_get_info(fh, info_used) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_get_position(fh: MPI_File, offset: *mut MPI_Offset) -> c_int {
-    crate::err::unsupported("MPI_File_get_position", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_get_position", || unsafe { crate::api::file_get_position(fh, offset) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_get_position(fh: MPI_File, offset: *mut MPI_Offset) -> c_int {
-    crate::err::unsupported("MPI_File_get_position", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_get_position", || unsafe { crate::api::file_get_position(fh, offset) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_get_position_shared(fh: MPI_File, offset: *mut MPI_Offset) -> c_int {
@@ -2214,11 +2214,11 @@ pub unsafe extern "C" fn PMPI_File_get_position_shared(fh: MPI_File, offset: *mu
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_get_size(fh: MPI_File, size: *mut MPI_Offset) -> c_int {
-    crate::err::unsupported("MPI_File_get_size", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_get_size", || unsafe { crate::api::file_get_size(fh, size) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_get_size(fh: MPI_File, size: *mut MPI_Offset) -> c_int {
-    crate::err::unsupported("MPI_File_get_size", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_get_size", || unsafe { crate::api::file_get_size(fh, size) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_get_type_extent(fh: MPI_File, datatype: MPI_Datatype, extent: *mut MPI_Aint) -> c_int {
@@ -2406,11 +2406,11 @@ pub unsafe extern "C" fn PMPI_File_iwrite_shared_c(fh: MPI_File, buf: *const c_v
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_open(comm: MPI_Comm, filename: *const c_char, amode: c_int, info: MPI_Info, fh: *mut MPI_File) -> c_int {
-    crate::err::unsupported("MPI_File_open", comm)
+    crate::err::guard("MPI_File_open", || unsafe { crate::api::file_open(comm, filename, amode, info, fh) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_open(comm: MPI_Comm, filename: *const c_char, amode: c_int, info: MPI_Info, fh: *mut MPI_File) -> c_int {
-    crate::err::unsupported("MPI_File_open", comm)
+    crate::err::guard("MPI_File_open", || unsafe { crate::api::file_open(comm, filename, amode, info, fh) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_preallocate(fh: MPI_File, size: MPI_Offset) -> c_int {
@@ -2422,19 +2422,19 @@ pub unsafe extern "C" fn PMPI_File_preallocate(fh: MPI_File, size: MPI_Offset) -
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_read", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_read", || unsafe { crate::api::file_read(fh, buf, count, datatype, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_read", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_read", || unsafe { crate::api::file_read(fh, buf, count, datatype, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_read_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_read_c", || unsafe { crate::api::file_read_c(fh, buf, count, datatype, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_read_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_read_c", || unsafe { crate::api::file_read_c(fh, buf, count, datatype, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_all(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
@@ -2478,19 +2478,19 @@ pub unsafe extern "C" fn PMPI_File_read_all_end(fh: MPI_File, buf: *mut c_void, 
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_at(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_read_at", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_read_at", || unsafe { crate::api::file_read_at(fh, offset, buf, count, datatype, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_at(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_read_at", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_read_at", || unsafe { crate::api::file_read_at(fh, offset, buf, count, datatype, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_at_c(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_read_at_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_read_at_c", || unsafe { crate::api::file_read_at_c(fh, offset, buf, count, datatype, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_at_c(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_read_at_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_read_at_c", || unsafe { crate::api::file_read_at_c(fh, offset, buf, count, datatype, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_at_all(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
@@ -2590,11 +2590,11 @@ pub unsafe extern "C" fn PMPI_File_read_shared_c(fh: MPI_File, buf: *mut c_void,
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_seek(fh: MPI_File, offset: MPI_Offset, whence: c_int) -> c_int {
-    crate::err::unsupported("MPI_File_seek", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_seek", || unsafe { crate::api::file_seek(fh, offset, whence) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_seek(fh: MPI_File, offset: MPI_Offset, whence: c_int) -> c_int {
-    crate::err::unsupported("MPI_File_seek", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_seek", || unsafe { crate::api::file_seek(fh, offset, whence) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_seek_shared(fh: MPI_File, offset: MPI_Offset, whence: c_int) -> c_int {
@@ -2606,35 +2606,35 @@ pub unsafe extern "C" fn PMPI_File_seek_shared(fh: MPI_File, offset: MPI_Offset,
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_set_atomicity(fh: MPI_File, flag: c_int) -> c_int {
-    crate::err::unsupported("MPI_File_set_atomicity", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_set_atomicity", || unsafe { crate::api::file_set_atomicity(fh, flag) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_set_atomicity(fh: MPI_File, flag: c_int) -> c_int {
-    crate::err::unsupported("MPI_File_set_atomicity", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_set_atomicity", || unsafe { crate::api::file_set_atomicity(fh, flag) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_set_errhandler(file: MPI_File, errhandler: MPI_Errhandler) -> c_int {
-    crate::err::unsupported("MPI_File_set_errhandler", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_set_errhandler", || unsafe { crate::api::file_set_errhandler(file, errhandler) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_set_errhandler(file: MPI_File, errhandler: MPI_Errhandler) -> c_int {
-    crate::err::unsupported("MPI_File_set_errhandler", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_set_errhandler", || unsafe { crate::api::file_set_errhandler(file, errhandler) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_set_info(fh: MPI_File, info: MPI_Info) -> c_int {
-    crate::err::unsupported("MPI_File_set_info", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_set_info", || unsafe { crate::api::file_set_info(fh, info) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_set_info(fh: MPI_File, info: MPI_Info) -> c_int {
-    crate::err::unsupported("MPI_File_set_info", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_set_info", || unsafe { crate::api::file_set_info(fh, info) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_set_size(fh: MPI_File, size: MPI_Offset) -> c_int {
-    crate::err::unsupported("MPI_File_set_size", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_set_size", || unsafe { crate::api::file_set_size(fh, size) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_set_size(fh: MPI_File, size: MPI_Offset) -> c_int {
-    crate::err::unsupported("MPI_File_set_size", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_set_size", || unsafe { crate::api::file_set_size(fh, size) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_set_view(fh: MPI_File, disp: MPI_Offset, etype: MPI_Datatype, filetype: MPI_Datatype, datarep: *const c_char, info: MPI_Info) -> c_int {
@@ -2646,27 +2646,27 @@ pub unsafe extern "C" fn PMPI_File_set_view(fh: MPI_File, disp: MPI_Offset, etyp
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_sync(fh: MPI_File) -> c_int {
-    crate::err::unsupported("MPI_File_sync", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_sync", || unsafe { crate::api::file_sync(fh) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_sync(fh: MPI_File) -> c_int {
-    crate::err::unsupported("MPI_File_sync", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_sync", || unsafe { crate::api::file_sync(fh) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_write", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_write", || unsafe { crate::api::file_write(fh, buf, count, datatype, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_write", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_write", || unsafe { crate::api::file_write(fh, buf, count, datatype, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_write_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_write_c", || unsafe { crate::api::file_write_c(fh, buf, count, datatype, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_write_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_write_c", || unsafe { crate::api::file_write_c(fh, buf, count, datatype, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_all(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
@@ -2710,19 +2710,19 @@ pub unsafe extern "C" fn PMPI_File_write_all_end(fh: MPI_File, buf: *const c_voi
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_at(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_write_at", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_write_at", || unsafe { crate::api::file_write_at(fh, offset, buf, count, datatype, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_at(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_write_at", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_write_at", || unsafe { crate::api::file_write_at(fh, offset, buf, count, datatype, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_at_c(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_write_at_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_write_at_c", || unsafe { crate::api::file_write_at_c(fh, offset, buf, count, datatype, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_at_c(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_write_at_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_write_at_c", || unsafe { crate::api::file_write_at_c(fh, offset, buf, count, datatype, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_at_all(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
@@ -2910,35 +2910,35 @@ pub unsafe extern "C" fn PMPI_Gatherv_init_c(sendbuf: *const c_void, sendcount: 
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Get(origin_addr: *mut c_void, origin_count: c_int, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: MPI_Datatype, win: MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Get", MPI_COMM_SELF)
+    crate::err::guard("MPI_Get", || unsafe { crate::api::get(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Get(origin_addr: *mut c_void, origin_count: c_int, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: MPI_Datatype, win: MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Get", MPI_COMM_SELF)
+    crate::err::guard("MPI_Get", || unsafe { crate::api::get(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Get_c(origin_addr: *mut c_void, origin_count: MPI_Count, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: MPI_Count, target_datatype: MPI_Datatype, win: MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Get_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Get_c", || unsafe { crate::api::get_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Get_c(origin_addr: *mut c_void, origin_count: MPI_Count, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: MPI_Count, target_datatype: MPI_Datatype, win: MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Get_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Get_c", || unsafe { crate::api::get_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Get_accumulate(origin_addr: *const c_void, origin_count: c_int, origin_datatype: MPI_Datatype, result_addr: *mut c_void, result_count: c_int, result_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: MPI_Datatype, op: MPI_Op, win: MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Get_accumulate", MPI_COMM_SELF)
+    crate::err::guard("MPI_Get_accumulate", || unsafe { crate::api::get_accumulate(origin_addr, origin_count, origin_datatype, result_addr, result_count, result_datatype, target_rank, target_disp, target_count, target_datatype, op, win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Get_accumulate(origin_addr: *const c_void, origin_count: c_int, origin_datatype: MPI_Datatype, result_addr: *mut c_void, result_count: c_int, result_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: MPI_Datatype, op: MPI_Op, win: MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Get_accumulate", MPI_COMM_SELF)
+    crate::err::guard("MPI_Get_accumulate", || unsafe { crate::api::get_accumulate(origin_addr, origin_count, origin_datatype, result_addr, result_count, result_datatype, target_rank, target_disp, target_count, target_datatype, op, win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Get_accumulate_c(origin_addr: *const c_void, origin_count: MPI_Count, origin_datatype: MPI_Datatype, result_addr: *mut c_void, result_count: MPI_Count, result_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: MPI_Count, target_datatype: MPI_Datatype, op: MPI_Op, win: MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Get_accumulate_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Get_accumulate_c", || unsafe { crate::api::get_accumulate_c(origin_addr, origin_count, origin_datatype, result_addr, result_count, result_datatype, target_rank, target_disp, target_count, target_datatype, op, win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Get_accumulate_c(origin_addr: *const c_void, origin_count: MPI_Count, origin_datatype: MPI_Datatype, result_addr: *mut c_void, result_count: MPI_Count, result_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: MPI_Count, target_datatype: MPI_Datatype, op: MPI_Op, win: MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Get_accumulate_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Get_accumulate_c", || unsafe { crate::api::get_accumulate_c(origin_addr, origin_count, origin_datatype, result_addr, result_count, result_datatype, target_rank, target_disp, target_count, target_datatype, op, win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Get_address(location: *const c_void, address: *mut MPI_Aint) -> c_int {
@@ -3118,11 +3118,11 @@ pub unsafe extern "C" fn PMPI_Group_free(group: *mut MPI_Group) -> c_int {
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Group_from_session_pset(session: MPI_Session, pset_name: *const c_char, newgroup: *mut MPI_Group) -> c_int {
-    crate::err::unsupported("MPI_Group_from_session_pset", MPI_COMM_SELF)
+    crate::err::guard("MPI_Group_from_session_pset", || unsafe { crate::api::group_from_session_pset(session, pset_name, newgroup) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Group_from_session_pset(session: MPI_Session, pset_name: *const c_char, newgroup: *mut MPI_Group) -> c_int {
-    crate::err::unsupported("MPI_Group_from_session_pset", MPI_COMM_SELF)
+    crate::err::guard("MPI_Group_from_session_pset", || unsafe { crate::api::group_from_session_pset(session, pset_name, newgroup) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Group_incl(group: MPI_Group, n: c_int, ranks: *const c_int, newgroup: *mut MPI_Group) -> c_int {
@@ -4214,19 +4214,19 @@ pub unsafe extern "C" fn PMPI_Publish_name(service_name: *const c_char, info: MP
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Put(origin_addr: *const c_void, origin_count: c_int, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: MPI_Datatype, win: MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Put", MPI_COMM_SELF)
+    crate::err::guard("MPI_Put", || unsafe { crate::api::put(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Put(origin_addr: *const c_void, origin_count: c_int, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: MPI_Datatype, win: MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Put", MPI_COMM_SELF)
+    crate::err::guard("MPI_Put", || unsafe { crate::api::put(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Put_c(origin_addr: *const c_void, origin_count: MPI_Count, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: MPI_Count, target_datatype: MPI_Datatype, win: MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Put_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Put_c", || unsafe { crate::api::put_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Put_c(origin_addr: *const c_void, origin_count: MPI_Count, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: MPI_Count, target_datatype: MPI_Datatype, win: MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Put_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Put_c", || unsafe { crate::api::put_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Query_thread(provided: *mut c_int) -> c_int {
@@ -4734,19 +4734,19 @@ pub unsafe extern "C" fn PMPI_Session_attach_buffer_c(session: MPI_Session, buff
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Session_call_errhandler(session: MPI_Session, errorcode: c_int) -> c_int {
-    crate::err::unsupported("MPI_Session_call_errhandler", MPI_COMM_SELF)
+    crate::err::guard("MPI_Session_call_errhandler", || unsafe { crate::api::session_call_errhandler(session, errorcode) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Session_call_errhandler(session: MPI_Session, errorcode: c_int) -> c_int {
-    crate::err::unsupported("MPI_Session_call_errhandler", MPI_COMM_SELF)
+    crate::err::guard("MPI_Session_call_errhandler", || unsafe { crate::api::session_call_errhandler(session, errorcode) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Session_create_errhandler(session_errhandler_fn: Option<MPI_Session_errhandler_function>, errhandler: *mut MPI_Errhandler) -> c_int {
-    crate::err::unsupported("MPI_Session_create_errhandler", MPI_COMM_SELF)
+    crate::err::guard("MPI_Session_create_errhandler", || unsafe { crate::api::session_create_errhandler(session_errhandler_fn, errhandler) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Session_create_errhandler(session_errhandler_fn: Option<MPI_Session_errhandler_function>, errhandler: *mut MPI_Errhandler) -> c_int {
-    crate::err::unsupported("MPI_Session_create_errhandler", MPI_COMM_SELF)
+    crate::err::guard("MPI_Session_create_errhandler", || unsafe { crate::api::session_create_errhandler(session_errhandler_fn, errhandler) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPIX_Session_create_errhandler_x(comm_errhandler_fn_x: Option<MPIX_Session_errhandler_function_x>, destructor_fn: Option<MPIX_Destructor_function>, extra_state: *mut c_void, errhandler: *mut MPI_Errhandler) -> c_int {
@@ -4774,11 +4774,11 @@ pub unsafe extern "C" fn PMPI_Session_detach_buffer_c(session: MPI_Session, buff
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Session_finalize(session: *mut MPI_Session) -> c_int {
-    crate::err::unsupported("MPI_Session_finalize", MPI_COMM_SELF)
+    crate::err::guard("MPI_Session_finalize", || unsafe { crate::api::session_finalize(session) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Session_finalize(session: *mut MPI_Session) -> c_int {
-    crate::err::unsupported("MPI_Session_finalize", MPI_COMM_SELF)
+    crate::err::guard("MPI_Session_finalize", || unsafe { crate::api::session_finalize(session) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Session_flush_buffer(session: MPI_Session) -> c_int {
@@ -4790,43 +4790,43 @@ pub unsafe extern "C" fn PMPI_Session_flush_buffer(session: MPI_Session) -> c_in
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Session_get_errhandler(session: MPI_Session, errhandler: *mut MPI_Errhandler) -> c_int {
-    crate::err::unsupported("MPI_Session_get_errhandler", MPI_COMM_SELF)
+    crate::err::guard("MPI_Session_get_errhandler", || unsafe { crate::api::session_get_errhandler(session, errhandler) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Session_get_errhandler(session: MPI_Session, errhandler: *mut MPI_Errhandler) -> c_int {
-    crate::err::unsupported("MPI_Session_get_errhandler", MPI_COMM_SELF)
+    crate::err::guard("MPI_Session_get_errhandler", || unsafe { crate::api::session_get_errhandler(session, errhandler) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Session_get_info(session: MPI_Session, info_used: *mut MPI_Info) -> c_int {
-    crate::err::unsupported("MPI_Session_get_info", MPI_COMM_SELF)
+    crate::err::guard("MPI_Session_get_info", || unsafe { crate::api::session_get_info(session, info_used) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Session_get_info(session: MPI_Session, info_used: *mut MPI_Info) -> c_int {
-    crate::err::unsupported("MPI_Session_get_info", MPI_COMM_SELF)
+    crate::err::guard("MPI_Session_get_info", || unsafe { crate::api::session_get_info(session, info_used) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Session_get_nth_pset(session: MPI_Session, info: MPI_Info, n: c_int, pset_len: *mut c_int, pset_name: *mut c_char) -> c_int {
-    crate::err::unsupported("MPI_Session_get_nth_pset", MPI_COMM_SELF)
+    crate::err::guard("MPI_Session_get_nth_pset", || unsafe { crate::api::session_get_nth_pset(session, info, n, pset_len, pset_name) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Session_get_nth_pset(session: MPI_Session, info: MPI_Info, n: c_int, pset_len: *mut c_int, pset_name: *mut c_char) -> c_int {
-    crate::err::unsupported("MPI_Session_get_nth_pset", MPI_COMM_SELF)
+    crate::err::guard("MPI_Session_get_nth_pset", || unsafe { crate::api::session_get_nth_pset(session, info, n, pset_len, pset_name) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Session_get_num_psets(session: MPI_Session, info: MPI_Info, npset_names: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Session_get_num_psets", MPI_COMM_SELF)
+    crate::err::guard("MPI_Session_get_num_psets", || unsafe { crate::api::session_get_num_psets(session, info, npset_names) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Session_get_num_psets(session: MPI_Session, info: MPI_Info, npset_names: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Session_get_num_psets", MPI_COMM_SELF)
+    crate::err::guard("MPI_Session_get_num_psets", || unsafe { crate::api::session_get_num_psets(session, info, npset_names) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Session_get_pset_info(session: MPI_Session, pset_name: *const c_char, info: *mut MPI_Info) -> c_int {
-    crate::err::unsupported("MPI_Session_get_pset_info", MPI_COMM_SELF)
+    crate::err::guard("MPI_Session_get_pset_info", || unsafe { crate::api::session_get_pset_info(session, pset_name, info) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Session_get_pset_info(session: MPI_Session, pset_name: *const c_char, info: *mut MPI_Info) -> c_int {
-    crate::err::unsupported("MPI_Session_get_pset_info", MPI_COMM_SELF)
+    crate::err::guard("MPI_Session_get_pset_info", || unsafe { crate::api::session_get_pset_info(session, pset_name, info) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Session_iflush_buffer(session: MPI_Session, request: *mut MPI_Request) -> c_int {
@@ -4838,19 +4838,19 @@ pub unsafe extern "C" fn PMPI_Session_iflush_buffer(session: MPI_Session, reques
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Session_init(info: MPI_Info, errhandler: MPI_Errhandler, session: *mut MPI_Session) -> c_int {
-    crate::err::unsupported("MPI_Session_init", MPI_COMM_SELF)
+    crate::err::guard("MPI_Session_init", || unsafe { crate::api::session_init(info, errhandler, session) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Session_init(info: MPI_Info, errhandler: MPI_Errhandler, session: *mut MPI_Session) -> c_int {
-    crate::err::unsupported("MPI_Session_init", MPI_COMM_SELF)
+    crate::err::guard("MPI_Session_init", || unsafe { crate::api::session_init(info, errhandler, session) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Session_set_errhandler(session: MPI_Session, errhandler: MPI_Errhandler) -> c_int {
-    crate::err::unsupported("MPI_Session_set_errhandler", MPI_COMM_SELF)
+    crate::err::guard("MPI_Session_set_errhandler", || unsafe { crate::api::session_set_errhandler(session, errhandler) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Session_set_errhandler(session: MPI_Session, errhandler: MPI_Errhandler) -> c_int {
-    crate::err::unsupported("MPI_Session_set_errhandler", MPI_COMM_SELF)
+    crate::err::guard("MPI_Session_set_errhandler", || unsafe { crate::api::session_set_errhandler(session, errhandler) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ssend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) -> c_int {
@@ -5158,11 +5158,11 @@ pub unsafe extern "C" fn PMPI_Type_create_indexed_block_c(count: MPI_Count, bloc
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_keyval(type_copy_attr_fn: Option<MPI_Type_copy_attr_function>, type_delete_attr_fn: Option<MPI_Type_delete_attr_function>, type_keyval: *mut c_int, extra_state: *mut c_void) -> c_int {
-    crate::err::unsupported("MPI_Type_create_keyval", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_create_keyval", || unsafe { crate::api::type_create_keyval(type_copy_attr_fn, type_delete_attr_fn, type_keyval, extra_state) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_keyval(type_copy_attr_fn: Option<MPI_Type_copy_attr_function>, type_delete_attr_fn: Option<MPI_Type_delete_attr_function>, type_keyval: *mut c_int, extra_state: *mut c_void) -> c_int {
-    crate::err::unsupported("MPI_Type_create_keyval", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_create_keyval", || unsafe { crate::api::type_create_keyval(type_copy_attr_fn, type_delete_attr_fn, type_keyval, extra_state) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_resized(oldtype: MPI_Datatype, lb: MPI_Aint, extent: MPI_Aint, newtype: *mut MPI_Datatype) -> c_int {
@@ -5214,11 +5214,11 @@ pub unsafe extern "C" fn PMPI_Type_create_subarray_c(ndims: c_int, array_of_size
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_delete_attr(datatype: MPI_Datatype, type_keyval: c_int) -> c_int {
-    crate::err::unsupported("MPI_Type_delete_attr", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_delete_attr", || unsafe { crate::api::type_delete_attr(datatype, type_keyval) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_delete_attr(datatype: MPI_Datatype, type_keyval: c_int) -> c_int {
-    crate::err::unsupported("MPI_Type_delete_attr", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_delete_attr", || unsafe { crate::api::type_delete_attr(datatype, type_keyval) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_dup(oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
@@ -5238,19 +5238,19 @@ pub unsafe extern "C" fn PMPI_Type_free(datatype: *mut MPI_Datatype) -> c_int {
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_free_keyval(type_keyval: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Type_free_keyval", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_free_keyval", || unsafe { crate::api::type_free_keyval(type_keyval) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_free_keyval(type_keyval: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Type_free_keyval", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_free_keyval", || unsafe { crate::api::type_free_keyval(type_keyval) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_get_attr(datatype: MPI_Datatype, type_keyval: c_int, attribute_val: *mut c_void, flag: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Type_get_attr", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_get_attr", || unsafe { crate::api::type_get_attr(datatype, type_keyval, attribute_val, flag) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_get_attr(datatype: MPI_Datatype, type_keyval: c_int, attribute_val: *mut c_void, flag: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Type_get_attr", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_get_attr", || unsafe { crate::api::type_get_attr(datatype, type_keyval, attribute_val, flag) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_get_contents(datatype: MPI_Datatype, max_integers: c_int, max_addresses: c_int, max_datatypes: c_int, array_of_integers: *mut c_int, array_of_addresses: *mut MPI_Aint, array_of_datatypes: *mut MPI_Datatype) -> c_int {
@@ -5374,11 +5374,11 @@ pub unsafe extern "C" fn PMPI_Type_match_size(typeclass: c_int, size: c_int, dat
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_set_attr(datatype: MPI_Datatype, type_keyval: c_int, attribute_val: *mut c_void) -> c_int {
-    crate::err::unsupported("MPI_Type_set_attr", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_set_attr", || unsafe { crate::api::type_set_attr(datatype, type_keyval, attribute_val) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_set_attr(datatype: MPI_Datatype, type_keyval: c_int, attribute_val: *mut c_void) -> c_int {
-    crate::err::unsupported("MPI_Type_set_attr", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_set_attr", || unsafe { crate::api::type_set_attr(datatype, type_keyval, attribute_val) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_set_name(datatype: MPI_Datatype, type_name: *const c_char) -> c_int {
@@ -5502,35 +5502,35 @@ pub unsafe extern "C" fn PMPI_Waitsome(incount: c_int, array_of_requests: *mut M
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_allocate(size: MPI_Aint, disp_unit: c_int, info: MPI_Info, comm: MPI_Comm, baseptr: *mut c_void, win: *mut MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Win_allocate", comm)
+    crate::err::guard("MPI_Win_allocate", || unsafe { crate::api::win_allocate(size, disp_unit, info, comm, baseptr, win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_allocate(size: MPI_Aint, disp_unit: c_int, info: MPI_Info, comm: MPI_Comm, baseptr: *mut c_void, win: *mut MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Win_allocate", comm)
+    crate::err::guard("MPI_Win_allocate", || unsafe { crate::api::win_allocate(size, disp_unit, info, comm, baseptr, win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_allocate_c(size: MPI_Aint, disp_unit: MPI_Aint, info: MPI_Info, comm: MPI_Comm, baseptr: *mut c_void, win: *mut MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Win_allocate_c", comm)
+    crate::err::guard("MPI_Win_allocate_c", || unsafe { crate::api::win_allocate_c(size, disp_unit, info, comm, baseptr, win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_allocate_c(size: MPI_Aint, disp_unit: MPI_Aint, info: MPI_Info, comm: MPI_Comm, baseptr: *mut c_void, win: *mut MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Win_allocate_c", comm)
+    crate::err::guard("MPI_Win_allocate_c", || unsafe { crate::api::win_allocate_c(size, disp_unit, info, comm, baseptr, win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_allocate_shared(size: MPI_Aint, disp_unit: c_int, info: MPI_Info, comm: MPI_Comm, baseptr: *mut c_void, win: *mut MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Win_allocate_shared", comm)
+    crate::err::guard("MPI_Win_allocate_shared", || unsafe { crate::api::win_allocate_shared(size, disp_unit, info, comm, baseptr, win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_allocate_shared(size: MPI_Aint, disp_unit: c_int, info: MPI_Info, comm: MPI_Comm, baseptr: *mut c_void, win: *mut MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Win_allocate_shared", comm)
+    crate::err::guard("MPI_Win_allocate_shared", || unsafe { crate::api::win_allocate_shared(size, disp_unit, info, comm, baseptr, win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_allocate_shared_c(size: MPI_Aint, disp_unit: MPI_Aint, info: MPI_Info, comm: MPI_Comm, baseptr: *mut c_void, win: *mut MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Win_allocate_shared_c", comm)
+    crate::err::guard("MPI_Win_allocate_shared_c", || unsafe { crate::api::win_allocate_shared_c(size, disp_unit, info, comm, baseptr, win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_allocate_shared_c(size: MPI_Aint, disp_unit: MPI_Aint, info: MPI_Info, comm: MPI_Comm, baseptr: *mut c_void, win: *mut MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Win_allocate_shared_c", comm)
+    crate::err::guard("MPI_Win_allocate_shared_c", || unsafe { crate::api::win_allocate_shared_c(size, disp_unit, info, comm, baseptr, win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_attach(win: MPI_Win, base: *mut c_void, size: MPI_Aint) -> c_int {
@@ -5542,11 +5542,11 @@ pub unsafe extern "C" fn PMPI_Win_attach(win: MPI_Win, base: *mut c_void, size: 
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_call_errhandler(win: MPI_Win, errorcode: c_int) -> c_int {
-    crate::err::unsupported("MPI_Win_call_errhandler", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_call_errhandler", || unsafe { crate::api::win_call_errhandler(win, errorcode) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_call_errhandler(win: MPI_Win, errorcode: c_int) -> c_int {
-    crate::err::unsupported("MPI_Win_call_errhandler", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_call_errhandler", || unsafe { crate::api::win_call_errhandler(win, errorcode) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_complete(win: MPI_Win) -> c_int {
@@ -5558,19 +5558,19 @@ pub unsafe extern "C" fn PMPI_Win_complete(win: MPI_Win) -> c_int {
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_create(base: *mut c_void, size: MPI_Aint, disp_unit: c_int, info: MPI_Info, comm: MPI_Comm, win: *mut MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Win_create", comm)
+    crate::err::guard("MPI_Win_create", || unsafe { crate::api::win_create(base, size, disp_unit, info, comm, win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_create(base: *mut c_void, size: MPI_Aint, disp_unit: c_int, info: MPI_Info, comm: MPI_Comm, win: *mut MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Win_create", comm)
+    crate::err::guard("MPI_Win_create", || unsafe { crate::api::win_create(base, size, disp_unit, info, comm, win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_create_c(base: *mut c_void, size: MPI_Aint, disp_unit: MPI_Aint, info: MPI_Info, comm: MPI_Comm, win: *mut MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Win_create_c", comm)
+    crate::err::guard("MPI_Win_create_c", || unsafe { crate::api::win_create_c(base, size, disp_unit, info, comm, win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_create_c(base: *mut c_void, size: MPI_Aint, disp_unit: MPI_Aint, info: MPI_Info, comm: MPI_Comm, win: *mut MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Win_create_c", comm)
+    crate::err::guard("MPI_Win_create_c", || unsafe { crate::api::win_create_c(base, size, disp_unit, info, comm, win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_create_dynamic(info: MPI_Info, comm: MPI_Comm, win: *mut MPI_Win) -> c_int {
@@ -5582,11 +5582,11 @@ pub unsafe extern "C" fn PMPI_Win_create_dynamic(info: MPI_Info, comm: MPI_Comm,
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_create_errhandler(win_errhandler_fn: Option<MPI_Win_errhandler_function>, errhandler: *mut MPI_Errhandler) -> c_int {
-    crate::err::unsupported("MPI_Win_create_errhandler", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_create_errhandler", || unsafe { crate::api::win_create_errhandler(win_errhandler_fn, errhandler) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_create_errhandler(win_errhandler_fn: Option<MPI_Win_errhandler_function>, errhandler: *mut MPI_Errhandler) -> c_int {
-    crate::err::unsupported("MPI_Win_create_errhandler", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_create_errhandler", || unsafe { crate::api::win_create_errhandler(win_errhandler_fn, errhandler) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPIX_Win_create_errhandler_x(comm_errhandler_fn_x: Option<MPIX_Win_errhandler_function_x>, destructor_fn: Option<MPIX_Destructor_function>, extra_state: *mut c_void, errhandler: *mut MPI_Errhandler) -> c_int {
@@ -5598,19 +5598,19 @@ pub unsafe extern "C" fn PMPIX_Win_create_errhandler_x(comm_errhandler_fn_x: Opt
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_create_keyval(win_copy_attr_fn: Option<MPI_Win_copy_attr_function>, win_delete_attr_fn: Option<MPI_Win_delete_attr_function>, win_keyval: *mut c_int, extra_state: *mut c_void) -> c_int {
-    crate::err::unsupported("MPI_Win_create_keyval", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_create_keyval", || unsafe { crate::api::win_create_keyval(win_copy_attr_fn, win_delete_attr_fn, win_keyval, extra_state) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_create_keyval(win_copy_attr_fn: Option<MPI_Win_copy_attr_function>, win_delete_attr_fn: Option<MPI_Win_delete_attr_function>, win_keyval: *mut c_int, extra_state: *mut c_void) -> c_int {
-    crate::err::unsupported("MPI_Win_create_keyval", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_create_keyval", || unsafe { crate::api::win_create_keyval(win_copy_attr_fn, win_delete_attr_fn, win_keyval, extra_state) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_delete_attr(win: MPI_Win, win_keyval: c_int) -> c_int {
-    crate::err::unsupported("MPI_Win_delete_attr", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_delete_attr", || unsafe { crate::api::win_delete_attr(win, win_keyval) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_delete_attr(win: MPI_Win, win_keyval: c_int) -> c_int {
-    crate::err::unsupported("MPI_Win_delete_attr", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_delete_attr", || unsafe { crate::api::win_delete_attr(win, win_keyval) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_detach(win: MPI_Win, base: *const c_void) -> c_int {
@@ -5622,115 +5622,115 @@ pub unsafe extern "C" fn PMPI_Win_detach(win: MPI_Win, base: *const c_void) -> c
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_fence(assert: c_int, win: MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Win_fence", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_fence", || unsafe { crate::api::win_fence(assert, win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_fence(assert: c_int, win: MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Win_fence", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_fence", || unsafe { crate::api::win_fence(assert, win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_flush(rank: c_int, win: MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Win_flush", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_flush", || unsafe { crate::api::win_flush(rank, win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_flush(rank: c_int, win: MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Win_flush", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_flush", || unsafe { crate::api::win_flush(rank, win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_flush_all(win: MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Win_flush_all", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_flush_all", || unsafe { crate::api::win_flush_all(win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_flush_all(win: MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Win_flush_all", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_flush_all", || unsafe { crate::api::win_flush_all(win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_flush_local(rank: c_int, win: MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Win_flush_local", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_flush_local", || unsafe { crate::api::win_flush_local(rank, win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_flush_local(rank: c_int, win: MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Win_flush_local", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_flush_local", || unsafe { crate::api::win_flush_local(rank, win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_flush_local_all(win: MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Win_flush_local_all", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_flush_local_all", || unsafe { crate::api::win_flush_local_all(win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_flush_local_all(win: MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Win_flush_local_all", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_flush_local_all", || unsafe { crate::api::win_flush_local_all(win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_free(win: *mut MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Win_free", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_free", || unsafe { crate::api::win_free(win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_free(win: *mut MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Win_free", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_free", || unsafe { crate::api::win_free(win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_free_keyval(win_keyval: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Win_free_keyval", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_free_keyval", || unsafe { crate::api::win_free_keyval(win_keyval) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_free_keyval(win_keyval: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Win_free_keyval", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_free_keyval", || unsafe { crate::api::win_free_keyval(win_keyval) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_get_attr(win: MPI_Win, win_keyval: c_int, attribute_val: *mut c_void, flag: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Win_get_attr", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_get_attr", || unsafe { crate::api::win_get_attr(win, win_keyval, attribute_val, flag) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_get_attr(win: MPI_Win, win_keyval: c_int, attribute_val: *mut c_void, flag: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Win_get_attr", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_get_attr", || unsafe { crate::api::win_get_attr(win, win_keyval, attribute_val, flag) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_get_errhandler(win: MPI_Win, errhandler: *mut MPI_Errhandler) -> c_int {
-    crate::err::unsupported("MPI_Win_get_errhandler", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_get_errhandler", || unsafe { crate::api::win_get_errhandler(win, errhandler) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_get_errhandler(win: MPI_Win, errhandler: *mut MPI_Errhandler) -> c_int {
-    crate::err::unsupported("MPI_Win_get_errhandler", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_get_errhandler", || unsafe { crate::api::win_get_errhandler(win, errhandler) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_get_group(win: MPI_Win, group: *mut MPI_Group) -> c_int {
-    crate::err::unsupported("MPI_Win_get_group", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_get_group", || unsafe { crate::api::win_get_group(win, group) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_get_group(win: MPI_Win, group: *mut MPI_Group) -> c_int {
-    crate::err::unsupported("MPI_Win_get_group", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_get_group", || unsafe { crate::api::win_get_group(win, group) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_get_info(win: MPI_Win, info_used: *mut MPI_Info) -> c_int {
-    crate::err::unsupported("MPI_Win_get_info", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_get_info", || unsafe { crate::api::win_get_info(win, info_used) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_get_info(win: MPI_Win, info_used: *mut MPI_Info) -> c_int {
-    crate::err::unsupported("MPI_Win_get_info", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_get_info", || unsafe { crate::api::win_get_info(win, info_used) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_get_name(win: MPI_Win, win_name: *mut c_char, resultlen: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Win_get_name", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_get_name", || unsafe { crate::api::win_get_name(win, win_name, resultlen) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_get_name(win: MPI_Win, win_name: *mut c_char, resultlen: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Win_get_name", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_get_name", || unsafe { crate::api::win_get_name(win, win_name, resultlen) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_lock(lock_type: c_int, rank: c_int, assert: c_int, win: MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Win_lock", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_lock", || unsafe { crate::api::win_lock(lock_type, rank, assert, win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_lock(lock_type: c_int, rank: c_int, assert: c_int, win: MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Win_lock", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_lock", || unsafe { crate::api::win_lock(lock_type, rank, assert, win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_lock_all(assert: c_int, win: MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Win_lock_all", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_lock_all", || unsafe { crate::api::win_lock_all(assert, win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_lock_all(assert: c_int, win: MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Win_lock_all", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_lock_all", || unsafe { crate::api::win_lock_all(assert, win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_post(group: MPI_Group, assert: c_int, win: MPI_Win) -> c_int {
@@ -5742,51 +5742,51 @@ pub unsafe extern "C" fn PMPI_Win_post(group: MPI_Group, assert: c_int, win: MPI
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_set_attr(win: MPI_Win, win_keyval: c_int, attribute_val: *mut c_void) -> c_int {
-    crate::err::unsupported("MPI_Win_set_attr", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_set_attr", || unsafe { crate::api::win_set_attr(win, win_keyval, attribute_val) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_set_attr(win: MPI_Win, win_keyval: c_int, attribute_val: *mut c_void) -> c_int {
-    crate::err::unsupported("MPI_Win_set_attr", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_set_attr", || unsafe { crate::api::win_set_attr(win, win_keyval, attribute_val) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_set_errhandler(win: MPI_Win, errhandler: MPI_Errhandler) -> c_int {
-    crate::err::unsupported("MPI_Win_set_errhandler", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_set_errhandler", || unsafe { crate::api::win_set_errhandler(win, errhandler) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_set_errhandler(win: MPI_Win, errhandler: MPI_Errhandler) -> c_int {
-    crate::err::unsupported("MPI_Win_set_errhandler", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_set_errhandler", || unsafe { crate::api::win_set_errhandler(win, errhandler) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_set_info(win: MPI_Win, info: MPI_Info) -> c_int {
-    crate::err::unsupported("MPI_Win_set_info", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_set_info", || unsafe { crate::api::win_set_info(win, info) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_set_info(win: MPI_Win, info: MPI_Info) -> c_int {
-    crate::err::unsupported("MPI_Win_set_info", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_set_info", || unsafe { crate::api::win_set_info(win, info) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_set_name(win: MPI_Win, win_name: *const c_char) -> c_int {
-    crate::err::unsupported("MPI_Win_set_name", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_set_name", || unsafe { crate::api::win_set_name(win, win_name) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_set_name(win: MPI_Win, win_name: *const c_char) -> c_int {
-    crate::err::unsupported("MPI_Win_set_name", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_set_name", || unsafe { crate::api::win_set_name(win, win_name) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_shared_query(win: MPI_Win, rank: c_int, size: *mut MPI_Aint, disp_unit: *mut c_int, baseptr: *mut c_void) -> c_int {
-    crate::err::unsupported("MPI_Win_shared_query", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_shared_query", || unsafe { crate::api::win_shared_query(win, rank, size, disp_unit, baseptr) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_shared_query(win: MPI_Win, rank: c_int, size: *mut MPI_Aint, disp_unit: *mut c_int, baseptr: *mut c_void) -> c_int {
-    crate::err::unsupported("MPI_Win_shared_query", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_shared_query", || unsafe { crate::api::win_shared_query(win, rank, size, disp_unit, baseptr) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_shared_query_c(win: MPI_Win, rank: c_int, size: *mut MPI_Aint, disp_unit: *mut MPI_Aint, baseptr: *mut c_void) -> c_int {
-    crate::err::unsupported("MPI_Win_shared_query_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_shared_query_c", || unsafe { crate::api::win_shared_query_c(win, rank, size, disp_unit, baseptr) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_shared_query_c(win: MPI_Win, rank: c_int, size: *mut MPI_Aint, disp_unit: *mut MPI_Aint, baseptr: *mut c_void) -> c_int {
-    crate::err::unsupported("MPI_Win_shared_query_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_shared_query_c", || unsafe { crate::api::win_shared_query_c(win, rank, size, disp_unit, baseptr) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_start(group: MPI_Group, assert: c_int, win: MPI_Win) -> c_int {
@@ -5798,11 +5798,11 @@ pub unsafe extern "C" fn PMPI_Win_start(group: MPI_Group, assert: c_int, win: MP
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_sync(win: MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Win_sync", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_sync", || unsafe { crate::api::win_sync(win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_sync(win: MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Win_sync", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_sync", || unsafe { crate::api::win_sync(win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_test(win: MPI_Win, flag: *mut c_int) -> c_int {
@@ -5814,19 +5814,19 @@ pub unsafe extern "C" fn PMPI_Win_test(win: MPI_Win, flag: *mut c_int) -> c_int 
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_unlock(rank: c_int, win: MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Win_unlock", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_unlock", || unsafe { crate::api::win_unlock(rank, win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_unlock(rank: c_int, win: MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Win_unlock", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_unlock", || unsafe { crate::api::win_unlock(rank, win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_unlock_all(win: MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Win_unlock_all", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_unlock_all", || unsafe { crate::api::win_unlock_all(win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_unlock_all(win: MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Win_unlock_all", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_unlock_all", || unsafe { crate::api::win_unlock_all(win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_wait(win: MPI_Win) -> c_int {

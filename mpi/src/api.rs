@@ -222,12 +222,13 @@ pub unsafe fn comm_call_errhandler(c: MPI_Comm, code: c_int) -> Res {
     }
     let msg = err::code_string(code).unwrap_or_default();
     match mc.errhandler.load(Ordering::Relaxed) {
-        // A user handler is called and the call succeeds (the standard's words); with
-        // MPI_ERRORS_RETURN the code comes back; the fatal handlers end the job.
+        // The handler is called and the call succeeds once it returns (the standard's words:
+        // MPI_ERRORS_RETURN returns at once, as MPICH does); the fatal handlers end the job.
         h if h >= err::ERRH_BASE => {
             err::call_user_handler(h, c, code);
             Ok(())
         }
+        MPI_ERRORS_RETURN => Ok(()),
         _ => Err(MpiErr::new(class, msg).on(c)),
     }
 }
@@ -287,8 +288,11 @@ pub unsafe fn comm_split(c: MPI_Comm, color: c_int, key: c_int, newcomm: *mut MP
 pub unsafe fn comm_free(c: *mut MPI_Comm) -> Res {
     active()?;
     let h = out(c, "comm")?;
+    if *h != MPI_COMM_WORLD && *h != MPI_COMM_SELF {
+        // The delete callbacks run while the comm is still valid (they may query it).
+        crate::info::delete_all(&*state::get_comm(*h)?);
+    }
     let mc = state::remove_comm(*h)?;
-    crate::info::delete_all(&mc);
     mc.comm.destroy();
     *h = MPI_COMM_NULL;
     Ok(())
@@ -1283,3 +1287,28 @@ pub unsafe fn comm_set_info(c: MPI_Comm, info: MPI_Info) -> Res {
     let mut n = 0;
     crate::info::info_get_nkeys(info, &mut n).map_err(|e| e.on(c))
 }
+
+// ---- sessions, windows, files, datatype attributes: see session.rs, win.rs, file.rs, keyval.rs ----
+
+pub use crate::win::{
+    win_create_c, win_create, win_allocate_c, win_allocate, win_allocate_shared_c, win_allocate_shared, win_shared_query_c,
+    win_shared_query, win_free, win_fence, win_lock, win_unlock, win_lock_all, win_unlock_all, win_flush, win_flush_local,
+    win_flush_all, win_flush_local_all, win_sync, put_c, put, get_c, get, accumulate_c, accumulate, get_accumulate_c,
+    get_accumulate, fetch_and_op, compare_and_swap, win_get_attr, win_set_attr, win_delete_attr, win_create_keyval,
+    win_free_keyval, win_set_name, win_get_name, win_get_group, win_set_info, win_get_info, win_create_errhandler,
+    win_set_errhandler, win_get_errhandler, win_call_errhandler,
+};
+pub use crate::file::{
+    file_open, file_close, file_delete, file_get_size, file_set_size, file_sync, file_get_amode, file_get_group,
+    file_get_atomicity, file_set_atomicity, file_get_info, file_set_info, file_read_at_c, file_read_at, file_write_at_c,
+    file_write_at, file_read_c, file_read, file_write_c, file_write, file_seek, file_get_position, file_get_byte_offset,
+    file_create_errhandler, file_set_errhandler, file_get_errhandler, file_call_errhandler,
+};
+pub use crate::session::{
+    comm_create_from_group, session_init, session_finalize, session_get_num_psets, session_get_nth_pset,
+    session_get_pset_info, session_get_info, group_from_session_pset, session_create_errhandler, session_set_errhandler,
+    session_get_errhandler, session_call_errhandler,
+};
+pub use crate::keyval::{
+    type_create_keyval, type_free_keyval, type_set_attr, type_get_attr, type_delete_attr,
+};

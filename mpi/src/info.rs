@@ -2,6 +2,7 @@
 
 use crate::abi_gen::*;
 use crate::err::{MpiErr, Res};
+use crate::keyval::{self, Kind};
 use crate::mpi_err;
 use crate::state;
 use std::ffi::{c_char, c_int, c_void, CStr};
@@ -187,134 +188,48 @@ pub unsafe fn info_get_nthkey(info: MPI_Info, n: c_int, key: *mut c_char) -> Res
     Ok(())
 }
 
-// ---- communicator attributes ---------------------------------------------------------------------
+// ---- communicator attributes: the keyvals of every kind are in keyval.rs -----------------------
 
-/// User keyvals start above the predefined attribute keys.
-const KEYVAL_BASE: c_int = 1000;
-
-#[derive(Clone, Copy)]
-struct Keyval {
-    copy: usize,
-    delete: usize,
-    extra: usize,
-    live: bool,
-}
-
-static KEYVALS: Mutex<Vec<Keyval>> = Mutex::new(Vec::new());
-
-fn keyval(k: c_int) -> Result<Keyval, MpiErr> {
-    let v = lock(&KEYVALS);
-    match k.checked_sub(KEYVAL_BASE).and_then(|i| v.get(i as usize)) {
-        Some(kv) if kv.live => Ok(*kv),
-        _ => mpi_err!(MPI_ERR_KEYVAL, "keyval {k} is not a valid communicator keyval"),
-    }
-}
 
 pub fn is_user_keyval(k: c_int) -> bool {
-    keyval(k).is_ok()
+    keyval::is_user(Kind::Comm, k)
 }
 
 pub unsafe fn comm_create_keyval(copy: Option<MPI_Comm_copy_attr_function>, delete: Option<MPI_Comm_delete_attr_function>, k: *mut c_int, extra: *mut c_void) -> Res {
     let o = out(k, "comm_keyval")?;
-    let mut v = lock(&KEYVALS);
     // MPI_COMM_NULL_COPY_FN is NULL (0), MPI_COMM_DUP_FN is 1: kept as addresses.
-    v.push(Keyval { copy: copy.map_or(0, |f| f as usize), delete: delete.map_or(0, |f| f as usize), extra: extra as usize, live: true });
-    *o = KEYVAL_BASE + v.len() as c_int - 1;
+    *o = keyval::create(Kind::Comm, copy.map_or(0, |f| f as usize), delete.map_or(0, |f| f as usize), extra);
     Ok(())
 }
 
 pub unsafe fn comm_free_keyval(k: *mut c_int) -> Res {
-    let h = out(k, "comm_keyval")?;
-    keyval(*h)?;
-    lock(&KEYVALS)[(*h - KEYVAL_BASE) as usize].live = false;
-    *h = MPI_KEYVAL_INVALID;
-    Ok(())
-}
-
-fn call_delete(kv: &Keyval, comm: MPI_Comm, k: c_int, val: usize) -> Res {
-    if kv.delete > 1 {
-        // SAFETY: the user's delete function, as the standard specifies it.
-        let f: MPI_Comm_delete_attr_function = unsafe { std::mem::transmute::<usize, MPI_Comm_delete_attr_function>(kv.delete) };
-        let rc = unsafe { f(comm, k, val as *mut c_void, kv.extra as *mut c_void) };
-        if rc != MPI_SUCCESS {
-            return mpi_err!(MPI_ERR_OTHER, "the delete callback of keyval {k} returned {rc}");
-        }
-    }
-    Ok(())
+    keyval::free(Kind::Comm, out(k, "comm_keyval")?)
 }
 
 pub unsafe fn comm_set_attr(c: MPI_Comm, k: c_int, val: *mut c_void) -> Res {
     state::check_active()?;
     let mc = state::get_comm(c)?;
-    let kv = keyval(k).map_err(|e| e.on(c))?;
-    let old = {
-        let mut a = mc.attrs.lock().unwrap_or_else(|p| p.into_inner());
-        match a.iter_mut().find(|(ak, _)| *ak == k) {
-            Some(x) => Some(std::mem::replace(&mut x.1, val as usize)),
-            None => {
-                a.push((k, val as usize));
-                None
-            }
-        }
-    };
-    if let Some(o) = old {
-        call_delete(&kv, c, k, o).map_err(|e| e.on(c))?;
-    }
-    Ok(())
+    keyval::set(Kind::Comm, c, &mc.attrs, k, val).map_err(|e| e.on(c))
 }
 
 /// A user attribute's value (for MPI_Comm_get_attr).
 pub fn get_user_attr(mc: &state::MpiComm, k: c_int) -> Option<usize> {
-    mc.attrs.lock().unwrap_or_else(|p| p.into_inner()).iter().find(|(ak, _)| *ak == k).map(|x| x.1)
+    keyval::get(Kind::Comm, &mc.attrs, k).ok().flatten()
 }
 
 pub unsafe fn comm_delete_attr(c: MPI_Comm, k: c_int) -> Res {
     state::check_active()?;
     let mc = state::get_comm(c)?;
-    let kv = keyval(k).map_err(|e| e.on(c))?;
-    let v = {
-        let mut a = mc.attrs.lock().unwrap_or_else(|p| p.into_inner());
-        match a.iter().position(|(ak, _)| *ak == k) {
-            Some(i) => a.remove(i).1,
-            None => return Err(MpiErr::new(MPI_ERR_KEYVAL, format!("keyval {k} has no value on this communicator")).on(c)),
-        }
-    };
-    call_delete(&kv, c, k, v).map_err(|e| e.on(c))
+    keyval::delete(Kind::Comm, c, &mc.attrs, k).map_err(|e| e.on(c))
 }
 
 /// Runs the delete callbacks of every attribute of a communicator being freed.
 pub fn delete_all(mc: &state::MpiComm) {
-    let attrs = std::mem::take(&mut *mc.attrs.lock().unwrap_or_else(|p| p.into_inner()));
-    for (k, v) in attrs {
-        if let Ok(kv) = keyval(k) {
-            let _ = call_delete(&kv, mc.handle, k, v);
-        }
-    }
+    let _ = keyval::delete_all(mc.handle, &mc.attrs);
 }
 
 /// The attributes a dup gets: each keyval's copy callback decides (MPI_COMM_DUP_FN copies,
 /// MPI_COMM_NULL_COPY_FN does not).
 pub fn copied_attrs(old: &state::MpiComm) -> Result<Vec<(c_int, usize)>, MpiErr> {
-    let attrs = old.attrs.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    let mut out = Vec::new();
-    for (k, v) in attrs {
-        let Ok(kv) = keyval(k) else { continue };
-        match kv.copy {
-            0 => {}
-            1 => out.push((k, v)),
-            f => {
-                // SAFETY: the user's copy function, as the standard specifies it.
-                let f: MPI_Comm_copy_attr_function = unsafe { std::mem::transmute::<usize, MPI_Comm_copy_attr_function>(f) };
-                let (mut newv, mut flag): (*mut c_void, c_int) = (std::ptr::null_mut(), 0);
-                let rc = unsafe { f(old.handle, k, kv.extra as *mut c_void, v as *mut c_void, &mut newv as *mut *mut c_void as *mut c_void, &mut flag) };
-                if rc != MPI_SUCCESS {
-                    return mpi_err!(MPI_ERR_OTHER, "the copy callback of keyval {k} returned {rc}");
-                }
-                if flag != 0 {
-                    out.push((k, newv as usize));
-                }
-            }
-        }
-    }
-    Ok(out)
+    keyval::copied(old.handle, &old.attrs)
 }

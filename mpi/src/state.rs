@@ -136,6 +136,9 @@ pub fn finalize() -> Result<(), MpiErr> {
     let _g = INIT_LOCK.lock().unwrap_or_else(|p| p.into_inner());
     check_active()?;
     let world = get_comm(MPI_COMM_WORLD)?;
+    // MPI_COMM_SELF's attributes are deleted first, as if it were freed, while every object
+    // is still valid (the standard's clean-up hook; mpi4py's callbacks query the comm).
+    crate::info::delete_all(&*get_comm(MPI_COMM_SELF)?);
     // Buffered sends still in flight are delivered first (the standard's Finalize does so).
     crate::api::bsend_flush()?;
     // Every rank arrives before anyone leaves: messages in flight are delivered. A rank that
@@ -225,6 +228,10 @@ pub fn remove_comm(h: MPI_Comm) -> Result<Arc<MpiComm>, MpiErr> {
 
 /// The error handler that errors on `comm` go to.
 pub fn errhandler_of(comm: MPI_Comm) -> MPI_Errhandler {
+    // Errors of windows, files and sessions carry their handle (see objerrh.rs).
+    if let Some(h) = crate::objerrh::handler_of(comm) {
+        return h;
+    }
     match get_comm(comm) {
         Ok(c) => c.errhandler.load(Ordering::Relaxed),
         Err(_) => DEFAULT_ERRH.load(Ordering::Relaxed),

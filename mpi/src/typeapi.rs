@@ -285,7 +285,12 @@ pub unsafe fn type_create_resized_c(old: MPI_Datatype, lb: MPI_Count, extent: MP
 }
 
 pub unsafe fn type_dup(old: MPI_Datatype, new: *mut MPI_Datatype) -> Res {
-    put_new(new, || datatype::dup(old))
+    // The copy callbacks run first: one that fails makes no type (see keyval.rs).
+    datatype::resolve_any(old)?;
+    let attrs = crate::keyval::type_copied(old)?;
+    put_new(new, || datatype::dup(old))?;
+    crate::keyval::type_set_all(*new, attrs);
+    Ok(())
 }
 
 pub unsafe fn type_commit(dt: *mut MPI_Datatype) -> Res {
@@ -294,9 +299,11 @@ pub unsafe fn type_commit(dt: *mut MPI_Datatype) -> Res {
 
 pub unsafe fn type_free(dt: *mut MPI_Datatype) -> Res {
     let h = out(dt, "datatype")?;
+    // The attributes' delete callbacks run while the type is still valid (they may query it).
+    let deleted = if *h >= datatype::TYPE_BASE && datatype::resolve_any(*h).is_ok() { crate::keyval::type_freed(*h) } else { Ok(()) };
     datatype::free(*h)?;
     *h = MPI_DATATYPE_NULL;
-    Ok(())
+    deleted
 }
 
 /// MPI_Type_get_value_index: the predefined pair type of (value, index), or MPI_DATATYPE_NULL.

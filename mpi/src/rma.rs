@@ -1,0 +1,261 @@
+//! One-sided transfers to other processes of a window, in fence epochs: the origin queues each
+//! Put / Get / Accumulate / Get_accumulate as a record for its target, and the closing
+//! MPI_Win_fence (collective over the window's group) carries them: an all-to-all of the
+//! records, each target applies what it got in origin rank order and record order, then an
+//! all-to-all of the data the gets read back, unpacked into the origins' buffers. So a
+//! transfer completes at the fence that ends its epoch, as the standard's active target
+//! synchronization says, with no progress thread at the target.
+//!
+//! A record names the target data by the target datatype's blocks (the origin's definition of
+//! it, as the standard says), its extent and count, so the target needs no datatype handle.
+
+use crate::abi_gen::*;
+use crate::datatype::Type;
+use crate::err::{MpiErr, Res};
+use distcomm::buffer::{ConstBuf, MutBuf};
+use distcomm::collective::CollArgs;
+use distcomm::comm::Comm;
+use std::sync::Arc;
+
+const PUT: u8 = 1;
+const ACC: u8 = 2;
+const GET: u8 = 3;
+const GET_ACC: u8 = 4;
+
+/// Where a get's data goes at the origin once the fence brings it.
+struct Landing {
+    addr: usize,
+    count: u64,
+    t: Arc<Type>,
+}
+
+/// The transfers of this process waiting for the next fence.
+#[derive(Default)]
+pub struct Pending {
+    /// Records per target rank.
+    out: Vec<Vec<u8>>,
+    /// Per target rank, where its replies go, in record order.
+    landings: Vec<Vec<Landing>>,
+}
+
+impl Pending {
+    pub fn is_empty(&self) -> bool {
+        self.out.iter().all(|v| v.is_empty())
+    }
+
+    fn slot(&mut self, n: usize, rank: usize) -> &mut Vec<u8> {
+        if self.out.len() < n {
+            self.out.resize_with(n, Vec::new);
+            self.landings.resize_with(n, Vec::new);
+        }
+        &mut self.out[rank]
+    }
+}
+
+/// A transfer's target: rank, displacement (in the target's disp units), and datatype.
+pub struct Remote<'a> {
+    pub rank: usize,
+    pub disp: i64,
+    pub count: u64,
+    pub t: &'a Type,
+}
+
+fn put_u64(v: &mut Vec<u8>, x: u64) {
+    v.extend_from_slice(&x.to_le_bytes());
+}
+
+/// Queues a transfer: `kind`, its `op` and basic type (accumulates), its origin data, and for
+/// gets where the reply lands.
+fn queue(p: &mut Pending, n: usize, r: &Remote, kind: u8, op: MPI_Op, data: &[u8], landing: Option<Landing>) {
+    let basic = r.t.map.basic.unwrap_or(0) as u64;
+    let v = p.slot(n, r.rank);
+    v.push(kind);
+    put_u64(v, op as u64);
+    put_u64(v, basic);
+    put_u64(v, r.disp as u64);
+    put_u64(v, r.count);
+    put_u64(v, r.t.map.extent() as u64);
+    put_u64(v, r.t.map.blocks.len() as u64);
+    for b in &r.t.map.blocks {
+        put_u64(v, b.off as u64);
+        put_u64(v, b.len);
+    }
+    put_u64(v, data.len() as u64);
+    v.extend_from_slice(data);
+    if let Some(l) = landing {
+        p.landings[r.rank].push(l);
+    }
+}
+
+pub fn put(p: &mut Pending, n: usize, r: &Remote, data: &[u8]) {
+    queue(p, n, r, PUT, 0, data, None);
+}
+
+pub fn accumulate(p: &mut Pending, n: usize, r: &Remote, op: MPI_Op, data: &[u8]) {
+    queue(p, n, r, ACC, op, data, None);
+}
+
+/// A get (or, with `acc`, a get-accumulate) whose reply is unpacked into `count` elements of
+/// `t` at `addr` at the fence.
+pub fn get(p: &mut Pending, n: usize, r: &Remote, acc: Option<(MPI_Op, &[u8])>, addr: usize, count: u64, t: Arc<Type>) {
+    let l = Landing { addr, count, t };
+    match acc {
+        Some((op, data)) => queue(p, n, r, GET_ACC, op, data, Some(l)),
+        None => queue(p, n, r, GET, 0, &[], Some(l)),
+    }
+}
+
+// ---- the fence --------------------------------------------------------------------------------
+
+/// Reads a record stream; a malformed one (never made by `queue`) ends the walk.
+struct Reader<'a> {
+    b: &'a [u8],
+}
+
+impl Reader<'_> {
+    fn u64(&mut self) -> Option<u64> {
+        let (h, t) = self.b.split_at_checked(8)?;
+        self.b = t;
+        Some(u64::from_le_bytes(h.try_into().ok()?))
+    }
+    fn bytes(&mut self, n: usize) -> Option<&[u8]> {
+        let (h, t) = self.b.split_at_checked(n)?;
+        self.b = t;
+        Some(h)
+    }
+}
+
+/// This process's window memory, as the target of the records.
+pub struct Local {
+    pub base: usize,
+    pub size: usize,
+    pub disp_unit: i64,
+}
+
+/// The target byte ranges of one record: (offset in the window, length), in type-map order;
+/// None when one leaves the window (the origin checked; this is the target's own guard).
+fn ranges(w: &Local, disp: i64, count: u64, extent: i64, blocks: &[(i64, u64)]) -> Option<Vec<(usize, usize)>> {
+    let base = disp.checked_mul(w.disp_unit)?;
+    let mut v = Vec::new();
+    for i in 0..count as i64 {
+        for &(off, len) in blocks {
+            let at = base.checked_add(i.checked_mul(extent)?)?.checked_add(off)?;
+            let end = at.checked_add(len as i64)?;
+            if at < 0 || end as u64 > w.size as u64 {
+                return None;
+            }
+            v.push((at as usize, len as usize));
+        }
+    }
+    Some(v)
+}
+
+/// Applies the records one origin sent; returns the bytes its gets read.
+fn apply(w: &Local, recs: &[u8]) -> Result<Vec<u8>, MpiErr> {
+    let mut r = Reader { b: recs };
+    let mut reply = Vec::new();
+    let bad = || MpiErr::new(MPI_ERR_INTERN, "a one-sided record from another process is malformed");
+    while !r.b.is_empty() {
+        let kind = r.bytes(1).ok_or_else(bad)?[0];
+        let op = r.u64().ok_or_else(bad)? as MPI_Op;
+        let basic = r.u64().ok_or_else(bad)? as usize;
+        let disp = r.u64().ok_or_else(bad)? as i64;
+        let count = r.u64().ok_or_else(bad)?;
+        let extent = r.u64().ok_or_else(bad)? as i64;
+        let nb = r.u64().ok_or_else(bad)? as usize;
+        let mut blocks = Vec::with_capacity(nb.min(recs.len() / 16));
+        for _ in 0..nb {
+            blocks.push((r.u64().ok_or_else(bad)? as i64, r.u64().ok_or_else(bad)?));
+        }
+        let dlen = r.u64().ok_or_else(bad)? as usize;
+        let data = r.bytes(dlen).ok_or_else(bad)?;
+        let rs = ranges(w, disp, count, extent, &blocks).ok_or_else(|| MpiErr::new(MPI_ERR_RMA_RANGE, "a one-sided transfer from another process leaves this process's window"))?;
+        // SAFETY: every range lies within this process's window memory (checked just above).
+        let mem = |(at, len): (usize, usize)| unsafe { std::slice::from_raw_parts_mut((w.base + at) as *mut u8, len) };
+        let mut cur = Vec::new();
+        if kind != PUT {
+            for &x in &rs {
+                cur.extend_from_slice(mem(x));
+            }
+        }
+        if kind == GET || kind == GET_ACC {
+            reply.extend_from_slice(&cur);
+        }
+        let new: &[u8] = match kind {
+            PUT => data,
+            ACC | GET_ACC if op != MPI_NO_OP => {
+                if data.len() != cur.len() {
+                    return Err(bad());
+                }
+                crate::win::combine(op, Some(basic), data, &mut cur)?;
+                &cur
+            }
+            _ => continue,
+        };
+        let mut o = 0;
+        for x in rs {
+            let m = mem(x);
+            let n = m.len().min(new.len().saturating_sub(o));
+            m[..n].copy_from_slice(&new[o..o + n]);
+            o += n;
+        }
+    }
+    Ok(reply)
+}
+
+/// Collective over `comm`: every process's blocks to every other (`send[r]` to rank r).
+fn exchange(comm: &Comm, send: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, MpiErr> {
+    let n = comm.size();
+    let sizes: Vec<u8> = (0..n).flat_map(|r| (send.get(r).map_or(0, |v| v.len()) as u64).to_le_bytes()).collect();
+    let mut rsizes = vec![0u8; 8 * n];
+    comm.collective(CollArgs::Alltoall { send: ConstBuf::from_slice(&sizes), recv: MutBuf::from_slice(&mut rsizes), dt: distcomm::DType::Uint64 })?;
+    let rc: Vec<usize> = rsizes.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap()) as usize).collect();
+    let sc: Vec<usize> = (0..n).map(|r| send.get(r).map_or(0, |v| v.len())).collect();
+    let flat: Vec<u8> = (0..n).flat_map(|r| send.get(r).cloned().unwrap_or_default()).collect();
+    let displs = |c: &[usize]| c.iter().scan(0, |s, &x| Some(std::mem::replace(s, *s + x))).collect::<Vec<usize>>();
+    let (sd, rd) = (displs(&sc), displs(&rc));
+    let mut recv = vec![0u8; rc.iter().sum()];
+    comm.collective(CollArgs::Alltoallv {
+        send: ConstBuf::from_slice(&flat),
+        scounts: sc,
+        sdispls: sd,
+        recv: MutBuf::from_slice(&mut recv),
+        rcounts: rc.clone(),
+        rdispls: rd.clone(),
+        dt: distcomm::DType::Uint8,
+    })?;
+    Ok((0..n).map(|r| recv[rd[r]..rd[r] + rc[r]].to_vec()).collect())
+}
+
+/// The fence's transfers: collective over `comm`, with this process's `pending` ones.
+pub fn fence(comm: &Comm, w: &Local, pending: Pending) -> Res {
+    let n = comm.size();
+    let got = exchange(comm, &pending.out)?;
+    // Every record is applied even when one fails, so the replies' shapes stay as expected.
+    let mut first: Res = Ok(());
+    let mut replies = Vec::with_capacity(n);
+    for recs in &got {
+        match apply(w, recs) {
+            Ok(r) => replies.push(r),
+            Err(e) => {
+                replies.push(Vec::new());
+                if first.is_ok() {
+                    first = Err(e);
+                }
+            }
+        }
+    }
+    let back = exchange(comm, &replies)?;
+    for (r, data) in back.iter().enumerate() {
+        let mut o = 0usize;
+        for l in pending.landings.get(r).map(|v| v.as_slice()).unwrap_or(&[]) {
+            let len = l.t.map.packed_bytes(l.count).unwrap_or(0) as usize;
+            let end = (o + len).min(data.len());
+            // SAFETY: the origin buffer of the get holds `count` elements of its type and is
+            // the library's until this fence (MPI's rule).
+            unsafe { l.t.map.unpack(&data[o..end], l.addr as *mut u8, l.count) };
+            o = end;
+        }
+    }
+    first
+}

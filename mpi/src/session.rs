@@ -1,0 +1,201 @@
+//! MPI sessions (MPI 4): MPI_Session_init / finalize, the two process sets every MPI job has
+//! ("mpi://WORLD" and "mpi://SELF"), groups from them, and the session's error handler.
+//!
+//! The job's processes are the world that MPI_Init forms (the launcher starts them together),
+//! so a session is opened within an initialized library (the world model and the session model
+//! mixed, as the standard allows); MPI_Session_init before MPI_Init answers
+//! MPI_ERR_UNSUPPORTED_OPERATION, saying so.
+
+use crate::abi_gen::*;
+use crate::api::out;
+use crate::err::{MpiErr, Res};
+use crate::mpi_err;
+use crate::slots::Slots;
+use std::ffi::{c_char, c_int, CStr, CString};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+pub const SESSION_BASE: usize = 0x0A00_0000;
+
+pub struct Session {
+    errhandler: AtomicUsize,
+}
+
+static SESSIONS: Slots<Session> = Slots::new(SESSION_BASE);
+
+/// The process sets, in the order MPI_Session_get_nth_pset numbers them.
+const PSETS: [&str; 2] = ["mpi://WORLD", "mpi://SELF"];
+
+pub fn errhandler_of(h: usize) -> Option<MPI_Errhandler> {
+    if !SESSIONS.owns(h) {
+        return None;
+    }
+    SESSIONS.get(h).map(|s| s.errhandler.load(Ordering::Relaxed))
+}
+
+fn session(h: MPI_Session) -> Result<Arc<Session>, MpiErr> {
+    match SESSIONS.get(h) {
+        Some(s) => Ok(s),
+        None if h == MPI_SESSION_NULL => mpi_err!(MPI_ERR_SESSION, "MPI_SESSION_NULL is not a session"),
+        None => mpi_err!(MPI_ERR_SESSION, "{h:#x} is not a valid session (never made, or finalized)"),
+    }
+}
+
+fn with_session<T>(h: MPI_Session, f: impl FnOnce(&Arc<Session>) -> Result<T, MpiErr>) -> Result<T, MpiErr> {
+    let s = session(h)?;
+    f(&s).map_err(|e| e.on(h))
+}
+
+pub unsafe fn session_init(info: MPI_Info, eh: MPI_Errhandler, out_s: *mut MPI_Session) -> Res {
+    let o = out(out_s, "session")?;
+    if !crate::state::initialized() || crate::state::finalized() {
+        return mpi_err!(MPI_ERR_UNSUPPORTED_OPERATION, "MPI_Session_init outside MPI_Init .. MPI_Finalize is not supported by distcomm's MPI library (the job's processes are formed by MPI_Init)");
+    }
+    if info != MPI_INFO_NULL {
+        let mut n = 0;
+        crate::info::info_get_nkeys(info, &mut n)?;
+    }
+    if !crate::err::valid_errhandler(eh) {
+        return mpi_err!(MPI_ERR_ERRHANDLER, "{eh:#x} is not a valid error handler");
+    }
+    let (h, _) = SESSIONS.add(|_| Session { errhandler: AtomicUsize::new(eh) });
+    *o = h;
+    Ok(())
+}
+
+pub unsafe fn session_finalize(s: *mut MPI_Session) -> Res {
+    let p = out(s, "session")?;
+    session(*p)?;
+    SESSIONS.remove(*p);
+    *p = MPI_SESSION_NULL;
+    Ok(())
+}
+
+pub unsafe fn session_get_num_psets(h: MPI_Session, _info: MPI_Info, n: *mut c_int) -> Res {
+    with_session(h, |_| {
+        *out(n, "npset_names")? = PSETS.len() as c_int;
+        Ok(())
+    })
+}
+
+/// With *pset_len 0 the length the name needs (with its NUL) comes back; otherwise the name,
+/// cut to *pset_len - 1 characters.
+pub unsafe fn session_get_nth_pset(h: MPI_Session, _info: MPI_Info, n: c_int, len: *mut c_int, name: *mut c_char) -> Res {
+    with_session(h, |_| {
+        let l = out(len, "pset_len")?;
+        let Some(p) = usize::try_from(n).ok().and_then(|i| PSETS.get(i)) else {
+            return mpi_err!(MPI_ERR_ARG, "n = {n} is not below the number of process sets ({})", PSETS.len());
+        };
+        if *l <= 0 {
+            *l = p.len() as c_int + 1;
+            return Ok(());
+        }
+        let max = *l as usize;
+        crate::api::put_str(p, name, std::ptr::null_mut(), max)?;
+        *l = p.len() as c_int + 1;
+        Ok(())
+    })
+}
+
+/// The world ranks of a process set, or MPI_ERR_ARG for a name that is none.
+fn members(name: *const c_char) -> Result<(&'static str, Vec<u32>), MpiErr> {
+    if name.is_null() {
+        return mpi_err!(MPI_ERR_ARG, "pset_name is NULL");
+    }
+    // SAFETY: a NUL-terminated string from the caller.
+    let s = unsafe { CStr::from_ptr(name) }.to_string_lossy();
+    let world = crate::state::get_comm(MPI_COMM_WORLD)?;
+    if s.eq_ignore_ascii_case(PSETS[0]) {
+        Ok((PSETS[0], world.comm.members().to_vec()))
+    } else if s.eq_ignore_ascii_case(PSETS[1]) {
+        Ok((PSETS[1], vec![world.rank() as u32]))
+    } else {
+        mpi_err!(MPI_ERR_ARG, "{s:?} is not a process set (there are \"mpi://WORLD\" and \"mpi://SELF\")")
+    }
+}
+
+fn info_with(pairs: &[(&str, String)], info: *mut MPI_Info) -> Res {
+    let o = out(info, "info")?;
+    let mut h = MPI_INFO_NULL;
+    // SAFETY: h is ours to fill; keys and values are NUL-terminated strings of ours.
+    unsafe { crate::info::info_create(&mut h)? };
+    for (k, v) in pairs {
+        let (k, v) = (CString::new(*k).expect("no NUL"), CString::new(v.as_str()).expect("no NUL"));
+        unsafe { crate::info::info_set(h, k.as_ptr(), v.as_ptr())? };
+    }
+    *o = h;
+    Ok(())
+}
+
+pub unsafe fn session_get_pset_info(h: MPI_Session, name: *const c_char, info: *mut MPI_Info) -> Res {
+    with_session(h, |_| {
+        let (_, m) = members(name)?;
+        info_with(&[("mpi_size", m.len().to_string())], info)
+    })
+}
+
+pub unsafe fn session_get_info(h: MPI_Session, info: *mut MPI_Info) -> Res {
+    with_session(h, |_| {
+        let level = match crate::state::THREAD_LEVEL.load(Ordering::Relaxed) {
+            MPI_THREAD_SINGLE => "MPI_THREAD_SINGLE",
+            MPI_THREAD_FUNNELED => "MPI_THREAD_FUNNELED",
+            MPI_THREAD_SERIALIZED => "MPI_THREAD_SERIALIZED",
+            _ => "MPI_THREAD_MULTIPLE",
+        };
+        info_with(&[("thread_level", level.to_string())], info)
+    })
+}
+
+pub unsafe fn group_from_session_pset(h: MPI_Session, name: *const c_char, g: *mut MPI_Group) -> Res {
+    with_session(h, |_| {
+        let o = out(g, "newgroup")?;
+        let (_, m) = members(name)?;
+        *o = crate::group::add(m);
+        Ok(())
+    })
+}
+
+pub unsafe fn session_create_errhandler(f: Option<MPI_Session_errhandler_function>, eh: *mut MPI_Errhandler) -> Res {
+    crate::objerrh::create(f, eh)
+}
+
+pub unsafe fn session_set_errhandler(h: MPI_Session, eh: MPI_Errhandler) -> Res {
+    with_session(h, |s| crate::objerrh::set(&s.errhandler, h, eh))
+}
+
+pub unsafe fn session_get_errhandler(h: MPI_Session, eh: *mut MPI_Errhandler) -> Res {
+    with_session(h, |s| crate::objerrh::get(&s.errhandler, h, eh))
+}
+
+pub unsafe fn session_call_errhandler(h: MPI_Session, code: c_int) -> Res {
+    with_session(h, |s| crate::objerrh::call(&s.errhandler, h, code))
+}
+
+/// MPI_Comm_create_from_group: collective over the group's processes only (see the engine's
+/// `Comm::new_subset`: the members derive the new comm's context from the world's, the tag and
+/// the member list, with no message to the processes outside it).
+pub unsafe fn comm_create_from_group(g: MPI_Group, tag: *const c_char, _info: MPI_Info, eh: MPI_Errhandler, newcomm: *mut MPI_Comm) -> Res {
+    crate::state::check_active()?;
+    let o = out(newcomm, "newcomm")?;
+    let m = crate::group::get(g)?;
+    if tag.is_null() {
+        return mpi_err!(MPI_ERR_ARG, "stringtag is NULL");
+    }
+    // SAFETY: a NUL-terminated string from the caller.
+    let tag = unsafe { CStr::from_ptr(tag) }.to_bytes();
+    if tag.len() >= MPI_MAX_STRINGTAG_LEN as usize {
+        return mpi_err!(MPI_ERR_ARG, "stringtag is {} bytes, longer than MPI_MAX_STRINGTAG_LEN - 1", tag.len());
+    }
+    if !crate::err::valid_errhandler(eh) {
+        return mpi_err!(MPI_ERR_ARG, "{eh:#x} is not a valid error handler");
+    }
+    let world = crate::state::get_comm(MPI_COMM_WORLD)?;
+    if !m.contains(&(world.rank() as u32)) {
+        return mpi_err!(MPI_ERR_GROUP, "the calling process (world rank {}) is not in the group", world.rank());
+    }
+    // Group members are world ranks, which are the world comm's ranks.
+    let ranks: Vec<usize> = m.iter().map(|&r| r as usize).collect();
+    let c = world.comm.new_subset(&ranks, tag).map_err(MpiErr::from)?;
+    *o = crate::state::add_comm(c, eh);
+    Ok(())
+}

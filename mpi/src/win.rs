@@ -1,0 +1,742 @@
+//! RMA windows: MPI_Win_create / allocate (and allocate_shared on one process), free, fence,
+//! locks, Put / Get / Accumulate / Get_accumulate / Fetch_and_op / Compare_and_swap, the window
+//! attributes, names, groups and error handlers.
+//!
+//! A transfer whose target is this process (the whole story for a window of one process, like
+//! mpi4py's on COMM_SELF) is a load or store done at the call. One to another process of the
+//! window's group is queued and carried by the fence that ends its epoch (rma.rs). Passive
+//! target (lock / unlock) transfers to another process would need a progress thread at the
+//! target, which the engine does not run: they, and Compare_and_swap to another process,
+//! answer MPI_ERR_UNSUPPORTED_OPERATION.
+
+use crate::abi_gen::*;
+use crate::api::out;
+use crate::datatype::{self, Kind as DtKind, Type};
+use crate::err::{MpiErr, Res};
+use crate::keyval::{self, Attrs, Kind};
+use crate::mpi_err;
+use crate::rma;
+use crate::slots::Slots;
+use distcomm::comm::Comm;
+use std::ffi::{c_char, c_int, c_void};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+pub const WIN_BASE: usize = 0x0800_0000;
+
+pub struct Win {
+    /// A communicator of the window's own (a dup of the creating one): fences and frees order
+    /// the group without mixing with the user's collectives.
+    comm: Arc<Comm>,
+    base: usize,
+    // The attribute values live here: MPI_Win_get_attr hands out pointers to them.
+    size: MPI_Aint,
+    disp_unit: c_int,
+    flavor: c_int,
+    model: c_int,
+    /// Memory MPI_Win_allocate made (freed with the window).
+    owned: bool,
+    /// Every rank's (size, disp_unit), for the checks of transfers to it.
+    peers: Vec<(i64, i64)>,
+    /// Transfers to other processes waiting for the next fence.
+    pending: Mutex<rma::Pending>,
+    /// A fence opened an epoch (one without MPI_MODE_NOSUCCEED came last).
+    fenced: AtomicBool,
+    /// Locks held (lock, lock_all): transfers to other processes are refused meanwhile.
+    locks: AtomicUsize,
+    errhandler: AtomicUsize,
+    name: Mutex<String>,
+    attrs: Attrs,
+}
+
+static WINS: Slots<Win> = Slots::new(WIN_BASE);
+
+pub fn errhandler_of(h: usize) -> Option<MPI_Errhandler> {
+    if !WINS.owns(h) {
+        return None;
+    }
+    WINS.get(h).map(|w| w.errhandler.load(Ordering::Relaxed))
+}
+
+fn win(h: MPI_Win) -> Result<Arc<Win>, MpiErr> {
+    crate::state::check_active()?;
+    match WINS.get(h) {
+        Some(w) => Ok(w),
+        None if h == MPI_WIN_NULL => mpi_err!(MPI_ERR_WIN, "MPI_WIN_NULL is not a window"),
+        None => mpi_err!(MPI_ERR_WIN, "{h:#x} is not a valid window (never made, or freed)"),
+    }
+}
+
+/// The window's checks and its error handler for what follows.
+fn with_win<T>(h: MPI_Win, f: impl FnOnce(&Arc<Win>) -> Result<T, MpiErr>) -> Result<T, MpiErr> {
+    let w = win(h)?;
+    f(&w).map_err(|e| e.on(h))
+}
+
+/// Collective over `c`: a window of `size` bytes at `base`.
+fn make(base: usize, size: i64, disp_unit: i64, c: MPI_Comm, flavor: c_int, owned: bool) -> Result<MPI_Win, MpiErr> {
+    let mc = crate::state::get_comm(c)?;
+    let all: Vec<usize> = (0..mc.size()).collect();
+    let comm = mc.comm.new_group(&all).map_err(|e| MpiErr::from(e).on(c))?.expect("every rank is a member of its dup");
+    let peers = if comm.size() == 1 {
+        vec![(size, disp_unit)]
+    } else {
+        let send: Vec<u8> = [size as u64, disp_unit as u64].iter().flat_map(|x| x.to_le_bytes()).collect();
+        let mut recv = vec![0u8; 16 * comm.size()];
+        let r = comm.collective(distcomm::collective::CollArgs::Allgather {
+            send: Some(distcomm::buffer::ConstBuf::from_slice(&send)),
+            recv: distcomm::buffer::MutBuf::from_slice(&mut recv),
+            dt: distcomm::DType::Uint64,
+        });
+        if let Err(e) = r {
+            comm.destroy();
+            return Err(MpiErr::from(e).on(c));
+        }
+        recv.chunks_exact(16).map(|x| (i64::from_le_bytes(x[..8].try_into().unwrap()), i64::from_le_bytes(x[8..].try_into().unwrap()))).collect()
+    };
+    let (h, _) = WINS.add(|_| Win {
+        comm,
+        base,
+        size: size as MPI_Aint,
+        disp_unit: disp_unit as c_int,
+        flavor,
+        model: MPI_WIN_UNIFIED,
+        owned,
+        peers,
+        pending: Mutex::new(rma::Pending::default()),
+        fenced: AtomicBool::new(false),
+        locks: AtomicUsize::new(0),
+        // The standard's default for windows.
+        errhandler: AtomicUsize::new(MPI_ERRORS_ARE_FATAL),
+        name: Mutex::new(String::new()),
+        attrs: Mutex::new(Vec::new()),
+    });
+    Ok(h)
+}
+
+fn check_new(size: i64, disp_unit: i64, c: MPI_Comm) -> Res {
+    crate::state::check_active()?;
+    crate::state::get_comm(c)?;
+    if size < 0 {
+        return Err(MpiErr::new(MPI_ERR_SIZE, format!("size {size} is negative")).on(c));
+    }
+    if disp_unit <= 0 || disp_unit > c_int::MAX as i64 {
+        return Err(MpiErr::new(MPI_ERR_DISP, format!("disp_unit {disp_unit} is not a positive int")).on(c));
+    }
+    Ok(())
+}
+
+pub unsafe fn win_create_c(base: *mut c_void, size: MPI_Aint, disp_unit: MPI_Aint, _info: MPI_Info, c: MPI_Comm, w: *mut MPI_Win) -> Res {
+    check_new(size as i64, disp_unit as i64, c)?;
+    let o = out(w, "win").map_err(|e| e.on(c))?;
+    *o = make(base as usize, size as i64, disp_unit as i64, c, MPI_WIN_FLAVOR_CREATE, false)?;
+    Ok(())
+}
+
+pub unsafe fn win_create(base: *mut c_void, size: MPI_Aint, disp_unit: c_int, info: MPI_Info, c: MPI_Comm, w: *mut MPI_Win) -> Res {
+    win_create_c(base, size, disp_unit as MPI_Aint, info, c, w)
+}
+
+unsafe fn allocate(size: MPI_Aint, disp_unit: MPI_Aint, c: MPI_Comm, baseptr: *mut c_void, w: *mut MPI_Win, flavor: c_int) -> Res {
+    check_new(size as i64, disp_unit as i64, c)?;
+    let o = out(w, "win").map_err(|e| e.on(c))?;
+    let b = out(baseptr as *mut *mut c_void, "baseptr").map_err(|e| e.on(c))?;
+    // SAFETY: malloc of at least one byte (a window of 0 bytes still has an address).
+    let mem = unsafe { libc::malloc((size as usize).max(1)) };
+    if mem.is_null() {
+        return Err(MpiErr::new(MPI_ERR_NO_MEM, format!("cannot allocate {size} bytes for the window")).on(c));
+    }
+    match make(mem as usize, size as i64, disp_unit as i64, c, flavor, true) {
+        Ok(h) => {
+            *o = h;
+            *b = mem;
+            Ok(())
+        }
+        Err(e) => {
+            // SAFETY: the memory just allocated, never handed out.
+            unsafe { libc::free(mem) };
+            Err(e)
+        }
+    }
+}
+
+pub unsafe fn win_allocate_c(size: MPI_Aint, disp_unit: MPI_Aint, _info: MPI_Info, c: MPI_Comm, baseptr: *mut c_void, w: *mut MPI_Win) -> Res {
+    allocate(size, disp_unit, c, baseptr, w, MPI_WIN_FLAVOR_ALLOCATE)
+}
+
+pub unsafe fn win_allocate(size: MPI_Aint, disp_unit: c_int, info: MPI_Info, c: MPI_Comm, baseptr: *mut c_void, w: *mut MPI_Win) -> Res {
+    win_allocate_c(size, disp_unit as MPI_Aint, info, c, baseptr, w)
+}
+
+/// Shared memory windows: on a communicator of one process only (other processes' memory would
+/// need a segment mapped by all, which this library does not make yet).
+pub unsafe fn win_allocate_shared_c(size: MPI_Aint, disp_unit: MPI_Aint, _info: MPI_Info, c: MPI_Comm, baseptr: *mut c_void, w: *mut MPI_Win) -> Res {
+    crate::state::check_active()?;
+    let mc = crate::state::get_comm(c)?;
+    if mc.size() != 1 {
+        return Err(MpiErr::new(MPI_ERR_UNSUPPORTED_OPERATION, format!("MPI_Win_allocate_shared on {} processes is not supported by distcomm's MPI library (only on a communicator of one process)", mc.size())).on(c));
+    }
+    allocate(size, disp_unit, c, baseptr, w, MPI_WIN_FLAVOR_SHARED)
+}
+
+pub unsafe fn win_allocate_shared(size: MPI_Aint, disp_unit: c_int, info: MPI_Info, c: MPI_Comm, baseptr: *mut c_void, w: *mut MPI_Win) -> Res {
+    win_allocate_shared_c(size, disp_unit as MPI_Aint, info, c, baseptr, w)
+}
+
+pub unsafe fn win_shared_query_c(h: MPI_Win, rank: c_int, size: *mut MPI_Aint, disp_unit: *mut MPI_Aint, baseptr: *mut c_void) -> Res {
+    with_win(h, |w| {
+        if w.flavor != MPI_WIN_FLAVOR_SHARED {
+            return mpi_err!(MPI_ERR_RMA_FLAVOR, "the window was not made by MPI_Win_allocate_shared");
+        }
+        if rank != MPI_PROC_NULL && rank as usize != w.comm.rank() {
+            return mpi_err!(MPI_ERR_RANK, "rank {rank} is not a rank of the window's group (size {})", w.comm.size());
+        }
+        *out(size, "size")? = w.size;
+        *out(disp_unit, "disp_unit")? = w.disp_unit as MPI_Aint;
+        *out(baseptr as *mut usize, "baseptr")? = w.base;
+        Ok(())
+    })
+}
+
+pub unsafe fn win_shared_query(h: MPI_Win, rank: c_int, size: *mut MPI_Aint, disp_unit: *mut c_int, baseptr: *mut c_void) -> Res {
+    let mut du: MPI_Aint = 0;
+    win_shared_query_c(h, rank, size, &mut du, baseptr)?;
+    *out(disp_unit, "disp_unit").map_err(|e| e.on(h))? = du as c_int;
+    Ok(())
+}
+
+fn barrier(w: &Win) -> Res {
+    if w.comm.size() > 1 {
+        w.comm.collective(distcomm::collective::CollArgs::Barrier).map_err(MpiErr::from)?;
+    }
+    Ok(())
+}
+
+pub unsafe fn win_free(h: *mut MPI_Win) -> Res {
+    crate::state::check_active()?;
+    let p = out(h, "win")?;
+    let w = win(*p)?;
+    let handle = *p;
+    if !lock(&w.pending).is_empty() {
+        return Err(MpiErr::new(MPI_ERR_RMA_SYNC, "transfers to other processes are still waiting for the fence that ends their epoch").on(handle));
+    }
+    // Collective: no process frees its memory while another may still be in an epoch on it.
+    barrier(&w).map_err(|e| e.on(handle))?;
+    // The delete callbacks run while the window is still valid (they may query it).
+    let deleted = keyval::delete_all(handle, &w.attrs);
+    WINS.remove(handle);
+    *p = MPI_WIN_NULL;
+    w.comm.destroy();
+    if w.owned {
+        // SAFETY: the memory `allocate` made for this window, freed once (the window is gone).
+        unsafe { libc::free(w.base as *mut c_void) };
+    }
+    deleted
+}
+
+const ASSERT_BITS: c_int = MPI_MODE_NOCHECK | MPI_MODE_NOPRECEDE | MPI_MODE_NOPUT | MPI_MODE_NOSTORE | MPI_MODE_NOSUCCEED;
+
+fn check_assert(a: c_int) -> Res {
+    if a & !ASSERT_BITS != 0 {
+        return mpi_err!(MPI_ERR_ASSERT, "assert {a:#x} has bits that are not MPI_MODE_* assertions");
+    }
+    Ok(())
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Ends the epoch (its transfers to other processes complete here) and, without
+/// MPI_MODE_NOSUCCEED, opens the next.
+pub unsafe fn win_fence(assert: c_int, h: MPI_Win) -> Res {
+    with_win(h, |w| {
+        check_assert(assert)?;
+        let r = if w.comm.size() > 1 {
+            let p = std::mem::take(&mut *lock(&w.pending));
+            rma::fence(&w.comm, &rma::Local { base: w.base, size: w.size as usize, disp_unit: w.disp_unit as i64 }, p)
+        } else {
+            Ok(())
+        };
+        w.fenced.store(assert & MPI_MODE_NOSUCCEED == 0, Ordering::Relaxed);
+        r
+    })
+}
+
+fn check_rank(w: &Win, rank: c_int) -> Res {
+    if rank == MPI_PROC_NULL || (rank >= 0 && (rank as usize) < w.comm.size()) {
+        Ok(())
+    } else {
+        mpi_err!(MPI_ERR_RANK, "rank {rank} is not a rank of the window's group (size {})", w.comm.size())
+    }
+}
+
+pub unsafe fn win_lock(lock_type: c_int, rank: c_int, assert: c_int, h: MPI_Win) -> Res {
+    with_win(h, |w| {
+        if lock_type != MPI_LOCK_EXCLUSIVE && lock_type != MPI_LOCK_SHARED {
+            return mpi_err!(MPI_ERR_LOCKTYPE, "{lock_type} is neither MPI_LOCK_EXCLUSIVE nor MPI_LOCK_SHARED");
+        }
+        check_assert(assert)?;
+        check_rank(w, rank)?;
+        w.locks.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    })
+}
+
+fn unlocked(w: &Win) {
+    let _ = w.locks.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+}
+
+/// Unlock, flush and their kinds: every access is complete at its call (see the module note).
+pub unsafe fn win_unlock(rank: c_int, h: MPI_Win) -> Res {
+    with_win(h, |w| {
+        check_rank(w, rank)?;
+        unlocked(w);
+        Ok(())
+    })
+}
+pub unsafe fn win_lock_all(assert: c_int, h: MPI_Win) -> Res {
+    with_win(h, |w| {
+        check_assert(assert)?;
+        w.locks.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    })
+}
+pub unsafe fn win_unlock_all(h: MPI_Win) -> Res {
+    with_win(h, |w| {
+        unlocked(w);
+        Ok(())
+    })
+}
+pub unsafe fn win_flush(rank: c_int, h: MPI_Win) -> Res {
+    with_win(h, |w| check_rank(w, rank))
+}
+pub unsafe fn win_flush_local(rank: c_int, h: MPI_Win) -> Res {
+    with_win(h, |w| check_rank(w, rank))
+}
+pub unsafe fn win_flush_all(h: MPI_Win) -> Res {
+    with_win(h, |_| Ok(()))
+}
+pub unsafe fn win_flush_local_all(h: MPI_Win) -> Res {
+    with_win(h, |_| Ok(()))
+}
+pub unsafe fn win_sync(h: MPI_Win) -> Res {
+    with_win(h, |_| Ok(()))
+}
+
+// ---- transfers ---------------------------------------------------------------------------------
+
+/// Where a transfer's target data lies in this process's window: the address of the target
+/// buffer (as a datatype buffer: its data starts at its type's true lower bound).
+struct Target {
+    addr: *mut u8,
+    t: Arc<Type>,
+    count: u64,
+}
+
+/// Where a transfer goes.
+enum Where {
+    /// MPI_PROC_NULL: nowhere.
+    Nowhere,
+    Here(Target),
+    /// Another process: queued for the fence.
+    There { rank: usize, disp: i64, count: u64, t: Arc<Type> },
+}
+
+impl Where {
+    fn remote(&self) -> Option<rma::Remote<'_>> {
+        match self {
+            Where::There { rank, disp, count, t } => Some(rma::Remote { rank: *rank, disp: *disp, count: *count, t }),
+            _ => None,
+        }
+    }
+}
+
+/// Checks the target data lies within a window of `size` bytes at `disp` * `unit`.
+fn check_range(t: &Type, count: i64, disp: MPI_Aint, unit: i64, size: i64) -> Res {
+    if disp < 0 {
+        return mpi_err!(MPI_ERR_RMA_RANGE, "target_disp {disp} is negative");
+    }
+    let off = (disp as i128) * (unit as i128);
+    if count > 0 && t.map.size > 0 {
+        let span = (count as i128 - 1) * t.map.extent() as i128;
+        let lo = off + t.map.true_lb as i128 + span.min(0);
+        let hi = off + t.map.true_ub as i128 + span.max(0);
+        if lo < 0 || hi > size as i128 {
+            return mpi_err!(MPI_ERR_RMA_RANGE, "the target data [{lo}, {hi}) leaves the window of {size} bytes");
+        }
+    }
+    Ok(())
+}
+
+/// Checks a transfer's target and finds it: in this process's window, or another's.
+fn target(w: &Win, rank: c_int, disp: MPI_Aint, count: i64, dt: MPI_Datatype) -> Result<Where, MpiErr> {
+    check_rank(w, rank)?;
+    let t = datatype::resolve(dt)?;
+    if count < 0 {
+        return mpi_err!(MPI_ERR_COUNT, "target_count {count} is negative");
+    }
+    if rank == MPI_PROC_NULL {
+        return Ok(Where::Nowhere);
+    }
+    let r = rank as usize;
+    let (size, unit) = w.peers[r];
+    check_range(&t, count, disp, unit, size)?;
+    if r != w.comm.rank() {
+        if w.locks.load(Ordering::Relaxed) > 0 || !w.fenced.load(Ordering::Relaxed) {
+            return mpi_err!(
+                MPI_ERR_UNSUPPORTED_OPERATION,
+                "one-sided transfers to another process (rank {rank} of the window's group of {}) are supported in fence epochs only by distcomm's MPI library (passive target needs a progress thread at the target)",
+                w.comm.size()
+            );
+        }
+        return Ok(Where::There { rank: r, disp: disp as i64, count: count as u64, t });
+    }
+    let off = disp as i128 * unit as i128;
+    Ok(Where::Here(Target { addr: (w.base as *mut u8).wrapping_add(off as usize), t, count: count as u64 }))
+}
+
+impl Target {
+    fn bytes(&self) -> usize {
+        self.t.map.packed_bytes(self.count).unwrap_or(0) as usize
+    }
+    fn read(&self) -> Vec<u8> {
+        let mut v = vec![0u8; self.bytes()];
+        // SAFETY: the target data lies within the window's memory (checked by `target`).
+        unsafe { self.t.map.pack(self.addr, self.count, &mut v) };
+        v
+    }
+    fn write(&self, data: &[u8]) {
+        // SAFETY: as in `read`.
+        unsafe { self.t.map.unpack(data, self.addr, self.count) }
+    }
+}
+
+fn same_size(origin: usize, t: &Target, what: &str) -> Res {
+    sizes_match(origin, t.bytes(), what)
+}
+
+fn sizes_match(origin: usize, target: usize, what: &str) -> Res {
+    if origin != target {
+        return mpi_err!(MPI_ERR_TYPE, "the {what} data is {origin} bytes and the target data {target} bytes: their type signatures differ");
+    }
+    Ok(())
+}
+
+fn same_size_as(origin: usize, to: &Where, what: &str) -> Res {
+    match to {
+        Where::Nowhere => Ok(()),
+        Where::Here(t) => same_size(origin, t, what),
+        Where::There { count, t, .. } => sizes_match(origin, t.map.packed_bytes(*count).unwrap_or(0) as usize, what),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn put_c(oaddr: *const c_void, ocount: MPI_Count, odt: MPI_Datatype, rank: c_int, disp: MPI_Aint, tcount: MPI_Count, tdt: MPI_Datatype, h: MPI_Win) -> Res {
+    with_win(h, |w| {
+        let data = crate::packing::pack_copy(oaddr, ocount, odt)?;
+        let to = target(w, rank, disp, tcount, tdt)?;
+        same_size_as(data.len(), &to, "origin")?;
+        match &to {
+            Where::Here(t) => t.write(&data),
+            Where::There { .. } => rma::put(&mut lock(&w.pending), w.comm.size(), &to.remote().expect("remote"), &data),
+            Where::Nowhere => {}
+        }
+        Ok(())
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn put(oaddr: *const c_void, ocount: c_int, odt: MPI_Datatype, rank: c_int, disp: MPI_Aint, tcount: c_int, tdt: MPI_Datatype, h: MPI_Win) -> Res {
+    put_c(oaddr, ocount as MPI_Count, odt, rank, disp, tcount as MPI_Count, tdt, h)
+}
+
+/// Unpacks `data` into `count` elements of `dt` at `buf` (the origin of a get).
+fn to_origin(buf: *mut c_void, count: i64, dt: MPI_Datatype, data: &[u8], what: &str) -> Res {
+    let t = datatype::resolve(dt)?;
+    let len = crate::packing::packed_len(&t, count)?;
+    crate::packing::check_typed_buf(buf, &t, len, what)?;
+    if len != data.len() {
+        return mpi_err!(MPI_ERR_TYPE, "the {what} data is {len} bytes and the target data {} bytes: their type signatures differ", data.len());
+    }
+    // SAFETY: the caller's buffer holds `count` elements of the type.
+    unsafe { t.map.unpack(data, buf as *mut u8, count as u64) };
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn get_c(oaddr: *mut c_void, ocount: MPI_Count, odt: MPI_Datatype, rank: c_int, disp: MPI_Aint, tcount: MPI_Count, tdt: MPI_Datatype, h: MPI_Win) -> Res {
+    with_win(h, |w| {
+        datatype::resolve(odt)?;
+        if ocount < 0 {
+            return mpi_err!(MPI_ERR_COUNT, "origin_count {ocount} is negative");
+        }
+        match target(w, rank, disp, tcount, tdt)? {
+            Where::Here(t) => to_origin(oaddr, ocount, odt, &t.read(), "origin"),
+            to @ Where::There { .. } => {
+                let ot = landing(oaddr, ocount, odt, &to, "origin")?;
+                rma::get(&mut lock(&w.pending), w.comm.size(), &to.remote().expect("remote"), None, oaddr as usize, ocount as u64, ot);
+                Ok(())
+            }
+            Where::Nowhere => Ok(()),
+        }
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn get(oaddr: *mut c_void, ocount: c_int, odt: MPI_Datatype, rank: c_int, disp: MPI_Aint, tcount: c_int, tdt: MPI_Datatype, h: MPI_Win) -> Res {
+    get_c(oaddr, ocount as MPI_Count, odt, rank, disp, tcount as MPI_Count, tdt, h)
+}
+
+/// Checks the origin buffer a remote get's data will land in; its type.
+fn landing(buf: *mut c_void, count: i64, dt: MPI_Datatype, to: &Where, what: &str) -> Result<Arc<Type>, MpiErr> {
+    let t = datatype::resolve(dt)?;
+    let len = crate::packing::packed_len(&t, count)?;
+    crate::packing::check_typed_buf(buf, &t, len, what)?;
+    same_size_as(len, to, what)?;
+    Ok(t)
+}
+
+/// target = origin (op) target, element by element, on packed bytes of `basic` elements.
+pub(crate) fn combine(op: MPI_Op, basic: Option<usize>, origin: &[u8], target: &mut [u8]) -> Res {
+    match op {
+        MPI_REPLACE => {
+            target.copy_from_slice(origin);
+            return Ok(());
+        }
+        MPI_NO_OP => return Ok(()),
+        o if o >= crate::op::OP_BASE => return mpi_err!(MPI_ERR_OP, "one-sided accumulate operations take predefined ops only, not user op {op:#x}"),
+        _ => {}
+    }
+    if origin.is_empty() {
+        return Ok(());
+    }
+    let dt = basic.and_then(datatype::predefined).ok_or_else(|| MpiErr::new(MPI_ERR_TYPE, "accumulate needs data of one predefined type"))?;
+    crate::op::plan(op, &dt)?;
+    // (op::apply has no half floats; padded pairs' packed bytes are not their memory layout)
+    if dt.size != dt.extent || dt.kind == DtKind::F16 {
+        return mpi_err!(MPI_ERR_UNSUPPORTED_OPERATION, "accumulate on {} is not supported by distcomm's MPI library yet", dt.name);
+    }
+    crate::op::apply(&crate::op::Local::Predef(op, dt), origin.len() / dt.size.max(1), origin, target);
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn accumulate_c(oaddr: *const c_void, ocount: MPI_Count, odt: MPI_Datatype, rank: c_int, disp: MPI_Aint, tcount: MPI_Count, tdt: MPI_Datatype, op: MPI_Op, h: MPI_Win) -> Res {
+    with_win(h, |w| {
+        let data = crate::packing::pack_copy(oaddr, ocount, odt)?;
+        let to = target(w, rank, disp, tcount, tdt)?;
+        same_size_as(data.len(), &to, "origin")?;
+        match &to {
+            Where::Here(t) => {
+                let mut cur = t.read();
+                combine(op, t.t.map.basic, &data, &mut cur)?;
+                t.write(&cur);
+            }
+            Where::There { t, .. } => {
+                // The op's checks at the origin: the target applies it without a way to answer.
+                combine(op, t.map.basic, &data, &mut data.clone())?;
+                rma::accumulate(&mut lock(&w.pending), w.comm.size(), &to.remote().expect("remote"), op, &data);
+            }
+            Where::Nowhere => {}
+        }
+        Ok(())
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn accumulate(oaddr: *const c_void, ocount: c_int, odt: MPI_Datatype, rank: c_int, disp: MPI_Aint, tcount: c_int, tdt: MPI_Datatype, op: MPI_Op, h: MPI_Win) -> Res {
+    accumulate_c(oaddr, ocount as MPI_Count, odt, rank, disp, tcount as MPI_Count, tdt, op, h)
+}
+
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn get_accumulate_c(
+    oaddr: *const c_void,
+    ocount: MPI_Count,
+    odt: MPI_Datatype,
+    raddr: *mut c_void,
+    rcount: MPI_Count,
+    rdt: MPI_Datatype,
+    rank: c_int,
+    disp: MPI_Aint,
+    tcount: MPI_Count,
+    tdt: MPI_Datatype,
+    op: MPI_Op,
+    h: MPI_Win,
+) -> Res {
+    with_win(h, |w| {
+        // With MPI_NO_OP the origin buffer is ignored (the standard's words).
+        let data = if op == MPI_NO_OP { Vec::new() } else { crate::packing::pack_copy(oaddr, ocount, odt)? };
+        datatype::resolve(rdt)?;
+        let t = match target(w, rank, disp, tcount, tdt)? {
+            Where::Here(t) => t,
+            to @ Where::There { .. } => {
+                let rt = landing(raddr, rcount, rdt, &to, "result")?;
+                if op != MPI_NO_OP {
+                    same_size_as(data.len(), &to, "origin")?;
+                    let Where::There { t, .. } = &to else { unreachable!() };
+                    combine(op, t.map.basic, &data, &mut data.clone())?;
+                }
+                rma::get(&mut lock(&w.pending), w.comm.size(), &to.remote().expect("remote"), Some((op, &data)), raddr as usize, rcount as u64, rt);
+                return Ok(());
+            }
+            Where::Nowhere => return Ok(()),
+        };
+        let mut cur = t.read();
+        to_origin(raddr, rcount, rdt, &cur, "result")?;
+        if op != MPI_NO_OP {
+            same_size(data.len(), &t, "origin")?;
+            combine(op, t.t.map.basic, &data, &mut cur)?;
+            t.write(&cur);
+        }
+        Ok(())
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn get_accumulate(
+    oaddr: *const c_void,
+    ocount: c_int,
+    odt: MPI_Datatype,
+    raddr: *mut c_void,
+    rcount: c_int,
+    rdt: MPI_Datatype,
+    rank: c_int,
+    disp: MPI_Aint,
+    tcount: c_int,
+    tdt: MPI_Datatype,
+    op: MPI_Op,
+    h: MPI_Win,
+) -> Res {
+    get_accumulate_c(oaddr, ocount as MPI_Count, odt, raddr, rcount as MPI_Count, rdt, rank, disp, tcount as MPI_Count, tdt, op, h)
+}
+
+pub unsafe fn fetch_and_op(oaddr: *const c_void, raddr: *mut c_void, dt: MPI_Datatype, rank: c_int, disp: MPI_Aint, op: MPI_Op, h: MPI_Win) -> Res {
+    get_accumulate_c(oaddr, 1, dt, raddr, 1, dt, rank, disp, 1, dt, op, h)
+}
+
+pub unsafe fn compare_and_swap(oaddr: *const c_void, caddr: *const c_void, raddr: *mut c_void, dt: MPI_Datatype, rank: c_int, disp: MPI_Aint, h: MPI_Win) -> Res {
+    with_win(h, |w| {
+        let new = crate::packing::pack_copy(oaddr, 1, dt)?;
+        let cmp = crate::packing::pack_copy(caddr, 1, dt)?;
+        let t = match target(w, rank, disp, 1, dt)? {
+            Where::Here(t) => t,
+            Where::There { .. } => return mpi_err!(MPI_ERR_UNSUPPORTED_OPERATION, "MPI_Compare_and_swap to another process is not supported by distcomm's MPI library yet"),
+            Where::Nowhere => return Ok(()),
+        };
+        let cur = t.read();
+        to_origin(raddr, 1, dt, &cur, "result")?;
+        if cur == cmp {
+            t.write(&new);
+        }
+        Ok(())
+    })
+}
+
+// ---- attributes, names, groups, info, error handlers ----------------------------------------------
+
+pub unsafe fn win_get_attr(h: MPI_Win, k: c_int, value: *mut c_void, flag: *mut c_int) -> Res {
+    with_win(h, |w| {
+        let f = out(flag, "flag")?;
+        let v = out(value as *mut usize, "attribute_val")?;
+        // MPI_WIN_BASE's value is the base itself; the others point to theirs.
+        *v = match k {
+            MPI_WIN_BASE => w.base,
+            MPI_WIN_SIZE => &w.size as *const MPI_Aint as usize,
+            MPI_WIN_DISP_UNIT => &w.disp_unit as *const c_int as usize,
+            MPI_WIN_CREATE_FLAVOR => &w.flavor as *const c_int as usize,
+            MPI_WIN_MODEL => &w.model as *const c_int as usize,
+            _ => return keyval::get_into(Kind::Win, &w.attrs, k, value, f),
+        };
+        *f = 1;
+        Ok(())
+    })
+}
+
+pub unsafe fn win_set_attr(h: MPI_Win, k: c_int, val: *mut c_void) -> Res {
+    with_win(h, |w| keyval::set(Kind::Win, h, &w.attrs, k, val))
+}
+
+pub unsafe fn win_delete_attr(h: MPI_Win, k: c_int) -> Res {
+    with_win(h, |w| keyval::delete(Kind::Win, h, &w.attrs, k))
+}
+
+pub unsafe fn win_create_keyval(copy: Option<MPI_Win_copy_attr_function>, delete: Option<MPI_Win_delete_attr_function>, k: *mut c_int, extra: *mut c_void) -> Res {
+    // MPI_WIN_NULL_COPY_FN and MPI_WIN_NULL_DELETE_FN are NULL (0), MPI_WIN_DUP_FN is 1.
+    *out(k, "win_keyval")? = keyval::create(Kind::Win, copy.map_or(0, |f| f as usize), delete.map_or(0, |f| f as usize), extra);
+    Ok(())
+}
+
+pub unsafe fn win_free_keyval(k: *mut c_int) -> Res {
+    keyval::free(Kind::Win, out(k, "win_keyval")?)
+}
+
+pub unsafe fn win_set_name(h: MPI_Win, name: *const c_char) -> Res {
+    with_win(h, |w| {
+        if name.is_null() {
+            return mpi_err!(MPI_ERR_ARG, "win_name is NULL");
+        }
+        // SAFETY: a NUL-terminated string from the caller.
+        let s = unsafe { std::ffi::CStr::from_ptr(name) }.to_string_lossy().into_owned();
+        *w.name.lock().unwrap_or_else(|p| p.into_inner()) = truncate(s, MPI_MAX_OBJECT_NAME as usize - 1);
+        Ok(())
+    })
+}
+
+pub(crate) fn truncate(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut end = max;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+    }
+    s
+}
+
+pub unsafe fn win_get_name(h: MPI_Win, name: *mut c_char, len: *mut c_int) -> Res {
+    if h == MPI_WIN_NULL {
+        // The null handle's name (as MPICH gives it; mpi4py's test_win expects it).
+        crate::state::check_active()?;
+        return crate::api::put_str("MPI_WIN_NULL", name, len, MPI_MAX_OBJECT_NAME as usize);
+    }
+    with_win(h, |w| {
+        let s = w.name.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        crate::api::put_str(&s, name, len, MPI_MAX_OBJECT_NAME as usize)
+    })
+}
+
+pub unsafe fn win_get_group(h: MPI_Win, g: *mut MPI_Group) -> Res {
+    with_win(h, |w| {
+        *out(g, "group")? = crate::group::add(w.comm.members().to_vec());
+        Ok(())
+    })
+}
+
+/// Hints may be ignored (the standard's words): none are kept, the info must be valid.
+pub unsafe fn win_set_info(h: MPI_Win, info: MPI_Info) -> Res {
+    with_win(h, |_| {
+        let mut n = 0;
+        crate::info::info_get_nkeys(info, &mut n)
+    })
+}
+
+pub unsafe fn win_get_info(h: MPI_Win, info: *mut MPI_Info) -> Res {
+    with_win(h, |_| crate::info::info_create(info))
+}
+
+pub unsafe fn win_create_errhandler(f: Option<MPI_Win_errhandler_function>, eh: *mut MPI_Errhandler) -> Res {
+    crate::objerrh::create(f, eh)
+}
+
+pub unsafe fn win_set_errhandler(h: MPI_Win, eh: MPI_Errhandler) -> Res {
+    with_win(h, |w| crate::objerrh::set(&w.errhandler, h, eh))
+}
+
+pub unsafe fn win_get_errhandler(h: MPI_Win, eh: *mut MPI_Errhandler) -> Res {
+    with_win(h, |w| crate::objerrh::get(&w.errhandler, h, eh))
+}
+
+pub unsafe fn win_call_errhandler(h: MPI_Win, code: c_int) -> Res {
+    with_win(h, |w| crate::objerrh::call(&w.errhandler, h, code))
+}

@@ -1,0 +1,259 @@
+/* RMA windows: allocate and create, fences, Put / Get / Accumulate / Get_accumulate /
+ * Fetch_and_op / Compare_and_swap on the calling process's own window (on COMM_SELF and on the
+ * world), the same to other processes in fence epochs, locks, the window attributes, names, groups, keyvals with callbacks, and error
+ * handlers. Datatype keyvals at the end (the same attribute machinery). */
+#include "common.h"
+
+static int win_deleted = 0, type_deleted = 0, type_copied = 0, eh_calls = 0, eh_class = -1;
+static MPI_Win eh_win = MPI_WIN_NULL;
+
+static int win_delete(MPI_Win w, int k, void *val, void *extra) {
+  (void)w; (void)k; (void)extra;
+  win_deleted += *(int *)val;
+  return MPI_SUCCESS;
+}
+static int type_copy(MPI_Datatype t, int k, void *extra, void *in, void *out, int *flag) {
+  (void)t; (void)k; (void)extra;
+  type_copied++;
+  *(void **)out = in;
+  *flag = 1;
+  return MPI_SUCCESS;
+}
+static int type_delete(MPI_Datatype t, int k, void *val, void *extra) {
+  (void)t; (void)k; (void)val; (void)extra;
+  type_deleted++;
+  return MPI_SUCCESS;
+}
+static int type_delete_fails(MPI_Datatype t, int k, void *val, void *extra) {
+  (void)t; (void)k; (void)val; (void)extra;
+  return MPI_ERR_OTHER;
+}
+static void win_handler(MPI_Win *w, int *code, ...) {
+  eh_calls++;
+  eh_win = *w;
+  MPI_Error_class(*code, &eh_class);
+}
+
+int main(int argc, char **argv) {
+  int rank, size, flag;
+  OK(MPI_Init(&argc, &argv));
+  OK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  OK(MPI_Comm_size(MPI_COMM_WORLD, &size));
+  t_rank = rank;
+  OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  OK(MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN));
+
+  /* A window of 16 ints on COMM_SELF: Put, Get and the accumulate family in fence epochs. */
+  int *base = NULL;
+  MPI_Win w;
+  OK(MPI_Win_allocate(16 * sizeof(int), sizeof(int), MPI_INFO_NULL, MPI_COMM_SELF, &base, &w));
+  CHECK(base != NULL);
+  OK(MPI_Win_set_errhandler(w, MPI_ERRORS_RETURN));
+  for (int i = 0; i < 16; i++) base[i] = -1;
+  int src[4] = {1, 2, 3, 4}, dst[4] = {0, 0, 0, 0};
+  OK(MPI_Win_fence(0, w));
+  OK(MPI_Put(src, 4, MPI_INT, 0, 2, 4, MPI_INT, w));
+  OK(MPI_Win_fence(0, w));
+  CHECK(base[1] == -1 && base[2] == 1 && base[5] == 4 && base[6] == -1);
+  OK(MPI_Get(dst, 4, MPI_INT, 0, 2, 4, MPI_INT, w));
+  OK(MPI_Win_fence(0, w));
+  CHECK(dst[0] == 1 && dst[3] == 4);
+  OK(MPI_Accumulate(src, 4, MPI_INT, 0, 2, 4, MPI_INT, MPI_SUM, w));
+  OK(MPI_Win_fence(0, w));
+  CHECK(base[2] == 2 && base[5] == 8);
+  /* A strided target: every other int of the window. */
+  MPI_Datatype every2;
+  OK(MPI_Type_vector(4, 1, 2, MPI_INT, &every2));
+  OK(MPI_Type_commit(&every2));
+  OK(MPI_Put(src, 4, MPI_INT, 0, 8, 1, every2, w));
+  OK(MPI_Win_fence(0, w));
+  CHECK(base[8] == 1 && base[9] == -1 && base[10] == 2 && base[14] == 4);
+  int res[4] = {0};
+  OK(MPI_Get_accumulate(src, 4, MPI_INT, res, 4, MPI_INT, 0, 8, 1, every2, MPI_MAX, w));
+  OK(MPI_Win_fence(0, w));
+  CHECK(res[0] == 1 && res[3] == 4 && base[8] == 1 && base[14] == 4);
+  OK(MPI_Type_free(&every2));
+  int one = 10, old = 0, cmp = 12, neu = 99;
+  OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 0, 0, w));
+  OK(MPI_Fetch_and_op(&one, &old, MPI_INT, 0, 0, MPI_REPLACE, w));
+  OK(MPI_Fetch_and_op(&one, &old, MPI_INT, 0, 0, MPI_SUM, w));
+  OK(MPI_Win_flush(0, w));
+  CHECK(old == 10 && base[0] == 20);
+  OK(MPI_Compare_and_swap(&neu, &cmp, &old, MPI_INT, 0, 0, w));
+  OK(MPI_Win_flush(0, w));
+  CHECK(old == 20 && base[0] == 20);
+  cmp = 20;
+  OK(MPI_Compare_and_swap(&neu, &cmp, &old, MPI_INT, 0, 0, w));
+  OK(MPI_Win_unlock(0, w));
+  CHECK(old == 20 && base[0] == 99);
+
+  /* The window's attributes. */
+  void *vbase;
+  MPI_Aint *psize;
+  int *pint;
+  OK(MPI_Win_get_attr(w, MPI_WIN_BASE, &vbase, &flag));
+  CHECK(flag && vbase == base);
+  OK(MPI_Win_get_attr(w, MPI_WIN_SIZE, &psize, &flag));
+  CHECK(flag && *psize == 16 * sizeof(int));
+  OK(MPI_Win_get_attr(w, MPI_WIN_DISP_UNIT, &pint, &flag));
+  CHECK(flag && *pint == sizeof(int));
+  OK(MPI_Win_get_attr(w, MPI_WIN_CREATE_FLAVOR, &pint, &flag));
+  CHECK(flag && *pint == MPI_WIN_FLAVOR_ALLOCATE);
+  OK(MPI_Win_get_attr(w, MPI_WIN_MODEL, &pint, &flag));
+  CHECK(flag && (*pint == MPI_WIN_UNIFIED || *pint == MPI_WIN_SEPARATE));
+  FAILS(MPI_Win_get_attr(w, MPI_KEYVAL_INVALID, &pint, &flag), MPI_ERR_KEYVAL);
+
+  /* Names, groups. */
+  char name[MPI_MAX_OBJECT_NAME];
+  int len;
+  OK(MPI_Win_set_name(w, "my window"));
+  OK(MPI_Win_get_name(w, name, &len));
+  CHECK(strcmp(name, "my window") == 0 && len == 9);
+  OK(MPI_Win_get_name(MPI_WIN_NULL, name, &len));
+  CHECK(strcmp(name, "MPI_WIN_NULL") == 0);
+  MPI_Group g;
+  int gs;
+  OK(MPI_Win_get_group(w, &g));
+  OK(MPI_Group_size(g, &gs));
+  CHECK(gs == 1);
+  OK(MPI_Group_free(&g));
+
+  /* Bad arguments: a rank outside the group, a negative count, a bad window. */
+  FAILS(MPI_Put(src, 1, MPI_INT, 1, 0, 1, MPI_INT, w), MPI_ERR_RANK);
+  /* (MPICH says MPI_ERR_ARG for a bad lock type) */
+  if (expect_distcomm()) FAILS(MPI_Win_lock(12345, 0, 0, w), MPI_ERR_LOCKTYPE);
+  else CHECK(MPI_Win_lock(12345, 0, 0, w) != MPI_SUCCESS);
+  FAILS(MPI_Win_fence(0, MPI_WIN_NULL), MPI_ERR_WIN);
+  if (expect_distcomm()) FAILS(MPI_Put(src, 4, MPI_INT, 0, 14, 4, MPI_INT, w), MPI_ERR_RMA_RANGE);
+
+  /* Error handlers: a user one is called with the window; Call_errhandler returns success. */
+  MPI_Errhandler eh, got;
+  OK(MPI_Win_create_errhandler(win_handler, &eh));
+  OK(MPI_Win_set_errhandler(w, eh));
+  OK(MPI_Win_get_errhandler(w, &got));
+  CHECK(got == eh);
+  OK(MPI_Errhandler_free(&got));
+  OK(MPI_Win_call_errhandler(w, MPI_ERR_OTHER));
+  CHECK(eh_calls == 1 && eh_class == MPI_ERR_OTHER && eh_win == w);
+  (void)MPI_Put(src, 1, MPI_INT, 7, 0, 1, MPI_INT, w);
+  CHECK(eh_calls == 2 && eh_class == MPI_ERR_RANK);
+  OK(MPI_Win_set_errhandler(w, MPI_ERRORS_RETURN));
+  OK(MPI_Errhandler_free(&eh));
+  OK(MPI_Win_call_errhandler(w, MPI_ERR_OTHER));
+
+  /* Keyvals: a value set, read, replaced (its delete callback runs) and deleted at the free. */
+  int kv, v1 = 1, v2 = 100, *pv;
+  OK(MPI_Win_create_keyval(MPI_WIN_NULL_COPY_FN, win_delete, &kv, NULL));
+  OK(MPI_Win_get_attr(w, kv, &pv, &flag));
+  CHECK(!flag);
+  OK(MPI_Win_set_attr(w, kv, &v1));
+  OK(MPI_Win_get_attr(w, kv, &pv, &flag));
+  CHECK(flag && pv == &v1);
+  OK(MPI_Win_set_attr(w, kv, &v2));
+  CHECK(win_deleted == 1);
+  OK(MPI_Win_free(&w));
+  CHECK(w == MPI_WIN_NULL && win_deleted == 101);
+  OK(MPI_Win_free_keyval(&kv));
+  CHECK(kv == MPI_KEYVAL_INVALID);
+
+  /* A window of the world's processes over memory of each: each process reaches its own. */
+  int mine[2] = {0, 0};
+  OK(MPI_Win_create(mine, sizeof mine, sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &w));
+  OK(MPI_Win_set_errhandler(w, MPI_ERRORS_RETURN));
+  OK(MPI_Win_get_group(w, &g));
+  OK(MPI_Group_size(g, &gs));
+  CHECK(gs == size);
+  OK(MPI_Group_free(&g));
+  OK(MPI_Win_get_attr(w, MPI_WIN_CREATE_FLAVOR, &pint, &flag));
+  CHECK(flag && *pint == MPI_WIN_FLAVOR_CREATE);
+  int val = 7 + rank;
+  OK(MPI_Win_fence(0, w));
+  OK(MPI_Put(&val, 1, MPI_INT, rank, 1, 1, MPI_INT, w));
+  OK(MPI_Win_fence(0, w));
+  CHECK(mine[0] == 0 && mine[1] == 7 + rank);
+  OK(MPI_Win_free(&w));
+  /* Transfers to other processes in fence epochs: to the right neighbour, from it, and
+   * accumulates into rank 0's memory from everyone. */
+  int wbuf[4] = {0, 0, 0, 0};
+  int right = (rank + 1) % size, left = (rank + size - 1) % size, me = 100 + rank, add = 1, fetched = -1;
+  OK(MPI_Win_create(wbuf, sizeof wbuf, sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &w));
+  OK(MPI_Win_set_errhandler(w, MPI_ERRORS_RETURN));
+  OK(MPI_Win_fence(MPI_MODE_NOPRECEDE, w));
+  OK(MPI_Put(&me, 1, MPI_INT, right, 0, 1, MPI_INT, w));
+  OK(MPI_Accumulate(&add, 1, MPI_INT, 0, 1, 1, MPI_INT, MPI_SUM, w));
+  if (expect_distcomm()) FAILS(MPI_Put(&me, 1, MPI_INT, right, 4, 1, MPI_INT, w), MPI_ERR_RMA_RANGE);
+  OK(MPI_Win_fence(0, w));
+  CHECK(wbuf[0] == 100 + left);
+  if (rank == 0) CHECK(wbuf[1] == size);
+  old = -1;
+  OK(MPI_Get(&fetched, 1, MPI_INT, right, 0, 1, MPI_INT, w));
+  OK(MPI_Fetch_and_op(&add, &old, MPI_INT, 0, 2, MPI_SUM, w));
+  OK(MPI_Win_fence(0, w));
+  CHECK(fetched == 100 + rank && old >= 0 && old < size);
+  if (rank == 0) CHECK(wbuf[2] == size);
+  int pair[2] = {7, 8}, before[2] = {-1, -1};
+  OK(MPI_Get_accumulate(pair, 2, MPI_INT, before, 2, MPI_INT, left, 2, 2, MPI_INT, MPI_REPLACE, w));
+  OK(MPI_Win_fence(MPI_MODE_NOSUCCEED, w));
+  CHECK(before[1] == 0 && wbuf[2] == 7 && wbuf[3] == 8);
+  /* A strided target datatype on another process: every other int of the right's window. */
+  MPI_Datatype stride2;
+  int two[2] = {me, me + 1}, back2[2] = {-1, -1};
+  OK(MPI_Type_vector(2, 1, 2, MPI_INT, &stride2));
+  OK(MPI_Type_commit(&stride2));
+  OK(MPI_Win_fence(MPI_MODE_NOPRECEDE, w));
+  OK(MPI_Put(two, 2, MPI_INT, right, 1, 1, stride2, w));
+  OK(MPI_Win_fence(0, w));
+  CHECK(wbuf[1] == 100 + left && wbuf[3] == 101 + left && wbuf[2] == 7);
+  OK(MPI_Get(back2, 2, MPI_INT, right, 1, 1, stride2, w));
+  OK(MPI_Win_fence(MPI_MODE_NOSUCCEED, w));
+  CHECK(back2[0] == me && back2[1] == me + 1);
+  OK(MPI_Type_free(&stride2));
+  if (expect_distcomm() && size > 1) {
+    /* Passive target to another process is not offered (no progress thread at the target). */
+    OK(MPI_Win_lock(MPI_LOCK_SHARED, right, 0, w));
+    FAILS(MPI_Put(&me, 1, MPI_INT, right, 0, 1, MPI_INT, w), MPI_ERR_UNSUPPORTED_OPERATION);
+    OK(MPI_Win_unlock(right, w));
+  }
+  OK(MPI_Win_free(&w));
+  /* A window made by MPI_Win_create at MPI_BOTTOM (mpi4py's test objects). */
+  OK(MPI_Win_create(MPI_BOTTOM, 0, 1, MPI_INFO_NULL, MPI_COMM_SELF, &w));
+  OK(MPI_Win_free(&w));
+
+  /* Datatype keyvals: copied by Type_dup through the callback, deleted by Type_free; a delete
+   * callback's error comes back from Type_delete_attr. */
+  MPI_Datatype t, t2;
+  int tk, tk2, tv = 5;
+  void *tp;
+  OK(MPI_Type_contiguous(2, MPI_INT, &t));
+  OK(MPI_Type_create_keyval(type_copy, type_delete, &tk, NULL));
+  OK(MPI_Type_get_attr(t, tk, &tp, &flag));
+  CHECK(!flag);
+  OK(MPI_Type_set_attr(t, tk, &tv));
+  OK(MPI_Type_dup(t, &t2));
+  CHECK(type_copied == 1);
+  OK(MPI_Type_get_attr(t2, tk, &tp, &flag));
+  CHECK(flag && tp == &tv);
+  OK(MPI_Type_free(&t2));
+  CHECK(type_deleted == 1);
+  OK(MPI_Type_delete_attr(t, tk));
+  CHECK(type_deleted == 2);
+  OK(MPI_Type_get_attr(t, tk, &tp, &flag));
+  CHECK(!flag);
+  OK(MPI_Type_create_keyval(MPI_TYPE_NULL_COPY_FN, type_delete_fails, &tk2, NULL));
+  OK(MPI_Type_set_attr(t, tk2, &tv));
+  FAILS(MPI_Type_delete_attr(t, tk2), MPI_ERR_OTHER);
+  /* Attributes on a predefined type too. */
+  OK(MPI_Type_set_attr(MPI_INT, tk, &tv));
+  OK(MPI_Type_get_attr(MPI_INT, tk, &tp, &flag));
+  CHECK(flag && tp == &tv);
+  OK(MPI_Type_delete_attr(MPI_INT, tk));
+  FAILS(MPI_Type_get_attr(t, MPI_KEYVAL_INVALID, &tp, &flag), MPI_ERR_KEYVAL);
+  OK(MPI_Type_free(&t));
+  OK(MPI_Type_free_keyval(&tk));
+  OK(MPI_Type_free_keyval(&tk2));
+  CHECK(tk == MPI_KEYVAL_INVALID);
+
+  t_done("t_win");
+  OK(MPI_Finalize());
+  return 0;
+}
