@@ -368,7 +368,8 @@ unsafe fn fill<T: Copy>(v: &[T], p: *mut T, max: i64, what: &str) -> Res {
 /// The old types as handles for the caller: predefined ones as they are, derived ones as new
 /// handles the caller frees (the standard's rule).
 fn type_handles(t: &Type) -> Vec<MPI_Datatype> {
-    t.env.types.iter().map(|(h, keep)| keep.as_ref().map_or(*h, datatype::handle_for)).collect()
+    // An F90 type is predefined: its own handle, which the caller does not free.
+    t.env.types.iter().map(|(h, keep)| keep.as_ref().filter(|k| !crate::f90::is_f90(k.env.combiner)).map_or(*h, datatype::handle_for)).collect()
 }
 
 fn contents_check(t: &Type) -> Res {
