@@ -939,8 +939,8 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Type_commit", true),
     ("MPI_Type_contiguous", true),
     ("MPI_Type_contiguous_c", true),
-    ("MPI_Type_create_darray", false),
-    ("MPI_Type_create_darray_c", false),
+    ("MPI_Type_create_darray", true),
+    ("MPI_Type_create_darray_c", true),
     ("MPI_Type_create_f90_complex", true),
     ("MPI_Type_create_f90_integer", true),
     ("MPI_Type_create_f90_real", true),
@@ -5054,19 +5054,19 @@ pub unsafe extern "C" fn PMPI_Type_contiguous_c(count: MPI_Count, oldtype: MPI_D
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_darray(size: c_int, rank: c_int, ndims: c_int, array_of_gsizes: *const c_int, array_of_distribs: *const c_int, array_of_dargs: *const c_int, array_of_psizes: *const c_int, order: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_create_darray", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_create_darray", || unsafe { crate::api::type_create_darray(size, rank, ndims, array_of_gsizes, array_of_distribs, array_of_dargs, array_of_psizes, order, oldtype, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_darray(size: c_int, rank: c_int, ndims: c_int, array_of_gsizes: *const c_int, array_of_distribs: *const c_int, array_of_dargs: *const c_int, array_of_psizes: *const c_int, order: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_create_darray", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_create_darray", || unsafe { crate::api::type_create_darray(size, rank, ndims, array_of_gsizes, array_of_distribs, array_of_dargs, array_of_psizes, order, oldtype, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_darray_c(size: c_int, rank: c_int, ndims: c_int, array_of_gsizes: *const MPI_Count, array_of_distribs: *const c_int, array_of_dargs: *const c_int, array_of_psizes: *const c_int, order: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_create_darray_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_create_darray_c", || unsafe { crate::api::type_create_darray_c(size, rank, ndims, array_of_gsizes, array_of_distribs, array_of_dargs, array_of_psizes, order, oldtype, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_darray_c(size: c_int, rank: c_int, ndims: c_int, array_of_gsizes: *const MPI_Count, array_of_distribs: *const c_int, array_of_dargs: *const c_int, array_of_psizes: *const c_int, order: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_create_darray_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_create_darray_c", || unsafe { crate::api::type_create_darray_c(size, rank, ndims, array_of_gsizes, array_of_distribs, array_of_dargs, array_of_psizes, order, oldtype, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_f90_complex(p: c_int, r: c_int, newtype: *mut MPI_Datatype) -> c_int {

@@ -1,5 +1,5 @@
 //! Datatype handles: the standard's predefined ones (size, extent, what reductions see) and
-//! derived ones (every constructor of MPI 5.0 but darray), each with its type map
+//! derived ones (every constructor of MPI 5.0; darray in darray.rs), each with its type map
 //! (`typemap::Layout`) and the arguments it was made with (MPI_Type_get_envelope/contents).
 
 use crate::abi_gen::*;
@@ -302,7 +302,7 @@ pub fn get(h: MPI_Datatype) -> Result<Dt, MpiErr> {
     }
 }
 
-fn map_err(e: MapErr) -> MpiErr {
+pub(crate) fn map_err(e: MapErr) -> MpiErr {
     match e {
         MapErr::Overflow => MpiErr::new(MPI_ERR_ARG, "the datatype's offsets or size overflow"),
         MapErr::TooBig => MpiErr::new(MPI_ERR_NO_MEM, format!("the datatype would have more than {} blocks", crate::typemap::MAX_BLOCKS)),
@@ -367,7 +367,7 @@ fn mul(a: i64, b: i64) -> Result<i64, MpiErr> {
     a.checked_mul(b).ok_or_else(|| MpiErr::new(MPI_ERR_ARG, format!("{a} * {b} overflows")))
 }
 
-fn finish(map: Layout, env: Envelope) -> MPI_Datatype {
+pub(crate) fn finish(map: Layout, env: Envelope) -> MPI_Datatype {
     let dt = summary(&map);
     add(Type { dt, map, env }, false)
 }

@@ -12,6 +12,7 @@ pub mod abi_gen;
 pub mod api;
 pub mod colls;
 pub mod colltypes;
+pub mod darray;
 pub mod datatype;
 pub mod envfns;
 pub mod err;
