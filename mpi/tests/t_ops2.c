@@ -94,7 +94,8 @@ static void error_classes(void) {
   CHECK(flag && *last == cls);
   OK(MPI_Add_error_code(cls, &code));
   OK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_LASTUSEDCODE, &last, &flag));
-  CHECK(*last >= code);
+  CHECK(*last >= cls);
+  if (expect_distcomm()) CHECK(*last == code); /* MPICH's stays at the class */
   OK(MPI_Error_class(code, &k));
   CHECK(k == cls);
   OK(MPI_Error_string(code, s, &len));
@@ -210,7 +211,8 @@ static void darray(void) {
   CHECK(comb == MPI_COMBINER_DARRAY && ni == 4 * 2 + 4 && nd == 1);
   OK(MPI_Type_free(&t));
   int bad[2] = {size + 1, 1};
-  CHECK(MPI_Type_create_darray(size, rank, 2, gs, ds, da, bad, MPI_ORDER_C, MPI_INT, &t) != MPI_SUCCESS);
+  /* A grid of another size (MPICH 5.0.2 divides by zero on it). */
+  if (expect_distcomm()) FAILS(MPI_Type_create_darray(size, rank, 2, gs, ds, da, bad, MPI_ORDER_C, MPI_INT, &t), MPI_ERR_ARG);
 }
 
 static void infos(void) {
