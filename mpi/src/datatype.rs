@@ -70,9 +70,9 @@ pub enum Kind {
     Complex(Real),
     /// A 16-byte integer (Fortran INTEGER*16).
     I128,
-    /// A floating format with no kernel here (REAL*16, COMPLEX*4, COMPLEX*32): the standard
-    /// defines the arithmetic ops on it, this library does not apply them.
-    NoKernel,
+    /// A floating format with no kernel here (REAL*16; complex: COMPLEX*4, COMPLEX*32): the
+    /// standard defines the arithmetic ops on it, this library does not apply them.
+    NoKernel { complex: bool },
     /// C _Bool / C++ bool / Fortran LOGICAL of this many bytes.
     Bool(u8),
     Byte,
@@ -191,16 +191,16 @@ pub fn predefined(h: MPI_Datatype) -> Option<Dt> {
         MPI_LOGICAL4 => dt!(h, 4, 4, Bool(4), "MPI_LOGICAL4"),
         MPI_INTEGER4 => dt!(h, 4, 4, I32, "MPI_INTEGER4"),
         MPI_REAL4 => dt!(h, 4, 4, F32, "MPI_REAL4"),
-        MPI_COMPLEX4 => dt!(h, 4, 4, NoKernel, "MPI_COMPLEX4"),
+        MPI_COMPLEX4 => dt!(h, 4, 4, NoKernel { complex: true }, "MPI_COMPLEX4"),
         MPI_LOGICAL8 => dt!(h, 8, 8, Bool(8), "MPI_LOGICAL8"),
         MPI_INTEGER8 => dt!(h, 8, 8, I64, "MPI_INTEGER8"),
         MPI_REAL8 => dt!(h, 8, 8, F64, "MPI_REAL8"),
         MPI_COMPLEX8 => dt!(h, 8, 8, Complex(Real::F32), "MPI_COMPLEX8"),
         MPI_LOGICAL16 => dt!(h, 16, 16, Bool(16), "MPI_LOGICAL16"),
         MPI_INTEGER16 => dt!(h, 16, 16, I128, "MPI_INTEGER16"),
-        MPI_REAL16 => dt!(h, 16, 16, NoKernel, "MPI_REAL16"),
+        MPI_REAL16 => dt!(h, 16, 16, NoKernel { complex: false }, "MPI_REAL16"),
         MPI_COMPLEX16 => dt!(h, 16, 16, Complex(Real::F64), "MPI_COMPLEX16"),
-        MPI_COMPLEX32 => dt!(h, 32, 32, NoKernel, "MPI_COMPLEX32"),
+        MPI_COMPLEX32 => dt!(h, 32, 32, NoKernel { complex: true }, "MPI_COMPLEX32"),
         _ => None,
     }
 }

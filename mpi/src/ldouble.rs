@@ -30,7 +30,9 @@ mod x87 {
                         "fstp tbyte ptr [{b}]",
                         a = in(reg) a.as_ptr(),
                         b = in(reg) b.as_mut_ptr(),
-                        out("st(0)") _, out("st(1)") _,
+                        // All eight named, as the asm rules ask of code that uses the stack.
+                        out("st(0)") _, out("st(1)") _, out("st(2)") _, out("st(3)") _,
+                        out("st(4)") _, out("st(5)") _, out("st(6)") _, out("st(7)") _,
                         options(nostack),
                     );
                 }
@@ -46,7 +48,7 @@ mod x87 {
         let mut out = [0u8; 16];
         // SAFETY: loads 8 bytes, stores 10 into a 16-byte buffer; the x87 stack is left empty.
         unsafe {
-            asm!("fld qword ptr [{x}]", "fstp tbyte ptr [{o}]", x = in(reg) &x, o = in(reg) out.as_mut_ptr(), out("st(0)") _, options(nostack));
+            asm!("fld qword ptr [{x}]", "fstp tbyte ptr [{o}]", x = in(reg) &x, o = in(reg) out.as_mut_ptr(), out("st(0)") _, out("st(1)") _, out("st(2)") _, out("st(3)") _, out("st(4)") _, out("st(5)") _, out("st(6)") _, out("st(7)") _, options(nostack));
         }
         out
     }
@@ -55,7 +57,7 @@ mod x87 {
         let mut x = 0f64;
         // SAFETY: loads 10 bytes, stores 8; the x87 stack is left empty.
         unsafe {
-            asm!("fld tbyte ptr [{v}]", "fstp qword ptr [{x}]", v = in(reg) v.as_ptr(), x = in(reg) &mut x, out("st(0)") _, options(nostack));
+            asm!("fld tbyte ptr [{v}]", "fstp qword ptr [{x}]", v = in(reg) v.as_ptr(), x = in(reg) &mut x, out("st(0)") _, out("st(1)") _, out("st(2)") _, out("st(3)") _, out("st(4)") _, out("st(5)") _, out("st(6)") _, out("st(7)") _, options(nostack));
         }
         x
     }

@@ -68,10 +68,7 @@ fn op_name(op: MPI_Op) -> &'static str {
 }
 
 fn is_int(k: Kind) -> bool {
-    matches!(k, Kind::I8 | Kind::U8 | Kind::I16 | Kind::U16 | Kind::I32 | Kind::U32 | Kind::I64 | Kind::U64)
-}
-fn is_int_any(k: Kind) -> bool {
-    is_int(k) || k == Kind::I128
+    matches!(k, Kind::I8 | Kind::U8 | Kind::I16 | Kind::U16 | Kind::I32 | Kind::U32 | Kind::I64 | Kind::U64 | Kind::I128)
 }
 fn is_float(k: Kind) -> bool {
     matches!(k, Kind::F16 | Kind::F32 | Kind::F64 | Kind::F80)
@@ -92,10 +89,10 @@ fn uses_ldouble(k: Kind) -> bool {
 fn allowed(op: MPI_Op, dt: &Dt) -> Result<(), MpiErr> {
     let k = dt.kind;
     let ok = match op {
-        MPI_MIN | MPI_MAX => is_int_any(k) || is_float(k) || (k == Kind::NoKernel && !dt.name.contains("COMPLEX")),
-        MPI_SUM | MPI_PROD => is_int_any(k) || is_float(k) || is_complex(k) || k == Kind::NoKernel,
-        MPI_LAND | MPI_LOR | MPI_LXOR => is_int_any(k) || matches!(k, Kind::Bool(_)),
-        MPI_BAND | MPI_BOR | MPI_BXOR => is_int_any(k) || k == Kind::Byte,
+        MPI_MIN | MPI_MAX => is_int(k) || is_float(k) || k == Kind::NoKernel { complex: false },
+        MPI_SUM | MPI_PROD => is_int(k) || is_float(k) || is_complex(k) || matches!(k, Kind::NoKernel { .. }),
+        MPI_LAND | MPI_LOR | MPI_LXOR => is_int(k) || matches!(k, Kind::Bool(_)),
+        MPI_BAND | MPI_BOR | MPI_BXOR => is_int(k) || k == Kind::Byte,
         MPI_MINLOC | MPI_MAXLOC => matches!(k, Kind::Pair(..)),
         MPI_REPLACE | MPI_NO_OP => return crate::mpi_err!(MPI_ERR_OP, "{} is only for one-sided accumulate operations", op_name(op)),
         _ => return crate::mpi_err!(MPI_ERR_OP, "{op:#x} is not a valid operation"),
@@ -103,7 +100,7 @@ fn allowed(op: MPI_Op, dt: &Dt) -> Result<(), MpiErr> {
     if !ok {
         return crate::mpi_err!(MPI_ERR_OP, "{} is not defined on {}", op_name(op), dt.name);
     }
-    if k == Kind::NoKernel || (uses_ldouble(k) && !ldouble::SUPPORTED) {
+    if matches!(k, Kind::NoKernel { .. }) || (uses_ldouble(k) && !ldouble::SUPPORTED) {
         return crate::mpi_err!(MPI_ERR_UNSUPPORTED_OPERATION, "{} on {}: this library has no arithmetic for that format", op_name(op), dt.name);
     }
     Ok(())
@@ -293,7 +290,7 @@ pub fn apply(l: &Local, count: usize, inv: &[u8], inout: &mut [u8]) {
                     PairVal::F64F64 => opnum::pair::<f64, f64>(min, off, ext, inv, inout),
                 }
             }
-            Kind::Bool(_) | Kind::Other | Kind::NoKernel => unreachable!("checked by plan"),
+            Kind::Bool(_) | Kind::Other | Kind::NoKernel { .. } => unreachable!("checked by plan"),
         },
     }
 }
