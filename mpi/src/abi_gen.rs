@@ -456,9 +456,9 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Abort", true),
     ("MPI_Accumulate", true),
     ("MPI_Accumulate_c", true),
-    ("MPI_Add_error_class", false),
-    ("MPI_Add_error_code", false),
-    ("MPI_Add_error_string", false),
+    ("MPI_Add_error_class", true),
+    ("MPI_Add_error_code", true),
+    ("MPI_Add_error_string", true),
     ("MPI_Allgather", true),
     ("MPI_Allgather_c", true),
     ("MPI_Allgather_init", false),
@@ -558,7 +558,7 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Comm_split_type", true),
     ("MPI_Comm_test_inter", true),
     ("MPI_Compare_and_swap", true),
-    ("MPI_Dims_create", false),
+    ("MPI_Dims_create", true),
     ("MPI_Dist_graph_create", false),
     ("MPI_Dist_graph_create_adjacent", false),
     ("MPI_Dist_graph_neighbors", false),
@@ -681,7 +681,7 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Get_elements", true),
     ("MPI_Get_elements_c", true),
     ("MPI_Get_elements_x", true),
-    ("MPI_Get_hw_resource_info", false),
+    ("MPI_Get_hw_resource_info", true),
     ("MPI_Get_library_version", true),
     ("MPI_Get_processor_name", true),
     ("MPI_Get_version", true),
@@ -743,7 +743,7 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Ineighbor_alltoallw", false),
     ("MPI_Ineighbor_alltoallw_c", false),
     ("MPI_Info_create", true),
-    ("MPI_Info_create_env", false),
+    ("MPI_Info_create_env", true),
     ("MPI_Info_delete", true),
     ("MPI_Info_dup", true),
     ("MPI_Info_free", true),
@@ -811,9 +811,9 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Neighbor_alltoallw_c", false),
     ("MPI_Neighbor_alltoallw_init", false),
     ("MPI_Neighbor_alltoallw_init_c", false),
-    ("MPI_Op_commutative", false),
+    ("MPI_Op_commutative", true),
     ("MPI_Op_create", true),
-    ("MPI_Op_create_c", false),
+    ("MPI_Op_create_c", true),
     ("MPIX_Op_create_x", false),
     ("MPI_Op_free", true),
     ("MPI_Open_port", false),
@@ -859,9 +859,9 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Reduce_scatter_init_c", false),
     ("MPI_Register_datarep", false),
     ("MPI_Register_datarep_c", false),
-    ("MPI_Remove_error_class", false),
-    ("MPI_Remove_error_code", false),
-    ("MPI_Remove_error_string", false),
+    ("MPI_Remove_error_class", true),
+    ("MPI_Remove_error_code", true),
+    ("MPI_Remove_error_string", true),
     ("MPI_Request_free", true),
     ("MPI_Request_get_status", true),
     ("MPI_Request_get_status_all", true),
@@ -939,11 +939,11 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Type_commit", true),
     ("MPI_Type_contiguous", true),
     ("MPI_Type_contiguous_c", true),
-    ("MPI_Type_create_darray", false),
-    ("MPI_Type_create_darray_c", false),
-    ("MPI_Type_create_f90_complex", false),
-    ("MPI_Type_create_f90_integer", false),
-    ("MPI_Type_create_f90_real", false),
+    ("MPI_Type_create_darray", true),
+    ("MPI_Type_create_darray_c", true),
+    ("MPI_Type_create_f90_complex", true),
+    ("MPI_Type_create_f90_integer", true),
+    ("MPI_Type_create_f90_real", true),
     ("MPI_Type_create_hindexed", true),
     ("MPI_Type_create_hindexed_c", true),
     ("MPI_Type_create_hindexed_block", true),
@@ -1190,27 +1190,27 @@ pub unsafe extern "C" fn PMPI_Accumulate_c(origin_addr: *const c_void, origin_co
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Add_error_class(errorclass: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Add_error_class", MPI_COMM_SELF)
+    crate::err::guard("MPI_Add_error_class", || unsafe { crate::api::add_error_class(errorclass) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Add_error_class(errorclass: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Add_error_class", MPI_COMM_SELF)
+    crate::err::guard("MPI_Add_error_class", || unsafe { crate::api::add_error_class(errorclass) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Add_error_code(errorclass: c_int, errorcode: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Add_error_code", MPI_COMM_SELF)
+    crate::err::guard("MPI_Add_error_code", || unsafe { crate::api::add_error_code(errorclass, errorcode) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Add_error_code(errorclass: c_int, errorcode: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Add_error_code", MPI_COMM_SELF)
+    crate::err::guard("MPI_Add_error_code", || unsafe { crate::api::add_error_code(errorclass, errorcode) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Add_error_string(errorcode: c_int, string: *const c_char) -> c_int {
-    crate::err::unsupported("MPI_Add_error_string", MPI_COMM_SELF)
+    crate::err::guard("MPI_Add_error_string", || unsafe { crate::api::add_error_string(errorcode, string) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Add_error_string(errorcode: c_int, string: *const c_char) -> c_int {
-    crate::err::unsupported("MPI_Add_error_string", MPI_COMM_SELF)
+    crate::err::guard("MPI_Add_error_string", || unsafe { crate::api::add_error_string(errorcode, string) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Allgather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
@@ -2006,11 +2006,11 @@ pub unsafe extern "C" fn PMPI_Compare_and_swap(origin_addr: *const c_void, compa
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Dims_create(nnodes: c_int, ndims: c_int, dims: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Dims_create", MPI_COMM_SELF)
+    crate::err::guard("MPI_Dims_create", || unsafe { crate::api::dims_create(nnodes, ndims, dims) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Dims_create(nnodes: c_int, ndims: c_int, dims: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Dims_create", MPI_COMM_SELF)
+    crate::err::guard("MPI_Dims_create", || unsafe { crate::api::dims_create(nnodes, ndims, dims) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Dist_graph_create(comm_old: MPI_Comm, n: c_int, sources: *const c_int, degrees: *const c_int, destinations: *const c_int, weights: *const c_int, info: MPI_Info, reorder: c_int, comm_dist_graph: *mut MPI_Comm) -> c_int {
@@ -2990,11 +2990,11 @@ pub unsafe extern "C" fn PMPI_Get_elements_x(status: *const MPI_Status, datatype
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Get_hw_resource_info(hw_info: *mut MPI_Info) -> c_int {
-    crate::err::unsupported("MPI_Get_hw_resource_info", MPI_COMM_SELF)
+    crate::err::guard("MPI_Get_hw_resource_info", || unsafe { crate::api::get_hw_resource_info(hw_info) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Get_hw_resource_info(hw_info: *mut MPI_Info) -> c_int {
-    crate::err::unsupported("MPI_Get_hw_resource_info", MPI_COMM_SELF)
+    crate::err::guard("MPI_Get_hw_resource_info", || unsafe { crate::api::get_hw_resource_info(hw_info) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Get_library_version(version: *mut c_char, resultlen: *mut c_int) -> c_int {
@@ -3486,11 +3486,11 @@ pub unsafe extern "C" fn PMPI_Info_create(info: *mut MPI_Info) -> c_int {
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Info_create_env(argc: c_int, argv: *mut *mut c_char, info: *mut MPI_Info) -> c_int {
-    crate::err::unsupported("MPI_Info_create_env", MPI_COMM_SELF)
+    crate::err::guard("MPI_Info_create_env", || unsafe { crate::api::info_create_env(argc, argv, info) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Info_create_env(argc: c_int, argv: *mut *mut c_char, info: *mut MPI_Info) -> c_int {
-    crate::err::unsupported("MPI_Info_create_env", MPI_COMM_SELF)
+    crate::err::guard("MPI_Info_create_env", || unsafe { crate::api::info_create_env(argc, argv, info) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Info_delete(info: MPI_Info, key: *const c_char) -> c_int {
@@ -4030,11 +4030,11 @@ pub unsafe extern "C" fn PMPI_Neighbor_alltoallw_init_c(sendbuf: *const c_void, 
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Op_commutative(op: MPI_Op, commute: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Op_commutative", MPI_COMM_SELF)
+    crate::err::guard("MPI_Op_commutative", || unsafe { crate::api::op_commutative(op, commute) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Op_commutative(op: MPI_Op, commute: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Op_commutative", MPI_COMM_SELF)
+    crate::err::guard("MPI_Op_commutative", || unsafe { crate::api::op_commutative(op, commute) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Op_create(user_fn: Option<MPI_User_function>, commute: c_int, op: *mut MPI_Op) -> c_int {
@@ -4046,11 +4046,11 @@ pub unsafe extern "C" fn PMPI_Op_create(user_fn: Option<MPI_User_function>, comm
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Op_create_c(user_fn: Option<MPI_User_function_c>, commute: c_int, op: *mut MPI_Op) -> c_int {
-    crate::err::unsupported("MPI_Op_create_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Op_create_c", || unsafe { crate::api::op_create_c(user_fn, commute, op) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Op_create_c(user_fn: Option<MPI_User_function_c>, commute: c_int, op: *mut MPI_Op) -> c_int {
-    crate::err::unsupported("MPI_Op_create_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Op_create_c", || unsafe { crate::api::op_create_c(user_fn, commute, op) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPIX_Op_create_x(user_fn_x: Option<MPIX_User_function_x>, destructor_fn: Option<MPIX_Destructor_function>, commute: c_int, extra_state: *mut c_void, op: *mut MPI_Op) -> c_int {
@@ -4414,27 +4414,27 @@ pub unsafe extern "C" fn PMPI_Register_datarep_c(datarep: *const c_char, read_co
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Remove_error_class(errorclass: c_int) -> c_int {
-    crate::err::unsupported("MPI_Remove_error_class", MPI_COMM_SELF)
+    crate::err::guard("MPI_Remove_error_class", || unsafe { crate::api::remove_error_class(errorclass) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Remove_error_class(errorclass: c_int) -> c_int {
-    crate::err::unsupported("MPI_Remove_error_class", MPI_COMM_SELF)
+    crate::err::guard("MPI_Remove_error_class", || unsafe { crate::api::remove_error_class(errorclass) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Remove_error_code(errorcode: c_int) -> c_int {
-    crate::err::unsupported("MPI_Remove_error_code", MPI_COMM_SELF)
+    crate::err::guard("MPI_Remove_error_code", || unsafe { crate::api::remove_error_code(errorcode) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Remove_error_code(errorcode: c_int) -> c_int {
-    crate::err::unsupported("MPI_Remove_error_code", MPI_COMM_SELF)
+    crate::err::guard("MPI_Remove_error_code", || unsafe { crate::api::remove_error_code(errorcode) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Remove_error_string(errorcode: c_int) -> c_int {
-    crate::err::unsupported("MPI_Remove_error_string", MPI_COMM_SELF)
+    crate::err::guard("MPI_Remove_error_string", || unsafe { crate::api::remove_error_string(errorcode) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Remove_error_string(errorcode: c_int) -> c_int {
-    crate::err::unsupported("MPI_Remove_error_string", MPI_COMM_SELF)
+    crate::err::guard("MPI_Remove_error_string", || unsafe { crate::api::remove_error_string(errorcode) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Request_free(request: *mut MPI_Request) -> c_int {
@@ -5054,43 +5054,43 @@ pub unsafe extern "C" fn PMPI_Type_contiguous_c(count: MPI_Count, oldtype: MPI_D
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_darray(size: c_int, rank: c_int, ndims: c_int, array_of_gsizes: *const c_int, array_of_distribs: *const c_int, array_of_dargs: *const c_int, array_of_psizes: *const c_int, order: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_create_darray", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_create_darray", || unsafe { crate::api::type_create_darray(size, rank, ndims, array_of_gsizes, array_of_distribs, array_of_dargs, array_of_psizes, order, oldtype, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_darray(size: c_int, rank: c_int, ndims: c_int, array_of_gsizes: *const c_int, array_of_distribs: *const c_int, array_of_dargs: *const c_int, array_of_psizes: *const c_int, order: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_create_darray", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_create_darray", || unsafe { crate::api::type_create_darray(size, rank, ndims, array_of_gsizes, array_of_distribs, array_of_dargs, array_of_psizes, order, oldtype, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_darray_c(size: c_int, rank: c_int, ndims: c_int, array_of_gsizes: *const MPI_Count, array_of_distribs: *const c_int, array_of_dargs: *const c_int, array_of_psizes: *const c_int, order: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_create_darray_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_create_darray_c", || unsafe { crate::api::type_create_darray_c(size, rank, ndims, array_of_gsizes, array_of_distribs, array_of_dargs, array_of_psizes, order, oldtype, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_darray_c(size: c_int, rank: c_int, ndims: c_int, array_of_gsizes: *const MPI_Count, array_of_distribs: *const c_int, array_of_dargs: *const c_int, array_of_psizes: *const c_int, order: c_int, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_create_darray_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_create_darray_c", || unsafe { crate::api::type_create_darray_c(size, rank, ndims, array_of_gsizes, array_of_distribs, array_of_dargs, array_of_psizes, order, oldtype, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_f90_complex(p: c_int, r: c_int, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_create_f90_complex", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_create_f90_complex", || unsafe { crate::api::type_create_f90_complex(p, r, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_f90_complex(p: c_int, r: c_int, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_create_f90_complex", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_create_f90_complex", || unsafe { crate::api::type_create_f90_complex(p, r, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_f90_integer(r: c_int, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_create_f90_integer", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_create_f90_integer", || unsafe { crate::api::type_create_f90_integer(r, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_f90_integer(r: c_int, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_create_f90_integer", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_create_f90_integer", || unsafe { crate::api::type_create_f90_integer(r, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_f90_real(p: c_int, r: c_int, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_create_f90_real", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_create_f90_real", || unsafe { crate::api::type_create_f90_real(p, r, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_create_f90_real(p: c_int, r: c_int, newtype: *mut MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_Type_create_f90_real", MPI_COMM_SELF)
+    crate::err::guard("MPI_Type_create_f90_real", || unsafe { crate::api::type_create_f90_real(p, r, newtype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_create_hindexed(count: c_int, array_of_blocklengths: *const c_int, array_of_displacements: *const MPI_Aint, oldtype: MPI_Datatype, newtype: *mut MPI_Datatype) -> c_int {

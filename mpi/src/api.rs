@@ -323,7 +323,6 @@ static ATTR_TAG_UB: c_int = TAG_UB;
 static ATTR_FALSE: c_int = 0;
 static ATTR_IO: c_int = MPI_ANY_SOURCE;
 static ATTR_HOST: c_int = MPI_PROC_NULL;
-static ATTR_LASTUSEDCODE: c_int = MPI_ERR_LASTCODE;
 static ATTR_APPNUM: c_int = 0;
 static ATTR_UNIVERSE: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(1);
 
@@ -336,7 +335,7 @@ pub unsafe fn comm_get_attr(c: MPI_Comm, keyval: c_int, value: *mut c_void, flag
         MPI_WTIME_IS_GLOBAL => &ATTR_FALSE,
         MPI_IO => &ATTR_IO,
         MPI_HOST => &ATTR_HOST,
-        MPI_LASTUSEDCODE => &ATTR_LASTUSEDCODE,
+        MPI_LASTUSEDCODE => crate::errclass::lastused(),
         MPI_APPNUM => &ATTR_APPNUM,
         MPI_UNIVERSE_SIZE => {
             ATTR_UNIVERSE.store(state::get_comm(MPI_COMM_WORLD)?.size() as c_int, Ordering::Relaxed);
@@ -747,6 +746,7 @@ pub unsafe fn testany(n: c_int, rq: *mut MPI_Request, index: *mut c_int, flag: *
 pub use crate::colls::*;
 pub use crate::colltypes::{alltoallw, alltoallw_c, ialltoallw, ialltoallw_c};
 pub use crate::typeapi::*;
+pub use crate::envfns::*;
 pub use crate::extras::{
     get_address, isendrecv, isendrecv_c, isendrecv_replace, isendrecv_replace_c, request_get_status_all, request_get_status_any,
     request_get_status_some, status_get_error, status_get_source, status_get_tag, status_set_error, status_set_source, status_set_tag,
@@ -762,7 +762,19 @@ pub use crate::persist::{
 
 pub unsafe fn op_create(f: Option<MPI_User_function>, commute: c_int, o: *mut MPI_Op) -> Res {
     let p = out(o, "op")?;
-    *p = op::create(f, commute != 0)?;
+    *p = op::create(f.map(op::UserFn::Int), commute != 0)?;
+    Ok(())
+}
+
+pub unsafe fn op_create_c(f: Option<MPI_User_function_c>, commute: c_int, o: *mut MPI_Op) -> Res {
+    let p = out(o, "op")?;
+    *p = op::create(f.map(op::UserFn::Large), commute != 0)?;
+    Ok(())
+}
+
+pub unsafe fn op_commutative(o: MPI_Op, commute: *mut c_int) -> Res {
+    let p = out(commute, "commute")?;
+    *p = op::commutative(o)? as c_int;
     Ok(())
 }
 

@@ -406,16 +406,13 @@ pub(crate) fn build_reduce_scatter_block(k: &Coll, sbuf: *const c_void, rbuf: *m
     let rank = k.rank();
     Ok(match plan {
         Plan::Engine(edt, eop) if inplace => {
-            // The engine leaves the result in block `rank`; MPI wants it at the start.
-            let out = P::of(rbuf);
+            // The engine's in-place form works in the whole buffer (partial sums in the other
+            // blocks, the result in block `rank`); MPI leaves all but the first block as it
+            // was (as MPICH does): the engine reads a copy and writes the first block only.
+            let mine = copy_of(rbuf, total);
             Built {
-                args: CollArgs::ReduceScatter { send: None, recv: mb(rbuf, total), dt: edt, op: eop },
-                after: Some(Box::new(move || {
-                    if rank != 0 && n > 0 {
-                        let b = unsafe { out.bytes(total) };
-                        b.copy_within(rank * n..(rank + 1) * n, 0);
-                    }
-                })),
+                args: CollArgs::ReduceScatter { send: Some(ConstBuf::from_slice(&mine)), recv: mb(rbuf, n), dt: edt, op: eop },
+                after: Some(Box::new(move || drop(mine))),
             }
         }
         Plan::Engine(edt, eop) => Built::plain(CollArgs::ReduceScatter { send: Some(cb(sbuf, total)), recv: mb(rbuf, n), dt: edt, op: eop }),

@@ -1,5 +1,5 @@
 //! Datatype handles: the standard's predefined ones (size, extent, what reductions see) and
-//! derived ones (every constructor of MPI 5.0 but darray), each with its type map
+//! derived ones (every constructor of MPI 5.0; darray in darray.rs), each with its type map
 //! (`typemap::Layout`) and the arguments it was made with (MPI_Type_get_envelope/contents).
 
 use crate::abi_gen::*;
@@ -64,13 +64,30 @@ pub enum Kind {
     F16,
     F32,
     F64,
+    /// C long double (see ldouble.rs).
+    F80,
+    /// Complex: two of this real format (real part first).
+    Complex(Real),
+    /// A 16-byte integer (Fortran INTEGER*16).
+    I128,
+    /// A floating format with no kernel here (REAL*16; complex: COMPLEX*4, COMPLEX*32): the
+    /// standard defines the arithmetic ops on it, this library does not apply them.
+    NoKernel { complex: bool },
     /// C _Bool / C++ bool / Fortran LOGICAL of this many bytes.
     Bool(u8),
     Byte,
     /// (value, int index) pairs for MINLOC/MAXLOC: value kind, offset of the int.
     Pair(PairVal, u8),
-    /// Complex, long double, wchar and the like: moved, not reduced here.
+    /// Characters and the like: moved, never reduced (the standard defines no op on them).
     Other,
+}
+
+/// The real format of a complex kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Real {
+    F32,
+    F64,
+    F80,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,6 +97,12 @@ pub enum PairVal {
     I64,
     I32,
     I16,
+    /// long double value, int index (MPI_LONG_DOUBLE_INT).
+    F80,
+    /// REAL value and REAL index (MPI_2REAL).
+    F32F32,
+    /// DOUBLE PRECISION value and index (MPI_2DOUBLE_PRECISION).
+    F64F64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -121,29 +144,29 @@ pub fn predefined(h: MPI_Datatype) -> Option<Dt> {
         MPI_UNSIGNED_LONG => dt!(h, 8, 8, U64, "MPI_UNSIGNED_LONG"),
         MPI_UNSIGNED_LONG_LONG => dt!(h, 8, 8, U64, "MPI_UNSIGNED_LONG_LONG"),
         MPI_FLOAT => dt!(h, 4, 4, F32, "MPI_FLOAT"),
-        MPI_C_FLOAT_COMPLEX => dt!(h, 8, 8, Other, "MPI_C_FLOAT_COMPLEX"),
-        MPI_CXX_FLOAT_COMPLEX => dt!(h, 8, 8, Other, "MPI_CXX_FLOAT_COMPLEX"),
+        MPI_C_FLOAT_COMPLEX => dt!(h, 8, 8, Complex(Real::F32), "MPI_C_FLOAT_COMPLEX"),
+        MPI_CXX_FLOAT_COMPLEX => dt!(h, 8, 8, Complex(Real::F32), "MPI_CXX_FLOAT_COMPLEX"),
         MPI_DOUBLE => dt!(h, 8, 8, F64, "MPI_DOUBLE"),
-        MPI_C_DOUBLE_COMPLEX => dt!(h, 16, 16, Other, "MPI_C_DOUBLE_COMPLEX"),
-        MPI_CXX_DOUBLE_COMPLEX => dt!(h, 16, 16, Other, "MPI_CXX_DOUBLE_COMPLEX"),
+        MPI_C_DOUBLE_COMPLEX => dt!(h, 16, 16, Complex(Real::F64), "MPI_C_DOUBLE_COMPLEX"),
+        MPI_CXX_DOUBLE_COMPLEX => dt!(h, 16, 16, Complex(Real::F64), "MPI_CXX_DOUBLE_COMPLEX"),
         MPI_LOGICAL => dt!(h, 4, 4, Bool(4), "MPI_LOGICAL"),
         MPI_INTEGER => dt!(h, 4, 4, I32, "MPI_INTEGER"),
         MPI_REAL => dt!(h, 4, 4, F32, "MPI_REAL"),
-        MPI_COMPLEX => dt!(h, 8, 8, Other, "MPI_COMPLEX"),
+        MPI_COMPLEX => dt!(h, 8, 8, Complex(Real::F32), "MPI_COMPLEX"),
         MPI_DOUBLE_PRECISION => dt!(h, 8, 8, F64, "MPI_DOUBLE_PRECISION"),
-        MPI_DOUBLE_COMPLEX => dt!(h, 16, 16, Other, "MPI_DOUBLE_COMPLEX"),
+        MPI_DOUBLE_COMPLEX => dt!(h, 16, 16, Complex(Real::F64), "MPI_DOUBLE_COMPLEX"),
         MPI_CHARACTER => dt!(h, 1, 1, Other, "MPI_CHARACTER"),
-        MPI_LONG_DOUBLE => dt!(h, 16, 16, Other, "MPI_LONG_DOUBLE"),
-        MPI_C_LONG_DOUBLE_COMPLEX => dt!(h, 32, 32, Other, "MPI_C_LONG_DOUBLE_COMPLEX"),
-        MPI_CXX_LONG_DOUBLE_COMPLEX => dt!(h, 32, 32, Other, "MPI_CXX_LONG_DOUBLE_COMPLEX"),
+        MPI_LONG_DOUBLE => dt!(h, 16, 16, F80, "MPI_LONG_DOUBLE"),
+        MPI_C_LONG_DOUBLE_COMPLEX => dt!(h, 32, 32, Complex(Real::F80), "MPI_C_LONG_DOUBLE_COMPLEX"),
+        MPI_CXX_LONG_DOUBLE_COMPLEX => dt!(h, 32, 32, Complex(Real::F80), "MPI_CXX_LONG_DOUBLE_COMPLEX"),
         MPI_FLOAT_INT => dt!(h, 8, 8, Pair(PairVal::F32, 4), "MPI_FLOAT_INT"),
         MPI_DOUBLE_INT => dt!(h, 12, 16, Pair(PairVal::F64, 8), "MPI_DOUBLE_INT"),
         MPI_LONG_INT => dt!(h, 12, 16, Pair(PairVal::I64, 8), "MPI_LONG_INT"),
         MPI_2INT => dt!(h, 8, 8, Pair(PairVal::I32, 4), "MPI_2INT"),
         MPI_SHORT_INT => dt!(h, 6, 8, Pair(PairVal::I16, 4), "MPI_SHORT_INT"),
-        MPI_LONG_DOUBLE_INT => dt!(h, 20, 32, Other, "MPI_LONG_DOUBLE_INT"),
-        MPI_2REAL => dt!(h, 8, 8, Other, "MPI_2REAL"),
-        MPI_2DOUBLE_PRECISION => dt!(h, 16, 16, Other, "MPI_2DOUBLE_PRECISION"),
+        MPI_LONG_DOUBLE_INT => dt!(h, 20, 32, Pair(PairVal::F80, 16), "MPI_LONG_DOUBLE_INT"),
+        MPI_2REAL => dt!(h, 8, 8, Pair(PairVal::F32F32, 4), "MPI_2REAL"),
+        MPI_2DOUBLE_PRECISION => dt!(h, 16, 16, Pair(PairVal::F64F64, 8), "MPI_2DOUBLE_PRECISION"),
         MPI_2INTEGER => dt!(h, 8, 8, Pair(PairVal::I32, 4), "MPI_2INTEGER"),
         MPI_C_BOOL => dt!(h, 1, 1, Bool(1), "MPI_C_BOOL"),
         MPI_CXX_BOOL => dt!(h, 1, 1, Bool(1), "MPI_CXX_BOOL"),
@@ -168,16 +191,16 @@ pub fn predefined(h: MPI_Datatype) -> Option<Dt> {
         MPI_LOGICAL4 => dt!(h, 4, 4, Bool(4), "MPI_LOGICAL4"),
         MPI_INTEGER4 => dt!(h, 4, 4, I32, "MPI_INTEGER4"),
         MPI_REAL4 => dt!(h, 4, 4, F32, "MPI_REAL4"),
-        MPI_COMPLEX4 => dt!(h, 4, 4, Other, "MPI_COMPLEX4"),
+        MPI_COMPLEX4 => dt!(h, 4, 4, NoKernel { complex: true }, "MPI_COMPLEX4"),
         MPI_LOGICAL8 => dt!(h, 8, 8, Bool(8), "MPI_LOGICAL8"),
         MPI_INTEGER8 => dt!(h, 8, 8, I64, "MPI_INTEGER8"),
         MPI_REAL8 => dt!(h, 8, 8, F64, "MPI_REAL8"),
-        MPI_COMPLEX8 => dt!(h, 8, 8, Other, "MPI_COMPLEX8"),
-        MPI_LOGICAL16 => dt!(h, 16, 16, Other, "MPI_LOGICAL16"),
-        MPI_INTEGER16 => dt!(h, 16, 16, Other, "MPI_INTEGER16"),
-        MPI_REAL16 => dt!(h, 16, 16, Other, "MPI_REAL16"),
-        MPI_COMPLEX16 => dt!(h, 16, 16, Other, "MPI_COMPLEX16"),
-        MPI_COMPLEX32 => dt!(h, 32, 32, Other, "MPI_COMPLEX32"),
+        MPI_COMPLEX8 => dt!(h, 8, 8, Complex(Real::F32), "MPI_COMPLEX8"),
+        MPI_LOGICAL16 => dt!(h, 16, 16, Bool(16), "MPI_LOGICAL16"),
+        MPI_INTEGER16 => dt!(h, 16, 16, I128, "MPI_INTEGER16"),
+        MPI_REAL16 => dt!(h, 16, 16, NoKernel { complex: false }, "MPI_REAL16"),
+        MPI_COMPLEX16 => dt!(h, 16, 16, Complex(Real::F64), "MPI_COMPLEX16"),
+        MPI_COMPLEX32 => dt!(h, 32, 32, NoKernel { complex: true }, "MPI_COMPLEX32"),
         _ => None,
     }
 }
@@ -279,7 +302,7 @@ pub fn get(h: MPI_Datatype) -> Result<Dt, MpiErr> {
     }
 }
 
-fn map_err(e: MapErr) -> MpiErr {
+pub(crate) fn map_err(e: MapErr) -> MpiErr {
     match e {
         MapErr::Overflow => MpiErr::new(MPI_ERR_ARG, "the datatype's offsets or size overflow"),
         MapErr::TooBig => MpiErr::new(MPI_ERR_NO_MEM, format!("the datatype would have more than {} blocks", crate::typemap::MAX_BLOCKS)),
@@ -344,7 +367,7 @@ fn mul(a: i64, b: i64) -> Result<i64, MpiErr> {
     a.checked_mul(b).ok_or_else(|| MpiErr::new(MPI_ERR_ARG, format!("{a} * {b} overflows")))
 }
 
-fn finish(map: Layout, env: Envelope) -> MPI_Datatype {
+pub(crate) fn finish(map: Layout, env: Envelope) -> MPI_Datatype {
     let dt = summary(&map);
     add(Type { dt, map, env }, false)
 }
@@ -541,7 +564,10 @@ pub fn free(h: MPI_Datatype) -> Result<(), MpiErr> {
     if predefined(h).is_some() {
         return crate::mpi_err!(MPI_ERR_TYPE, "predefined datatypes cannot be freed");
     }
-    resolve_any(h)?;
+    let (t, _) = resolve_any(h)?;
+    if crate::f90::is_f90(t.env.combiner) {
+        return crate::mpi_err!(MPI_ERR_TYPE, "a datatype from MPI_Type_create_f90_* is predefined and cannot be freed");
+    }
     lock(&DERIVED)[h - TYPE_BASE] = None;
     Ok(())
 }

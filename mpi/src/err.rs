@@ -86,6 +86,10 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// A fresh error code of `class` whose string is `text`.
 fn make_code(class: c_int, text: String) -> c_int {
+    if crate::errclass::is_user(class) {
+        // An added class has no room for a slot: it is its own code.
+        return class;
+    }
     let mut c = lock(&CODES);
     if c.msgs.len() < SLOTS {
         c.msgs.resize(SLOTS, String::new());
@@ -98,6 +102,9 @@ fn make_code(class: c_int, text: String) -> c_int {
 
 /// The class of an error code (itself for a class), or None for a value that is neither.
 pub fn class_of(code: c_int) -> Option<c_int> {
+    if crate::errclass::is_user(code) {
+        return crate::errclass::class_of(code);
+    }
     if code < 0 {
         return None;
     }
@@ -111,6 +118,9 @@ pub fn class_of(code: c_int) -> Option<c_int> {
 
 /// The text of an error code: the class's description, or the recorded message.
 pub fn code_string(code: c_int) -> Option<String> {
+    if crate::errclass::is_user(code) {
+        return crate::errclass::string_of(code);
+    }
     let class = class_of(code)?;
     let slot = (code >> CODE_SHIFT) as usize;
     let base = format!("{}: {}", class_name(class)?, class_text(class));

@@ -45,7 +45,7 @@ fn with<T>(h: MPI_Info, f: impl FnOnce(&mut Vec<(String, String)>) -> Result<T, 
     }
 }
 
-fn add(entries: Vec<(String, String)>) -> MPI_Info {
+pub(crate) fn add(entries: Vec<(String, String)>) -> MPI_Info {
     let mut v = lock(&INFOS);
     let slot = v.iter().position(|s| s.is_none()).unwrap_or_else(|| {
         v.push(None);

@@ -2,7 +2,9 @@
 //! applied here) and user ops from MPI_Op_create.
 
 use crate::abi_gen::*;
-use crate::datatype::{Dt, Kind, PairVal};
+use crate::datatype::{Dt, Kind, PairVal, Real};
+use crate::ldouble::{self, F80};
+use crate::opnum;
 use crate::err::MpiErr;
 use distcomm::ReduceOp;
 use std::ffi::{c_int, c_void};
@@ -10,9 +12,16 @@ use std::sync::Mutex;
 
 pub const OP_BASE: usize = 0x2000_0000;
 
+/// A user function: MPI_Op_create's (int count) or MPI_Op_create_c's (MPI_Count).
+#[derive(Clone, Copy)]
+pub enum UserFn {
+    Int(MPI_User_function),
+    Large(MPI_User_function_c),
+}
+
 #[derive(Clone, Copy)]
 struct UserOp {
-    f: MPI_User_function,
+    f: UserFn,
     commute: bool,
     live: bool,
 }
@@ -35,7 +44,7 @@ pub enum Plan {
 #[derive(Clone, Copy)]
 pub enum Local {
     Predef(MPI_Op, Dt),
-    User(MPI_User_function, Dt),
+    User(UserFn, Dt),
 }
 
 fn op_name(op: MPI_Op) -> &'static str {
@@ -59,30 +68,42 @@ fn op_name(op: MPI_Op) -> &'static str {
 }
 
 fn is_int(k: Kind) -> bool {
-    matches!(k, Kind::I8 | Kind::U8 | Kind::I16 | Kind::U16 | Kind::I32 | Kind::U32 | Kind::I64 | Kind::U64)
+    matches!(k, Kind::I8 | Kind::U8 | Kind::I16 | Kind::U16 | Kind::I32 | Kind::U32 | Kind::I64 | Kind::U64 | Kind::I128)
 }
 fn is_float(k: Kind) -> bool {
-    matches!(k, Kind::F16 | Kind::F32 | Kind::F64)
+    matches!(k, Kind::F16 | Kind::F32 | Kind::F64 | Kind::F80)
+}
+fn is_complex(k: Kind) -> bool {
+    matches!(k, Kind::Complex(_))
+}
+/// Kinds whose elements are (or hold) a long double.
+fn uses_ldouble(k: Kind) -> bool {
+    matches!(k, Kind::F80 | Kind::Complex(Real::F80) | Kind::Pair(PairVal::F80, _))
 }
 
-/// Whether the standard allows `op` on `dt` (and this library can apply it).
+/// Whether the standard allows `op` on `dt` (and this library can apply it). The standard's
+/// table (MPI 5.0 section 6.9.2): MIN, MAX on integers and floating point; SUM, PROD on those
+/// and complex; the logical ops on integers and logicals; the bitwise ops on integers and
+/// bytes; MINLOC, MAXLOC on the pair types. (The logical ops are also taken on Fortran and
+/// multi-language integers, which this summary does not tell from C ones, as MPICH does.)
 fn allowed(op: MPI_Op, dt: &Dt) -> Result<(), MpiErr> {
     let k = dt.kind;
     let ok = match op {
-        MPI_SUM | MPI_PROD | MPI_MIN | MPI_MAX => is_int(k) || is_float(k),
+        MPI_MIN | MPI_MAX => is_int(k) || is_float(k) || k == Kind::NoKernel { complex: false },
+        MPI_SUM | MPI_PROD => is_int(k) || is_float(k) || is_complex(k) || matches!(k, Kind::NoKernel { .. }),
         MPI_LAND | MPI_LOR | MPI_LXOR => is_int(k) || matches!(k, Kind::Bool(_)),
         MPI_BAND | MPI_BOR | MPI_BXOR => is_int(k) || k == Kind::Byte,
         MPI_MINLOC | MPI_MAXLOC => matches!(k, Kind::Pair(..)),
         MPI_REPLACE | MPI_NO_OP => return crate::mpi_err!(MPI_ERR_OP, "{} is only for one-sided accumulate operations", op_name(op)),
         _ => return crate::mpi_err!(MPI_ERR_OP, "{op:#x} is not a valid operation"),
     };
-    if ok {
-        Ok(())
-    } else if k == Kind::Other && matches!(op, MPI_SUM | MPI_PROD) {
-        crate::mpi_err!(MPI_ERR_UNSUPPORTED_OPERATION, "{} on {} is not supported yet", op_name(op), dt.name)
-    } else {
-        crate::mpi_err!(MPI_ERR_OP, "{} is not defined on {}", op_name(op), dt.name)
+    if !ok {
+        return crate::mpi_err!(MPI_ERR_OP, "{} is not defined on {}", op_name(op), dt.name);
     }
+    if matches!(k, Kind::NoKernel { .. }) || (uses_ldouble(k) && !ldouble::SUPPORTED) {
+        return crate::mpi_err!(MPI_ERR_UNSUPPORTED_OPERATION, "{} on {}: this library has no arithmetic for that format", op_name(op), dt.name);
+    }
+    Ok(())
 }
 
 /// Chooses how `op` on `dt` runs; MPI_ERR_OP for a combination the standard does not define.
@@ -110,7 +131,7 @@ pub fn plan(op: MPI_Op, dt: &Dt) -> Result<Plan, MpiErr> {
     }
 }
 
-pub fn create(f: Option<MPI_User_function>, commute: bool) -> Result<MPI_Op, MpiErr> {
+pub fn create(f: Option<UserFn>, commute: bool) -> Result<MPI_Op, MpiErr> {
     let Some(f) = f else { return crate::mpi_err!(MPI_ERR_ARG, "user_fn is NULL") };
     let mut v = lock(&USER_OPS);
     v.push(UserOp { f, commute, live: true });
@@ -125,6 +146,22 @@ pub fn free(op: MPI_Op) -> Result<(), MpiErr> {
             Ok(())
         }
         _ => crate::mpi_err!(MPI_ERR_OP, "{op:#x} is not a user operation (predefined ones cannot be freed)"),
+    }
+}
+
+/// MPI_Op_commutative: every predefined reduction op is commutative; MPI_REPLACE and
+/// MPI_NO_OP are not (MPICH answers the same).
+pub fn commutative(op: MPI_Op) -> Result<bool, MpiErr> {
+    if op >= OP_BASE {
+        return match lock(&USER_OPS).get(op - OP_BASE) {
+            Some(u) if u.live => Ok(u.commute),
+            _ => crate::mpi_err!(MPI_ERR_OP, "{op:#x} is not a valid operation (never made, or freed)"),
+        };
+    }
+    match op {
+        MPI_REPLACE | MPI_NO_OP => Ok(false),
+        _ if valid_handle(op) => Ok(true),
+        _ => crate::mpi_err!(MPI_ERR_OP, "{op:#x} is not a valid operation"),
     }
 }
 
@@ -199,10 +236,28 @@ fn pair_op<V: Copy + PartialOrd>(min: bool, off: usize, ext: usize, inv: &[u8], 
 pub fn apply(l: &Local, count: usize, inv: &[u8], inout: &mut [u8]) {
     match *l {
         Local::User(f, dt) => {
-            let mut len = count as c_int;
             let mut h = dt.handle;
-            // SAFETY: the user's function, called as MPI_User_function is specified.
-            unsafe { f(inv.as_ptr() as *mut c_void, inout.as_mut_ptr() as *mut c_void, &mut len, &mut h) };
+            let (a, b) = (inv.as_ptr() as *mut c_void, inout.as_mut_ptr() as *mut c_void);
+            match f {
+                UserFn::Int(f) => {
+                    // A count beyond an int goes to the function in pieces of at most INT_MAX.
+                    let mut done = 0usize;
+                    while done < count {
+                        let n = (count - done).min(c_int::MAX as usize);
+                        let mut len = n as c_int;
+                        let off = done * dt.extent;
+                        // SAFETY: the user's function, called as MPI_User_function is
+                        // specified, on elements done..done + n of both buffers.
+                        unsafe { f(a.cast::<u8>().add(off).cast(), b.cast::<u8>().add(off).cast(), &mut len, &mut h) };
+                        done += n;
+                    }
+                }
+                UserFn::Large(f) => {
+                    let mut len = count as MPI_Count;
+                    // SAFETY: the user's function, called as MPI_User_function_c is specified.
+                    unsafe { f(a, b, &mut len, &mut h) };
+                }
+            }
         }
         Local::Predef(op, dt) => match dt.kind {
             Kind::I8 => int_op!(i8, op, inv, inout),
@@ -213,8 +268,15 @@ pub fn apply(l: &Local, count: usize, inv: &[u8], inout: &mut [u8]) {
             Kind::U32 | Kind::Bool(4) => int_op!(u32, op, inv, inout),
             Kind::I64 => int_op!(i64, op, inv, inout),
             Kind::U64 | Kind::Bool(8) => int_op!(u64, op, inv, inout),
+            Kind::I128 => int_op!(i128, op, inv, inout),
+            Kind::Bool(16) => int_op!(u128, op, inv, inout),
             Kind::F32 => float_op!(f32, op, inv, inout),
             Kind::F64 => float_op!(f64, op, inv, inout),
+            Kind::F80 => opnum::real::<F80>(op, inv, inout),
+            Kind::Complex(Real::F32) => opnum::complex::<f32>(op, inv, inout),
+            Kind::Complex(Real::F64) => opnum::complex::<f64>(op, inv, inout),
+            Kind::Complex(Real::F80) => opnum::complex::<F80>(op, inv, inout),
+            Kind::F16 => engine_apply(op, &dt, inv, inout),
             Kind::Pair(v, off) => {
                 let (min, off, ext) = (op == MPI_MINLOC, off as usize, dt.extent);
                 match v {
@@ -223,11 +285,27 @@ pub fn apply(l: &Local, count: usize, inv: &[u8], inout: &mut [u8]) {
                     PairVal::I64 => pair_op::<i64>(min, off, ext, inv, inout),
                     PairVal::I32 => pair_op::<i32>(min, off, ext, inv, inout),
                     PairVal::I16 => pair_op::<i16>(min, off, ext, inv, inout),
+                    PairVal::F80 => opnum::pair::<F80, i32>(min, off, ext, inv, inout),
+                    PairVal::F32F32 => opnum::pair::<f32, f32>(min, off, ext, inv, inout),
+                    PairVal::F64F64 => opnum::pair::<f64, f64>(min, off, ext, inv, inout),
                 }
             }
-            Kind::F16 | Kind::Bool(_) | Kind::Other => unreachable!("checked by plan"),
+            Kind::Bool(_) | Kind::Other | Kind::NoKernel { .. } => unreachable!("checked by plan"),
         },
     }
+}
+
+/// An op the engine has on a type it has (half floats): its kernel, in place.
+fn engine_apply(op: MPI_Op, dt: &Dt, inv: &[u8], inout: &mut [u8]) {
+    let o = match op {
+        MPI_SUM => ReduceOp::Sum,
+        MPI_PROD => ReduceOp::Prod,
+        MPI_MIN => ReduceOp::Min,
+        MPI_MAX => ReduceOp::Max,
+        _ => unreachable!("checked by plan"),
+    };
+    let d = dt.engine().expect("a kind the engine has");
+    distcomm::reduce::combine(d, o, inout, inv);
 }
 
 /// Folds `n` contributions of `block` bytes each (rank order) into `out`: x0 op x1 op ... .
@@ -264,7 +342,20 @@ mod tests {
         assert_eq!(plan(MPI_REPLACE, &int).err().map(|e| e.class), Some(MPI_ERR_OP));
         assert_eq!(plan(MPI_OP_NULL, &int).err().map(|e| e.class), Some(MPI_ERR_OP));
         let cplx = predefined(MPI_C_DOUBLE_COMPLEX).unwrap();
-        assert_eq!(plan(MPI_SUM, &cplx).err().map(|e| e.class), Some(MPI_ERR_UNSUPPORTED_OPERATION));
+        assert!(matches!(plan(MPI_PROD, &cplx), Ok(Plan::Local(_))));
+        assert_eq!(plan(MPI_MAX, &cplx).err().map(|e| e.class), Some(MPI_ERR_OP), "complex numbers have no order");
+        let ld = predefined(MPI_LONG_DOUBLE).unwrap();
+        assert_eq!(plan(MPI_SUM, &ld).is_ok(), ldouble::SUPPORTED);
+        assert_eq!(plan(MPI_BAND, &ld).err().map(|e| e.class), Some(MPI_ERR_OP));
+        let q = predefined(MPI_REAL16).unwrap();
+        assert_eq!(plan(MPI_SUM, &q).err().map(|e| e.class), Some(MPI_ERR_UNSUPPORTED_OPERATION));
+        assert_eq!(plan(MPI_LAND, &q).err().map(|e| e.class), Some(MPI_ERR_OP));
+        let ch = predefined(MPI_CHAR).unwrap();
+        assert_eq!(plan(MPI_SUM, &ch).err().map(|e| e.class), Some(MPI_ERR_OP));
+        assert!(plan(MPI_LAND, &predefined(MPI_C_BOOL).unwrap()).is_ok());
+        assert_eq!(plan(MPI_BAND, &predefined(MPI_C_BOOL).unwrap()).err().map(|e| e.class), Some(MPI_ERR_OP));
+        assert!(commutative(MPI_SUM).unwrap() && !commutative(MPI_REPLACE).unwrap());
+        assert_eq!(commutative(MPI_OP_NULL).err().map(|e| e.class), Some(MPI_ERR_OP));
     }
 
     #[test]
@@ -308,9 +399,9 @@ mod tests {
         // Contributions of ranks 0..4 are 1, 2, 3, 4: x0 op x1 op x2 op x3 = 1234.
         let all = ints(&[1, 2, 3, 4]);
         let mut out = vec![0u8; 4];
-        fold_ranks(&Local::User(digits, int), 1, 4, &all, &mut out);
+        fold_ranks(&Local::User(UserFn::Int(digits), int), 1, 4, &all, &mut out);
         assert_eq!(out, ints(&[1234]));
-        let h = create(Some(digits), false).unwrap();
+        let h = create(Some(UserFn::Int(digits)), false).unwrap();
         assert!(h >= OP_BASE && valid_handle(h));
         assert!(matches!(plan(h, &int), Ok(Plan::Local(Local::User(..)))));
         free(h).unwrap();

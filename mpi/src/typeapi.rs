@@ -277,6 +277,28 @@ pub unsafe fn type_create_subarray_c(nd: c_int, sizes: *const MPI_Count, subs: *
     put_new(new, || datatype::subarray(&a, &b, &c, order, old, true))
 }
 
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn type_create_darray(size: c_int, rank: c_int, nd: c_int, gsizes: *const c_int, distribs: *const c_int, dargs: *const c_int, psizes: *const c_int, order: c_int, old: MPI_Datatype, new: *mut MPI_Datatype) -> Res {
+    let n = nd as i64;
+    let g = arr(gsizes, n, "array_of_gsizes", ci)?;
+    darray_tail(size, rank, &g, distribs, dargs, psizes, order, old, new, false)
+}
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn type_create_darray_c(size: c_int, rank: c_int, nd: c_int, gsizes: *const MPI_Count, distribs: *const c_int, dargs: *const c_int, psizes: *const c_int, order: c_int, old: MPI_Datatype, new: *mut MPI_Datatype) -> Res {
+    let n = nd as i64;
+    let g = arr(gsizes, n, "array_of_gsizes", cc)?;
+    darray_tail(size, rank, &g, distribs, dargs, psizes, order, old, new, true)
+}
+#[allow(clippy::too_many_arguments)]
+unsafe fn darray_tail(size: c_int, rank: c_int, g: &[i64], distribs: *const c_int, dargs: *const c_int, psizes: *const c_int, order: c_int, old: MPI_Datatype, new: *mut MPI_Datatype, large: bool) -> Res {
+    let n = g.len() as i64;
+    let to_int = |v: i64| v as c_int;
+    let d: Vec<c_int> = arr(distribs, n, "array_of_distribs", ci)?.into_iter().map(to_int).collect();
+    let a: Vec<c_int> = arr(dargs, n, "array_of_dargs", ci)?.into_iter().map(to_int).collect();
+    let p: Vec<c_int> = arr(psizes, n, "array_of_psizes", ci)?.into_iter().map(to_int).collect();
+    put_new(new, || crate::darray::darray(size, rank, g, &d, &a, &p, order, old, large))
+}
+
 pub unsafe fn type_create_resized(old: MPI_Datatype, lb: MPI_Aint, extent: MPI_Aint, new: *mut MPI_Datatype) -> Res {
     put_new(new, || datatype::resized(old, lb as i64, extent as i64, false))
 }
@@ -375,7 +397,8 @@ unsafe fn fill<T: Copy>(v: &[T], p: *mut T, max: i64, what: &str) -> Res {
 /// The old types as handles for the caller: predefined ones as they are, derived ones as new
 /// handles the caller frees (the standard's rule).
 fn type_handles(t: &Type) -> Vec<MPI_Datatype> {
-    t.env.types.iter().map(|(h, keep)| keep.as_ref().map_or(*h, datatype::handle_for)).collect()
+    // An F90 type is predefined: its own handle, which the caller does not free.
+    t.env.types.iter().map(|(h, keep)| keep.as_ref().filter(|k| !crate::f90::is_f90(k.env.combiner)).map_or(*h, datatype::handle_for)).collect()
 }
 
 fn contents_check(t: &Type) -> Res {

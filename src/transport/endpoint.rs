@@ -280,6 +280,8 @@ pub struct SocketTransport {
     pub(super) next_sync: AtomicU64,
     /// The matcher holds answers owed to synchronous sends (see `probe::send_acks`).
     pub(super) acks_due: AtomicBool,
+    /// Threads between taking answers from the matcher and posting them (see `send_acks`).
+    pub(super) acks_sending: std::sync::atomic::AtomicUsize,
     /// Some peer is owed eager credit (see `flow::give_credit`).
     pub(super) credit_owed: AtomicBool,
     pub(super) thread: Mutex<Option<JoinHandle<()>>>,
@@ -336,6 +338,7 @@ impl SocketTransport {
             next_cookie: AtomicU64::new(1),
             next_sync: AtomicU64::new(0),
             acks_due: AtomicBool::new(false),
+            acks_sending: std::sync::atomic::AtomicUsize::new(0),
             credit_owed: AtomicBool::new(false),
             thread: Mutex::new(None),
             peer_timeout: cfg.peer_timeout,

@@ -136,16 +136,31 @@ impl SocketTransport {
     /// Sends the answers owed to synchronous sends matched here (cheap when there are none).
     /// Called holding no lock of the endpoint: by the progress thread, by waits, and after
     /// matches made by a caller's own thread.
+    ///
+    /// A caller with nothing to send waits (briefly) for another thread that took answers and
+    /// has not posted them yet: a receive that matched our own synchronous send is answered
+    /// through that post (inline, to ourselves), and without the wait a caller could see its
+    /// receive done and its synchronous send not, while the progress thread had the answer
+    /// in hand (mpi4py's test_p2p_obj testManyISSendAndRecv saw that on a busy machine).
     pub fn send_acks(&self) {
-        if !self.acks_due.load(Ordering::Acquire) || !self.acks_due.swap(false, Ordering::AcqRel) {
-            return;
-        }
-        let acks = lock(&self.matcher).take_acks();
-        for (ctx, src, tag) in acks {
-            // An empty message; nobody waits for its send, which finishes on its own.
-            if let Err(e) = self.post_send(&ctx, src, tag, 0, ConstBuf::from_slice(&[])) {
-                dc_log!(Level::Warn, Some(self.rank as usize), "could not answer a synchronous send of rank {src}: {}", e.msg);
+        if self.acks_due.load(Ordering::SeqCst) {
+            // Counted before the flag is cleared, so a caller that sees it clear sees us counted.
+            self.acks_sending.fetch_add(1, Ordering::SeqCst);
+            if self.acks_due.swap(false, Ordering::SeqCst) {
+                let acks = lock(&self.matcher).take_acks();
+                for (ctx, src, tag) in acks {
+                    // An empty message; nobody waits for its send, which finishes on its own.
+                    if let Err(e) = self.post_send(&ctx, src, tag, 0, ConstBuf::from_slice(&[])) {
+                        dc_log!(Level::Warn, Some(self.rank as usize), "could not answer a synchronous send of rank {src}: {}", e.msg);
+                    }
+                }
             }
+            self.acks_sending.fetch_sub(1, Ordering::SeqCst);
+        }
+        // Bounded: posting does not wait for peers, but a waiting caller must not hang.
+        let start = std::time::Instant::now();
+        while self.acks_sending.load(Ordering::SeqCst) > 0 && start.elapsed() < std::time::Duration::from_millis(10) {
+            std::thread::yield_now();
         }
     }
 }
