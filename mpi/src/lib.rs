@@ -10,7 +10,9 @@
 
 pub mod abi_gen;
 pub mod api;
+pub mod bsend;
 pub mod colls;
+pub mod commnew;
 pub mod colltypes;
 pub mod datatype;
 pub mod err;
@@ -19,12 +21,14 @@ pub mod extras;
 pub mod group;
 pub mod groupops;
 pub mod info;
+pub mod inter;
 pub mod op;
 pub mod packing;
 pub mod persist;
 pub mod pmi;
 pub mod probe;
 pub mod request;
+pub mod splittype;
 pub mod startup;
 pub mod state;
 pub mod typeapi;

@@ -68,6 +68,28 @@ impl Comm {
         Ok(Some(child))
     }
 
+    /// A comm with context `id` over world ranks `members`, made by those members alone (the
+    /// parent's other ranks do not call): each passes the same `id` and `members`, which the
+    /// caller derives alike on every one (MPI_Comm_create_group, intercommunicators). `rank` is
+    /// this process's rank in it. With `collectives` it is set up for them (collective over the
+    /// members); without, it is for point-to-point only and `members` may be other processes
+    /// than this one (an intercommunicator's remote group, `rank` then the local rank).
+    pub fn new_from_parts(&self, id: u64, rank: usize, members: Vec<u32>, collectives: bool) -> Result<Arc<Comm>> {
+        let n = self.world.transport.size();
+        if let Some(w) = members.iter().find(|&&w| w >= n) {
+            return Err(Error::new(Status::InvalidArgument, format!("world rank {w} is not a rank of the world (size {n})")));
+        }
+        let me = self.world.transport.rank();
+        if collectives && members.get(rank) != Some(&me) {
+            return Err(Error::new(Status::InvalidArgument, format!("rank {rank} of the new comm is not this process (world rank {me})")));
+        }
+        if !collectives {
+            let ctx = CtxState::new(id | 1, Some(self.ctx.clone()));
+            return Ok(Comm::build(self.world.clone(), ctx, rank, members, self.timeout_ms()));
+        }
+        self.child(id | 1, rank, members)
+    }
+
     /// Collective over the new group's members.
     fn child(&self, id: u64, rank: usize, members: Vec<u32>) -> Result<Arc<Comm>> {
         let ctx = CtxState::new(id, Some(self.ctx.clone()));
