@@ -757,7 +757,7 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Init_thread", true),
     ("MPI_Initialized", true),
     ("MPI_Intercomm_create", true),
-    ("MPI_Intercomm_create_from_groups", false),
+    ("MPI_Intercomm_create_from_groups", true),
     ("MPI_Intercomm_merge", true),
     ("MPI_Iprobe", true),
     ("MPI_Irecv", true),
@@ -3598,11 +3598,11 @@ pub unsafe extern "C" fn PMPI_Intercomm_create(local_comm: MPI_Comm, local_leade
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Intercomm_create_from_groups(local_group: MPI_Group, local_leader: c_int, remote_group: MPI_Group, remote_leader: c_int, stringtag: *const c_char, info: MPI_Info, errhandler: MPI_Errhandler, newintercomm: *mut MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Intercomm_create_from_groups", MPI_COMM_SELF)
+    crate::err::guard("MPI_Intercomm_create_from_groups", || unsafe { crate::api::intercomm_create_from_groups(local_group, local_leader, remote_group, remote_leader, stringtag, info, errhandler, newintercomm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Intercomm_create_from_groups(local_group: MPI_Group, local_leader: c_int, remote_group: MPI_Group, remote_leader: c_int, stringtag: *const c_char, info: MPI_Info, errhandler: MPI_Errhandler, newintercomm: *mut MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Intercomm_create_from_groups", MPI_COMM_SELF)
+    crate::err::guard("MPI_Intercomm_create_from_groups", || unsafe { crate::api::intercomm_create_from_groups(local_group, local_leader, remote_group, remote_leader, stringtag, info, errhandler, newintercomm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Intercomm_merge(intercomm: MPI_Comm, high: c_int, newintracomm: *mut MPI_Comm) -> c_int {

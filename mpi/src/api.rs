@@ -276,12 +276,13 @@ pub unsafe fn comm_dup_with_info(c: MPI_Comm, _info: MPI_Info, newcomm: *mut MPI
 
 pub unsafe fn comm_split(c: MPI_Comm, color: c_int, key: c_int, newcomm: *mut MPI_Comm) -> Res {
     let mc = comm(c)?;
-    if mc.inter.get().is_some() {
-        return Err(MpiErr::new(MPI_ERR_UNSUPPORTED_OPERATION, "MPI_Comm_split of an intercommunicator is not supported").on(c));
-    }
     let o = out(newcomm, "newcomm").map_err(|e| e.on(c))?;
     if color < 0 && color != MPI_UNDEFINED {
         return Err(MpiErr::new(MPI_ERR_ARG, format!("color {color} is negative (only MPI_UNDEFINED may be)")).on(c));
+    }
+    if mc.inter.get().is_some() {
+        *o = crate::inter::split(&mc, color, key)?;
+        return Ok(());
     }
     let color = if color == MPI_UNDEFINED { -1 } else { color };
     *o = match mc.comm.split(color, key).map_err(|e| MpiErr::from(e).on(c))? {
@@ -1128,7 +1129,7 @@ pub unsafe fn irsend(buf: *const c_void, count: c_int, dt: MPI_Datatype, dest: c
 
 pub use crate::bsend::*;
 pub use crate::commnew::{comm_create_group, comm_get_parent, comm_idup, comm_idup_with_info};
-pub use crate::inter::{comm_remote_group, comm_remote_size, comm_test_inter, intercomm_create, intercomm_merge};
+pub use crate::inter::{comm_remote_group, comm_remote_size, comm_test_inter, intercomm_create, intercomm_create_from_groups, intercomm_merge};
 
 // ---- info and attributes: see info.rs -------------------------------------------------------------
 

@@ -7,8 +7,8 @@
 //!   matches the remote group only (nobody else sends on its context). Everything of the MPI
 //!   layer's point-to-point (probes, persistent and matched receives) works on it unchanged;
 //!   collectives never run on it (`colls::Coll::new` refuses an intercommunicator).
-//! - `Inter::union`, over both groups (the group whose leader has the lower world rank first),
-//!   for the barrier, Intercomm_merge, Comm_dup and the messages of the inter collectives.
+//! - `Inter::union`, over both groups, for the barrier, Intercomm_merge, Comm_dup, Comm_split
+//!   and the messages of the inter collectives.
 
 use crate::abi_gen::*;
 use crate::api::{out, start_recv, start_send};
@@ -27,14 +27,9 @@ pub struct Inter {
     pub local: Vec<u32>,
     pub remote: Vec<u32>,
     pub union: Arc<Comm>,
-    /// Union rank of local rank 0 (0, or the remote group's size).
-    pub local_at: usize,
-}
-
-impl Inter {
-    fn remote_at(&self) -> usize {
-        if self.local_at == 0 { self.local.len() } else { 0 }
-    }
+    /// Union rank of each local and each remote rank.
+    pub local_union: Vec<usize>,
+    pub remote_union: Vec<usize>,
 }
 
 /// User tags of the inter collectives' messages on `union` (nothing else sends there).
@@ -54,14 +49,16 @@ fn nonce() -> u64 {
     h.finish()
 }
 
-/// The intercommunicator's handle, once `union` is made: the point-to-point comm is derived
-/// from the union's context (the same on every member).
-fn finish(parent: &Comm, union: Arc<Comm>, local: Vec<u32>, remote: Vec<u32>, local_at: usize, errh: MPI_Errhandler) -> Result<MPI_Comm, MpiErr> {
-    let me = union.rank() - local_at;
+/// The intercommunicator's handle, once `union` (over both groups, in any order) is made: the
+/// point-to-point comm is derived from the union's context (the same on every member).
+fn finish(parent: &Comm, union: Arc<Comm>, local: Vec<u32>, remote: Vec<u32>, errh: MPI_Errhandler) -> Result<MPI_Comm, MpiErr> {
+    let at = |w: &u32| union.members().iter().position(|x| x == w).expect("a member of the union");
+    let (local_union, remote_union): (Vec<usize>, Vec<usize>) = (local.iter().map(at).collect(), remote.iter().map(at).collect());
+    let me = local_union.iter().position(|&u| u == union.rank()).expect("this process is in its local group");
     let p2p = parent.new_from_parts(mix(&[union.context_id(), 2]), me, remote.clone(), false).map_err(MpiErr::from)?;
     let h = state::add_comm(p2p, errh);
     let mc = state::get_comm(h)?;
-    let _ = mc.inter.set(Inter { local, remote, union, local_at });
+    let _ = mc.inter.set(Inter { local, remote, union, local_union, remote_union });
     Ok(h)
 }
 
@@ -111,6 +108,16 @@ fn exchange(peer: MPI_Comm, remote_leader: c_int, tag: c_int, mine: &[u64]) -> R
     let mut theirs = vec![0u8; 8 * u64::from_le_bytes(n) as usize];
     sendrecv(&u64s(mine), &mut theirs)?;
     Ok(from_u64s(&theirs))
+}
+
+/// Every union member's `mine` (the same length on each), by union rank.
+fn allgather_u64s(x: &Inter, mine: &[u64]) -> Result<Vec<u64>, MpiErr> {
+    let mut all = vec![0u8; 8 * mine.len() * x.union.size()];
+    let send = u64s(mine);
+    x.union
+        .collective(CollArgs::Allgather { send: Some(ConstBuf::from_slice(&send)), recv: MutBuf::from_slice(&mut all), dt: distcomm::DType::Uint64 })
+        .map_err(MpiErr::from)?;
+    Ok(from_u64s(&all))
 }
 
 fn bcast_bytes(c: &Comm, buf: &mut [u8], root: usize) -> Result<(), MpiErr> {
@@ -163,11 +170,80 @@ pub unsafe fn intercomm_create(local_comm: MPI_Comm, local_leader: c_int, peer_c
     if remote.iter().any(|w| local.contains(w)) {
         return Err(MpiErr::new(MPI_ERR_COMM, "the local and remote groups overlap (an intercommunicator's groups are disjoint)").on(local_comm));
     }
+    // The union: the group whose leader has the lower world rank first.
     let first = hdr[2] == 1;
     let members: Vec<u32> = if first { [&local[..], &remote[..]].concat() } else { [&remote[..], &local[..]].concat() };
-    let local_at = if first { 0 } else { remote.len() };
-    let union = lc.comm.new_from_parts(mix(&[hdr[1], 1]), local_at + lc.rank(), members, true).map_err(|e| MpiErr::from(e).on(local_comm))?;
-    *o = finish(&lc.comm, union, local, remote, local_at, lc.errhandler.load(Ordering::Relaxed)).map_err(|e| e.on(local_comm))?;
+    let me = if first { lc.rank() } else { remote.len() + lc.rank() };
+    let union = lc.comm.new_from_parts(mix(&[hdr[1], 1]), me, members, true).map_err(|e| MpiErr::from(e).on(local_comm))?;
+    *o = finish(&lc.comm, union, local, remote, lc.errhandler.load(Ordering::Relaxed)).map_err(|e| e.on(local_comm))?;
+    Ok(())
+}
+
+/// How many intercommunicators were made from these groups and tag: the n of the next one
+/// (every member makes them in the same order).
+static FROM_GROUPS: std::sync::Mutex<Vec<(u64, u64)>> = std::sync::Mutex::new(Vec::new());
+
+/// MPI_Intercomm_create_from_groups: collective over both groups, with no parent communicator:
+/// every member knows both groups, so the context id comes from them and the tag alone.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn intercomm_create_from_groups(
+    lg: MPI_Group,
+    local_leader: c_int,
+    rg: MPI_Group,
+    remote_leader: c_int,
+    stringtag: *const std::ffi::c_char,
+    _info: MPI_Info,
+    errh: MPI_Errhandler,
+    newintercomm: *mut MPI_Comm,
+) -> Res {
+    state::check_active()?;
+    let o = out(newintercomm, "newintercomm")?;
+    if stringtag.is_null() {
+        return crate::mpi_err!(MPI_ERR_ARG, "stringtag is NULL");
+    }
+    if !crate::err::valid_errhandler(errh) {
+        return crate::mpi_err!(MPI_ERR_ARG, "{errh:#x} is not a valid error handler");
+    }
+    let (local, remote) = (crate::group::get(lg)?.to_vec(), crate::group::get(rg)?.to_vec());
+    for (what, g, l) in [("local", &local, local_leader), ("remote", &remote, remote_leader)] {
+        if l < 0 || l as usize >= g.len() {
+            return crate::mpi_err!(MPI_ERR_RANK, "{what}_leader {l} is not a rank of the {what} group (size {})", g.len());
+        }
+    }
+    if remote.iter().any(|w| local.contains(w)) {
+        return crate::mpi_err!(MPI_ERR_GROUP, "the local and remote groups overlap (an intercommunicator's groups are disjoint)");
+    }
+    let world = state::get_comm(MPI_COMM_WORLD)?;
+    let me = world.comm.members()[world.rank()];
+    let Some(my_local) = local.iter().position(|&w| w == me) else {
+        return crate::mpi_err!(MPI_ERR_GROUP, "this process is not in local_group");
+    };
+    // The union: the group whose leader has the lower world rank first.
+    let first = local[local_leader as usize] < remote[remote_leader as usize];
+    let members: Vec<u32> = if first { [&local[..], &remote[..]].concat() } else { [&remote[..], &local[..]].concat() };
+    let rank = if first { my_local } else { remote.len() + my_local };
+    // SAFETY: a NUL-terminated string from the caller.
+    let tag = unsafe { std::ffi::CStr::from_ptr(stringtag) }.to_bytes().to_vec();
+    let key = mix(&[mix(&members.iter().map(|&w| w as u64).collect::<Vec<_>>()), {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        tag.hash(&mut h);
+        h.finish()
+    }]);
+    let n = {
+        let mut g = FROM_GROUPS.lock().unwrap_or_else(|p| p.into_inner());
+        match g.iter_mut().find(|e| e.0 == key) {
+            Some(e) => {
+                e.1 += 1;
+                e.1 - 1
+            }
+            None => {
+                g.push((key, 1));
+                0
+            }
+        }
+    };
+    let union = world.comm.new_from_parts(mix(&[key, 0xfe, n]), rank, members, true).map_err(MpiErr::from)?;
+    *o = finish(&world.comm, union, local, remote, errh)?;
     Ok(())
 }
 
@@ -176,7 +252,7 @@ pub fn dup(mc: &MpiComm) -> Result<MPI_Comm, MpiErr> {
     let x = of(mc)?;
     let all: Vec<usize> = (0..x.union.size()).collect();
     let union = x.union.new_group(&all).map_err(|e| MpiErr::from(e).on(mc.handle))?.expect("every rank is a member of its dup");
-    finish(&mc.comm, union, x.local.clone(), x.remote.clone(), x.local_at, mc.errhandler.load(Ordering::Relaxed))
+    finish(&mc.comm, union, x.local.clone(), x.remote.clone(), mc.errhandler.load(Ordering::Relaxed))
 }
 
 pub unsafe fn intercomm_merge(c: MPI_Comm, high: c_int, newintracomm: *mut MPI_Comm) -> Res {
@@ -185,23 +261,43 @@ pub unsafe fn intercomm_merge(c: MPI_Comm, high: c_int, newintracomm: *mut MPI_C
     let x = of(&mc)?;
     let o = out(newintracomm, "newintracomm").map_err(|e| e.on(c))?;
     // Every member's `high`: the group that passed true goes second; if both passed the same,
-    // the union's order stands.
-    let mine = (high != 0) as u64;
-    let mut all = vec![0u8; 8 * x.union.size()];
-    x.union
-        .collective(CollArgs::Allgather { send: Some(ConstBuf::from_slice(&mine.to_le_bytes())), recv: MutBuf::from_slice(&mut all), dt: distcomm::DType::Uint64 })
-        .map_err(|e| MpiErr::from(e).on(c))?;
-    let highs = from_u64s(&all);
-    let first_n = if x.local_at == 0 { x.local.len() } else { x.remote.len() };
-    let (first_high, second_high) = (highs[0], highs[first_n]);
-    let order: Vec<usize> = if first_high == 1 && second_high == 0 {
-        (first_n..highs.len()).chain(0..first_n).collect()
-    } else {
-        (0..highs.len()).collect()
-    };
+    // the group of union rank 0 goes first. Each group keeps its ranks' order.
+    let highs = allgather_u64s(x, &[(high != 0) as u64]).map_err(|e| e.on(c))?;
+    let (mut a, mut b) = (&x.local_union, &x.remote_union);
+    if !a.contains(&0) {
+        std::mem::swap(&mut a, &mut b);
+    }
+    if highs[a[0]] == 1 && highs[b[0]] == 0 {
+        std::mem::swap(&mut a, &mut b);
+    }
+    let order: Vec<usize> = a.iter().chain(b.iter()).copied().collect();
     let child = x.union.new_group(&order).map_err(|e| MpiErr::from(e).on(c))?.expect("every rank is a member of the merge");
     *o = state::add_comm(child, mc.errhandler.load(Ordering::Relaxed));
     Ok(())
+}
+
+/// MPI_Comm_split of an intercommunicator: the ranks of a color in each group form the new
+/// local and remote groups (ordered by key, then rank); a color with no remote ranks, or
+/// MPI_UNDEFINED, gives MPI_COMM_NULL. Collective over both groups.
+pub fn split(mc: &MpiComm, color: c_int, key: c_int) -> Result<MPI_Comm, MpiErr> {
+    let x = of(mc)?;
+    let c = mc.handle;
+    if color < 0 && color != MPI_UNDEFINED {
+        return Err(MpiErr::new(MPI_ERR_ARG, format!("color {color} is negative (only MPI_UNDEFINED may be)")).on(c));
+    }
+    let col = if color == MPI_UNDEFINED { -1 } else { color as i64 };
+    let all = allgather_u64s(x, &[col as u64, key as i64 as u64]).map_err(|e| e.on(c))?;
+    let pick = |union_ranks: &[usize], worlds: &[u32]| -> Vec<u32> {
+        let mut v: Vec<(i64, usize)> = (0..worlds.len()).filter(|&r| col >= 0 && all[2 * union_ranks[r]] as i64 == col).map(|r| (all[2 * union_ranks[r] + 1] as i64, r)).collect();
+        v.sort();
+        v.into_iter().map(|(_, r)| worlds[r]).collect()
+    };
+    let (local, remote) = (pick(&x.local_union, &x.local), pick(&x.remote_union, &x.remote));
+    let ucolor = if col >= 0 && !remote.is_empty() { color } else { -1 };
+    match x.union.split(ucolor, key).map_err(|e| MpiErr::from(e).on(c))? {
+        None => Ok(MPI_COMM_NULL),
+        Some(u) => finish(&mc.comm, u, local, remote, mc.errhandler.load(Ordering::Relaxed)),
+    }
 }
 
 pub unsafe fn comm_test_inter(c: MPI_Comm, flag: *mut c_int) -> Res {
@@ -266,7 +362,7 @@ pub fn bcast(mc: &MpiComm, buf: *mut c_void, count: i64, dt: MPI_Datatype, root:
             // SAFETY: the bytes (the caller's buffer, or our packed copy) stay until the sends end.
             let b = unsafe { ConstBuf::new(o.ptr, o.len) };
             let ops: Vec<_> = (0..x.remote.len())
-                .map(|r| x.union.post_send(b, x.remote_at() + r, TAG_BCAST))
+                .map(|r| x.union.post_send(b, x.remote_union[r], TAG_BCAST))
                 .collect::<Result<_, _>>()
                 .map_err(|e| MpiErr::from(e).on(c))?;
             for op in ops {
@@ -279,7 +375,7 @@ pub fn bcast(mc: &MpiComm, buf: *mut c_void, count: i64, dt: MPI_Datatype, root:
             let i = crate::packing::incoming(buf, count, dt).map_err(on)?;
             // SAFETY: the bytes stay until the receive completes (below).
             let b = unsafe { MutBuf::new(i.ptr, i.len) };
-            let op = x.union.post_recv(b, Some(x.remote_at() + r as usize), Some(TAG_BCAST)).map_err(|e| MpiErr::from(e).on(c))?;
+            let op = x.union.post_recv(b, Some(x.remote_union[r as usize]), Some(TAG_BCAST)).map_err(|e| MpiErr::from(e).on(c))?;
             let d = x.union.wait_p2p_started(&op, &|| "MPI_Bcast on an intercommunicator".into()).map_err(|e| MpiErr::from(e).on(c))?;
             if d.bytes != i.len {
                 return Err(MpiErr::new(MPI_ERR_TRUNCATE, format!("the root sent {} bytes, the receive expects {}", d.bytes, i.len)).on(c));
@@ -331,7 +427,7 @@ fn exchange_blocks(mc: &MpiComm, tag: u32, sends: &[(usize, Block)], recvs: &[(u
         let i = crate::packing::incoming(b.addr as *mut c_void, b.count, b.dt).map_err(|e| e.on(c))?;
         // SAFETY: the caller's buffer (or our packed one) stays until the receive completes.
         let buf = unsafe { MutBuf::new(i.ptr, i.len) };
-        let op = x.union.post_recv(buf, Some(x.remote_at() + r), Some(tag)).map_err(eng)?;
+        let op = x.union.post_recv(buf, Some(x.remote_union[r]), Some(tag)).map_err(eng)?;
         incoming.push((op, i));
     }
     let mut outgoing = Vec::with_capacity(sends.len());
@@ -339,7 +435,7 @@ fn exchange_blocks(mc: &MpiComm, tag: u32, sends: &[(usize, Block)], recvs: &[(u
         let o = crate::packing::outgoing(b.addr as *const c_void, b.count, b.dt).map_err(|e| e.on(c))?;
         // SAFETY: the bytes stay (in `outgoing`) until the send completes.
         let buf = unsafe { ConstBuf::new(o.ptr, o.len) };
-        let op = x.union.post_send(buf, x.remote_at() + r, tag).map_err(eng)?;
+        let op = x.union.post_send(buf, x.remote_union[r], tag).map_err(eng)?;
         outgoing.push((op, o));
     }
     let what = || "a collective on an intercommunicator".to_string();

@@ -84,7 +84,17 @@ pub unsafe fn comm_split_type(c: MPI_Comm, split_type: c_int, key: c_int, info: 
     let on = |e: MpiErr| e.on(c);
     let o = crate::api::out(newcomm, "newcomm").map_err(on)?;
     if mc.inter.get().is_some() {
-        return Err(MpiErr::new(MPI_ERR_COMM, "MPI_Comm_split_type takes an intracommunicator").on(c));
+        // An intercommunicator splits into intercommunicators: by host for the shared type.
+        let color = match split_type {
+            MPI_UNDEFINED => MPI_UNDEFINED,
+            MPI_COMM_TYPE_SHARED => mc.comm.world().hosts[mc.group_members()[mc.rank()] as usize] as c_int,
+            other => {
+                let _ = crate::inter::split(&mc, MPI_UNDEFINED, key);
+                return Err(MpiErr::new(MPI_ERR_UNSUPPORTED_OPERATION, format!("split_type {other} of an intercommunicator is not supported (MPI_COMM_TYPE_SHARED is)")).on(c));
+            }
+        };
+        *o = crate::inter::split(&mc, color, key)?;
+        return Ok(());
     }
     // The arguments are read before the collectives, which every rank makes even if its own
     // arguments are wrong (the others would wait for it otherwise).
