@@ -298,12 +298,18 @@ macro_rules! reduction_forms {
     ($build:ident, $blocking:ident, $blocking_c:ident, $nb:ident, $nb_c:ident, ($($a:ident: $t:ty),*), ($($ac:ident: $tc:ty),*)) => {
         #[allow(clippy::too_many_arguments)]
         pub unsafe fn $blocking_c($($ac: $tc,)* c: MPI_Comm) -> Res {
+            if let Some(mc) = crate::inter::lookup(c) {
+                return crate::inter::$blocking(&mc, $($ac as _),*);
+            }
             let k = Coll::new(c)?;
             let b = $build(&k, $($ac as _),*)?;
             k.go(b, None)
         }
         #[allow(clippy::too_many_arguments)]
         pub unsafe fn $blocking($($a: $t,)* c: MPI_Comm) -> Res {
+            if let Some(mc) = crate::inter::lookup(c) {
+                return crate::inter::$blocking(&mc, $($a as _),*);
+            }
             let k = Coll::new(c)?;
             let b = $build(&k, $($a as _),*)?;
             k.go(b, None)

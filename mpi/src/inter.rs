@@ -44,9 +44,7 @@ fn mix(parts: &[u64]) -> u64 {
 /// A number no other intercommunicator creation picks (with overwhelming odds): seeds the
 /// context ids, which the two leaders cannot agree on otherwise without a common parent.
 fn nonce() -> u64 {
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    (std::process::id(), std::time::SystemTime::now(), std::thread::current().id()).hash(&mut h);
-    h.finish()
+    std::collections::hash_map::RandomState::new().hash_one((std::process::id(), std::time::SystemTime::now(), std::thread::current().id()))
 }
 
 /// The intercommunicator's handle, once `union` (over both groups, in any order) is made: the
@@ -457,6 +455,9 @@ fn exchange_blocks(mc: &MpiComm, tag: u32, sends: &[(usize, Block)], recvs: &[(u
     Ok(())
 }
 
+/// The counts (and displacements, if given) of a v-form's root, read for `n` remote ranks.
+type RootCounts<'a> = &'a dyn Fn(usize) -> Result<(Vec<i64>, Option<Vec<i64>>), MpiErr>;
+
 /// What a rooted inter collective does here: MPI_ROOT, MPI_PROC_NULL, or a remote root.
 enum Role {
     Root,
@@ -474,7 +475,7 @@ fn role(mc: &MpiComm, root: c_int) -> Result<Role, MpiErr> {
     }
 }
 
-fn remote_n(mc: &MpiComm) -> Result<usize, MpiErr> {
+pub fn remote_n(mc: &MpiComm) -> Result<usize, MpiErr> {
     Ok(of(mc)?.remote.len())
 }
 
@@ -489,7 +490,7 @@ fn per_remote(mc: &MpiComm, buf: *const c_void, counts: &[i64], disps: Option<&[
 }
 
 #[allow(clippy::too_many_arguments)]
-pub fn gatherv_any(mc: &MpiComm, sbuf: *const c_void, scount: i64, sdt: MPI_Datatype, rbuf: *mut c_void, rcounts: &dyn Fn(usize) -> Result<(Vec<i64>, Option<Vec<i64>>), MpiErr>, rdt: MPI_Datatype, root: c_int) -> Res {
+pub fn gatherv_any(mc: &MpiComm, sbuf: *const c_void, scount: i64, sdt: MPI_Datatype, rbuf: *mut c_void, rcounts: RootCounts, rdt: MPI_Datatype, root: c_int) -> Res {
     match role(mc, root)? {
         Role::Nothing => Ok(()),
         Role::Root => {
@@ -502,7 +503,7 @@ pub fn gatherv_any(mc: &MpiComm, sbuf: *const c_void, scount: i64, sdt: MPI_Data
 }
 
 #[allow(clippy::too_many_arguments)]
-pub fn scatterv_any(mc: &MpiComm, sbuf: *const c_void, scounts: &dyn Fn(usize) -> Result<(Vec<i64>, Option<Vec<i64>>), MpiErr>, sdt: MPI_Datatype, rbuf: *mut c_void, rcount: i64, rdt: MPI_Datatype, root: c_int) -> Res {
+pub fn scatterv_any(mc: &MpiComm, sbuf: *const c_void, scounts: RootCounts, sdt: MPI_Datatype, rbuf: *mut c_void, rcount: i64, rdt: MPI_Datatype, root: c_int) -> Res {
     match role(mc, root)? {
         Role::Nothing => Ok(()),
         Role::Root => {
@@ -515,6 +516,7 @@ pub fn scatterv_any(mc: &MpiComm, sbuf: *const c_void, scounts: &dyn Fn(usize) -
 }
 
 /// Allgather(v): my block to every remote rank; each remote rank's block into its place.
+#[allow(clippy::too_many_arguments)]
 pub fn allgatherv_any(mc: &MpiComm, sbuf: *const c_void, scount: i64, sdt: MPI_Datatype, rbuf: *mut c_void, rcounts: &[i64], displs: Option<&[i64]>, rdt: MPI_Datatype) -> Res {
     let n = remote_n(mc)?;
     let mine = block(sbuf, 0, scount, sdt).map_err(|e| e.on(mc.handle))?;
@@ -581,3 +583,95 @@ macro_rules! v_forms {
 }
 v_forms!(gatherv, scatterv, allgatherv, alltoallv, c_int, c_int, counts);
 v_forms!(gatherv_c, scatterv_c, allgatherv_c, alltoallv_c, MPI_Count, MPI_Aint, aints);
+
+// ---- reductions on an intercommunicator: the other group's contributions, folded here in
+// rank order (as colls.rs folds the reductions the engine lacks) -----------------------------
+
+/// The fold of `dt` with `o`, and the bytes of `count` elements.
+fn reduction(mc: &MpiComm, count: i64, dt: MPI_Datatype, o: MPI_Op) -> Result<(crate::op::Local, usize), MpiErr> {
+    let on = |e: MpiErr| e.on(mc.handle);
+    let d = crate::datatype::get(dt).map_err(on)?;
+    let n = d.bytes(count).map_err(on)?;
+    let l = match crate::op::plan(o, &d).map_err(on)? {
+        crate::op::Plan::Local(l) => l,
+        crate::op::Plan::Engine(..) => crate::op::Local::Predef(o, d),
+    };
+    Ok((l, n))
+}
+
+fn bytes_at(p: *const c_void, n: usize) -> Block {
+    Block { addr: p as usize, count: n as i64, dt: MPI_BYTE }
+}
+
+/// Receives one `n`-byte contribution from each remote rank (sending `mine` to each of
+/// `to`) and folds them into `out`.
+#[allow(clippy::too_many_arguments)]
+fn fold_remote(mc: &MpiComm, tag: u32, l: &crate::op::Local, count: i64, n: usize, mine: Option<*const c_void>, to: &[usize], out: *mut c_void) -> Res {
+    let rn = remote_n(mc)?;
+    let mut all = vec![0u8; n * rn];
+    let base = all.as_mut_ptr();
+    let recvs: Vec<_> = (0..rn).map(|r| (r, bytes_at(base.wrapping_add(r * n) as *const c_void, n))).collect();
+    let sends: Vec<_> = match mine {
+        Some(p) => to.iter().map(|&r| (r, bytes_at(p, n))).collect(),
+        None => Vec::new(),
+    };
+    exchange_blocks(mc, tag, &sends, &recvs)?;
+    if n > 0 {
+        // SAFETY: the caller's receive buffer holds `count` elements (`n` bytes).
+        let out = unsafe { std::slice::from_raw_parts_mut(out as *mut u8, n) };
+        crate::op::fold_ranks(l, count as usize, n, &all, out);
+    }
+    Ok(())
+}
+
+const TAG_REDUCE: u32 = 6;
+const TAG_ALLREDUCE: u32 = 7;
+
+/// MPI_Reduce: the root (MPI_ROOT) gets the fold of the other group's contributions.
+pub fn reduce(mc: &MpiComm, sbuf: *const c_void, rbuf: *mut c_void, count: i64, dt: MPI_Datatype, o: MPI_Op, root: c_int) -> Res {
+    // The arguments of a rank that passes MPI_PROC_NULL are not significant (mpi4py passes
+    // MPI_BYTE there): nothing is checked.
+    let role = role(mc, root)?;
+    if let Role::Nothing = role {
+        return Ok(());
+    }
+    let (l, n) = reduction(mc, count, dt, o)?;
+    match role {
+        Role::Nothing => Ok(()),
+        Role::Root => fold_remote(mc, TAG_REDUCE, &l, count, n, None, &[], rbuf),
+        Role::Leaf(r) => exchange_blocks(mc, TAG_REDUCE, &[(r, bytes_at(sbuf, n))], &[]),
+    }
+}
+
+/// MPI_Allreduce: each group gets the fold of the other group's contributions.
+pub fn allreduce(mc: &MpiComm, sbuf: *const c_void, rbuf: *mut c_void, count: i64, dt: MPI_Datatype, o: MPI_Op) -> Res {
+    if crate::colls::in_place(sbuf) {
+        return Err(MpiErr::new(MPI_ERR_ARG, "MPI_IN_PLACE is not allowed on an intercommunicator").on(mc.handle));
+    }
+    let (l, n) = reduction(mc, count, dt, o)?;
+    let all: Vec<usize> = (0..remote_n(mc)?).collect();
+    fold_remote(mc, TAG_ALLREDUCE, &l, count, n, Some(sbuf), &all, rbuf)
+}
+
+/// Scans are defined on intracommunicators only.
+pub fn scan(mc: &MpiComm, _s: *const c_void, _r: *mut c_void, _n: i64, _d: MPI_Datatype, _o: MPI_Op) -> Res {
+    Err(MpiErr::new(MPI_ERR_COMM, "MPI_Scan and MPI_Exscan take an intracommunicator").on(mc.handle))
+}
+pub use scan as exscan;
+
+pub fn reduce_scatter_block(mc: &MpiComm, _s: *const c_void, _r: *mut c_void, _n: i64, _d: MPI_Datatype, _o: MPI_Op) -> Res {
+    Err(unsupported(mc))
+}
+
+/// MPI_Alltoallw: block r (`counts[r]` of `types[r]` at byte displacement `displs[r]`) to and
+/// from remote rank r.
+pub fn alltoallw(mc: &MpiComm, sbuf: *const c_void, s: (&[i64], &[i64], &[MPI_Datatype]), rbuf: *mut c_void, r: (&[i64], &[i64], &[MPI_Datatype])) -> Res {
+    if crate::colls::in_place(sbuf) {
+        return Err(MpiErr::new(MPI_ERR_ARG, "MPI_IN_PLACE is not allowed on an intercommunicator").on(mc.handle));
+    }
+    let at = |buf: *const c_void, (c, d, t): (&[i64], &[i64], &[MPI_Datatype]), i: usize| Block { addr: (buf as usize).wrapping_add(d[i] as usize), count: c[i], dt: t[i] };
+    let n = remote_n(mc)?;
+    let sends: Vec<_> = (0..n).map(|i| (i, at(sbuf, s, i))).collect();
+    let recvs: Vec<_> = (0..n).map(|i| (i, at(rbuf as *const c_void, r, i))).collect();
+    exchange_blocks(mc, TAG_ALLTOALL, &sends, &recvs)
+}
