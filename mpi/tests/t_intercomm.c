@@ -124,6 +124,24 @@ int main(int argc, char **argv) {
   OK(MPI_Alltoall(sb, 1, MPI_INT, all, 1, MPI_INT, inter));
   for (int j = 0; j < rsize; j++) CHECK(all[j] == 1000 * (rbase + j) + lrank);
   free(sb);
+  /* Allreduce: each group gets the sum of the other group's world ranks. */
+  int got = -1, rsum = 0;
+  for (int j = 0; j < rsize; j++) rsum += rbase + j;
+  OK(MPI_Allreduce(&rank, &got, 1, MPI_INT, MPI_SUM, inter));
+  CHECK(got == rsum);
+  /* Reduce to low rank 0; the low group's others pass MPI_PROC_NULL with arguments that do
+   * not matter (NULL buffers, MPI_BYTE). */
+  got = -1;
+  if (low) {
+    if (lrank == 0) {
+      OK(MPI_Reduce(NULL, &got, 1, MPI_INT, MPI_MAX, MPI_ROOT, inter));
+      CHECK(got == size - 1);
+    } else {
+      OK(MPI_Reduce(NULL, NULL, 0, MPI_BYTE, MPI_MAX, MPI_PROC_NULL, inter));
+    }
+  } else {
+    OK(MPI_Reduce(&rank, NULL, 1, MPI_INT, MPI_MAX, 0, inter));
+  }
 
   /* Dup: congruent, and its messages are its own. */
   MPI_Comm dup;
