@@ -62,6 +62,11 @@ fn group_at(all: &[[u64; 4]], i: usize, level: usize) -> Option<Vec<usize>> {
     Some((0..all.len()).filter(|&j| all[j][..=level] == all[i][..=level]).collect())
 }
 
+/// The first level whose resource splits the comm into strict subsets, seen from rank `i`.
+fn unguided_level(all: &[[u64; 4]], i: usize) -> Option<usize> {
+    (0..LEVELS.len()).find(|&l| group_at(all, i, l).is_some_and(|g| g.len() < all.len()))
+}
+
 /// The info's mpi_hw_resource_type, if it has one.
 fn requested(info: MPI_Info) -> Result<Option<String>, MpiErr> {
     if info == MPI_INFO_NULL {
@@ -129,7 +134,7 @@ pub unsafe fn comm_split_type(c: MPI_Comm, split_type: c_int, key: c_int, info: 
         .collect();
     let level = match split_type {
         // The first level that splits the comm into strict subsets, seen from this rank.
-        MPI_COMM_TYPE_HW_UNGUIDED => (0..LEVELS.len()).find(|&l| group_at(&all, me, l).is_some_and(|g| g.len() < all.len())),
+        MPI_COMM_TYPE_HW_UNGUIDED => unguided_level(&all, me),
         _ => want,
     };
     let group = level.and_then(|l| group_at(&all, me, l).map(|g| (l, g)));
@@ -152,4 +157,38 @@ pub unsafe fn comm_split_type(c: MPI_Comm, split_type: c_int, key: c_int, info: 
         unsafe { crate::info::info_set(info, KEY.as_ptr(), v.as_ptr()) }.map_err(on)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unguided_takes_the_first_level_that_is_a_strict_subset() {
+        // Two hosts: the host level splits.
+        let two_hosts = [[0, 0, 0, 0], [0, 0, 1, 1], [1, 0, 0, 0]];
+        assert_eq!(unguided_level(&two_hosts, 0), Some(0));
+        assert_eq!(group_at(&two_hosts, 0, 0), Some(vec![0, 1]));
+        // One host, ranks bound to cores of one package: the core level splits.
+        let bound = [[0, 0, 0, 0], [0, 0, 1, 1], [0, 0, 1, 2]];
+        assert_eq!(unguided_level(&bound, 0), Some(2));
+        assert_eq!(unguided_level(&bound, 1), Some(2));
+        assert_eq!(group_at(&bound, 1, 2), Some(vec![1, 2]));
+        // Unbound ranks on one host share nothing finer: no strict subset, MPI_COMM_NULL.
+        let unbound = [[0, NONE, NONE, NONE], [0, NONE, NONE, NONE]];
+        assert_eq!(unguided_level(&unbound, 0), None);
+        // One rank alone: never a strict subset.
+        assert_eq!(unguided_level(&[[0, 0, 0, 0]], 0), None);
+    }
+
+    #[test]
+    fn members_of_one_group_choose_the_same_level() {
+        let all = [[0, 0, 0, NONE], [0, 0, 0, NONE], [0, 1, 0, 3], [1, 0, 0, 0]];
+        for i in 0..all.len() {
+            let l = unguided_level(&all, i).expect("a level");
+            for j in group_at(&all, i, l).unwrap() {
+                assert_eq!(unguided_level(&all, j), Some(l), "ranks {i} and {j}");
+            }
+        }
+    }
 }
