@@ -22,6 +22,7 @@ pub mod group;
 pub mod groupops;
 pub mod info;
 pub mod inter;
+pub mod intercoll;
 pub mod op;
 pub mod packing;
 pub mod persist;
