@@ -11,6 +11,7 @@ pub mod panics;
 pub mod auth;
 mod backoff;
 pub mod log;
+pub mod stable_hash;
 pub mod dtype;
 pub mod buffer;
 pub mod completion;

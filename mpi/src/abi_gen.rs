@@ -514,8 +514,8 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Cartdim_get", false),
     ("MPI_Close_port", false),
     ("MPI_Comm_accept", false),
-    ("MPI_Comm_attach_buffer", false),
-    ("MPI_Comm_attach_buffer_c", false),
+    ("MPI_Comm_attach_buffer", true),
+    ("MPI_Comm_attach_buffer_c", true),
     ("MPI_Comm_call_errhandler", true),
     ("MPI_Comm_compare", true),
     ("MPI_Comm_connect", false),
@@ -523,30 +523,30 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Comm_create_errhandler", true),
     ("MPIX_Comm_create_errhandler_x", false),
     ("MPI_Comm_create_from_group", true),
-    ("MPI_Comm_create_group", false),
+    ("MPI_Comm_create_group", true),
     ("MPI_Comm_create_keyval", true),
     ("MPI_Comm_delete_attr", true),
-    ("MPI_Comm_detach_buffer", false),
-    ("MPI_Comm_detach_buffer_c", false),
+    ("MPI_Comm_detach_buffer", true),
+    ("MPI_Comm_detach_buffer_c", true),
     ("MPI_Comm_disconnect", false),
     ("MPI_Comm_dup", true),
     ("MPI_Comm_dup_with_info", true),
-    ("MPI_Comm_flush_buffer", false),
+    ("MPI_Comm_flush_buffer", true),
     ("MPI_Comm_free", true),
     ("MPI_Comm_free_keyval", true),
     ("MPI_Comm_get_attr", true),
     ("MPI_Comm_get_errhandler", true),
     ("MPI_Comm_get_info", true),
     ("MPI_Comm_get_name", true),
-    ("MPI_Comm_get_parent", false),
+    ("MPI_Comm_get_parent", true),
     ("MPI_Comm_group", true),
-    ("MPI_Comm_idup", false),
-    ("MPI_Comm_idup_with_info", false),
-    ("MPI_Comm_iflush_buffer", false),
+    ("MPI_Comm_idup", true),
+    ("MPI_Comm_idup_with_info", true),
+    ("MPI_Comm_iflush_buffer", true),
     ("MPI_Comm_join", false),
     ("MPI_Comm_rank", true),
-    ("MPI_Comm_remote_group", false),
-    ("MPI_Comm_remote_size", false),
+    ("MPI_Comm_remote_group", true),
+    ("MPI_Comm_remote_size", true),
     ("MPI_Comm_set_attr", true),
     ("MPI_Comm_set_errhandler", true),
     ("MPI_Comm_set_info", true),
@@ -756,9 +756,9 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Init", true),
     ("MPI_Init_thread", true),
     ("MPI_Initialized", true),
-    ("MPI_Intercomm_create", false),
-    ("MPI_Intercomm_create_from_groups", false),
-    ("MPI_Intercomm_merge", false),
+    ("MPI_Intercomm_create", true),
+    ("MPI_Intercomm_create_from_groups", true),
+    ("MPI_Intercomm_merge", true),
     ("MPI_Iprobe", true),
     ("MPI_Irecv", true),
     ("MPI_Irecv_c", true),
@@ -1654,19 +1654,19 @@ pub unsafe extern "C" fn PMPI_Comm_accept(port_name: *const c_char, info: MPI_In
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_attach_buffer(comm: MPI_Comm, buffer: *mut c_void, size: c_int) -> c_int {
-    crate::err::unsupported("MPI_Comm_attach_buffer", comm)
+    crate::err::guard("MPI_Comm_attach_buffer", || unsafe { crate::api::comm_attach_buffer(comm, buffer, size) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_attach_buffer(comm: MPI_Comm, buffer: *mut c_void, size: c_int) -> c_int {
-    crate::err::unsupported("MPI_Comm_attach_buffer", comm)
+    crate::err::guard("MPI_Comm_attach_buffer", || unsafe { crate::api::comm_attach_buffer(comm, buffer, size) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_attach_buffer_c(comm: MPI_Comm, buffer: *mut c_void, size: MPI_Count) -> c_int {
-    crate::err::unsupported("MPI_Comm_attach_buffer_c", comm)
+    crate::err::guard("MPI_Comm_attach_buffer_c", || unsafe { crate::api::comm_attach_buffer_c(comm, buffer, size) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_attach_buffer_c(comm: MPI_Comm, buffer: *mut c_void, size: MPI_Count) -> c_int {
-    crate::err::unsupported("MPI_Comm_attach_buffer_c", comm)
+    crate::err::guard("MPI_Comm_attach_buffer_c", || unsafe { crate::api::comm_attach_buffer_c(comm, buffer, size) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_call_errhandler(comm: MPI_Comm, errorcode: c_int) -> c_int {
@@ -1726,11 +1726,11 @@ pub unsafe extern "C" fn PMPI_Comm_create_from_group(group: MPI_Group, stringtag
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_create_group(comm: MPI_Comm, group: MPI_Group, tag: c_int, newcomm: *mut MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Comm_create_group", comm)
+    crate::err::guard("MPI_Comm_create_group", || unsafe { crate::api::comm_create_group(comm, group, tag, newcomm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_create_group(comm: MPI_Comm, group: MPI_Group, tag: c_int, newcomm: *mut MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Comm_create_group", comm)
+    crate::err::guard("MPI_Comm_create_group", || unsafe { crate::api::comm_create_group(comm, group, tag, newcomm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_create_keyval(comm_copy_attr_fn: Option<MPI_Comm_copy_attr_function>, comm_delete_attr_fn: Option<MPI_Comm_delete_attr_function>, comm_keyval: *mut c_int, extra_state: *mut c_void) -> c_int {
@@ -1750,19 +1750,19 @@ pub unsafe extern "C" fn PMPI_Comm_delete_attr(comm: MPI_Comm, comm_keyval: c_in
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_detach_buffer(comm: MPI_Comm, buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Comm_detach_buffer", comm)
+    crate::err::guard("MPI_Comm_detach_buffer", || unsafe { crate::api::comm_detach_buffer(comm, buffer_addr, size) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_detach_buffer(comm: MPI_Comm, buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Comm_detach_buffer", comm)
+    crate::err::guard("MPI_Comm_detach_buffer", || unsafe { crate::api::comm_detach_buffer(comm, buffer_addr, size) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_detach_buffer_c(comm: MPI_Comm, buffer_addr: *mut c_void, size: *mut MPI_Count) -> c_int {
-    crate::err::unsupported("MPI_Comm_detach_buffer_c", comm)
+    crate::err::guard("MPI_Comm_detach_buffer_c", || unsafe { crate::api::comm_detach_buffer_c(comm, buffer_addr, size) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_detach_buffer_c(comm: MPI_Comm, buffer_addr: *mut c_void, size: *mut MPI_Count) -> c_int {
-    crate::err::unsupported("MPI_Comm_detach_buffer_c", comm)
+    crate::err::guard("MPI_Comm_detach_buffer_c", || unsafe { crate::api::comm_detach_buffer_c(comm, buffer_addr, size) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_disconnect(comm: *mut MPI_Comm) -> c_int {
@@ -1790,11 +1790,11 @@ pub unsafe extern "C" fn PMPI_Comm_dup_with_info(comm: MPI_Comm, info: MPI_Info,
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_flush_buffer(comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Comm_flush_buffer", comm)
+    crate::err::guard("MPI_Comm_flush_buffer", || unsafe { crate::api::comm_flush_buffer(comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_flush_buffer(comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Comm_flush_buffer", comm)
+    crate::err::guard("MPI_Comm_flush_buffer", || unsafe { crate::api::comm_flush_buffer(comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_free(comm: *mut MPI_Comm) -> c_int {
@@ -1846,11 +1846,11 @@ pub unsafe extern "C" fn PMPI_Comm_get_name(comm: MPI_Comm, comm_name: *mut c_ch
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_get_parent(parent: *mut MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Comm_get_parent", MPI_COMM_SELF)
+    crate::err::guard("MPI_Comm_get_parent", || unsafe { crate::api::comm_get_parent(parent) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_get_parent(parent: *mut MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Comm_get_parent", MPI_COMM_SELF)
+    crate::err::guard("MPI_Comm_get_parent", || unsafe { crate::api::comm_get_parent(parent) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_group(comm: MPI_Comm, group: *mut MPI_Group) -> c_int {
@@ -1862,27 +1862,27 @@ pub unsafe extern "C" fn PMPI_Comm_group(comm: MPI_Comm, group: *mut MPI_Group) 
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_idup(comm: MPI_Comm, newcomm: *mut MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Comm_idup", comm)
+    crate::err::guard("MPI_Comm_idup", || unsafe { crate::api::comm_idup(comm, newcomm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_idup(comm: MPI_Comm, newcomm: *mut MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Comm_idup", comm)
+    crate::err::guard("MPI_Comm_idup", || unsafe { crate::api::comm_idup(comm, newcomm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_idup_with_info(comm: MPI_Comm, info: MPI_Info, newcomm: *mut MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Comm_idup_with_info", comm)
+    crate::err::guard("MPI_Comm_idup_with_info", || unsafe { crate::api::comm_idup_with_info(comm, info, newcomm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_idup_with_info(comm: MPI_Comm, info: MPI_Info, newcomm: *mut MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Comm_idup_with_info", comm)
+    crate::err::guard("MPI_Comm_idup_with_info", || unsafe { crate::api::comm_idup_with_info(comm, info, newcomm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_iflush_buffer(comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Comm_iflush_buffer", comm)
+    crate::err::guard("MPI_Comm_iflush_buffer", || unsafe { crate::api::comm_iflush_buffer(comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_iflush_buffer(comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Comm_iflush_buffer", comm)
+    crate::err::guard("MPI_Comm_iflush_buffer", || unsafe { crate::api::comm_iflush_buffer(comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_join(fd: c_int, intercomm: *mut MPI_Comm) -> c_int {
@@ -1902,19 +1902,19 @@ pub unsafe extern "C" fn PMPI_Comm_rank(comm: MPI_Comm, rank: *mut c_int) -> c_i
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_remote_group(comm: MPI_Comm, group: *mut MPI_Group) -> c_int {
-    crate::err::unsupported("MPI_Comm_remote_group", comm)
+    crate::err::guard("MPI_Comm_remote_group", || unsafe { crate::api::comm_remote_group(comm, group) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_remote_group(comm: MPI_Comm, group: *mut MPI_Group) -> c_int {
-    crate::err::unsupported("MPI_Comm_remote_group", comm)
+    crate::err::guard("MPI_Comm_remote_group", || unsafe { crate::api::comm_remote_group(comm, group) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_remote_size(comm: MPI_Comm, size: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Comm_remote_size", comm)
+    crate::err::guard("MPI_Comm_remote_size", || unsafe { crate::api::comm_remote_size(comm, size) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_remote_size(comm: MPI_Comm, size: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Comm_remote_size", comm)
+    crate::err::guard("MPI_Comm_remote_size", || unsafe { crate::api::comm_remote_size(comm, size) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_set_attr(comm: MPI_Comm, comm_keyval: c_int, attribute_val: *mut c_void) -> c_int {
@@ -3590,27 +3590,27 @@ pub unsafe extern "C" fn PMPI_Initialized(flag: *mut c_int) -> c_int {
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Intercomm_create(local_comm: MPI_Comm, local_leader: c_int, peer_comm: MPI_Comm, remote_leader: c_int, tag: c_int, newintercomm: *mut MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Intercomm_create", local_comm)
+    crate::err::guard("MPI_Intercomm_create", || unsafe { crate::api::intercomm_create(local_comm, local_leader, peer_comm, remote_leader, tag, newintercomm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Intercomm_create(local_comm: MPI_Comm, local_leader: c_int, peer_comm: MPI_Comm, remote_leader: c_int, tag: c_int, newintercomm: *mut MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Intercomm_create", local_comm)
+    crate::err::guard("MPI_Intercomm_create", || unsafe { crate::api::intercomm_create(local_comm, local_leader, peer_comm, remote_leader, tag, newintercomm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Intercomm_create_from_groups(local_group: MPI_Group, local_leader: c_int, remote_group: MPI_Group, remote_leader: c_int, stringtag: *const c_char, info: MPI_Info, errhandler: MPI_Errhandler, newintercomm: *mut MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Intercomm_create_from_groups", MPI_COMM_SELF)
+    crate::err::guard("MPI_Intercomm_create_from_groups", || unsafe { crate::api::intercomm_create_from_groups(local_group, local_leader, remote_group, remote_leader, stringtag, info, errhandler, newintercomm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Intercomm_create_from_groups(local_group: MPI_Group, local_leader: c_int, remote_group: MPI_Group, remote_leader: c_int, stringtag: *const c_char, info: MPI_Info, errhandler: MPI_Errhandler, newintercomm: *mut MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Intercomm_create_from_groups", MPI_COMM_SELF)
+    crate::err::guard("MPI_Intercomm_create_from_groups", || unsafe { crate::api::intercomm_create_from_groups(local_group, local_leader, remote_group, remote_leader, stringtag, info, errhandler, newintercomm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Intercomm_merge(intercomm: MPI_Comm, high: c_int, newintracomm: *mut MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Intercomm_merge", intercomm)
+    crate::err::guard("MPI_Intercomm_merge", || unsafe { crate::api::intercomm_merge(intercomm, high, newintracomm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Intercomm_merge(intercomm: MPI_Comm, high: c_int, newintracomm: *mut MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Intercomm_merge", intercomm)
+    crate::err::guard("MPI_Intercomm_merge", || unsafe { crate::api::intercomm_merge(intercomm, high, newintracomm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Iprobe(source: c_int, tag: c_int, comm: MPI_Comm, flag: *mut c_int, status: *mut MPI_Status) -> c_int {

@@ -259,10 +259,14 @@ pub unsafe fn comm_rank(c: MPI_Comm, rank: *mut c_int) -> Res {
 pub unsafe fn comm_dup(c: MPI_Comm, newcomm: *mut MPI_Comm) -> Res {
     let mc = comm(c)?;
     let o = out(newcomm, "newcomm").map_err(|e| e.on(c))?;
-    let all: Vec<usize> = (0..mc.size()).collect();
     let attrs = crate::info::copied_attrs(&mc).map_err(|e| e.on(c))?;
-    let child = mc.comm.new_group(&all).map_err(|e| MpiErr::from(e).on(c))?.expect("every rank is a member of its dup");
-    *o = state::add_comm(child, mc.errhandler.load(Ordering::Relaxed));
+    *o = if mc.inter.get().is_some() {
+        crate::inter::dup(&mc)?
+    } else {
+        let all: Vec<usize> = (0..mc.size()).collect();
+        let child = mc.comm.new_group(&all).map_err(|e| MpiErr::from(e).on(c))?.expect("every rank is a member of its dup");
+        state::add_comm(child, mc.errhandler.load(Ordering::Relaxed))
+    };
     state::set_attrs(*o, attrs);
     Ok(())
 }
@@ -276,6 +280,10 @@ pub unsafe fn comm_split(c: MPI_Comm, color: c_int, key: c_int, newcomm: *mut MP
     let o = out(newcomm, "newcomm").map_err(|e| e.on(c))?;
     if color < 0 && color != MPI_UNDEFINED {
         return Err(MpiErr::new(MPI_ERR_ARG, format!("color {color} is negative (only MPI_UNDEFINED may be)")).on(c));
+    }
+    if mc.inter.get().is_some() {
+        *o = crate::inter::split(&mc, color, key)?;
+        return Ok(());
     }
     let color = if color == MPI_UNDEFINED { -1 } else { color };
     *o = match mc.comm.split(color, key).map_err(|e| MpiErr::from(e).on(c))? {
@@ -293,7 +301,8 @@ pub unsafe fn comm_free(c: *mut MPI_Comm) -> Res {
         crate::info::delete_all(&*state::get_comm(*h)?);
     }
     let mc = state::remove_comm(*h)?;
-    mc.comm.destroy();
+    crate::bsend::forget_comm(*h);
+    mc.destroy();
     *h = MPI_COMM_NULL;
     Ok(())
 }
@@ -301,9 +310,11 @@ pub unsafe fn comm_free(c: *mut MPI_Comm) -> Res {
 pub unsafe fn comm_compare(a: MPI_Comm, b: MPI_Comm, result: *mut c_int) -> Res {
     let (ca, cb) = (comm(a)?, comm(b)?);
     let r = out(result, "result").map_err(|e| e.on(a))?;
-    let (ma, mb) = (ca.comm.members(), cb.comm.members());
+    let (ma, mb) = (ca.group_members(), cb.group_members());
     *r = if Arc::ptr_eq(&ca, &cb) {
         MPI_IDENT
+    } else if ca.inter.get().is_some() || cb.inter.get().is_some() {
+        crate::inter::compare(&ca, &cb)
     } else if ma == mb {
         MPI_CONGRUENT
     } else {
@@ -383,7 +394,8 @@ pub(crate) fn check_comm_peer(source: c_int, tag: c_int, c: MPI_Comm) -> Result<
 }
 
 fn check_peer(mc: &MpiComm, peer: c_int, tag: c_int, c: MPI_Comm, recv: bool) -> Res {
-    let n = mc.size() as c_int;
+    // The engine comm's size: the remote group's on an intercommunicator.
+    let n = mc.comm.size() as c_int;
     let peer_ok = (0..n).contains(&peer) || peer == MPI_PROC_NULL || (recv && peer == MPI_ANY_SOURCE);
     if !peer_ok {
         let what = if recv { "source" } else { "dest" };
@@ -949,15 +961,13 @@ pub unsafe fn comm_set_name(c: MPI_Comm, name: *const c_char) -> Res {
 }
 
 pub unsafe fn comm_get_name(c: MPI_Comm, name: *mut c_char, len: *mut c_int) -> Res {
+    if c == MPI_COMM_NULL {
+        active()?;
+        return put_str("MPI_COMM_NULL", name, len, MPI_MAX_OBJECT_NAME as usize);
+    }
     let mc = comm(c)?;
     let s = mc.name.lock().unwrap_or_else(|p| p.into_inner()).clone();
     put_str(&s, name, len, MPI_MAX_OBJECT_NAME as usize).map_err(|e| e.on(c))
-}
-
-pub unsafe fn comm_test_inter(c: MPI_Comm, flag: *mut c_int) -> Res {
-    let _ = comm(c)?;
-    *out(flag, "flag").map_err(|e| e.on(c))? = 0;
-    Ok(())
 }
 
 /// No communicator has a virtual topology here (Cart_create and the graph forms are not
@@ -970,7 +980,7 @@ pub unsafe fn topo_test(c: MPI_Comm, status: *mut c_int) -> Res {
 
 pub unsafe fn comm_group(c: MPI_Comm, g: *mut MPI_Group) -> Res {
     let mc = comm(c)?;
-    *out(g, "group").map_err(|e| e.on(c))? = crate::group::add(mc.comm.members().to_vec());
+    *out(g, "group").map_err(|e| e.on(c))? = crate::group::add(mc.group_members());
     Ok(())
 }
 
@@ -1087,6 +1097,9 @@ pub unsafe fn group_free(g: *mut MPI_Group) -> Res {
 /// MPI_Comm_create: collective over `c`; the group must be a subset of its members.
 pub unsafe fn comm_create(c: MPI_Comm, g: MPI_Group, newcomm: *mut MPI_Comm) -> Res {
     let mc = comm(c)?;
+    if mc.inter.get().is_some() {
+        return Err(MpiErr::new(MPI_ERR_UNSUPPORTED_OPERATION, "MPI_Comm_create of an intercommunicator is not supported").on(c));
+    }
     let o = out(newcomm, "newcomm").map_err(|e| e.on(c))?;
     let m = crate::group::get(g).map_err(|e| e.on(c))?;
     let members = mc.comm.members();
@@ -1097,53 +1110,21 @@ pub unsafe fn comm_create(c: MPI_Comm, g: MPI_Group, newcomm: *mut MPI_Comm) -> 
             None => return Err(MpiErr::new(MPI_ERR_GROUP, format!("world rank {w} of the group is not a member of the communicator")).on(c)),
         }
     }
-    *o = if ranks.is_empty() {
-        // Still collective: every rank of the comm takes part.
-        mc.comm.collective(distcomm::collective::CollArgs::Barrier).map_err(|e| MpiErr::from(e).on(c))?;
-        MPI_COMM_NULL
-    } else {
-        match mc.comm.new_group(&ranks).map_err(|e| MpiErr::from(e).on(c))? {
-            Some(child) => state::add_comm(child, mc.errhandler.load(Ordering::Relaxed)),
-            None => MPI_COMM_NULL,
-        }
+    // Ranks may pass different groups if they are disjoint (one new comm per group, MPI 2.2):
+    // a split with the group's first member as color, the place in the group as key.
+    let color = match ranks.iter().position(|&r| r == mc.rank()) {
+        Some(_) => ranks[0] as c_int,
+        None => -1,
     };
-    Ok(())
-}
-
-/// MPI_Comm_split_type: MPI_COMM_TYPE_SHARED groups the ranks of one host (by host name).
-pub unsafe fn comm_split_type(c: MPI_Comm, split_type: c_int, key: c_int, _info: MPI_Info, newcomm: *mut MPI_Comm) -> Res {
-    let mc = comm(c)?;
-    let o = out(newcomm, "newcomm").map_err(|e| e.on(c))?;
-    let color = match split_type {
-        MPI_UNDEFINED => -1,
-        MPI_COMM_TYPE_SHARED => {
-            use std::hash::{Hash, Hasher};
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            distcomm::log::hostname().hash(&mut h);
-            let mine = h.finish().to_le_bytes();
-            let mut all = vec![0u8; 8 * mc.size()];
-            mc.comm
-                .collective(distcomm::collective::CollArgs::Allgather {
-                    send: Some(distcomm::buffer::ConstBuf::from_slice(&mine)),
-                    recv: distcomm::buffer::MutBuf::from_slice(&mut all),
-                    dt: distcomm::DType::Uint64,
-                })
-                .map_err(|e| MpiErr::from(e).on(c))?;
-            // Color: the lowest rank on my host.
-            all.chunks_exact(8).position(|x| x == mine).unwrap_or(0) as c_int
-        }
-        other => {
-            // Still collective: take part with no color, then report.
-            let _ = mc.comm.split(-1, key);
-            return Err(MpiErr::new(MPI_ERR_UNSUPPORTED_OPERATION, format!("split_type {other} is not supported (MPI_COMM_TYPE_SHARED and MPI_UNDEFINED are)")).on(c));
-        }
-    };
+    let key = ranks.iter().position(|&r| r == mc.rank()).unwrap_or(0) as c_int;
     *o = match mc.comm.split(color, key).map_err(|e| MpiErr::from(e).on(c))? {
         Some(child) => state::add_comm(child, mc.errhandler.load(Ordering::Relaxed)),
         None => MPI_COMM_NULL,
     };
     Ok(())
 }
+
+pub use crate::splittype::comm_split_type;
 
 // ---- ready and buffered sends ---------------------------------------------------------------------
 
@@ -1162,117 +1143,9 @@ pub unsafe fn irsend(buf: *const c_void, count: c_int, dt: MPI_Datatype, dest: c
     isend_c(buf, count as MPI_Count, dt, dest, tag, c, req)
 }
 
-/// The buffer of MPI_Buffer_attach, and the buffered sends still in flight. A buffered send
-/// copies the message (into memory of ours; the attached buffer only limits how much may be
-/// in flight, as the standard accounts it: size + MPI_BSEND_OVERHEAD per message) and sends
-/// from the copy, so it never waits for the receiver.
-struct Bsend {
-    attached: Option<(usize, usize)>,
-    pending: Vec<(Req, Vec<u8>)>,
-}
-
-static BSEND: std::sync::Mutex<Bsend> = std::sync::Mutex::new(Bsend { attached: None, pending: Vec::new() });
-
-fn bsend_lock() -> std::sync::MutexGuard<'static, Bsend> {
-    BSEND.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Waits for every buffered send (MPI_Buffer_detach, MPI_Buffer_flush, MPI_Finalize).
-pub fn bsend_flush() -> Res {
-    let pending = std::mem::take(&mut bsend_lock().pending);
-    let mut first = None;
-    for (r, data) in pending {
-        if let Err(e) = r.finish() {
-            first.get_or_insert(e);
-        }
-        drop(data);
-    }
-    first.map_or(Ok(()), Err)
-}
-
-pub(crate) fn start_bsend(buf: *const c_void, count: MPI_Count, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm) -> Res {
-    // The message is packed now: what is sent is a copy of ours, as MPI_BYTE.
-    let data = crate::packing::pack_copy(buf, count, dt).map_err(|e| e.on(c))?;
-    let n = data.len();
-    let mut b = bsend_lock();
-    // Finished ones give their space back.
-    let mut i = 0;
-    while i < b.pending.len() {
-        if b.pending[i].0.is_done() {
-            let (r, _data) = b.pending.swap_remove(i);
-            r.finish()?;
-        } else {
-            i += 1;
-        }
-    }
-    let Some((addr, size)) = b.attached else {
-        return Err(MpiErr::new(MPI_ERR_BUFFER, "no buffer is attached (MPI_Buffer_attach) for a buffered send").on(c));
-    };
-    if addr != MPI_BUFFER_AUTOMATIC {
-        let used: usize = b.pending.iter().map(|(_, v)| v.len() + MPI_BSEND_OVERHEAD as usize).sum();
-        if used + n + MPI_BSEND_OVERHEAD as usize > size {
-            return Err(MpiErr::new(MPI_ERR_BUFFER, format!("the attached buffer ({size} bytes, {used} in use) has no room for {n} bytes + MPI_BSEND_OVERHEAD")).on(c));
-        }
-    }
-    let r = start_send(data.as_ptr() as *const c_void, n as i64, MPI_BYTE, dest, tag, c)?;
-    b.pending.push((r, data));
-    Ok(())
-}
-
-pub unsafe fn bsend_c(buf: *const c_void, count: MPI_Count, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm) -> Res {
-    start_bsend(buf, count, dt, dest, tag, c)
-}
-pub unsafe fn bsend(buf: *const c_void, count: c_int, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm) -> Res {
-    start_bsend(buf, count as MPI_Count, dt, dest, tag, c)
-}
-/// The request of a buffered send is complete once the message is buffered, i.e. at once.
-pub unsafe fn ibsend_c(buf: *const c_void, count: MPI_Count, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm, req: *mut MPI_Request) -> Res {
-    let r = out(req, "request").map_err(|e| e.on(c))?;
-    start_bsend(buf, count, dt, dest, tag, c)?;
-    *r = request::add(Req::Done(request::empty_status()));
-    Ok(())
-}
-pub unsafe fn ibsend(buf: *const c_void, count: c_int, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm, req: *mut MPI_Request) -> Res {
-    ibsend_c(buf, count as MPI_Count, dt, dest, tag, c, req)
-}
-
-pub unsafe fn buffer_attach_c(buffer: *mut c_void, size: MPI_Count) -> Res {
-    if size < 0 {
-        return mpi_err!(MPI_ERR_ARG, "size {size} is negative");
-    }
-    if buffer.is_null() && size > 0 {
-        return mpi_err!(MPI_ERR_BUFFER, "buffer is NULL");
-    }
-    let mut b = bsend_lock();
-    if b.attached.is_some() {
-        return mpi_err!(MPI_ERR_BUFFER, "a buffer is already attached (MPI_Buffer_detach it first)");
-    }
-    b.attached = Some((buffer as usize, size as usize));
-    Ok(())
-}
-pub unsafe fn buffer_attach(buffer: *mut c_void, size: c_int) -> Res {
-    buffer_attach_c(buffer, size as MPI_Count)
-}
-
-pub unsafe fn buffer_detach_c(addr: *mut c_void, size: *mut MPI_Count) -> Res {
-    let a = out(addr as *mut *mut c_void, "buffer_addr")?;
-    let s = out(size, "size")?;
-    bsend_flush()?;
-    let Some((p, n)) = bsend_lock().attached.take() else { return mpi_err!(MPI_ERR_BUFFER, "no buffer is attached") };
-    *a = p as *mut c_void;
-    *s = n as MPI_Count;
-    Ok(())
-}
-pub unsafe fn buffer_detach(addr: *mut c_void, size: *mut c_int) -> Res {
-    let mut n: MPI_Count = 0;
-    buffer_detach_c(addr, &mut n)?;
-    *out(size, "size")? = n.min(c_int::MAX as MPI_Count) as c_int;
-    Ok(())
-}
-
-pub unsafe fn buffer_flush() -> Res {
-    bsend_flush()
-}
+pub use crate::bsend::*;
+pub use crate::commnew::{comm_create_group, comm_get_parent, comm_idup, comm_idup_with_info};
+pub use crate::inter::{comm_remote_group, comm_remote_size, comm_test_inter, intercomm_create, intercomm_create_from_groups, intercomm_merge};
 
 // ---- info and attributes: see info.rs -------------------------------------------------------------
 

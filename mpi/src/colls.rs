@@ -89,7 +89,12 @@ pub(crate) struct Coll {
 impl Coll {
     pub(crate) fn new(c: MPI_Comm) -> Result<Coll, MpiErr> {
         state::check_active()?;
-        Ok(Coll { mc: state::get_comm(c)? })
+        let mc = state::get_comm(c)?;
+        // An intercommunicator's engine comm is for point-to-point only (see inter.rs).
+        if mc.inter.get().is_some() {
+            return Err(crate::inter::unsupported(&mc));
+        }
+        Ok(Coll { mc })
     }
     pub(crate) fn err(&self, class: c_int, msg: String) -> MpiErr {
         MpiErr::new(class, msg).on(self.mc.handle)
@@ -191,6 +196,9 @@ fn to_bytes(k: &Coll, d: &Dt, cs: &[i64], ds: &[i64]) -> Result<(Vec<usize>, Vec
 // ---- barrier, bcast -----------------------------------------------------------------------------
 
 pub unsafe fn barrier(c: MPI_Comm) -> Res {
+    if let Some(mc) = crate::inter::lookup(c) {
+        return crate::inter::barrier(&mc);
+    }
     Coll::new(c)?.go(Built::plain(CollArgs::Barrier), None)
 }
 
@@ -209,6 +217,9 @@ pub(crate) fn build_bcast(k: &Coll, buf: *mut c_void, count: i64, dt: MPI_Dataty
 }
 
 pub unsafe fn bcast_c(buf: *mut c_void, count: MPI_Count, dt: MPI_Datatype, root: c_int, c: MPI_Comm) -> Res {
+    if let Some(mc) = crate::inter::lookup(c) {
+        return crate::inter::bcast(&mc, buf, count, dt, root);
+    }
     let k = Coll::new(c)?;
     let b = w_bcast(&k, buf, count, dt, root)?;
     k.go(b, None)
@@ -287,12 +298,18 @@ macro_rules! reduction_forms {
     ($build:ident, $blocking:ident, $blocking_c:ident, $nb:ident, $nb_c:ident, ($($a:ident: $t:ty),*), ($($ac:ident: $tc:ty),*)) => {
         #[allow(clippy::too_many_arguments)]
         pub unsafe fn $blocking_c($($ac: $tc,)* c: MPI_Comm) -> Res {
+            if let Some(mc) = crate::inter::lookup(c) {
+                return crate::inter::$blocking(&mc, $($ac as _),*);
+            }
             let k = Coll::new(c)?;
             let b = $build(&k, $($ac as _),*)?;
             k.go(b, None)
         }
         #[allow(clippy::too_many_arguments)]
         pub unsafe fn $blocking($($a: $t,)* c: MPI_Comm) -> Res {
+            if let Some(mc) = crate::inter::lookup(c) {
+                return crate::inter::$blocking(&mc, $($a as _),*);
+            }
             let k = Coll::new(c)?;
             let b = $build(&k, $($a as _),*)?;
             k.go(b, None)
@@ -616,12 +633,18 @@ macro_rules! move_forms {
     ($build:ident, $blocking:ident, $blocking_c:ident, $nb:ident, $nb_c:ident, ($($a:ident),*), ($($post:ident: $qt:ty),*)) => {
         #[allow(clippy::too_many_arguments)]
         pub unsafe fn $blocking_c(sbuf: *const c_void, scount: MPI_Count, sdt: MPI_Datatype, rbuf: *mut c_void, rcount: MPI_Count, rdt: MPI_Datatype, $($post: $qt,)* c: MPI_Comm) -> Res {
+            if let Some(mc) = crate::inter::lookup(c) {
+                return crate::inter::$blocking(&mc, sbuf, scount, sdt, rbuf, rcount, rdt $(, $post)*);
+            }
             let k = Coll::new(c)?;
             let b = $build(&k, sbuf, scount, sdt, rbuf, rcount, rdt $(, $a)*)?;
             k.go(b, None)
         }
         #[allow(clippy::too_many_arguments)]
         pub unsafe fn $blocking(sbuf: *const c_void, scount: c_int, sdt: MPI_Datatype, rbuf: *mut c_void, rcount: c_int, rdt: MPI_Datatype, $($post: $qt,)* c: MPI_Comm) -> Res {
+            if let Some(mc) = crate::inter::lookup(c) {
+                return crate::inter::$blocking(&mc, sbuf, scount as i64, sdt, rbuf, rcount as i64, rdt $(, $post)*);
+            }
             let k = Coll::new(c)?;
             let b = $build(&k, sbuf, scount as i64, sdt, rbuf, rcount as i64, rdt $(, $a)*)?;
             k.go(b, None)
@@ -754,6 +777,10 @@ macro_rules! v_entry {
     ($name:ident, ($($p:ident: $t:ty),*), |$k:ident| $body:block) => {
         #[allow(clippy::too_many_arguments)]
         pub unsafe fn $name($($p: $t,)* c: MPI_Comm) -> Res {
+            // An intercommunicator's blocking v-forms: see inter.rs.
+            if let Some(mc) = crate::inter::lookup(c) {
+                return crate::inter::$name(&mc, $($p),*);
+            }
             let $k = Coll::new(c)?;
             let b = (|| -> Result<Built, MpiErr> { $body })().map_err(|e| e.on(c))?;
             $k.go(b, None)

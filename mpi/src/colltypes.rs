@@ -406,8 +406,17 @@ fn type_list(p: *const MPI_Datatype, n: usize, what: &str) -> Result<Vec<MPI_Dat
 
 macro_rules! alltoallw_entry {
     ($name:ident, $ct:ty, $dt:ty, $conv:ident $(, $req:ident)?) => {
-        #[allow(clippy::too_many_arguments)]
+        #[allow(clippy::too_many_arguments, unreachable_code)]
         pub unsafe fn $name(sbuf: *const c_void, scounts: *const $ct, sdispls: *const $dt, stypes: *const MPI_Datatype, rbuf: *mut c_void, rcounts: *const $ct, rdispls: *const $dt, rtypes: *const MPI_Datatype, c: MPI_Comm $(, $req: *mut MPI_Request)?) -> Res {
+            // An intercommunicator's blocking form: see inter.rs (the non-blocking one is not offered).
+            if let Some(mc) = crate::inter::lookup(c) {
+                $(let _ = $req; return Err(crate::inter::unsupported(&mc));)?
+                let n = crate::inter::remote_n(&mc)?;
+                let on = |e: MpiErr| e.on(c);
+                let (sc, sd, st) = (counts(scounts, n, "sendcounts").map_err(on)?, $conv(sdispls, n, "sdispls").map_err(on)?, type_list(stypes, n, "sendtypes").map_err(on)?);
+                let (rc, rd, rt) = (counts(rcounts, n, "recvcounts").map_err(on)?, $conv(rdispls, n, "rdispls").map_err(on)?, type_list(rtypes, n, "recvtypes").map_err(on)?);
+                return crate::inter::alltoallw(&mc, sbuf, (&sc, &sd, &st), rbuf, (&rc, &rd, &rt));
+            }
             let k = Coll::new(c)?;
             $(let $req = Some(req_out($req, c)?);)?
             let n = k.size();

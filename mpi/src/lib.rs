@@ -10,8 +10,11 @@
 
 pub mod abi_gen;
 pub mod api;
+pub mod bsend;
 pub mod colls;
+pub mod commnew;
 pub mod colltypes;
+pub mod ctxid;
 pub mod darray;
 pub mod datatype;
 pub mod envfns;
@@ -24,6 +27,8 @@ pub mod file;
 pub mod group;
 pub mod groupops;
 pub mod info;
+pub mod inter;
+pub mod intercoll;
 pub mod keyval;
 pub mod ldouble;
 pub mod objerrh;
@@ -37,6 +42,7 @@ pub mod request;
 pub mod rma;
 pub mod session;
 pub mod slots;
+pub mod splittype;
 pub mod startup;
 pub mod state;
 pub mod typeapi;

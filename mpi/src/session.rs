@@ -171,9 +171,9 @@ pub unsafe fn session_call_errhandler(h: MPI_Session, code: c_int) -> Res {
     with_session(h, |s| crate::objerrh::call(&s.errhandler, h, code))
 }
 
-/// MPI_Comm_create_from_group: collective over the group's processes only (see the engine's
-/// `Comm::new_subset`: the members derive the new comm's context from the world's, the tag and
-/// the member list, with no message to the processes outside it).
+/// MPI_Comm_create_from_group: collective over the group's processes only (the members derive
+/// the new comm's context from the world's, the tag and the member list: see `ctxid`; no
+/// message goes to the processes outside it).
 pub unsafe fn comm_create_from_group(g: MPI_Group, tag: *const c_char, _info: MPI_Info, eh: MPI_Errhandler, newcomm: *mut MPI_Comm) -> Res {
     crate::state::check_active()?;
     let o = out(newcomm, "newcomm")?;
@@ -194,8 +194,9 @@ pub unsafe fn comm_create_from_group(g: MPI_Group, tag: *const c_char, _info: MP
         return mpi_err!(MPI_ERR_GROUP, "the calling process (world rank {}) is not in the group", world.rank());
     }
     // Group members are world ranks, which are the world comm's ranks.
-    let ranks: Vec<usize> = m.iter().map(|&r| r as usize).collect();
-    let c = world.comm.new_subset(&ranks, tag).map_err(MpiErr::from)?;
+    let rank = m.iter().position(|&r| r as usize == world.rank()).unwrap_or_default();
+    let id = crate::ctxid::members_only(world.comm.context_id(), crate::ctxid::CREATE_FROM_GROUP, &m, tag);
+    let c = world.comm.new_from_parts(id, rank, m.to_vec(), true).map_err(MpiErr::from)?;
     *o = crate::state::add_comm(c, eh);
     Ok(())
 }

@@ -22,14 +22,28 @@ pub struct MpiComm {
     pub name: Mutex<String>,
     /// User attributes: (keyval, value).
     pub attrs: Mutex<Vec<(c_int, usize)>>,
+    /// Set once, right after the handle is made, for an intercommunicator (see inter.rs).
+    pub inter: std::sync::OnceLock<crate::inter::Inter>,
 }
 
 impl MpiComm {
     pub fn rank(&self) -> usize {
         self.comm.rank()
     }
+    /// The (local) group's size; `comm.size()` is the remote group's on an intercommunicator.
     pub fn size(&self) -> usize {
-        self.comm.size()
+        self.inter.get().map_or(self.comm.size(), |x| x.local.len())
+    }
+    /// World ranks of the (local) group, by rank.
+    pub fn group_members(&self) -> Vec<u32> {
+        self.inter.get().map_or_else(|| self.comm.members().to_vec(), |x| x.local.clone())
+    }
+    /// Releases the engine comms (MPI_Comm_free, MPI_Finalize).
+    pub fn destroy(&self) {
+        self.comm.destroy();
+        if let Some(x) = self.inter.get() {
+            x.union.destroy();
+        }
     }
 }
 
@@ -99,7 +113,7 @@ fn wrap(comm: Arc<Comm>, handle: MPI_Comm) -> Arc<MpiComm> {
         MPI_COMM_SELF => "MPI_COMM_SELF",
         _ => "",
     };
-    Arc::new(MpiComm { comm, errhandler: AtomicUsize::new(MPI_ERRORS_ARE_FATAL), handle, name: Mutex::new(name.to_string()), attrs: Mutex::new(Vec::new()) })
+    Arc::new(MpiComm { comm, errhandler: AtomicUsize::new(MPI_ERRORS_ARE_FATAL), handle, name: Mutex::new(name.to_string()), attrs: Mutex::new(Vec::new()), inter: std::sync::OnceLock::new() })
 }
 
 /// Forms the world (the engine's init) and MPI_COMM_SELF; `provided` is the thread level.
@@ -154,7 +168,7 @@ pub fn finalize() -> Result<(), MpiErr> {
     };
     for c in slots.into_iter().flatten() {
         crate::info::delete_all(&c);
-        c.comm.destroy();
+        c.destroy();
     }
     if let Some(s) = s {
         crate::info::delete_all(&s);

@@ -9,7 +9,8 @@ use crate::error::{Error, Result, Status};
 use crate::log::Level;
 use crate::transport::ops::COLL_TAG_BIT;
 use crate::transport::TagMatch;
-use std::hash::{DefaultHasher, Hash, Hasher};
+use crate::stable_hash::StableHasher;
+use std::hash::{Hash, Hasher};
 use std::time::Instant;
 
 #[cfg(feature = "nccl")]
@@ -141,7 +142,7 @@ impl Comm {
         let local = crate::nccl::local_device(plan.local_rank);
         let ident = match &local {
             Ok((_, d)) => {
-                let mut h = DefaultHasher::new();
+                let mut h = StableHasher::new();
                 (crate::log::hostname(), &d.bus_id).hash(&mut h);
                 h.finish() | 1
             }

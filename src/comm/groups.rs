@@ -8,13 +8,14 @@ use crate::dc_log;
 use crate::error::{Error, Result, Status};
 use crate::log::Level;
 use crate::transport::CtxState;
-use std::hash::{DefaultHasher, Hash, Hasher};
+use crate::stable_hash::StableHasher;
+use std::hash::{Hash, Hasher};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// A stable 64-bit id for a child context, the same on every member.
 fn child_ctx_id(parent: u64, seq: u64, salt: &[i64]) -> u64 {
-    let mut h = DefaultHasher::new();
+    let mut h = StableHasher::new();
     (parent, seq, salt).hash(&mut h);
     h.finish() | 1
 }
@@ -23,7 +24,7 @@ impl Comm {
     /// `dc_comm_new_group`: `ranks` are distinct parent ranks (checked by the caller). Every parent
     /// rank must call with the same list; a disagreement is `DC_ERR_MISMATCH` everywhere.
     pub fn new_group(&self, ranks: &[usize]) -> Result<Option<Arc<Comm>>> {
-        let mut h = DefaultHasher::new();
+        let mut h = StableHasher::new();
         ranks.hash(&mut h);
         let mine = h.finish();
         let all = self.allgather_u64(&[mine])?;
@@ -66,6 +67,28 @@ impl Comm {
         #[cfg(feature = "nccl")]
         child.attach_device(self, split)?;
         Ok(Some(child))
+    }
+
+    /// A comm with context `id` over world ranks `members`, made by those members alone (the
+    /// parent's other ranks do not call): each passes the same `id` and `members`, which the
+    /// caller derives alike on every one (MPI_Comm_create_group, intercommunicators). `rank` is
+    /// this process's rank in it. With `collectives` it is set up for them (collective over the
+    /// members); without, it is for point-to-point only and `members` may be other processes
+    /// than this one (an intercommunicator's remote group, `rank` then the local rank).
+    pub fn new_from_parts(&self, id: u64, rank: usize, members: Vec<u32>, collectives: bool) -> Result<Arc<Comm>> {
+        let n = self.world.transport.size();
+        if let Some(w) = members.iter().find(|&&w| w >= n) {
+            return Err(Error::new(Status::InvalidArgument, format!("world rank {w} is not a rank of the world (size {n})")));
+        }
+        let me = self.world.transport.rank();
+        if collectives && members.get(rank) != Some(&me) {
+            return Err(Error::new(Status::InvalidArgument, format!("rank {rank} of the new comm is not this process (world rank {me})")));
+        }
+        if !collectives {
+            let ctx = CtxState::new(id | 1, Some(self.ctx.clone()));
+            return Ok(Comm::build(self.world.clone(), ctx, rank, members, self.timeout_ms()));
+        }
+        self.child(id | 1, rank, members)
     }
 
     /// Collective over the new group's members.

@@ -7,7 +7,7 @@
 //! - `link`: the `Link` that collective algorithms are written against;
 //! - `dispatch`: the ordered engines a collective is offered to (device, shared memory, link);
 //! - `shm`: the shared-memory arena of a comm within one host;
-//! - `groups`: new comms from a comm (`subset`: one made by its members alone);
+//! - `groups`: new comms from a comm (`new_from_parts`: one made by its members alone);
 //!   `executor`: the worker for non-blocking collectives;
 //! - `device`: the NCCL hooks (feature "nccl").
 
@@ -20,7 +20,6 @@ mod link;
 mod p2p;
 mod probe;
 mod shm;
-mod subset;
 mod world;
 
 pub use p2p::P2pOp;

@@ -1,0 +1,204 @@
+//! Buffered sends and their buffers: the process's (MPI_Buffer_attach) and, from MPI 4.1, one
+//! per communicator (MPI_Comm_attach_buffer), which a buffered send on that communicator uses
+//! instead. A buffered send copies the message (into memory of ours; the attached buffer only
+//! limits how much may be in flight, as the standard accounts it: size + MPI_BSEND_OVERHEAD per
+//! message) and sends from the copy, so it never waits for the receiver. MPI_BUFFER_AUTOMATIC
+//! sets no limit.
+
+use crate::abi_gen::*;
+use crate::api::{out, start_send};
+use crate::err::{MpiErr, Res};
+use crate::mpi_err;
+use crate::request::{self, Req};
+use crate::state;
+use std::ffi::{c_int, c_void};
+
+/// Whose buffer: the process's (None) or a communicator's.
+type Owner = Option<MPI_Comm>;
+
+struct Bsend {
+    attached: Vec<(Owner, usize, usize)>,
+    /// Buffered sends in flight, by the buffer they count against.
+    pending: Vec<(Owner, Req, Vec<u8>)>,
+}
+
+static BSEND: std::sync::Mutex<Bsend> = std::sync::Mutex::new(Bsend { attached: Vec::new(), pending: Vec::new() });
+
+fn bsend_lock() -> std::sync::MutexGuard<'static, Bsend> {
+    BSEND.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Bsend {
+    fn buffer(&self, o: Owner) -> Option<(usize, usize)> {
+        self.attached.iter().find(|a| a.0 == o).map(|a| (a.1, a.2))
+    }
+    /// The pending sends of `o` (every one for `all`), taken out.
+    fn take(&mut self, o: Owner, all: bool) -> Vec<(Owner, Req, Vec<u8>)> {
+        let (mine, rest) = std::mem::take(&mut self.pending).into_iter().partition(|p| all || p.0 == o);
+        self.pending = rest;
+        mine
+    }
+}
+
+fn finish_all(pending: Vec<(Owner, Req, Vec<u8>)>) -> Res {
+    let mut first = None;
+    for (_, r, data) in pending {
+        if let Err(e) = r.finish() {
+            first.get_or_insert(e);
+        }
+        drop(data);
+    }
+    first.map_or(Ok(()), Err)
+}
+
+/// Waits for every buffered send (MPI_Finalize).
+pub fn bsend_flush() -> Res {
+    let p = bsend_lock().take(None, true);
+    finish_all(p)
+}
+
+pub(crate) fn start_bsend(buf: *const c_void, count: MPI_Count, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm) -> Res {
+    // The message is packed now: what is sent is a copy of ours, as MPI_BYTE.
+    let data = crate::packing::pack_copy(buf, count, dt).map_err(|e| e.on(c))?;
+    let n = data.len();
+    let mut b = bsend_lock();
+    // Finished ones give their space back.
+    let mut i = 0;
+    while i < b.pending.len() {
+        if b.pending[i].1.is_done() {
+            let (_, r, _data) = b.pending.swap_remove(i);
+            r.finish()?;
+        } else {
+            i += 1;
+        }
+    }
+    // The communicator's buffer if it has one, else the process's.
+    let owner = if b.buffer(Some(c)).is_some() { Some(c) } else { None };
+    let Some((addr, size)) = b.buffer(owner) else {
+        return Err(MpiErr::new(MPI_ERR_BUFFER, "no buffer is attached (MPI_Buffer_attach or MPI_Comm_attach_buffer) for a buffered send").on(c));
+    };
+    if addr != MPI_BUFFER_AUTOMATIC {
+        let used: usize = b.pending.iter().filter(|p| p.0 == owner).map(|p| p.2.len() + MPI_BSEND_OVERHEAD as usize).sum();
+        if used + n + MPI_BSEND_OVERHEAD as usize > size {
+            return Err(MpiErr::new(MPI_ERR_BUFFER, format!("the attached buffer ({size} bytes, {used} in use) has no room for {n} bytes + MPI_BSEND_OVERHEAD")).on(c));
+        }
+    }
+    let r = start_send(data.as_ptr() as *const c_void, n as i64, MPI_BYTE, dest, tag, c)?;
+    b.pending.push((owner, r, data));
+    Ok(())
+}
+
+pub unsafe fn bsend_c(buf: *const c_void, count: MPI_Count, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm) -> Res {
+    start_bsend(buf, count, dt, dest, tag, c)
+}
+pub unsafe fn bsend(buf: *const c_void, count: c_int, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm) -> Res {
+    start_bsend(buf, count as MPI_Count, dt, dest, tag, c)
+}
+/// The request of a buffered send is complete once the message is buffered, i.e. at once.
+pub unsafe fn ibsend_c(buf: *const c_void, count: MPI_Count, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm, req: *mut MPI_Request) -> Res {
+    let r = out(req, "request").map_err(|e| e.on(c))?;
+    start_bsend(buf, count, dt, dest, tag, c)?;
+    *r = request::add(Req::Done(request::empty_status()));
+    Ok(())
+}
+pub unsafe fn ibsend(buf: *const c_void, count: c_int, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm, req: *mut MPI_Request) -> Res {
+    ibsend_c(buf, count as MPI_Count, dt, dest, tag, c, req)
+}
+
+fn attach(o: Owner, buffer: *mut c_void, size: MPI_Count) -> Res {
+    if size < 0 {
+        return mpi_err!(MPI_ERR_ARG, "size {size} is negative");
+    }
+    if buffer.is_null() && size > 0 {
+        return mpi_err!(MPI_ERR_BUFFER, "buffer is NULL");
+    }
+    let mut b = bsend_lock();
+    if b.buffer(o).is_some() {
+        return mpi_err!(MPI_ERR_BUFFER, "a buffer is already attached (detach it first)");
+    }
+    b.attached.push((o, buffer as usize, size as usize));
+    Ok(())
+}
+
+/// Waits for the buffer's sends, then detaches it.
+fn detach(o: Owner, addr: *mut c_void, size: *mut MPI_Count) -> Res {
+    let a = out(addr as *mut *mut c_void, "buffer_addr")?;
+    let s = out(size, "size")?;
+    if bsend_lock().buffer(o).is_none() {
+        return mpi_err!(MPI_ERR_BUFFER, "no buffer is attached");
+    }
+    let p = bsend_lock().take(o, false);
+    finish_all(p)?;
+    let mut b = bsend_lock();
+    let Some(i) = b.attached.iter().position(|x| x.0 == o) else { return mpi_err!(MPI_ERR_BUFFER, "no buffer is attached") };
+    let (_, p, n) = b.attached.remove(i);
+    *a = p as *mut c_void;
+    *s = n as MPI_Count;
+    Ok(())
+}
+
+fn detach_int(o: Owner, addr: *mut c_void, size: *mut c_int) -> Res {
+    let mut n: MPI_Count = 0;
+    detach(o, addr, &mut n)?;
+    *out(size, "size")? = n.min(c_int::MAX as MPI_Count) as c_int;
+    Ok(())
+}
+
+pub unsafe fn buffer_attach_c(buffer: *mut c_void, size: MPI_Count) -> Res {
+    attach(None, buffer, size)
+}
+pub unsafe fn buffer_attach(buffer: *mut c_void, size: c_int) -> Res {
+    attach(None, buffer, size as MPI_Count)
+}
+pub unsafe fn buffer_detach_c(addr: *mut c_void, size: *mut MPI_Count) -> Res {
+    detach(None, addr, size)
+}
+pub unsafe fn buffer_detach(addr: *mut c_void, size: *mut c_int) -> Res {
+    detach_int(None, addr, size)
+}
+/// Waits for the buffered sends that use the process's buffer.
+pub unsafe fn buffer_flush() -> Res {
+    let p = bsend_lock().take(None, false);
+    finish_all(p)
+}
+
+fn comm_ok(c: MPI_Comm) -> Res {
+    state::check_active()?;
+    state::get_comm(c).map(|_| ())
+}
+
+pub unsafe fn comm_attach_buffer_c(c: MPI_Comm, buffer: *mut c_void, size: MPI_Count) -> Res {
+    comm_ok(c)?;
+    attach(Some(c), buffer, size).map_err(|e| e.on(c))
+}
+pub unsafe fn comm_attach_buffer(c: MPI_Comm, buffer: *mut c_void, size: c_int) -> Res {
+    comm_attach_buffer_c(c, buffer, size as MPI_Count)
+}
+pub unsafe fn comm_detach_buffer_c(c: MPI_Comm, addr: *mut c_void, size: *mut MPI_Count) -> Res {
+    comm_ok(c)?;
+    detach(Some(c), addr, size).map_err(|e| e.on(c))
+}
+pub unsafe fn comm_detach_buffer(c: MPI_Comm, addr: *mut c_void, size: *mut c_int) -> Res {
+    comm_ok(c)?;
+    detach_int(Some(c), addr, size).map_err(|e| e.on(c))
+}
+/// Waits for the buffered sends that use the communicator's buffer.
+pub unsafe fn comm_flush_buffer(c: MPI_Comm) -> Res {
+    comm_ok(c)?;
+    let p = bsend_lock().take(Some(c), false);
+    finish_all(p).map_err(|e| e.on(c))
+}
+/// The same as a request: a thread waits for the sends.
+pub unsafe fn comm_iflush_buffer(c: MPI_Comm, req: *mut MPI_Request) -> Res {
+    comm_ok(c)?;
+    let r = out(req, "request").map_err(|e| e.on(c))?;
+    let mc = state::get_comm(c)?;
+    let p = bsend_lock().take(Some(c), false);
+    *r = request::add(crate::commnew::background(&mc, move || finish_all(p), None)?);
+    Ok(())
+}
+
+/// A freed communicator's buffer is detached (its sends in flight go on).
+pub fn forget_comm(c: MPI_Comm) {
+    bsend_lock().attached.retain(|a| a.0 != Some(c));
+}
