@@ -21,6 +21,10 @@
 #  10. scripts/mpi_test.sh: the MPI library (libmpi_abi.so.1): its ABI against MPICH 5.0.2's
 #      mpi_abi.h (installed from PyPI into build/venv-mpich if missing), its C tests at 1-4 ranks
 #      through the installed mpicc/mpiexec, MPICH-built binaries on it and ours on MPICH
+#  11. scripts/mpi4py_test.sh: mpi4py 4.1.2 built from its sdist with the installed mpicc (into
+#      build/venv-mpi4py; rebuilt when mpi.h changes), 30 modules of its own test suite at 1, 2
+#      and 3 ranks on our library (no failure, no error, only listed skips), and the same
+#      binary on MPICH 5.0.2 beside it
 #
 # Release everywhere: the installed library must be a release build anyway, so one optimised
 # build serves the tests and the install (a debug test build would compile everything twice).
@@ -81,6 +85,11 @@ cmake --build build/c_tests --parallel 2
 # ---------------------------------------------------------------------------------------------
 banner "MPI library: ABI against MPICH 5.0.2, C tests through mpicc/mpiexec (scripts/mpi_test.sh)"
 scripts/mpi_test.sh "$PREFIX" 2>&1 | tee "$TMP/mpi.log"
+[ "${PIPESTATUS[0]}" -eq 0 ]
+
+# ---------------------------------------------------------------------------------------------
+banner "mpi4py's own test suite on the MPI library, MPICH 5.0.2 beside it (scripts/mpi4py_test.sh)"
+scripts/mpi4py_test.sh "$PREFIX" 2>&1 | tee "$TMP/mpi4py.log"
 [ "${PIPESTATUS[0]}" -eq 0 ]
 
 # ---------------------------------------------------------------------------------------------
@@ -197,10 +206,11 @@ passed=$(awk '/^test result:/ { for (i = 1; i <= NF; i++) if ($i ~ /^passed;?$/)
 ctests=$(awk '/tests passed, .* tests failed out of/ { print $NF }' "$TMP/ctest.log")
 pytests=$(grep -Eo '[0-9]+ passed' "$TMP/pytest.log" | tail -1 | awk '{ print $1 }')
 multihost=$(awk '/^multihost: all [0-9]+ jobs passed/ { print $3 }' "$TMP/multihost.log")
+mpi4py_n=$(awk '/^mpi4py_test: .* tests passed/ { print $2 }' "$TMP/mpi4py.log")
 mh_note=${multihost:+${multihost} jobs passed}
 printf '\n======== all test steps passed (%ds) ========\n' "$SECONDS"
 torch_n=0
 torch_note=skipped
 if [ "$torch_tests" != skipped ]; then torch_n=${torch_tests:-0}; torch_note="$torch_n passed"; fi
-echo "cargo test: ${passed} passed; ctest: ${ctests:-0} passed; pytest: ${pytests:-0} passed; torch backend: ${torch_note}; multi-host: ${mh_note:-skipped}"
-echo "summary: $((passed + ${ctests:-0} + ${pytests:-0} + torch_n + ${multihost:-0})) passed, 0 failed"
+echo "cargo test: ${passed} passed; ctest: ${ctests:-0} passed; pytest: ${pytests:-0} passed; torch backend: ${torch_note}; mpi4py suite: ${mpi4py_n:-0} passed; multi-host: ${mh_note:-skipped}"
+echo "summary: $((passed + ${ctests:-0} + ${pytests:-0} + torch_n + ${mpi4py_n:-0} + ${multihost:-0})) passed, 0 failed"

@@ -528,7 +528,7 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Comm_delete_attr", true),
     ("MPI_Comm_detach_buffer", true),
     ("MPI_Comm_detach_buffer_c", true),
-    ("MPI_Comm_disconnect", false),
+    ("MPI_Comm_disconnect", true),
     ("MPI_Comm_dup", true),
     ("MPI_Comm_dup_with_info", true),
     ("MPI_Comm_flush_buffer", true),
@@ -1766,11 +1766,11 @@ pub unsafe extern "C" fn PMPI_Comm_detach_buffer_c(comm: MPI_Comm, buffer_addr: 
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_disconnect(comm: *mut MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Comm_disconnect", MPI_COMM_SELF)
+    crate::err::guard("MPI_Comm_disconnect", || unsafe { crate::api::comm_disconnect(comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_disconnect(comm: *mut MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Comm_disconnect", MPI_COMM_SELF)
+    crate::err::guard("MPI_Comm_disconnect", || unsafe { crate::api::comm_disconnect(comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_dup(comm: MPI_Comm, newcomm: *mut MPI_Comm) -> c_int {

@@ -307,6 +307,21 @@ pub unsafe fn comm_free(c: *mut MPI_Comm) -> Res {
     Ok(())
 }
 
+/// MPI_Comm_disconnect: collective; returns once every member's pending communication on the
+/// comm is done (a barrier after this rank's: the engine completes a send only once its data
+/// is out), then frees the comm like MPI_Comm_free. There are no dynamic processes here, so
+/// this is all it has to do; the predefined comms are not the program's to disconnect.
+pub unsafe fn comm_disconnect(c: *mut MPI_Comm) -> Res {
+    active()?;
+    let h = *out(c, "comm")?;
+    if h == MPI_COMM_WORLD || h == MPI_COMM_SELF {
+        return Err(MpiErr::new(MPI_ERR_COMM, "MPI_COMM_WORLD and MPI_COMM_SELF cannot be disconnected").on(h));
+    }
+    state::get_comm(h)?;
+    crate::colls::barrier(h)?;
+    comm_free(c)
+}
+
 pub unsafe fn comm_compare(a: MPI_Comm, b: MPI_Comm, result: *mut c_int) -> Res {
     let (ca, cb) = (comm(a)?, comm(b)?);
     let r = out(result, "result").map_err(|e| e.on(a))?;

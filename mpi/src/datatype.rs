@@ -173,7 +173,12 @@ pub fn predefined(h: MPI_Datatype) -> Option<Dt> {
         MPI_WCHAR => dt!(h, 4, 4, Other, "MPI_WCHAR"),
         MPI_INT8_T => dt!(h, 1, 1, I8, "MPI_INT8_T"),
         MPI_UINT8_T => dt!(h, 1, 1, U8, "MPI_UINT8_T"),
-        MPI_CHAR => dt!(h, 1, 1, Other, "MPI_CHAR"),
+        // Not among the standard's reduction types, but MPICH reduces it as the C `char` it is
+        // and programs rely on that (OSU's osu_acc_latency accumulates MPI_CHAR with MPI_SUM).
+        #[cfg(any(target_arch = "aarch64", target_arch = "powerpc64", target_arch = "s390x"))]
+        MPI_CHAR => dt!(h, 1, 1, U8, "MPI_CHAR"),
+        #[cfg(not(any(target_arch = "aarch64", target_arch = "powerpc64", target_arch = "s390x")))]
+        MPI_CHAR => dt!(h, 1, 1, I8, "MPI_CHAR"),
         MPI_SIGNED_CHAR => dt!(h, 1, 1, I8, "MPI_SIGNED_CHAR"),
         MPI_UNSIGNED_CHAR => dt!(h, 1, 1, U8, "MPI_UNSIGNED_CHAR"),
         MPI_BYTE => dt!(h, 1, 1, Byte, "MPI_BYTE"),

@@ -177,6 +177,23 @@ int main(int argc, char **argv) {
   CHECK(strcmp(name, "MPI_COMM_NULL") == 0 && len == 13);
 
   OK(MPI_Comm_free(&dup));
+
+  // Comm_disconnect: collective, frees the comm; a null handle is MPI_ERR_COMM.
+  MPI_Comm d;
+  OK(MPI_Comm_dup(MPI_COMM_WORLD, &d));
+  int token = rank;
+  if (size > 1) {
+    if (rank == 0) OK(MPI_Send(&token, 1, MPI_INT, 1, 7, d));
+    if (rank == 1) OK(MPI_Recv(&token, 1, MPI_INT, 0, 7, d, MPI_STATUS_IGNORE));
+  }
+  OK(MPI_Comm_disconnect(&d));
+  CHECK(d == MPI_COMM_NULL);
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
+  MPI_Comm null = MPI_COMM_NULL;
+  int cls = -1;
+  MPI_Error_class(MPI_Comm_disconnect(&null), &cls);
+  CHECK(cls == MPI_ERR_COMM);
   t_done("t_comm2");
   OK(MPI_Finalize());
   return 0;
