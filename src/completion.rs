@@ -3,6 +3,7 @@
 //! check for abort or peer loss, so no wait can hang and no waiting rank eats a core.
 
 use crate::error::{Error, Result, Status};
+use crate::placement::{Seats, Seen};
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicI32, AtomicU8, Ordering};
 use std::sync::{Condvar, Mutex};
@@ -84,6 +85,11 @@ pub trait Poll {
 
     /// Around each yield: this thread gives its core away (`true`), and has it back (`false`).
     fn yielding(&self, _away: bool) {}
+
+    /// Where this wait publishes our CPU and reads the awaited rank's (see `placement`).
+    fn seats(&self) -> Option<Seats<'_>> {
+        None
+    }
 }
 
 /// Polls a waiter makes, at most, between two yields while the rank it waits for holds a core
@@ -125,6 +131,39 @@ pub struct Backoff {
     held: u32,
     /// Whether the spin yields every `spin_slice` (see `yield_while_spinning`).
     slice_yields: bool,
+    /// What the last look at the wait's seats found (see `placement`).
+    seen: Seen,
+    /// The spin as configured; `spin` may be stretched (see `LONG_SPIN`).
+    base_spin: Duration,
+    /// When the clock was last read in this wait (a long gap means we were not running).
+    last_read: Option<Instant>,
+}
+
+/// How long a waiter whose awaited rank runs on another core keeps spinning while nothing else
+/// wants its own core: about a time slice, so that a peer preempted by other work (a whole
+/// slice on a busy machine) is met on its return without a wake-up. Sleeping sooner there is
+/// no saving (the core has nothing else to run) and invites the scheduler's balancer to move
+/// work onto the idle core and the ranks together again.
+const LONG_SPIN: Duration = Duration::from_millis(4);
+
+fn long_spin() -> Duration {
+    static LONG: once_cell::sync::Lazy<Duration> =
+        once_cell::sync::Lazy::new(|| crate::params::get().long_spin_us.map_or(LONG_SPIN, Duration::from_micros));
+    *LONG
+}
+
+/// Two clock reads of a spinning wait this far apart (they are microseconds apart while it
+/// runs): the thread was preempted, so another task wants its core.
+const PREEMPTED_GAP: Duration = Duration::from_micros(500);
+
+/// A waiter preempted within this long: its core is contended, and it sleeps after the normal
+/// spin instead of the long one (spinning there spends the time slice it will need when its
+/// peer is back, and a sleeper is woken ahead of the busy work).
+const CONTENDED_FOR: Duration = Duration::from_millis(100);
+
+thread_local! {
+    /// When a wait of this thread last found itself preempted (see `PREEMPTED_GAP`).
+    static PREEMPTED_AT: std::cell::Cell<Option<Instant>> = const { std::cell::Cell::new(None) };
 }
 
 /// While spinning, yield this often: if the awaited peer shares our core (the scheduler often
@@ -220,12 +259,14 @@ impl Backoff {
     }
 
     pub fn new(spin: Duration, yields: u32) -> Backoff {
-        Backoff { spin, yields, started: None, last_yield: None, polls: 0, yielded: 0, held: 0, slice_yields: true }
+        Backoff { spin, yields, started: None, last_yield: None, polls: 0, yielded: 0, held: 0, slice_yields: true, seen: Seen::Unknown, base_spin: spin, last_read: None }
     }
 
     /// Progress was made: spin again from the start (without reading the clock now).
     pub fn restart(&mut self) {
         self.started = None;
+        self.spin = self.base_spin;
+        self.last_read = None;
         self.yielded = 0;
         self.held = 0;
     }
@@ -250,15 +291,40 @@ impl Backoff {
             }
             let now = Instant::now();
             let start = *self.started.get_or_insert(now);
+            if self.last_read.is_some_and(|t| now - t > PREEMPTED_GAP) {
+                PREEMPTED_AT.set(Some(now));
+                // Preempted in the long spin: the core is wanted after all; stop spinning.
+                self.spin = self.spin.min(self.base_spin);
+            }
+            self.last_read = Some(now);
             if now - start < self.spin {
+                // Where the awaited rank is known, a waiter on its core steps aside (or, bound,
+                // yields to it), and one apart from it spins on: a yield there would only
+                // hand the core to whatever else runs on it. Where it is not known, an
+                // unbound waiter yields now and then in case the peer shares its core.
+                let seen = waiter.and_then(|w| w.seats()).map_or(Seen::Unknown, |s| s.look());
+                self.seen = seen;
                 let last = *self.last_yield.get_or_insert(now);
-                if self.slice_yields && now - last >= spin_slice() {
+                if seen == Seen::Together || (seen == Seen::Unknown && self.slice_yields && now - last >= spin_slice()) {
                     self.last_yield = Some(now);
                     std::thread::yield_now();
                 }
                 std::hint::spin_loop();
                 return Pace::Spin;
             }
+        }
+        // Past the spin, a waiter whose awaited rank runs on another core sleeps at once: that
+        // rank is not running (preempted, or busy elsewhere), and a yield would hand our core
+        // to whatever else runs here for a whole time slice, while a sleeper is woken by the
+        // rank's next write (and, having slept, gets its core back promptly).
+        if self.seen == Seen::Apart {
+            let now = self.last_read.unwrap_or_else(Instant::now);
+            let preempted = PREEMPTED_AT.get().is_some_and(|t| now.duration_since(t) < CONTENDED_FOR);
+            if self.spin < long_spin() && !preempted && !crate::placement::core_contended() {
+                self.spin = long_spin();
+                return Pace::Spin;
+            }
+            return Pace::Sleep;
         }
         if self.yielded < self.yields {
             if let Some(w) = waiter {
@@ -457,6 +523,7 @@ pub fn timeout_error(what: &str, timeout_ms: i64) -> Error {
 mod tests {
     use super::*;
     use std::cell::Cell;
+    use std::sync::atomic::AtomicU32;
     use std::sync::Arc;
 
     /// A waiter whose awaited rank holds a core or not, counting its yields.
@@ -495,6 +562,59 @@ mod tests {
         assert_eq!(b.next_for(Some(&w)), Pace::Yield, "the awaited rank gave its core away: yield at once");
         assert_eq!(w.yields.get(), 2);
         assert_eq!(b.next(), Pace::Yield, "without a waiter, as before");
+    }
+
+    /// A waiter that knows where the awaited rank runs.
+    struct Seated {
+        mine: AtomicU32,
+        theirs: AtomicU32,
+    }
+
+    impl Poll for Seated {
+        fn poll(&self) -> bool {
+            false
+        }
+        fn seats(&self) -> Option<Seats<'_>> {
+            Some(Seats { mine: &self.mine, awaited: Some(&self.theirs) })
+        }
+    }
+
+    /// Runs a seated wait that never ends until the backoff says sleep: the paces and the time.
+    fn wait_until_sleep(b: &mut Backoff, w: &Seated) -> (Vec<Pace>, Duration) {
+        let t0 = Instant::now();
+        let mut paces = Vec::new();
+        while paces.last() != Some(&Pace::Sleep) {
+            paces.push(b.next_for(Some(w)));
+        }
+        (paces, t0.elapsed())
+    }
+
+    #[test]
+    fn a_waiter_apart_from_the_awaited_rank_spins_then_sleeps_without_yielding() {
+        let here = crate::placement::current_cpu().unwrap();
+        let w = Seated { mine: AtomicU32::new(0), theirs: AtomicU32::new(0) };
+        crate::placement::publish(&w.theirs, here + 1);
+        let seated = || Backoff { slice_yields: false, ..Backoff::new(Duration::from_micros(200), 32) };
+
+        // A core nobody else wants: the long spin, then sleep.
+        PREEMPTED_AT.set(None);
+        let mut b = seated();
+        let (paces, took) = wait_until_sleep(&mut b, &w);
+        assert!(paces[..paces.len() - 1].iter().all(|p| *p == Pace::Spin), "no yields");
+        assert!(took >= LONG_SPIN || PREEMPTED_AT.get().is_some(), "spun about a time slice unless preempted meanwhile ({took:?})");
+        assert!(crate::placement::published(&w.mine).is_some(), "and said where it runs");
+
+        // A core another task wants (this thread was preempted lately): the normal spin only.
+        PREEMPTED_AT.set(Some(Instant::now()));
+        let mut b = seated();
+        let (paces, took) = wait_until_sleep(&mut b, &w);
+        assert!(paces[..paces.len() - 1].iter().all(|p| *p == Pace::Spin), "no yields");
+        assert!(took >= Duration::from_micros(200));
+        assert_eq!(b.spin, b.base_spin, "not stretched");
+
+        // Without seats (or not knowing the awaited rank), the yields come first, as before.
+        let mut b = Backoff::new(Duration::ZERO, 3);
+        assert_eq!((b.next(), b.next(), b.next(), b.next()), (Pace::Yield, Pace::Yield, Pace::Yield, Pace::Sleep));
     }
 
     #[test]

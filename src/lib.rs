@@ -15,6 +15,7 @@ pub mod stable_hash;
 pub mod dtype;
 pub mod buffer;
 pub mod completion;
+pub mod placement;
 pub mod waker;
 pub mod transport;
 pub mod reduce;

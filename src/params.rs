@@ -34,6 +34,9 @@ pub struct Params {
     /// `DC_SPIN_US`, `DC_SPIN_SLICE_US`: the waits' spin time and yield slice, in microseconds.
     pub spin_us: Option<u64>,
     pub spin_slice_us: Option<u64>,
+    /// `DC_LONG_SPIN_US`: how long a waiter apart from the rank it waits for spins while its
+    /// own core is not contended (0: never longer than `DC_SPIN_US`).
+    pub long_spin_us: Option<u64>,
     /// `DC_PEER_TIMEOUT_MS`: how long a peer may stay silent (no frame, no heartbeat; or its
     /// process stopped) before it is lost. 0: never (waits then end only at their timeout).
     pub peer_timeout_ms: Option<u64>,
@@ -61,6 +64,7 @@ impl Params {
             local_world_size: ["LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE"].iter().find_map(|k| num(k)),
             spin_us: us("DC_SPIN_US"),
             spin_slice_us: us("DC_SPIN_SLICE_US"),
+            long_spin_us: us("DC_LONG_SPIN_US"),
             peer_timeout_ms: us("DC_PEER_TIMEOUT_MS"),
             encrypt: get("DC_ENCRYPT").is_some_and(|v| v.trim() == "1"),
             max_unexpected_bytes: num("DC_MAX_UNEXPECTED_BYTES"),

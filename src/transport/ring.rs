@@ -66,6 +66,9 @@ struct SegHeader {
     /// Threads of the owner that gave their core away inside a wait (yielding; sleepers count
     /// apart): peers waiting for the owner spin only while none did (see `owner_on_core`).
     off_core: AtomicU32,
+    _pad4: [u8; LINE - 4],
+    /// The CPU the owner's waiting thread last ran on, plus one (see `crate::placement`).
+    cpu: AtomicU32,
 }
 
 #[repr(C)]
@@ -366,6 +369,12 @@ impl RingSegment {
         } else {
             w.fetch_sub(1, Ordering::Relaxed);
         }
+    }
+
+    /// Where the owner's waiting thread runs (see `crate::placement`): the owner writes it,
+    /// peers waiting for the owner read it.
+    pub fn cpu_word(&self) -> &AtomicU32 {
+        &self.header().cpu
     }
 
     // ---- reader side, about the writer (its segment) ---------------------------------------

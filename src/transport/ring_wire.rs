@@ -15,6 +15,7 @@ use super::stream::StreamOut;
 use super::ops::{CtxState, SendOp};
 use crate::buffer::ConstBuf;
 use crate::completion::{Done, Poll};
+use crate::placement::Seats;
 use crate::error::{Error, Result, Status};
 use std::borrow::Cow;
 use std::collections::VecDeque;
@@ -68,6 +69,11 @@ impl Poll for RingSpin<'_> {
 
     fn yielding(&self, away: bool) {
         self.rings.seg.off_core(away);
+    }
+
+    fn seats(&self) -> Option<Seats<'_>> {
+        let awaited = self.awaited.and_then(|r| self.t.peer_if_known(r)).and_then(|p| p.ring_out.get()).map(|o| o.seg.cpu_word());
+        Some(Seats { mine: self.rings.seg.cpu_word(), awaited })
     }
 }
 

@@ -40,7 +40,8 @@
 //! `create_segment_file`), so a /dev/shm too small for it makes the comm use sockets instead of
 //! raising SIGBUS inside a collective.
 
-use crate::completion::{Backoff, Pace};
+use crate::completion::{Backoff, Pace, Poll};
+use crate::placement::Seats;
 use crate::error::{Error, Result, Status};
 use memmap2::MmapMut;
 use std::fs::{File, OpenOptions};
@@ -453,12 +454,13 @@ impl Arena {
         late: &dyn Fn() -> String,
     ) -> Result<()> {
         let mut backoff = Backoff::for_shared_memory();
+        let seats = ArenaSeats { mine: self.cpu_word(self.rank), awaited: self.cpu_word(r) };
         loop {
             let v = w.load(Ordering::Acquire);
             if reached(v, s) {
                 return Ok(());
             }
-            let pace = backoff.next();
+            let pace = backoff.next_for(Some(&seats));
             if matches!(pace, Pace::Spin | Pace::Yield) {
                 continue;
             }
@@ -489,7 +491,30 @@ impl Arena {
     }
 }
 
+/// A wait on the arena for rank `r`: where we run and where it runs (see `crate::placement`).
+struct ArenaSeats<'a> {
+    mine: &'a AtomicU32,
+    awaited: &'a AtomicU32,
+}
+
+impl Poll for ArenaSeats<'_> {
+    fn poll(&self) -> bool {
+        false
+    }
+
+    fn seats(&self) -> Option<Seats<'_>> {
+        Some(Seats { mine: self.mine, awaited: Some(self.awaited) })
+    }
+}
+
 impl Arena {
+    /// Where rank `r`'s waiting thread last ran (a quarter into its done line, which only `r`
+    /// writes).
+    fn cpu_word(&self, r: usize) -> &AtomicU32 {
+        // SAFETY: in bounds (a line is 128 bytes), aligned; only accessed atomically.
+        unsafe { &*(self.base().add(self.layout.done_off + r * LINE + LINE / 4) as *const AtomicU32) }
+    }
+
     fn done_word(&self, r: usize) -> &AtomicU32 {
         // SAFETY: in bounds, line aligned; only accessed atomically.
         unsafe { &*(self.base().add(self.layout.done_off + r * LINE) as *const AtomicU32) }
