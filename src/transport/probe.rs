@@ -157,7 +157,11 @@ impl SocketTransport {
             }
             self.acks_sending.fetch_sub(1, Ordering::SeqCst);
         }
-        // Bounded: posting does not wait for peers, but a waiting caller must not hang.
+        // Bounded: posting does not wait for peers, but a waiting caller must not hang. (The
+        // clock is read only when there is something to wait for: this runs on every poll.)
+        if self.acks_sending.load(Ordering::SeqCst) == 0 {
+            return;
+        }
         let start = std::time::Instant::now();
         while self.acks_sending.load(Ordering::SeqCst) > 0 && start.elapsed() < std::time::Duration::from_millis(10) {
             std::thread::yield_now();
