@@ -181,7 +181,9 @@ fn spin_slice() -> Duration {
 /// there (a busy process keeps it for a whole time slice, milliseconds: measured with one busy
 /// process beside 2 bound ranks, a 256-byte ping-pong took 114 us with these yields and 3.4 us
 /// without). Unbound ranks (a plain env:// launcher) keep them: there the peer may be on our core,
-/// and without them the same ping-pong took 3x longer. `DC_SPIN_SLICE_US` given: always.
+/// and without them the same ping-pong took 3x longer. `DC_SPIN_SLICE_US` given: always. Only
+/// where the wait cannot tell where the awaited rank runs: where it can, it steps aside or
+/// yields only when that rank is on its CPU (see `placement`).
 fn yield_while_spinning() -> bool {
     static Y: once_cell::sync::Lazy<bool> =
         once_cell::sync::Lazy::new(|| crate::params::get().spin_slice_us.is_some() || !affinity_cpus().is_some_and(|n| n < host_cores()));
