@@ -437,3 +437,66 @@ fn rpc_frames_decode_safely() {
     }
     assert!(accepted > 100, "the generator hardly produced valid requests ({accepted})");
 }
+
+// ---- the data listener's door ------------------------------------------------------------------
+
+#[path = "common/door_play.rs"]
+mod door_play;
+
+/// The door's handshake state machine fed genuine, mutated and random hellos, genuine, tampered,
+/// replayed and random proofs, split at random points (the same checks as
+/// fuzz/fuzz_targets/door.rs; `door_play::play` asserts the rules): it never panics, never
+/// admits without the genuine proof, never reads past the handshake and allocates nothing large.
+#[test]
+fn the_door_admits_only_genuine_proofs_however_bytes_arrive() {
+    use door_play::{play, Proof, ME, SIZE};
+    let seed = SEED ^ 0xd00;
+    let mut rng = Rng(seed);
+    let (mut admitted, mut refused_proofs, mut replays) = (0, 0, 0);
+    let mut recorded = None;
+    for case in 0..cases(50_000) {
+        let rank = rng.below(SIZE as usize + 1) as u32;
+        let nonce: [u8; 32] = rng.bytes(32).try_into().unwrap();
+        let random = rng.below(6) == 0;
+        let mut hello = if random {
+            let n = rng.below(100);
+            rng.bytes(n)
+        } else {
+            door_play::hello(rank, &nonce).to_vec()
+        };
+        let pristine = !random && rank < SIZE && rank != ME;
+        let mutated = rng.below(5) == 0;
+        if mutated {
+            rng.mutate(&mut hello);
+        }
+        let proof = match (rng.below(5), recorded) {
+            (0 | 1, _) => Proof::Genuine,
+            (2, _) => Proof::Tampered(rng.below(32), rng.next() as u8),
+            (3, Some(p)) => Proof::Given(p),
+            _ => {
+                let n = rng.below(64);
+                hello.extend(rng.bytes(n));
+                Proof::Raw
+            }
+        };
+        let (ncuts, ntail) = (1 + rng.below(8), rng.below(40));
+        let cuts = rng.bytes(ncuts);
+        let tail = rng.bytes(ntail);
+        let (played, big) = largest_alloc(|| play(&hello, proof, &cuts, &tail));
+        assert!(big < 1024, "seed {seed:#x} case {case}: an allocation of {big} bytes");
+        if pristine && !mutated && matches!(proof, Proof::Genuine) {
+            assert!(played.admitted(), "seed {seed:#x} case {case}: a genuine rank was not admitted: {:?}", played.decision);
+        }
+        if let Proof::Given(_) = proof {
+            replays += played.challenge.is_some() as usize;
+            assert!(!played.admitted(), "seed {seed:#x} case {case}: a proof recorded on another connection was taken");
+        }
+        admitted += played.admitted() as usize;
+        refused_proofs += (played.challenge.is_some() && !played.admitted()) as usize;
+        if played.admitted() {
+            recorded = played.genuine;
+        }
+    }
+    let n = cases(50_000);
+    assert!(admitted > n / 10 && refused_proofs > n / 10 && replays > n / 50, "the generator missed cases: {admitted} admitted, {refused_proofs} proofs refused, {replays} replays");
+}

@@ -508,7 +508,7 @@ fn file_store_basics_across_threads() {
         .map(|i| {
             let p = p.clone();
             std::thread::spawn(move || {
-                let f = FileStore::open(&p, secs(10)).unwrap();
+                let f = FileStore::open(&p, TOKEN, secs(10)).unwrap();
                 f.set(&format!("k/{i}"), &vec![i as u8; 1000]).unwrap();
                 for _ in 0..20 {
                     f.add("ctr", 1).unwrap();
@@ -522,7 +522,7 @@ fn file_store_basics_across_threads() {
     for h in hs {
         h.join().unwrap();
     }
-    let f = FileStore::open(&p, secs(10)).unwrap();
+    let f = FileStore::open(&p, TOKEN, secs(10)).unwrap();
     assert_eq!(f.add("ctr", 0).unwrap(), 80);
     let t0 = Instant::now();
     let e = f.get("never", ms(200)).unwrap_err();
@@ -535,7 +535,7 @@ fn file_store_basics_across_threads() {
 #[test]
 fn file_store_child_helper() {
     let Ok(path) = std::env::var("DC_TEST_FILE_STORE_CHILD") else { return };
-    let f = FileStore::open(&path, secs(20)).unwrap();
+    let f = FileStore::open(&path, TOKEN, secs(20)).unwrap();
     for _ in 0..100 {
         f.add("ctr", 1).unwrap();
     }
@@ -546,7 +546,7 @@ fn file_store_child_helper() {
 fn file_store_locks_across_processes() {
     let p = tmp_path("procs");
     // Create the store first so every process joins the same generation.
-    let f = FileStore::open(&p, secs(20)).unwrap();
+    let f = FileStore::open(&p, TOKEN, secs(20)).unwrap();
     let exe = std::env::current_exe().unwrap();
     let kids: Vec<_> = (0..3)
         .map(|_| {
@@ -571,9 +571,9 @@ fn file_store_locks_across_processes() {
 #[test]
 fn file_store_joins_a_live_generation() {
     let p = tmp_path("live");
-    let a = FileStore::open_job(&p, Duration::from_secs(60), "g").unwrap();
+    let a = FileStore::open_job(&p, TOKEN, Duration::from_secs(60), "g").unwrap();
     a.set("k", b"from a").unwrap();
-    let b = FileStore::open_job(&p, Duration::from_secs(60), "g").unwrap();
+    let b = FileStore::open_job(&p, TOKEN, Duration::from_secs(60), "g").unwrap();
     assert_eq!(a.generation(), b.generation());
     assert_eq!(b.try_get("k").unwrap(), Some(b"from a".to_vec()));
     let _ = std::fs::remove_file(&p);
@@ -582,17 +582,17 @@ fn file_store_joins_a_live_generation() {
 #[test]
 fn file_store_completed_generation_is_not_reused() {
     let p = tmp_path("complete");
-    let a = FileStore::open_job(&p, Duration::from_secs(60), "g").unwrap();
-    let a2 = FileStore::open_job(&p, Duration::from_secs(60), "g").unwrap();
+    let a = FileStore::open_job(&p, TOKEN, Duration::from_secs(60), "g").unwrap();
+    let a2 = FileStore::open_job(&p, TOKEN, Duration::from_secs(60), "g").unwrap();
     a.set("k", b"old job").unwrap();
     a.job_done().unwrap();
     // Not complete while a2 has not finished.
-    let x = FileStore::open_job(&p, Duration::from_secs(60), "other").unwrap();
+    let x = FileStore::open_job(&p, TOKEN, Duration::from_secs(60), "other").unwrap();
     assert_eq!(x.generation(), a.generation());
     x.job_done().unwrap();
     a2.job_done().unwrap();
     // Now every job that joined is done: a newcomer starts afresh.
-    let b = FileStore::open_job(&p, Duration::from_secs(60), "g").unwrap();
+    let b = FileStore::open_job(&p, TOKEN, Duration::from_secs(60), "g").unwrap();
     assert_eq!(b.generation(), a.generation() + 1);
     assert_eq!(b.try_get("k").unwrap(), None);
     // The old job's instances keep working in their own generation.
@@ -611,11 +611,11 @@ fn set_mtime_ago(p: &std::path::Path, ago: Duration) {
 fn file_store_stale_leftover_is_reset() {
     let p = tmp_path("stale");
     // A job that joined, wrote, and then went quiet for an hour.
-    let old = FileStore::open_job(&p, Duration::from_secs(60), "g").unwrap();
+    let old = FileStore::open_job(&p, TOKEN, Duration::from_secs(60), "g").unwrap();
     old.set("k", b"stale").unwrap();
     old.add("g/arrivals", 3).unwrap();
     set_mtime_ago(&p, Duration::from_secs(3600));
-    let new = FileStore::open_job(&p, Duration::from_secs(10), "g").unwrap();
+    let new = FileStore::open_job(&p, TOKEN, Duration::from_secs(10), "g").unwrap();
     assert_eq!(new.try_get("k").unwrap(), None);
     assert_eq!(new.add("g/arrivals", 1).unwrap(), 1);
     // The old epoch's instance learns the file is no longer its own.
@@ -632,15 +632,15 @@ fn file_store_generation_with_a_dead_member_is_abandoned() {
     let dead_pid = kid.id();
     kid.wait().unwrap();
     // A rank on this host that registered and was killed before it finished.
-    let f = FileStore::open(&p, secs(60)).unwrap();
+    let f = FileStore::open(&p, TOKEN, secs(60)).unwrap();
     let host = distcomm::log::hostname();
     f.set(&format!("__dc/member/g/{host}/{dead_pid}/0"), b"open").unwrap();
     f.set("k", b"of the killed job").unwrap();
-    let live = FileStore::open_job(&p, Duration::from_secs(60), "g").unwrap();
+    let live = FileStore::open_job(&p, TOKEN, Duration::from_secs(60), "g").unwrap();
     assert_eq!(live.generation(), f.generation() + 1);
     assert_eq!(live.try_get("k").unwrap(), None);
     // A live member keeps the generation joinable.
-    let other = FileStore::open_job(&p, Duration::from_secs(60), "g").unwrap();
+    let other = FileStore::open_job(&p, TOKEN, Duration::from_secs(60), "g").unwrap();
     assert_eq!(other.generation(), live.generation());
     let _ = std::fs::remove_file(&p);
 }
@@ -648,19 +648,19 @@ fn file_store_generation_with_a_dead_member_is_abandoned() {
 #[test]
 fn file_store_silent_generation_is_abandoned_but_heartbeats_keep_it() {
     let p = tmp_path("silent");
-    let a = FileStore::open_job(&p, Duration::from_secs(60), "g").unwrap();
+    let a = FileStore::open_job(&p, TOKEN, Duration::from_secs(60), "g").unwrap();
     set_mtime_ago(&p, Duration::from_secs(30));
-    let b = FileStore::open_job(&p, Duration::from_secs(60), "g").unwrap();
+    let b = FileStore::open_job(&p, TOKEN, Duration::from_secs(60), "g").unwrap();
     assert_eq!(b.generation(), a.generation() + 1, "30 s of silence: abandoned");
 
     // A member waiting in get() touches the file, so a newcomer joins it.
     let p2 = tmp_path("heartbeat");
-    let a = Arc::new(FileStore::open_job(&p2, Duration::from_secs(3), "g").unwrap());
+    let a = Arc::new(FileStore::open_job(&p2, TOKEN, Duration::from_secs(3), "g").unwrap());
     let a2 = a.clone();
     let waiter = std::thread::spawn(move || a2.get("never", ms(1600)));
     set_mtime_ago(&p2, Duration::from_secs(30));
     std::thread::sleep(Duration::from_millis(1300));
-    let b = FileStore::open_job(&p2, Duration::from_secs(3), "g").unwrap();
+    let b = FileStore::open_job(&p2, TOKEN, Duration::from_secs(3), "g").unwrap();
     assert_eq!(b.generation(), a.generation());
     assert_eq!(waiter.join().unwrap().unwrap_err().status, Status::Timeout);
     let _ = std::fs::remove_file(&p);
@@ -671,7 +671,7 @@ fn file_store_silent_generation_is_abandoned_but_heartbeats_keep_it() {
 fn file_store_never_overwrites_a_foreign_file() {
     let p = tmp_path("foreign");
     std::fs::write(&p, b"precious data, not a store").unwrap();
-    let e = FileStore::open(&p, secs(1)).unwrap_err();
+    let e = FileStore::open(&p, TOKEN, secs(1)).unwrap_err();
     assert_eq!(e.status, Status::InvalidArgument);
     assert!(e.msg.contains("not a distcomm store file"), "{e}");
     assert_eq!(std::fs::read(&p).unwrap(), b"precious data, not a store");
@@ -681,7 +681,7 @@ fn file_store_never_overwrites_a_foreign_file() {
 #[test]
 fn file_store_drops_a_torn_record() {
     let p = tmp_path("torn");
-    let a = FileStore::open(&p, secs(10)).unwrap();
+    let a = FileStore::open(&p, TOKEN, secs(10)).unwrap();
     a.set("k", b"v").unwrap();
     // A writer that crashed half-way through a record.
     let mut f = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
@@ -689,8 +689,44 @@ fn file_store_drops_a_torn_record() {
     drop(f);
     assert_eq!(a.try_get("k").unwrap(), Some(b"v".to_vec()));
     a.set("k2", b"v2").unwrap();
-    let b = FileStore::open(&p, secs(10)).unwrap();
+    let b = FileStore::open(&p, TOKEN, secs(10)).unwrap();
     assert_eq!(b.try_get("k2").unwrap(), Some(b"v2".to_vec()));
+    let _ = std::fs::remove_file(&p);
+}
+
+/// Two jobs with different tokens on one file: neither reads the other's keys nor counts in the
+/// other's counters (so neither joins the other's job), and a writer without the token cannot
+/// roll a job's counter back by replaying one of its records.
+#[test]
+fn file_store_jobs_with_different_tokens_stay_apart() {
+    let p = tmp_path("tokens");
+    let a = FileStore::open_job(&p, b"token a", Duration::from_secs(60), "g").unwrap();
+    a.set("k", b"of a").unwrap();
+    assert_eq!(a.add("g/arrivals", 1).unwrap(), 1);
+    let b = FileStore::open_job(&p, b"token b", Duration::from_secs(60), "g").unwrap();
+    assert_eq!(b.try_get("k").unwrap(), None, "B reads A's key");
+    assert_eq!(b.add("g/arrivals", 1).unwrap(), 1, "B counts in A's arrivals");
+    b.set("k", b"of b").unwrap();
+    assert_eq!(a.try_get("k").unwrap(), Some(b"of a".to_vec()), "B overwrote A's key");
+    assert_eq!(a.add("g/arrivals", 0).unwrap(), 1);
+    // A's next rank still finds A's job, whatever B wrote.
+    let a2 = FileStore::open_job(&p, b"token a", Duration::from_secs(60), "g").unwrap();
+    assert_eq!(a2.generation(), a.generation());
+    assert_eq!(a2.try_get("k").unwrap(), Some(b"of a".to_vec()));
+    assert_eq!(b.try_get("k").unwrap(), Some(b"of b".to_vec()));
+
+    // A record of A's counter, copied to the end of the file by someone without the token.
+    let len = |p: &PathBuf| std::fs::metadata(p).unwrap().len() as usize;
+    let before = len(&p);
+    assert_eq!(a.add("ctr", 1).unwrap(), 1);
+    let record = std::fs::read(&p).unwrap()[before..].to_vec();
+    assert_eq!(a.add("ctr", 1).unwrap(), 2);
+    std::fs::OpenOptions::new().append(true).open(&p).unwrap().write_all(&record).unwrap();
+    assert_eq!(a.add("ctr", 0).unwrap(), 2, "a replayed record rolled the counter back");
+    assert_eq!(a2.add("ctr", 0).unwrap(), 2);
+    for s in [a, a2, b] {
+        s.job_done().unwrap();
+    }
     let _ = std::fs::remove_file(&p);
 }
 
@@ -867,5 +903,67 @@ fn rendezvous_file_assigns_ranks_in_arrival_order() {
     };
     round(url.clone());
     round(url); // a second job on the same (now complete) file
+    let _ = std::fs::remove_file(&p);
+}
+
+/// Two jobs of two ranks on one file (ranks on arrival) with different tokens, one given as the
+/// `token` option and one as `DC_TOKEN`, arriving in turns (A, B, A, B): each job forms of its
+/// own ranks only and completes. Sharing one set of keys, A's and B's first arrivals would form
+/// a job together.
+#[test]
+fn rendezvous_file_jobs_with_different_tokens_stay_apart() {
+    let p = tmp_path("two-jobs");
+    let url = format!("file://{}", p.display());
+    let arrive = |job: u8| {
+        let url = url.clone();
+        std::thread::spawn(move || {
+            let env = if job == b'B' { vec![("DC_TOKEN", "token of job B".to_string())] } else { vec![] };
+            let opts = InitOptions {
+                init_method: Some(url),
+                world_size: 2,
+                timeout_ms: 10_000,
+                token: (job == b'A').then(|| "token of job A".to_string()),
+                ..InitOptions::from_env()
+            };
+            let rv = rendezvous(&env_cfg(&env, &opts)).unwrap();
+            let all = exchange(rv.store.as_ref(), "who", rv.rank, 2, &[job], secs(10)).unwrap();
+            (job, rv.rank, all)
+        })
+    };
+    let mut hs = Vec::new();
+    for job in [b'A', b'B', b'A', b'B'] {
+        hs.push(arrive(job));
+        // Each arrival takes its place in the file before the next comes.
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    let mut ranks: HashMap<u8, Vec<usize>> = HashMap::new();
+    for h in hs {
+        let (job, rank, all) = h.join().unwrap();
+        assert_eq!(all, vec![vec![job], vec![job]], "job {} met another job's rank", job as char);
+        ranks.entry(job).or_default().push(rank);
+    }
+    for (job, mut r) in ranks {
+        r.sort();
+        assert_eq!(r, vec![0, 1], "job {}", job as char);
+    }
+    let _ = std::fs::remove_file(&p);
+}
+
+/// A file of the first store format (unsigned records): refused while it may be in use, reset
+/// once stale.
+#[test]
+fn file_store_first_format_is_refused_while_fresh_and_reset_when_stale() {
+    let p = tmp_path("format1");
+    let mut old = b"DCFSTOR1".to_vec();
+    old.extend_from_slice(&7u64.to_le_bytes());
+    std::fs::write(&p, &old).unwrap();
+    let e = FileStore::open_job(&p, TOKEN, Duration::from_secs(60), "g").unwrap_err();
+    assert_eq!(e.status, Status::Rendezvous, "{e}");
+    assert!(e.msg.contains("older distcomm"), "{e}");
+    assert_eq!(std::fs::read(&p).unwrap(), old, "a file in use was changed");
+    set_mtime_ago(&p, Duration::from_secs(3600));
+    let f = FileStore::open_job(&p, TOKEN, Duration::from_secs(60), "g").unwrap();
+    f.set("k", b"v").unwrap();
+    assert_eq!(FileStore::open(&p, TOKEN, secs(10)).unwrap().try_get("k").unwrap(), Some(b"v".to_vec()));
     let _ = std::fs::remove_file(&p);
 }

@@ -2,11 +2,20 @@
 //!
 //! # File format
 //!
-//! A 16-byte header, `"DCFSTOR1"` and a random *epoch* (`u64`, new each time the file is created or
-//! reset), then appended records: `body_len u32 | fnv1a32(body) u32 | body`, where
-//! `body = generation u32 | op u8 | key_len u32 | key | value`. `op` is `1` (set `key` to `value`)
-//! or `2` (a new generation starts; no key or value). Integers are little-endian. Counters written
-//! by `add` are stored as decimal text.
+//! A 16-byte header, `"DCFSTOR2"` and a random *epoch* (`u64`, new each time the file is created or
+//! reset), then appended records (`file_record`): each names its job by a digest of the job's key
+//! and is signed with it, and carries a generation, an op, a key and a value. `op` is `1` (set
+//! `key` to `value`) or `2` (a new generation starts; no key or value). Counters written by `add`
+//! are stored as decimal text.
+//!
+//! # Jobs with other tokens
+//!
+//! Jobs with different tokens (`DC_TOKEN`, the `token` init option) may share one file: each
+//! sees only the records signed with its own key, so it can neither read the other's keys nor
+//! join its job (generations, members and counters are each job's own), and a record forged or
+//! replayed by a writer without the token is ignored. Not secret: whoever may read the file
+//! reads the values (as on the TCP store's connections), and whoever may write it can still
+//! truncate it.
 //!
 //! Every access holds an `fcntl(F_SETLKW)` write lock on the whole file (plus an in-process mutex
 //! per file, since `fcntl` locks do not exclude threads of one process, and closing any descriptor
@@ -36,10 +45,14 @@
 //!      heartbeat) for `min(stale_after, 15 s)` (a job killed during its rendezvous elsewhere).
 //! 4. Else the newcomer joins the latest generation (its job is still gathering).
 //!
-//! A file that is not a store file is never overwritten (`DC_ERR_INVALID_ARGUMENT`).
+//! Only the job's own records count for these rules, except the file's age (rule 2).
+//!
+//! A file that is not a store file is never overwritten (`DC_ERR_INVALID_ARGUMENT`); one of the
+//! first format (`DCFSTOR1`, unsigned records) is reset when stale and refused while in use.
 
 use crate::error::{Error, Result, Status};
 use crate::log::Level;
+use crate::rendezvous::file_record::{decode, Signer, OP_GEN, OP_SET};
 use crate::rendezvous::Store;
 use crate::{bail, dc_log, err};
 use once_cell::sync::Lazy;
@@ -51,12 +64,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-const MAGIC: [u8; 8] = *b"DCFSTOR1";
+const MAGIC: [u8; 8] = *b"DCFSTOR2";
+/// The first format's (records unsigned, one namespace).
+const MAGIC_V1: [u8; 8] = *b"DCFSTOR1";
 const HEADER_LEN: u64 = 16;
-const OP_SET: u8 = 1;
-const OP_GEN: u8 = 2;
-const REC_HEAD: usize = 8;
-const BODY_HEAD: usize = 9;
 /// Longest key accepted.
 pub const MAX_KEY_LEN: usize = 4096;
 /// Largest value accepted.
@@ -115,63 +126,6 @@ fn gen_state(map: &HashMap<String, Vec<u8>>, host: &str) -> GenState {
         (true, true) => GenState::Complete,
         (true, false) => GenState::Gathering,
     }
-}
-
-fn fnv1a32(data: &[u8]) -> u32 {
-    let mut h: u32 = 0x811c_9dc5;
-    for &b in data {
-        h ^= b as u32;
-        h = h.wrapping_mul(0x0100_0193);
-    }
-    h
-}
-
-fn encode(gen: u32, op: u8, key: &str, value: &[u8]) -> Vec<u8> {
-    let body_len = BODY_HEAD + key.len() + value.len();
-    let mut r = Vec::with_capacity(REC_HEAD + body_len);
-    r.extend_from_slice(&(body_len as u32).to_le_bytes());
-    r.extend_from_slice(&[0; 4]);
-    r.extend_from_slice(&gen.to_le_bytes());
-    r.push(op);
-    r.extend_from_slice(&(key.len() as u32).to_le_bytes());
-    r.extend_from_slice(key.as_bytes());
-    r.extend_from_slice(value);
-    let crc = fnv1a32(&r[REC_HEAD..]);
-    r[4..8].copy_from_slice(&crc.to_le_bytes());
-    r
-}
-
-struct Record<'a> {
-    gen: u32,
-    op: u8,
-    key: &'a [u8],
-    value: &'a [u8],
-}
-
-/// Decodes the record at the start of `buf`: `Some((record, length))`, or `None` when it is cut
-/// short or corrupt.
-fn decode(buf: &[u8]) -> Option<(Record<'_>, usize)> {
-    if buf.len() < REC_HEAD {
-        return None;
-    }
-    let body_len = u32::from_le_bytes(buf[0..4].try_into().unwrap()) as usize;
-    let crc = u32::from_le_bytes(buf[4..8].try_into().unwrap());
-    if !(BODY_HEAD..=BODY_HEAD + MAX_KEY_LEN + MAX_VALUE_LEN).contains(&body_len) {
-        return None;
-    }
-    let body = buf.get(REC_HEAD..REC_HEAD + body_len)?;
-    if fnv1a32(body) != crc {
-        return None;
-    }
-    let gen = u32::from_le_bytes(body[0..4].try_into().unwrap());
-    let op = body[4];
-    let key_len = u32::from_le_bytes(body[5..9].try_into().unwrap()) as usize;
-    if key_len > body_len - BODY_HEAD || (op != OP_SET && op != OP_GEN) {
-        return None;
-    }
-    let key = &body[BODY_HEAD..BODY_HEAD + key_len];
-    let value = &body[BODY_HEAD + key_len..];
-    Some((Record { gen, op, key, value }, REC_HEAD + body_len))
 }
 
 /// A random 64-bit number (for the file epoch).
@@ -246,6 +200,8 @@ struct State {
 /// A [`Store`] kept in a file on a shared file system. See the module docs for the rules.
 pub struct FileStore {
     path: PathBuf,
+    /// The job's key: its records are the only ones this instance reads.
+    signer: Signer,
     /// This instance's member key (set by `open_job`).
     member: Option<String>,
     file: Option<File>,
@@ -269,21 +225,22 @@ enum Follow {
 }
 
 impl FileStore {
-    /// Opens (creating if needed) the store file at `path`. Stale means not written for the time
-    /// left until `deadline`. Does not register a job; see [`FileStore::open_job`].
-    pub fn open(path: impl AsRef<Path>, deadline: Instant) -> Result<FileStore> {
+    /// Opens (creating if needed) the store file at `path` for the job of `token`. Stale means
+    /// not written for the time left until `deadline`. Does not register a job; see
+    /// [`FileStore::open_job`].
+    pub fn open(path: impl AsRef<Path>, token: &[u8], deadline: Instant) -> Result<FileStore> {
         let stale_after = deadline.saturating_duration_since(Instant::now());
-        Self::open_inner(path.as_ref(), stale_after, None)
+        Self::open_inner(path.as_ref(), token, stale_after, None)
     }
 
-    /// Opens the store and registers one rank of `job` (e.g. the group name) in the generation it
-    /// joins; the rank must call [`FileStore::job_done`] once it stops waiting for the others.
-    /// A file not written for `stale_after` is reset.
-    pub fn open_job(path: impl AsRef<Path>, stale_after: Duration, job: &str) -> Result<FileStore> {
-        Self::open_inner(path.as_ref(), stale_after, Some(job))
+    /// Opens the store for the job of `token` and registers one rank of `job` (e.g. the group
+    /// name) in the generation it joins; the rank must call [`FileStore::job_done`] once it stops
+    /// waiting for the others. A file not written for `stale_after` is reset.
+    pub fn open_job(path: impl AsRef<Path>, token: &[u8], stale_after: Duration, job: &str) -> Result<FileStore> {
+        Self::open_inner(path.as_ref(), token, stale_after, Some(job))
     }
 
-    fn open_inner(path: &Path, stale_after: Duration, job: Option<&str>) -> Result<FileStore> {
+    fn open_inner(path: &Path, token: &[u8], stale_after: Duration, job: Option<&str>) -> Result<FileStore> {
         if !path.is_absolute() {
             bail!(Status::InvalidArgument, "store file {} must be an absolute path", path.display());
         }
@@ -303,6 +260,7 @@ impl FileStore {
         });
         let store = FileStore {
             path: path.to_path_buf(),
+            signer: Signer::from_token(token),
             member,
             file: Some(file),
             plock,
@@ -388,7 +346,7 @@ impl FileStore {
         self.file().read_exact_at(&mut buf, st.offset).map_err(|e| self.sys("reading", e))?;
         let mut pos = 0usize;
         while pos < buf.len() {
-            let Some((rec, len)) = decode(&buf[pos..]) else {
+            let Some((rec, len)) = decode(&buf[pos..], MAX_KEY_LEN, MAX_VALUE_LEN) else {
                 let at = st.offset + pos as u64;
                 dc_log!(
                     Level::Warn,
@@ -400,7 +358,20 @@ impl FileStore {
                 self.file().set_len(at).map_err(|e| self.sys("truncating", e))?;
                 break;
             };
+            let at = st.offset + pos as u64;
             pos += len;
+            if rec.ns != self.signer.ns {
+                continue; // another token's job
+            }
+            if !self.signer.verify(st.epoch, at, &rec) {
+                dc_log!(
+                    Level::Warn,
+                    None,
+                    "store file {}: ignoring the record at offset {at}: not signed with this job's token here (forged or replayed)",
+                    self.path.display()
+                );
+                continue;
+            }
             if rec.op == OP_GEN {
                 if follow == Follow::Latest && rec.gen > st.gen {
                     st.gen = rec.gen;
@@ -416,7 +387,7 @@ impl FileStore {
 
     /// Appends a record at the parsed end of the file.
     fn append(&self, st: &mut State, op: u8, key: &str, value: &[u8]) -> Result<()> {
-        let rec = encode(st.gen, op, key, value);
+        let rec = self.signer.encode(st.epoch, st.offset, st.gen, op, key, value);
         self.file().write_all_at(&rec, st.offset).map_err(|e| self.sys("writing", e))?;
         st.offset += rec.len() as u64;
         if op == OP_SET {
@@ -509,14 +480,26 @@ impl FileStore {
                 let mut head = vec![0u8; size.min(HEADER_LEN) as usize];
                 self.file().read_exact_at(&mut head, 0).map_err(|e| self.sys("reading", e))?;
                 let ours = size < HEADER_LEN && MAGIC.starts_with(&head[..head.len().min(8)]);
-                if !ours {
+                if head.starts_with(&MAGIC_V1) {
+                    // Resetting it under a job still gathering there would break that job.
+                    let idle = md.modified().ok().and_then(|m| SystemTime::now().duration_since(m).ok()).unwrap_or_default();
+                    if idle <= stale_after {
+                        bail!(
+                            Status::Rendezvous,
+                            "store file {path} is in use by a job of an older distcomm (store format 1); use another path"
+                        );
+                    }
+                    dc_log!(Level::Info, None, "store file {path}: a stale leftover of store format 1; resetting it");
+                    self.reset(&mut st, 1)?;
+                } else if !ours {
                     bail!(
                         Status::InvalidArgument,
                         "{path} is not a distcomm store file (refusing to overwrite it)"
                     );
+                } else {
+                    dc_log!(Level::Info, None, "store file {path}: new store, generation 1");
+                    self.reset(&mut st, 1)?;
                 }
-                dc_log!(Level::Info, None, "store file {path}: new store, generation 1");
-                self.reset(&mut st, 1)?;
             }
         }
         if let Some(m) = &self.member {
@@ -600,26 +583,5 @@ impl Drop for FileStore {
         // one another instance is working under: close only while no instance here holds it.
         let _p = lock_ignoring_poison(&self.plock);
         drop(self.file.take());
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn records_round_trip_and_detect_damage() {
-        let r = encode(7, OP_SET, "k", b"value");
-        let (rec, len) = decode(&r).unwrap();
-        assert_eq!((rec.gen, rec.op, rec.key, rec.value, len), (7, OP_SET, &b"k"[..], &b"value"[..], r.len()));
-        for cut in 0..r.len() {
-            assert!(decode(&r[..cut]).is_none(), "cut at {cut}");
-        }
-        let mut bad = r.clone();
-        *bad.last_mut().unwrap() ^= 1;
-        assert!(decode(&bad).is_none());
-        let mut huge = r.clone();
-        huge[..4].copy_from_slice(&u32::MAX.to_le_bytes());
-        assert!(decode(&huge).is_none());
     }
 }

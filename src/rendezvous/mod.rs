@@ -15,6 +15,7 @@
 //!   (an [`exchange`]: `T` names the set of ranks exchanging; see [`exchange_among`]).
 
 pub mod config;
+mod file_record;
 pub mod file_store;
 pub mod mem_store;
 pub mod netif;
@@ -445,7 +446,7 @@ pub fn rendezvous(cfg: &JobConfig) -> Result<Rendezvous> {
             base = client;
         }
         Method::File { path } => {
-            let fs = Arc::new(FileStore::open_job(path, cfg.timeout, group)?);
+            let fs = Arc::new(FileStore::open_job(path, &cfg.token, cfg.timeout, group)?);
             _done_guard = Some(JobDone { store: fs.clone() });
             let fsd: Arc<dyn Store> = fs.clone();
             match cfg.rank {

@@ -32,12 +32,80 @@ enum Phase {
     Proof { hello: Received, nonce: [u8; auth::LEN] },
 }
 
-struct Pending {
-    stream: TcpStream,
-    from: SocketAddr,
+/// The door's side of one connection's handshake, without its socket (sans-IO, so that it can
+/// be fuzzed): the shell reads into [`Handshake::space`], never more than the current phase's
+/// fixed size, and writes what [`Handshake::advance`] says.
+struct Handshake {
     phase: Phase,
     buf: [u8; HELLO_LEN],
     got: usize,
+}
+
+/// What the handshake of a connection came to after its bytes of a phase arrived.
+enum Verdict {
+    /// Send this challenge; its proof comes next.
+    Challenge([u8; CHALLENGE_LEN]),
+    Admit(Hello, handshake::Session),
+    Refuse(String),
+}
+
+impl Handshake {
+    fn new() -> Handshake {
+        Handshake { phase: Phase::Hello, buf: [0; HELLO_LEN], got: 0 }
+    }
+
+    /// Bytes the current phase reads.
+    fn want(&self) -> usize {
+        match self.phase {
+            Phase::Hello => HELLO_LEN,
+            Phase::Proof { .. } => auth::LEN,
+        }
+    }
+
+    /// Where the next bytes go: what the current phase still lacks (never empty before
+    /// [`Handshake::advance`] is due).
+    fn space(&mut self) -> &mut [u8] {
+        let want = self.want();
+        &mut self.buf[self.got..want]
+    }
+
+    /// `n` bytes were put into `space()`; whether the phase has all its bytes.
+    fn filled(&mut self, n: usize) -> bool {
+        self.got += n;
+        self.got == self.want()
+    }
+
+    /// Moves on once the phase has all its bytes (see `handshake` for the steps).
+    fn advance(&mut self, cfg: &MeshConfig) -> Verdict {
+        match &self.phase {
+            Phase::Hello => {
+                let Some(h) = handshake::decode(&self.buf) else { return Verdict::Refuse("not a distcomm data connection".into()) };
+                if h.job_id != cfg.job_id || h.world_size != cfg.size || h.rank >= cfg.size || h.rank == cfg.rank {
+                    return Verdict::Refuse(format!("claiming rank {} of {} of job {:#x}", h.rank, h.world_size, h.job_id));
+                }
+                let Ok((challenge, nonce)) = handshake::challenge(&cfg.token_digest, &h, cfg.rank) else {
+                    return Verdict::Refuse("no random numbers for a challenge".into());
+                };
+                self.phase = Phase::Proof { hello: h, nonce };
+                self.got = 0;
+                Verdict::Challenge(challenge)
+            }
+            Phase::Proof { hello, nonce } => {
+                if !handshake::check_proof(&cfg.token_digest, hello, cfg.rank, nonce, &self.buf[..auth::LEN]) {
+                    return Verdict::Refuse(format!("rank {} gave no valid proof of the job token", hello.rank));
+                }
+                let session = handshake::Session { job_id: hello.job_id, dialer: hello.rank, acceptor: cfg.rank, dialer_nonce: hello.nonce, acceptor_nonce: *nonce };
+                Verdict::Admit(Hello { digest: cfg.token_digest, job_id: hello.job_id, rank: hello.rank, world_size: hello.world_size }, session)
+            }
+        }
+    }
+}
+
+/// An accepted connection in its handshake.
+struct Pending {
+    stream: TcpStream,
+    from: SocketAddr,
+    hs: Handshake,
     deadline: Instant,
 }
 
@@ -50,22 +118,12 @@ enum Step {
 }
 
 impl Pending {
-    /// Bytes the current phase reads.
-    fn want(&self) -> usize {
-        match self.phase {
-            Phase::Hello => HELLO_LEN,
-            Phase::Proof { .. } => auth::LEN,
-        }
-    }
-
     fn read(&mut self) -> Step {
-        let want = self.want();
         loop {
-            match self.stream.read(&mut self.buf[self.got..want]) {
+            match self.stream.read(self.hs.space()) {
                 Ok(0) => return Step::Drop("closed during the handshake"),
                 Ok(n) => {
-                    self.got += n;
-                    if self.got == want {
+                    if self.hs.filled(n) {
                         return Step::Full;
                     }
                 }
@@ -75,41 +133,13 @@ impl Pending {
             }
         }
     }
-}
 
-/// What the handshake of a connection came to after its bytes of a phase arrived.
-enum Verdict {
-    /// Our challenge is written; its proof comes next.
-    Challenged,
-    Admit(Hello, handshake::Session),
-    Refuse(String),
-}
-
-/// Moves a connection whose phase is complete on (see `handshake` for the steps).
-fn advance(p: &mut Pending, cfg: &MeshConfig) -> Verdict {
-    match &p.phase {
-        Phase::Hello => {
-            let Some(h) = handshake::decode(&p.buf) else { return Verdict::Refuse("not a distcomm data connection".into()) };
-            if h.job_id != cfg.job_id || h.world_size != cfg.size || h.rank >= cfg.size || h.rank == cfg.rank {
-                return Verdict::Refuse(format!("claiming rank {} of {} of job {:#x}", h.rank, h.world_size, h.job_id));
-            }
-            let Ok((challenge, nonce)) = handshake::challenge(&cfg.token_digest, &h, cfg.rank) else {
-                return Verdict::Refuse("no random numbers for a challenge".into());
-            };
+    /// Moves a connection whose phase is complete on, sending our challenge when it is due.
+    fn advance(&mut self, cfg: &MeshConfig) -> Verdict {
+        match self.hs.advance(cfg) {
             // A fresh connection's send buffer always takes these few bytes.
-            if p.stream.write(&challenge).ok() != Some(CHALLENGE_LEN) {
-                return Verdict::Refuse("could not send our challenge".into());
-            }
-            p.phase = Phase::Proof { hello: h, nonce };
-            p.got = 0;
-            Verdict::Challenged
-        }
-        Phase::Proof { hello, nonce } => {
-            if !handshake::check_proof(&cfg.token_digest, hello, cfg.rank, nonce, &p.buf[..auth::LEN]) {
-                return Verdict::Refuse(format!("rank {} gave no valid proof of the job token", hello.rank));
-            }
-            let session = handshake::Session { job_id: hello.job_id, dialer: hello.rank, acceptor: cfg.rank, dialer_nonce: hello.nonce, acceptor_nonce: *nonce };
-            Verdict::Admit(Hello { digest: cfg.token_digest, job_id: hello.job_id, rank: hello.rank, world_size: hello.world_size }, session)
+            Verdict::Challenge(c) if self.stream.write(&c).ok() != Some(CHALLENGE_LEN) => Verdict::Refuse("could not send our challenge".into()),
+            v => v,
         }
     }
 }
@@ -163,8 +193,8 @@ pub fn serve(listener: &TcpListener, cfg: &MeshConfig, hello_wait: Duration, sto
                     let p = pending.remove(i);
                     dc_log!(Level::Warn, me, "dropped a data connection from {}: {why}", p.from);
                 }
-                Step::Full => match advance(&mut pending[i], cfg) {
-                    Verdict::Challenged => i += 1,
+                Step::Full => match pending[i].advance(cfg) {
+                    Verdict::Challenge(_) => i += 1,
                     Verdict::Admit(h, session) => {
                         let p = pending.remove(i);
                         if p.stream.set_nonblocking(false).is_ok() {
@@ -188,7 +218,7 @@ pub fn serve(listener: &TcpListener, cfg: &MeshConfig, hello_wait: Duration, sto
             match listener.accept() {
                 Ok((stream, from)) => {
                     if stream.set_nonblocking(true).is_ok() {
-                        pending.push(Pending { stream, from, phase: Phase::Hello, buf: [0; HELLO_LEN], got: 0, deadline: Instant::now() + hello_wait });
+                        pending.push(Pending { stream, from, hs: Handshake::new(), deadline: Instant::now() + hello_wait });
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -212,6 +242,62 @@ pub fn serve(listener: &TcpListener, cfg: &MeshConfig, hello_wait: Duration, sto
                     break;
                 }
             }
+        }
+    }
+}
+
+/// The door's handshake without a socket, for the fuzz target and property tests (not an API).
+#[doc(hidden)]
+pub mod fuzzing {
+    use super::{Handshake, MeshConfig, Verdict, CHALLENGE_LEN};
+    use crate::transport::handshake::{token_digest, Session};
+    use std::time::{Duration, Instant};
+
+    /// What the door did once a phase had all its bytes.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub enum Event {
+        /// It answered the hello with this challenge and now reads the proof.
+        Challenge([u8; CHALLENGE_LEN]),
+        /// It admitted the connection (the rank is the session's dialer).
+        Admitted(Session),
+        /// It refused the connection, saying why.
+        Refused(String),
+    }
+
+    /// One connection at the door of rank `me` of a job of `size` ranks.
+    pub struct Door {
+        hs: Handshake,
+        cfg: MeshConfig,
+        done: bool,
+    }
+
+    impl Door {
+        pub fn new(token: &[u8], job_id: u64, me: u32, size: u32) -> Door {
+            let n = size as usize;
+            let cfg = MeshConfig { rank: me, size, token_digest: token_digest(token), job_id, deadline: Instant::now() + Duration::from_secs(1), cma_pids: vec![None; n], host_pids: vec![None; n], peer_timeout: None, encrypt: false };
+            Door { hs: Handshake::new(), cfg, done: false }
+        }
+
+        /// Feeds `bytes` as one read of the socket would bring them: takes what the current
+        /// phase lacks, at most, and returns how many it took and what it did if the phase
+        /// completed. Once admitted or refused the connection has left the door: it takes nothing.
+        pub fn feed(&mut self, bytes: &[u8]) -> (usize, Option<Event>) {
+            if self.done {
+                return (0, None);
+            }
+            let space = self.hs.space();
+            let n = space.len().min(bytes.len());
+            space[..n].copy_from_slice(&bytes[..n]);
+            if !self.hs.filled(n) {
+                return (n, None);
+            }
+            let event = match self.hs.advance(&self.cfg) {
+                Verdict::Challenge(c) => Event::Challenge(c),
+                Verdict::Admit(_, session) => Event::Admitted(session),
+                Verdict::Refuse(why) => Event::Refused(why),
+            };
+            self.done = !matches!(event, Event::Challenge(_));
+            (n, Some(event))
         }
     }
 }

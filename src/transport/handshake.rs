@@ -121,13 +121,25 @@ pub fn check_proof(digest: &[u8; 32], h: &Received, me: u32, our_nonce: &[u8], p
     key.verify(CLIENT_LABEL, &client_parts(&j, &c, &s, our_nonce, &h.nonce), proof)
 }
 
+/// The connecting side, step 3: our proof answering challenge `c` of rank `peer` to our
+/// `hello` sent with `nonce`, or None when the challenge's proof is not the job's (a rogue
+/// acceptor). Without I/O, so that tests and fuzzers can play a genuine rank.
+pub fn answer(hello: &Hello, nonce: &[u8; auth::LEN], peer: u32, c: &[u8; CHALLENGE_LEN]) -> Option<[u8; auth::LEN]> {
+    let key = Key::from_bytes(hello.digest);
+    let their_nonce = &c[1..1 + auth::LEN];
+    if c[0] != CHALLENGE || !auth::ct_eq(&server_proof(&key, hello.job_id, hello.rank, peer, nonce, their_nonce), &c[1 + auth::LEN..]) {
+        return None;
+    }
+    let (j, me, them) = (hello.job_id.to_le_bytes(), hello.rank.to_le_bytes(), peer.to_le_bytes());
+    Some(key.prove(CLIENT_LABEL, &client_parts(&j, &me, &them, their_nonce, nonce)))
+}
+
 /// The connecting side: sends our hello on a fresh connection to rank `peer`, checks the
 /// acceptor's proof, proves ourselves, and returns its answer (with the session, whose nonces
 /// key an encrypted connection: see `seal`).
 pub fn offer(stream: &mut TcpStream, hello: &Hello, peer: u32, wait: Duration) -> Result<(Answer, Option<Session>)> {
     let io = |e: std::io::Error| Error::new(Status::Rendezvous, format!("handshake with rank {peer} failed: {e}"));
     let silent = |e: &std::io::Error| matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut);
-    let key = Key::from_bytes(hello.digest);
     let nonce = auth::nonce().map_err(io)?;
     stream.set_read_timeout(Some(wait.max(Duration::from_millis(1)))).map_err(io)?;
     stream.write_all(&hello.encode(&nonce)).map_err(io)?;
@@ -144,14 +156,13 @@ pub fn offer(stream: &mut TcpStream, hello: &Hello, peer: u32, wait: Duration) -
         r => r.map_err(io)?,
     }
     let their_nonce = &c[1..1 + auth::LEN];
-    if !auth::ct_eq(&server_proof(&key, hello.job_id, hello.rank, peer, &nonce, their_nonce), &c[1 + auth::LEN..]) {
+    let Some(proof) = answer(hello, &nonce, peer, &c) else {
         return Err(Error::new(
             Status::Rendezvous,
             format!("the listener of rank {peer} could not prove that it knows the job token: not this job's rank (an impostor, or another job on its port)"),
         ));
-    }
-    let (j, me, them) = (hello.job_id.to_le_bytes(), hello.rank.to_le_bytes(), peer.to_le_bytes());
-    stream.write_all(&key.prove(CLIENT_LABEL, &client_parts(&j, &me, &them, their_nonce, &nonce))).map_err(io)?;
+    };
+    stream.write_all(&proof).map_err(io)?;
     let mut ans = [0u8; 1];
     match stream.read_exact(&mut ans) {
         Err(e) if silent(&e) => return Ok((Answer::Silent, None)),
