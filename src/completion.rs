@@ -326,7 +326,7 @@ impl Backoff {
                 self.spin = long_spin();
                 return Pace::Spin;
             }
-            return Pace::Sleep;
+            return self.sleep();
         }
         if self.yielded < self.yields {
             if let Some(w) = waiter {
@@ -345,6 +345,12 @@ impl Backoff {
             self.yielded += 1;
             return if self.yielded % CHECK_EVERY_YIELDS == 0 { Pace::YieldAndCheck } else { Pace::Yield };
         }
+        self.sleep()
+    }
+
+    /// The waiter sleeps next: the clock's gap across the sleep is no preemption.
+    fn sleep(&mut self) -> Pace {
+        self.last_read = None;
         Pace::Sleep
     }
 }
@@ -613,6 +619,23 @@ mod tests {
         assert!(paces[..paces.len() - 1].iter().all(|p| *p == Pace::Spin), "no yields");
         assert!(took >= Duration::from_micros(200));
         assert_eq!(b.spin, b.base_spin, "not stretched");
+
+        // A sleep between two looks is not a preemption: after it, the wait sleeps again
+        // without marking the core contended (which would cut the next waits' long spin).
+        PREEMPTED_AT.set(None);
+        let mut b = seated();
+        wait_until_sleep(&mut b, &w);
+        std::thread::sleep(Duration::from_millis(2));
+        let before = PREEMPTED_AT.get();
+        let mut after_sleep = Pace::Spin;
+        for _ in 0..256 {
+            after_sleep = b.next_for(Some(&w));
+            if after_sleep == Pace::Sleep {
+                break;
+            }
+        }
+        assert_eq!(after_sleep, Pace::Sleep, "still asleep-bound");
+        assert_eq!(PREEMPTED_AT.get(), before, "the sleep did not count as a preemption");
 
         // Without seats (or not knowing the awaited rank), the yields come first, as before.
         let mut b = Backoff::new(Duration::ZERO, 3);

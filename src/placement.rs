@@ -179,6 +179,14 @@ thread_local! {
 mod tests {
     use super::*;
 
+    /// Binds the calling thread to `cpu` alone.
+    fn pin_to(cpu: usize) {
+        // SAFETY: a zeroed cpu_set_t is a valid empty set; the size passed is the set's.
+        let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        unsafe { libc::CPU_SET(cpu, &mut one) };
+        assert_eq!(unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one) }, 0);
+    }
+
     fn cpus() -> usize {
         // SAFETY: as in step_aside.
         let mut mask: libc::cpu_set_t = unsafe { std::mem::zeroed() };
@@ -228,18 +236,14 @@ mod tests {
     fn a_thread_sharing_its_core_with_a_busy_one_finds_it_contended() {
         std::thread::spawn(|| {
             let here = current_cpu().unwrap() as usize;
-            // SAFETY: as in step_aside.
-            let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-            unsafe { libc::CPU_SET(here, &mut one) };
-            let pin = move || assert_eq!(unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one) }, 0);
-            pin();
+            pin_to(here);
             if CONTENTION.with(|c| c.borrow_mut().run_delay()).is_none() {
                 return; // no schedstat here: nothing to judge by
             }
             let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
             let s2 = stop.clone();
             let busy = std::thread::spawn(move || {
-                pin();
+                pin_to(here);
                 while !s2.load(Ordering::Relaxed) {
                     std::hint::spin_loop();
                 }
@@ -262,10 +266,7 @@ mod tests {
     fn a_thread_bound_to_one_cpu_stays() {
         std::thread::spawn(|| {
             let here = current_cpu().unwrap() as usize;
-            // SAFETY: as in step_aside.
-            let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-            unsafe { libc::CPU_SET(here, &mut one) };
-            assert_eq!(unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one) }, 0);
+            pin_to(here);
             assert!(!step_aside(here as u32));
             assert_eq!(current_cpu(), Some(here as u32));
         })
