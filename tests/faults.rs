@@ -298,7 +298,6 @@ impl Bufs {
             "alltoall" => (2048 * n, 2048 * n),
             "alltoallv" => (64 * n * n, 64 * n * n),
             "sendrecv" => (4096 * n, 4096 * n),
-            "recv_any" => (0, 1024),
             "barrier" => (0, 0),
             other => panic!("unknown op {other}"),
         };
@@ -371,8 +370,6 @@ impl Bufs {
                     c,
                 ),
                 "barrier" => dc_barrier(c),
-                // Nobody sends: only a lost member can end it (it could have been the sender).
-                "recv_any" => dc_recv(self.recv.as_mut_ptr() as *mut c_void, 1024, DC_FLOAT32, distcomm::ffi::types::DC_ANY_SOURCE, 11, c, std::ptr::null_mut()),
                 "sendrecv" => {
                     // Every rank exchanges a block with every other rank.
                     let block = 4096;
@@ -537,7 +534,6 @@ kill_tests! {
     kill_during_alltoallv: "alltoallv", 2;
     kill_during_barrier: "barrier", 2;
     kill_during_send_recv: "sendrecv", 1;
-    kill_during_recv_from_any_source: "recv_any", 2;
 }
 
 // ---- a stopped peer (SIGSTOP) -----------------------------------------------------------------

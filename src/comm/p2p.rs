@@ -222,25 +222,9 @@ impl Comm {
             P2pOp::Recv(r) => r.src,
             _ => None,
         };
-        // A receive from any source may wait for any member, so a member lost fails it (as
-        // MPI's fault-tolerance proposal does, and as torch's recv from any source expects);
-        // one from a given rank waits for that rank alone.
-        let any_source = matches!(op, P2pOp::Recv(r) if r.src.is_none());
-        // A peer we have no connection to yet (they are made on demand) is looked at directly;
-        // for a receive from any source, one member per look, in turn (each look is cheap
-        // and rate-limited per peer, but a comm may have thousands).
-        let next_member = std::cell::Cell::new(0usize);
+        // A peer we have no connection to yet (they are made on demand) is looked at directly.
         let interrupt = || {
-            let looked_at = || {
-                let i = next_member.get() % self.members.len().max(1);
-                next_member.set(i + 1);
-                self.members.get(i).and_then(|&w| tr.check_alive(w)).map(|e| self.lost_member().unwrap_or(e))
-            };
-            self.ctx
-                .abort_error()
-                .or_else(|| if coll || any_source { self.lost_member() } else { None })
-                .or_else(|| awaited.and_then(|r| tr.check_alive(r)))
-                .or_else(|| if any_source { looked_at() } else { None })
+            self.ctx.abort_error().or_else(|| if coll { self.lost_member() } else { None }).or_else(|| awaited.and_then(|r| tr.check_alive(r)))
         };
         let lost = || self.lost_member();
         // Copies that our receives claimed are ours to make while we wait.
