@@ -282,7 +282,7 @@ impl SocketTransport {
             return;
         };
         drop(m);
-        if via_ring && !single_copy_from(peer, parked.len) {
+        if via_ring {
             lock(&peer.streams_in).push(StreamIn::new(parked.cookie, op, peer.rank, hdr.tag, hdr.check, parked.len));
             events.push(Event::SendCts { cookie: parked.cookie });
             return;
@@ -386,15 +386,4 @@ impl SocketTransport {
     pub(super) fn reply(&self, peer: &Arc<Peer>, hdr: Header) {
         self.wire(peer).reply(self, peer, hdr)
     }
-}
-
-/// Whether a message of `len` bytes that `peer` announced through its ring is read straight
-/// from its memory (one copy, by the receiver alone) rather than streamed through the ring (two
-/// copies, pipelined between both processes). Single-copy from `cma::threshold()` bytes while
-/// the host's ranks do not outnumber its cores: a stream needs both processes on a core at
-/// once, so on a busy machine every preemption of either stops it, where a single copy goes
-/// on whatever the sender does. When ranks outnumber the cores, streaming measured better
-/// (the copy then holds the receiver's shared core in the kernel).
-pub(super) fn single_copy_from(peer: &Peer, len: usize) -> bool {
-    peer.cma_pid.is_some() && cma::threshold() > 0 && len >= cma::threshold() && !crate::completion::oversubscribed()
 }

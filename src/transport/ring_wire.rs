@@ -1,7 +1,6 @@
 //! Frames through the shared-memory rings to and from peers of our host (`ring`): inline bodies,
-//! announcements (read single-copy or streamed, see `messages::single_copy_from`), streamed
-//! messages (`stream`), what waits for room, the doorbell, and the waiters that spin on the
-//! rings (`RingSpin`).
+//! announcements, streamed messages (`stream`), what waits for room, the doorbell, and the
+//! waiters that spin on the rings (`RingSpin`).
 
 use super::endpoint::{Event, Peer, SocketTransport, lock};
 use super::frame::{FrameKind, Header};
@@ -362,13 +361,9 @@ impl Wire for RingWire {
         Some(Ok(t.write_inline(peer, ctx.id, tag, check, buf)))
     }
 
-    /// Announced through the ring: read from the sender's memory where `single_copy_from`
-    /// says so, else streamed (see `stream`).
+    /// Announced through the ring: have it streamed (see `stream`).
     fn fetch(&self, t: &SocketTransport, peer: &Arc<Peer>, op: Arc<RecvOp>, msg: Unexpected) {
         let Some(p) = msg.parked() else { return };
-        if super::messages::single_copy_from(peer, p.len) {
-            return t.claim_parked(op, msg);
-        }
         lock(&peer.streams_in).push(StreamIn::new(p.cookie, op, msg.src, msg.tag, msg.check, p.len));
         t.reply(peer, Header { tag: p.cookie, ..Header::control(FrameKind::Cts, 0) });
     }
