@@ -92,6 +92,18 @@ pub trait Poll {
     }
 }
 
+/// A wait that needs only its seats: it looks for its data itself (as the arena's waits on
+/// their flags do).
+impl Poll for Seats<'_> {
+    fn poll(&self) -> bool {
+        false
+    }
+
+    fn seats(&self) -> Option<Seats<'_>> {
+        Some(*self)
+    }
+}
+
 /// Polls a waiter makes, at most, between two yields while the rank it waits for holds a core
 /// (a few hundred nanoseconds: a switch costs more).
 const HOLD_POLLS: u32 = 8;
@@ -153,18 +165,8 @@ fn long_spin() -> Duration {
 }
 
 /// Two clock reads of a spinning wait this far apart (they are microseconds apart while it
-/// runs): the thread was preempted, so another task wants its core.
+/// runs): the thread was preempted, so another task wants its core (`placement::preempted`).
 const PREEMPTED_GAP: Duration = Duration::from_micros(500);
-
-/// A waiter preempted within this long: its core is contended, and it sleeps after the normal
-/// spin instead of the long one (spinning there spends the time slice it will need when its
-/// peer is back, and a sleeper is woken ahead of the busy work).
-const CONTENDED_FOR: Duration = Duration::from_millis(100);
-
-thread_local! {
-    /// When a wait of this thread last found itself preempted (see `PREEMPTED_GAP`).
-    static PREEMPTED_AT: std::cell::Cell<Option<Instant>> = const { std::cell::Cell::new(None) };
-}
 
 /// While spinning, yield this often: if the awaited peer shares our core (the scheduler often
 /// starts a launcher's children on one core), it gets to run within this time; if it does not,
@@ -294,7 +296,7 @@ impl Backoff {
             let now = Instant::now();
             let start = *self.started.get_or_insert(now);
             if self.last_read.is_some_and(|t| now - t > PREEMPTED_GAP) {
-                PREEMPTED_AT.set(Some(now));
+                crate::placement::preempted(now);
                 // Preempted in the long spin: the core is wanted after all; stop spinning.
                 self.spin = self.spin.min(self.base_spin);
             }
@@ -319,10 +321,12 @@ impl Backoff {
         // rank is not running (preempted, or busy elsewhere), and a yield would hand our core
         // to whatever else runs here for a whole time slice, while a sleeper is woken by the
         // rank's next write (and, having slept, gets its core back promptly).
+        // A contended core (another task wants it) gets the normal spin only: spinning on
+        // spends the time slice the waiter needs when its peer is back, and a sleeper is woken
+        // ahead of the busy work.
         if self.seen == Seen::Apart {
             let now = self.last_read.unwrap_or_else(Instant::now);
-            let preempted = PREEMPTED_AT.get().is_some_and(|t| now.duration_since(t) < CONTENDED_FOR);
-            if self.spin < long_spin() && !preempted && !crate::placement::core_contended() {
+            if self.spin < long_spin() && !crate::placement::core_contended(now) {
                 self.spin = long_spin();
                 return Pace::Spin;
             }
@@ -531,6 +535,7 @@ pub fn timeout_error(what: &str, timeout_ms: i64) -> Error {
 mod tests {
     use super::*;
     use std::cell::Cell;
+    use crate::placement::PREEMPTED_AT;
     use std::sync::atomic::AtomicU32;
     use std::sync::Arc;
 
@@ -572,23 +577,8 @@ mod tests {
         assert_eq!(b.next(), Pace::Yield, "without a waiter, as before");
     }
 
-    /// A waiter that knows where the awaited rank runs.
-    struct Seated {
-        mine: AtomicU32,
-        theirs: AtomicU32,
-    }
-
-    impl Poll for Seated {
-        fn poll(&self) -> bool {
-            false
-        }
-        fn seats(&self) -> Option<Seats<'_>> {
-            Some(Seats { mine: &self.mine, awaited: Some(&self.theirs) })
-        }
-    }
-
     /// Runs a seated wait that never ends until the backoff says sleep: the paces and the time.
-    fn wait_until_sleep(b: &mut Backoff, w: &Seated) -> (Vec<Pace>, Duration) {
+    fn wait_until_sleep(b: &mut Backoff, w: &Seats<'_>) -> (Vec<Pace>, Duration) {
         let t0 = Instant::now();
         let mut paces = Vec::new();
         while paces.last() != Some(&Pace::Sleep) {
@@ -600,8 +590,9 @@ mod tests {
     #[test]
     fn a_waiter_apart_from_the_awaited_rank_spins_then_sleeps_without_yielding() {
         let here = crate::placement::current_cpu().unwrap();
-        let w = Seated { mine: AtomicU32::new(0), theirs: AtomicU32::new(0) };
-        crate::placement::publish(&w.theirs, here + 1);
+        let (mine, theirs) = (AtomicU32::new(0), AtomicU32::new(0));
+        crate::placement::publish(&theirs, here + 1);
+        let w = Seats { mine: &mine, awaited: Some(&theirs) };
         let seated = || Backoff { slice_yields: false, ..Backoff::new(Duration::from_micros(200), 32) };
 
         // A core nobody else wants: the long spin, then sleep.
@@ -610,7 +601,7 @@ mod tests {
         let (paces, took) = wait_until_sleep(&mut b, &w);
         assert!(paces[..paces.len() - 1].iter().all(|p| *p == Pace::Spin), "no yields");
         assert!(took >= LONG_SPIN || PREEMPTED_AT.get().is_some(), "spun about a time slice unless preempted meanwhile ({took:?})");
-        assert!(crate::placement::published(&w.mine).is_some(), "and said where it runs");
+        assert!(crate::placement::published(&mine).is_some(), "and said where it runs");
 
         // A core another task wants (this thread was preempted lately): the normal spin only.
         PREEMPTED_AT.set(Some(Instant::now()));

@@ -126,15 +126,19 @@ pub fn step_aside(cpu: u32) -> bool {
     moved
 }
 
-/// Whether other tasks want this thread's core: over the last few milliseconds it waited in the
-/// run queue more than a tenth of the time (`run_delay` in `/proc/thread-self/schedstat`; a
-/// busy process on the core makes it about half, the library's own progress thread waking now
-/// and then well under a hundredth). Read at most every [`CONTENTION_WINDOW`] (a read is a
-/// system call, about a microsecond); false where the kernel does not keep the numbers.
-pub fn core_contended() -> bool {
+/// Whether other tasks want this thread's core, as of `now`: one of its waits found itself
+/// preempted within the last [`CONTENDED_FOR`] (see [`preempted`]), or over the last few
+/// milliseconds it waited in the run queue more than a tenth of the time (`run_delay` in
+/// `/proc/thread-self/schedstat`; a busy process on the core makes it about half, the
+/// library's own progress thread waking now and then well under a hundredth). The file is read
+/// at most every [`CONTENTION_WINDOW`] (a read is a system call, about a microsecond); without
+/// it only preemptions count.
+pub fn core_contended(now: Instant) -> bool {
+    if PREEMPTED_AT.get().is_some_and(|t| now.duration_since(t) < CONTENDED_FOR) {
+        return true;
+    }
     CONTENTION.with(|c| {
         let mut c = c.borrow_mut();
-        let now = Instant::now();
         if c.since.is_some_and(|(t, _)| now.duration_since(t) < CONTENTION_WINDOW) {
             return c.verdict;
         }
@@ -147,6 +151,15 @@ pub fn core_contended() -> bool {
         c.verdict
     })
 }
+
+/// A wait of this thread found itself preempted at `at` (two of its clock reads far apart):
+/// another task wants its core.
+pub fn preempted(at: Instant) {
+    PREEMPTED_AT.set(Some(at));
+}
+
+/// A thread preempted within this long counts as contended (see `core_contended`).
+const CONTENDED_FOR: Duration = Duration::from_millis(100);
 
 /// The shortest span `core_contended` judges over.
 const CONTENTION_WINDOW: Duration = Duration::from_millis(5);
@@ -173,6 +186,8 @@ impl Contention {
 
 thread_local! {
     static CONTENTION: std::cell::RefCell<Contention> = std::cell::RefCell::new(Contention::default());
+    /// When a wait of this thread last found itself preempted (see `preempted`).
+    pub(crate) static PREEMPTED_AT: Cell<Option<Instant>> = const { Cell::new(None) };
 }
 
 #[cfg(test)]
@@ -252,7 +267,7 @@ mod tests {
             let mut seen = false;
             while !seen && t0.elapsed() < Duration::from_secs(5) {
                 std::hint::spin_loop();
-                seen = core_contended();
+                seen = core_contended(Instant::now());
             }
             stop.store(true, Ordering::Relaxed);
             busy.join().unwrap();

@@ -40,7 +40,7 @@
 //! `create_segment_file`), so a /dev/shm too small for it makes the comm use sockets instead of
 //! raising SIGBUS inside a collective.
 
-use crate::completion::{Backoff, Pace, Poll};
+use crate::completion::{Backoff, Pace};
 use crate::placement::Seats;
 use crate::error::{Error, Result, Status};
 use memmap2::MmapMut;
@@ -454,7 +454,7 @@ impl Arena {
         late: &dyn Fn() -> String,
     ) -> Result<()> {
         let mut backoff = Backoff::for_shared_memory();
-        let seats = ArenaSeats { mine: self.cpu_word(self.rank), awaited: self.cpu_word(r) };
+        let seats = Seats { mine: self.cpu_word(self.rank), awaited: Some(self.cpu_word(r)) };
         loop {
             let v = w.load(Ordering::Acquire);
             if reached(v, s) {
@@ -488,22 +488,6 @@ impl Arena {
             }
             h.sleepers.fetch_sub(1, Ordering::SeqCst);
         }
-    }
-}
-
-/// A wait on the arena for rank `r`: where we run and where it runs (see `crate::placement`).
-struct ArenaSeats<'a> {
-    mine: &'a AtomicU32,
-    awaited: &'a AtomicU32,
-}
-
-impl Poll for ArenaSeats<'_> {
-    fn poll(&self) -> bool {
-        false
-    }
-
-    fn seats(&self) -> Option<Seats<'_>> {
-        Some(Seats { mine: self.mine, awaited: Some(self.awaited) })
     }
 }
 
