@@ -377,17 +377,17 @@ if "$PYTHON" -c 'import numpy, distcomm' >/dev/null 2>&1; then
   PASSED=$((PASSED + 3))
   echo "multihost: train_dp.py, objects_demo.py, torch_api_tour.py over 2 hosts with DC_ENCRYPT=1: OK"
 fi
-if [ -x "$DCBENCH" ] && [ "${ENC_ROUNDS:-3}" -gt 0 ]; then
-  for ((r = 1; r <= ${ENC_ROUNDS:-3}; r++)); do
+if [ -x "$DCBENCH" ] && [ "${ENC_ROUNDS:-5}" -gt 0 ]; then
+  for ((r = 1; r <= ${ENC_ROUNDS:-5}; r++)); do
     for enc in 0 1; do
-      JOB_RPN=1 job "enc-bench-$enc-$r" 2 ok DC_SOCKET_IFNAME=data0 DC_ENCRYPT=$enc -- "$DCBENCH" -o allreduce -b 16M -e 16M -n 10 -w 2 -c 1 --csv "$TMP/enc-$enc-$r.csv"
+      JOB_RPN=1 job "enc-bench-$enc-$r" 2 ok DC_SOCKET_IFNAME=data0 DC_ENCRYPT=$enc -- "$DCBENCH" -o allreduce -b 16M -e 16M -n 20 -w 2 -c 1 --csv "$TMP/enc-$enc-$r.csv"
     done
   done
-  ratio=$(for ((r = 1; r <= ${ENC_ROUNDS:-3}; r++)); do
+  ratio=$(for ((r = 1; r <= ${ENC_ROUNDS:-5}; r++)); do
     c=$(awk -F, 'NR == 2 { print $8 }' "$TMP/enc-0-$r.csv"); e=$(awk -F, 'NR == 2 { print $8 }' "$TMP/enc-1-$r.csv")
     awk -v c="$c" -v e="$e" 'BEGIN { printf "%.3f\n", c / e }'
   done | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }')
-  echo "multihost: allreduce 16 MiB between 2 hosts: encrypted bus bandwidth $ratio x clear text (median of ${ENC_ROUNDS:-3} interleaved rounds)"
+  echo "multihost: allreduce 16 MiB between 2 hosts: encrypted bus bandwidth $ratio x clear text (median of ${ENC_ROUNDS:-5} interleaved rounds)"
 fi
 
 echo "multihost: all $PASSED jobs passed"

@@ -126,7 +126,9 @@ pub(super) struct SealOut {
 
 pub(super) struct SealIn {
     pub(super) opener: super::seal::Opener,
+    /// Ciphertext read; records before `at` are opened and consumed.
     pub(super) buf: Vec<u8>,
+    pub(super) at: usize,
 }
 
 impl Sealed {
@@ -134,7 +136,7 @@ impl Sealed {
         let cap = super::seal::RECORD_MAX + super::seal::OVERHEAD;
         Sealed {
             out: Mutex::new(SealOut { sealer, buf: Vec::with_capacity(cap), off: 0 }),
-            inp: Mutex::new(SealIn { opener, buf: Vec::with_capacity(2 * cap) }),
+            inp: Mutex::new(SealIn { opener, buf: Vec::with_capacity(super::tcp_io::SEALED_READ_AHEAD + cap), at: 0 }),
         }
     }
 }

@@ -69,10 +69,19 @@ impl Sealer {
 
     /// Appends to `out` the record of `plain` (at most [`RECORD_MAX`] bytes).
     pub fn seal(&mut self, plain: &[u8], out: &mut Vec<u8>) {
-        assert!(plain.len() <= RECORD_MAX, "a record of {} bytes", plain.len());
-        out.extend_from_slice(&((plain.len() + TAG_LEN) as u32).to_le_bytes());
+        self.seal_appended(out, |rec| rec.extend_from_slice(plain));
+    }
+
+    /// Appends to `out` the record of the plaintext `fill` appends to it (at most
+    /// [`RECORD_MAX`] bytes): the bytes are written once, where they are then encrypted.
+    pub fn seal_appended(&mut self, out: &mut Vec<u8>, fill: impl FnOnce(&mut Vec<u8>)) {
+        let head = out.len();
+        out.extend_from_slice(&[0; 4]);
         let start = out.len();
-        out.extend_from_slice(plain);
+        fill(out);
+        let n = out.len() - start;
+        assert!(n <= RECORD_MAX, "a record of {n} bytes");
+        out[head..start].copy_from_slice(&((n + TAG_LEN) as u32).to_le_bytes());
         let tag = self.cipher.seal_in_place_separate_tag(nonce(self.sent), Aad::empty(), &mut out[start..]).expect("AES-GCM seals any record this short");
         out.extend_from_slice(tag.as_ref());
         self.sent += 1;

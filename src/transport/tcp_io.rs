@@ -383,38 +383,43 @@ impl SocketTransport {
         }
     }
 
-    /// `pump_read` on an encrypted connection: ciphertext is read into the opener's buffer,
-    /// each whole record opened into the staging buffer and consumed from there (no direct
-    /// reads into receive buffers: the bytes must be opened first).
+    /// `pump_read` on an encrypted connection: ciphertext is read into the opener's buffer, a
+    /// few records at a time, and each whole record is opened in place and consumed from there
+    /// (no direct reads into receive buffers: the bytes must be opened first). Only a partial
+    /// record left at the end of a read is moved, to the buffer's front.
     fn pump_read_sealed(&self, peer: &Peer, mut rx: MutexGuard<'_, Rx>, events: &mut Vec<Event>, yield_to_readers: bool, sealed: &Sealed) -> bool {
         let mut got = false;
         let mut inp = lock(&sealed.inp);
+        let SealIn { opener, buf, at } = &mut *inp;
+        let Rx { dec, sink, .. } = &mut *rx;
         loop {
-            if let Err(e) = self.consume(peer, &mut rx, events) {
-                events.push(Event::Gone(e.msg));
-                return got;
+            loop {
+                match opener.open(&mut buf[*at..]) {
+                    Err(e) => {
+                        events.push(Event::Gone(e.msg));
+                        return true;
+                    }
+                    Ok(Some((took, plain))) => {
+                        let record = *at;
+                        *at += took;
+                        let plain = &buf[record + plain.start..record + plain.end];
+                        if let Err(e) = self.consume_bytes(peer, dec, sink, plain, events) {
+                            events.push(Event::Gone(e.msg));
+                            return true;
+                        }
+                    }
+                    Ok(None) => break,
+                }
             }
-            rx.start = 0;
-            rx.end = 0;
-            let SealIn { opener, buf } = &mut *inp;
-            match opener.open(buf) {
-                Err(e) => {
-                    events.push(Event::Gone(e.msg));
-                    return true;
-                }
-                Ok(Some((took, plain))) => {
-                    let n = plain.len();
-                    rx.stage[..n].copy_from_slice(&buf[plain]);
-                    buf.drain(..took);
-                    rx.end = n;
-                    continue;
-                }
-                Ok(None) => {}
+            if *at > 0 {
+                buf.copy_within(*at.., 0);
+                buf.truncate(buf.len() - *at);
+                *at = 0;
             }
             if yield_to_readers && self.socket_readers.load(Ordering::Relaxed) > 0 {
                 return got;
             }
-            buf.reserve(RECORD_MAX + OVERHEAD);
+            buf.reserve(SEALED_READ_AHEAD);
             let spare = buf.capacity() - buf.len();
             // SAFETY: reading into the reserved, unused capacity; set_len only after the kernel wrote.
             let n = match unsafe { read_some(peer.fd(), buf.as_mut_ptr().add(buf.len()), spare) } {
@@ -442,9 +447,16 @@ impl SocketTransport {
     /// are acted on, body bytes go to the current sink.
     pub(super) fn consume(&self, peer: &Peer, rx: &mut Rx, events: &mut Vec<Event>) -> Result<()> {
         let Rx { stage, start, end, dec, sink } = rx;
-        while *start < *end {
-            let (n, step) = dec.decode(&stage[*start..*end])?;
-            *start += n;
+        let staged = &stage[*start..*end];
+        *start = *end;
+        self.consume_bytes(peer, dec, sink, staged, events)
+    }
+
+    /// `consume` of the bytes `data` (all of them, unless the peer broke the protocol).
+    fn consume_bytes(&self, peer: &Peer, dec: &mut Decoder, sink: &mut Sink, mut data: &[u8], events: &mut Vec<Event>) -> Result<()> {
+        while !data.is_empty() {
+            let (n, step) = dec.decode(data)?;
+            let rest = &data[n..];
             match step {
                 None => {}
                 // Only a peer that lets us read its memory may announce a message there (one on
@@ -471,6 +483,7 @@ impl SocketTransport {
                     self.settle(peer, sink, BodyAt { hdr, off: off + data.len() });
                 }
             }
+            data = rest;
         }
         Ok(())
     }
@@ -706,13 +719,16 @@ impl Wire for TcpWire {
     }
 }
 
+/// Ciphertext an encrypted connection's read asks for at once (a few records: fewer reads, and
+/// fewer partial records moved to the buffer's front).
+pub(super) const SEALED_READ_AHEAD: usize = 4 * (RECORD_MAX + OVERHEAD);
+
 /// `flush` on an encrypted connection: the queued frames' bytes are sealed a record at a time
 /// (several small frames share one) and the record is written; a frame is done (its send
 /// complete) once all its bytes are sealed, as its buffer is no longer needed then.
 fn flush_sealed(peer: &Peer, q: &mut VecDeque<TxItem>, sealed: &Sealed) -> io::Result<bool> {
     let mut out = lock(&sealed.out);
     let SealOut { sealer, buf, off } = &mut *out;
-    let mut plain = Vec::new();
     loop {
         while *off < buf.len() {
             let rest = &buf[*off..];
@@ -733,31 +749,34 @@ fn flush_sealed(peer: &Peer, q: &mut VecDeque<TxItem>, sealed: &Sealed) -> io::R
         if q.is_empty() {
             return Ok(true);
         }
-        if plain.capacity() == 0 {
-            plain.reserve_exact(RECORD_MAX);
+        sealer.seal_appended(buf, |record| take_a_record(q, record));
+    }
+}
+
+/// Moves the queued frames' next bytes, up to a record's worth, to the end of `record`;
+/// completes the sends of the frames moved whole.
+fn take_a_record(q: &mut VecDeque<TxItem>, record: &mut Vec<u8>) {
+    let start = record.len();
+    let room = |record: &Vec<u8>| RECORD_MAX - (record.len() - start);
+    while let Some(it) = q.front_mut() {
+        let h = (HEADER_LEN - it.hdr_off).min(room(record));
+        record.extend_from_slice(&it.hdr[it.hdr_off..it.hdr_off + h]);
+        it.hdr_off += h;
+        let body = it.body();
+        let b = (body.len() - it.off).min(room(record));
+        record.extend_from_slice(&body[it.off..it.off + b]);
+        it.off += b;
+        if it.hdr_off < HEADER_LEN || it.off < it.body().len() {
+            return; // the record is full
         }
-        plain.clear();
-        while let Some(it) = q.front_mut() {
-            let h = (HEADER_LEN - it.hdr_off).min(RECORD_MAX - plain.len());
-            plain.extend_from_slice(&it.hdr[it.hdr_off..it.hdr_off + h]);
-            it.hdr_off += h;
-            let body = it.body();
-            let b = (body.len() - it.off).min(RECORD_MAX - plain.len());
-            plain.extend_from_slice(&body[it.off..it.off + b]);
-            it.off += b;
-            if it.hdr_off < HEADER_LEN || it.off < it.body().len() {
-                break; // the record is full
-            }
-            let done = q.pop_front().unwrap();
-            if let Some(op) = done.op {
-                let bytes = op.buf.len();
-                op.comp.complete(Ok(Done { bytes, source: op.dst, tag: 0 }));
-            }
-            if plain.len() == RECORD_MAX {
-                break;
-            }
+        let done = q.pop_front().unwrap();
+        if let Some(op) = done.op {
+            let bytes = op.buf.len();
+            op.comp.complete(Ok(Done { bytes, source: op.dst, tag: 0 }));
         }
-        sealer.seal(&plain, buf);
+        if room(record) == 0 {
+            return;
+        }
     }
 }
 
