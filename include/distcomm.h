@@ -572,6 +572,15 @@ enum dc_status dc_comm_set_stream(struct dc_comm *comm, void *cuda_stream);
 enum dc_status dc_comm_abort(struct dc_comm *comm);
 
 /**
+ * Acknowledges the members of `comm` lost so far (ULFM's MPIX_Comm_failure_ack): a receive
+ * from DC_ANY_SOURCE fails with DC_ERR_PEER_LOST while a member is lost and not acknowledged
+ * (the lost rank could have been its sender); after this it goes on with the others.
+ * Receives from a lost rank, and collectives, still fail. `nacked` (may be NULL) gets how
+ * many members are acknowledged in all. Never blocks.
+ */
+enum dc_status dc_comm_failure_ack(struct dc_comm *comm, int32_t *nacked);
+
+/**
  * Completes the comm's pending operations and frees it; NULL is a no-op. Not collective, but
  * destroying the last comm of a job says goodbye to every peer (waits up to 2 s for theirs).
  * The handle is invalid afterwards.

@@ -1830,6 +1830,10 @@ int PMPI_T_source_get_timestamp(int source_index, MPI_Count *timestamp);
  * headers do not have these (test with #ifdef); values follow MPICH's mpi.h where MPICH
  * has the name. */
 #define MPIX_ERR_PROC_FAILED           101 /* error class: a process the operation needs has failed */
+int MPIX_Comm_failure_ack(MPI_Comm comm);
+int PMPIX_Comm_failure_ack(MPI_Comm comm);
+int MPIX_Comm_failure_get_acked(MPI_Comm comm, MPI_Group *failedgrp);
+int PMPIX_Comm_failure_get_acked(MPI_Comm comm, MPI_Group *failedgrp);
 
 #if defined(__cplusplus)
 }

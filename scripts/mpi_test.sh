@@ -74,7 +74,7 @@ LIB="$PREFIX/lib/libmpi_abi.so.1"
 readelf -d "$LIB" | grep -q 'Library soname: \[libmpi_abi.so.1\]' || fail "soname is not libmpi_abi.so.1"
 [ "$(readlink "$PREFIX/lib/libmpi_abi.so")" = libmpi_abi.so.1 ] || fail "lib/libmpi_abi.so is not a link to libmpi_abi.so.1"
 nm -D --defined-only "$LIB" | awk '$2 == "T" { print $3 }' | sort > "$TMP/exported.txt"
-awk '$1 == "fn" { print $3; print "P" $3 }' mpi/abi/mpi_abi.txt | sort > "$TMP/table.txt"
+awk '$1 == "fn" || $1 == "extfn" { print $3; print "P" $3 }' mpi/abi/mpi_abi.txt | sort > "$TMP/table.txt"
 missing=$(comm -23 "$TMP/table.txt" "$TMP/exported.txt")
 [ -z "$missing" ] || fail "not exported: $(echo $missing | head -c 400)"
 extra=$(comm -13 "$TMP/table.txt" "$TMP/exported.txt")

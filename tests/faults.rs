@@ -298,6 +298,7 @@ impl Bufs {
             "alltoall" => (2048 * n, 2048 * n),
             "alltoallv" => (64 * n * n, 64 * n * n),
             "sendrecv" => (4096 * n, 4096 * n),
+            "recv_any" => (0, 1024),
             "barrier" => (0, 0),
             other => panic!("unknown op {other}"),
         };
@@ -370,6 +371,8 @@ impl Bufs {
                     c,
                 ),
                 "barrier" => dc_barrier(c),
+                // Nobody sends: only a lost member can end it (it could have been the sender).
+                "recv_any" => dc_recv(self.recv.as_mut_ptr() as *mut c_void, 1024, DC_FLOAT32, distcomm::ffi::types::DC_ANY_SOURCE, 11, c, std::ptr::null_mut()),
                 "sendrecv" => {
                     // Every rank exchanges a block with every other rank.
                     let block = 4096;
@@ -462,6 +465,9 @@ fn child_kill() -> i32 {
         // Pacing, so ranks that only send (gather, scatter at non-roots) do not run far ahead.
         std::thread::sleep(Duration::from_micros(300));
     }
+    if op == "recv_any" {
+        after_ack(c, rank, n, victim);
+    }
     // Destroy only when every survivor has its result: a survivor that is gone early would be
     // what the slower one reports instead of the victim.
     let dir = PathBuf::from(env("DC_TEST_DIR"));
@@ -474,6 +480,33 @@ fn child_kill() -> i32 {
     let st = unsafe { dc_comm_destroy(c) };
     report("destroyed", &[("status", (st as u32).to_string()), ("ms", t.elapsed().as_millis().to_string())], None);
     0
+}
+
+/// After a receive from any source failed for the victim: the survivor acknowledges the loss
+/// (dc_comm_failure_ack), and then such a receive goes on with the others (the first survivor
+/// sends to the second, which receives from any source); one from the victim still fails.
+fn after_ack(c: *mut Comm, rank: usize, n: usize, victim: usize) {
+    let survivors: Vec<usize> = (0..n).filter(|&r| r != victim).collect();
+    let mut acked = -1;
+    let ack = unsafe { distcomm::ffi::comm::dc_comm_failure_ack(c, &mut acked) };
+    let mut v = [0f32; 1];
+    let st = if rank == survivors[0] {
+        v[0] = 42.0;
+        unsafe { dc_send(v.as_ptr() as *const c_void, 1, DC_FLOAT32, survivors[1] as i32, 12, c) }
+    } else {
+        let mut info = dc_recv_info::default();
+        let st = unsafe { dc_recv(v.as_mut_ptr() as *mut c_void, 1, DC_FLOAT32, distcomm::ffi::types::DC_ANY_SOURCE, 12, c, &mut info) };
+        if st == OK && (v[0] != 42.0 || info.source != survivors[0] as i32) {
+            report("after_ack_wrong", &[("value", v[0].to_string()), ("source", info.source.to_string())], None);
+        }
+        st
+    };
+    let from_victim = unsafe { dc_recv(v.as_mut_ptr() as *mut c_void, 1, DC_FLOAT32, victim as i32, 13, c, std::ptr::null_mut()) };
+    report(
+        "after_ack",
+        &[("ack", (ack as u32).to_string()), ("acked", acked.to_string()), ("status", (st as u32).to_string()), ("from_victim", (from_victim as u32).to_string())],
+        Some(&last_error()),
+    );
 }
 
 /// Checks a kill job: the victim died by the signal, every survivor failed with an allowed
@@ -502,6 +535,12 @@ fn check_kill(op: &str, mode: &str, victim: usize) {
         assert!(after < bound, "{ctx}: rank {r} failed {after} ms after the death (bound {bound} ms): {}\n{}", l.msg(), o.logs);
         worst = worst.max(after);
         direct += usize::from(st == PEER_LOST);
+        if op == "recv_any" {
+            let a = o.one(r, "after_ack");
+            assert_eq!((a.num("ack"), a.num("acked"), a.num("status")), (0, 1, 0), "{ctx}: rank {r} after dc_comm_failure_ack\n{}", o.logs);
+            assert_eq!(a.num("from_victim"), PEER_LOST as u64, "{ctx}: rank {r}: a receive from the victim after the acknowledgement\n{}", o.logs);
+            assert!(!o.logs.contains("after_ack_wrong"), "{ctx}: the message after the acknowledgement was wrong\n{}", o.logs);
+        }
         let d = o.one(r, "destroyed");
         assert_eq!(d.num("status"), 0, "{ctx}: rank {r}: destroy after the failure failed\n{}", o.logs);
     }
@@ -534,6 +573,7 @@ kill_tests! {
     kill_during_alltoallv: "alltoallv", 2;
     kill_during_barrier: "barrier", 2;
     kill_during_send_recv: "sendrecv", 1;
+    kill_during_recv_from_any_source: "recv_any", 2;
 }
 
 // ---- a stopped peer (SIGSTOP) -----------------------------------------------------------------

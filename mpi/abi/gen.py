@@ -49,7 +49,10 @@ def read_table():
                 line, params = line.split(" |", 1)
                 params = params.strip()
             fields = line.split()
-            entries.append({"kind": fields[0], "f": fields[1:], "params": params, "dep": dep, "line": no})
+            # An extension function is a function like the others, declared apart in mpi.h.
+            ext = fields[0] == "extfn"
+            kind = "fn" if ext else fields[0]
+            entries.append({"kind": kind, "f": fields[1:], "params": params, "dep": dep, "line": no, "ext": ext})
     return entries
 
 
@@ -165,6 +168,8 @@ def render_header(entries):
             w(f"typedef {f[1]} {f[0]};")
         elif k == "ext":
             continue  # rendered in a block of their own, after the standard's (below)
+        elif k == "fn" and e["ext"]:
+            continue  # with the extensions' block (below)
         elif k == "fn":
             if not fns_done:
                 w("")
@@ -177,18 +182,23 @@ def render_header(entries):
     w("")
     w("/* The profiling interface: the same functions under PMPI_ names. */")
     for e in entries:
-        if e["kind"] == "fn":
+        if e["kind"] == "fn" and not e["ext"]:
             ret, name = e["f"]
             w(f"{ret} P{name}({e['params']});")
     w("")
     exts = [e for e in entries if e["kind"] == "ext"]
-    if exts:
+    ext_fns = [e for e in entries if e["kind"] == "fn" and e["ext"]]
+    if exts or ext_fns:
         w("/* ---- Beyond the standard ABI: distcomm's extensions. Other libraries' standard-ABI")
         w(" * headers do not have these (test with #ifdef); values follow MPICH's mpi.h where MPICH")
         w(" * has the name. */")
         for e in exts:
             note = f" /* {e['params']} */" if e["params"] else ""
             w(f"#define {e['f'][0]:<30} {e['f'][1]}{note}")
+        for e in ext_fns:
+            ret, name = e["f"]
+            for prefix in ("", "P"):
+                w(f"{ret} {prefix}{name}({e['params']});")
         w("")
     w("#if defined(__cplusplus)")
     w("}")
@@ -405,7 +415,7 @@ def render_prototypes(entries):
     for e in entries:
         if e["kind"] == "callback":
             out.append(f"typedef {e['f'][0]} ({e['f'][1]})({e['params']});")
-        elif e["kind"] == "fn":
+        elif e["kind"] == "fn" and not e["ext"]:
             ret, name = e["f"]
             out.append(f"{ret} {name}({e['params']});")
             out.append(f"{ret} P{name}({e['params']});")
@@ -433,8 +443,9 @@ def main():
             with open(p, "w") as f:
                 f.write(text)
             print(f"wrote {os.path.relpath(p, ROOT)}")
-    nfn = sum(1 for e in entries if e["kind"] == "fn")
-    print(f"{nfn} functions in the table, {len(supported)} supported")
+    nfn = sum(1 for e in entries if e["kind"] == "fn" and not e["ext"])
+    next_ = sum(1 for e in entries if e["kind"] == "fn" and e["ext"])
+    print(f"{nfn} functions in the table and {next_} extensions, {len(supported)} supported")
 
 
 if __name__ == "__main__":

@@ -1114,6 +1114,8 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_T_source_get_info", false),
     ("MPI_T_source_get_num", false),
     ("MPI_T_source_get_timestamp", false),
+    ("MPIX_Comm_failure_ack", true),
+    ("MPIX_Comm_failure_get_acked", true),
 ];
 
 #[no_mangle]
@@ -6451,4 +6453,20 @@ pub unsafe extern "C" fn MPI_T_source_get_timestamp(source_index: c_int, timesta
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_source_get_timestamp(source_index: c_int, timestamp: *mut MPI_Count) -> c_int {
     crate::err::unsupported_tool("MPI_T_source_get_timestamp")
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPIX_Comm_failure_ack(comm: MPI_Comm) -> c_int {
+    crate::err::guard("MPIX_Comm_failure_ack", || unsafe { crate::api::x_comm_failure_ack(comm) })
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPIX_Comm_failure_ack(comm: MPI_Comm) -> c_int {
+    crate::err::guard("MPIX_Comm_failure_ack", || unsafe { crate::api::x_comm_failure_ack(comm) })
+}
+#[no_mangle]
+pub unsafe extern "C" fn MPIX_Comm_failure_get_acked(comm: MPI_Comm, failedgrp: *mut MPI_Group) -> c_int {
+    crate::err::guard("MPIX_Comm_failure_get_acked", || unsafe { crate::api::x_comm_failure_get_acked(comm, failedgrp) })
+}
+#[no_mangle]
+pub unsafe extern "C" fn PMPIX_Comm_failure_get_acked(comm: MPI_Comm, failedgrp: *mut MPI_Group) -> c_int {
+    crate::err::guard("MPIX_Comm_failure_get_acked", || unsafe { crate::api::x_comm_failure_get_acked(comm, failedgrp) })
 }

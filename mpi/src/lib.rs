@@ -22,6 +22,7 @@ pub mod err;
 pub mod errclass;
 pub mod external32;
 pub mod extras;
+pub mod failure_ack;
 pub mod f90;
 pub mod file;
 pub mod group;

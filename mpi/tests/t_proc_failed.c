@@ -1,7 +1,8 @@
 /* A failed process (distcomm's MPIX_ERR_PROC_FAILED, an error class beyond the standard ABI):
  * rank 1 of 3 is killed (SIGKILL; with the argument "exit": it ends with _exit(0), without
  * MPI_Finalize). Under MPI_ERRORS_RETURN ranks 0 and 2 get MPIX_ERR_PROC_FAILED, naming rank 1,
- * from a receive from it and from collectives on MPI_COMM_WORLD, within seconds; the calls that
+ * from a receive from it, from a receive from any source (until MPIX_Comm_failure_ack) and
+ * from collectives on MPI_COMM_WORLD, within seconds; the calls that
  * do not need rank 1 still work, and the survivors finalize. A killed rank ends the whole job
  * unless the launcher is told otherwise (mpiexec -disable-auto-cleanup). Run at 3 ranks, on
  * distcomm only. */
@@ -54,6 +55,33 @@ int main(int argc, char **argv) {
   int rc = MPI_Irecv(&v, 1, MPI_INT, 1, 6, MPI_COMM_WORLD, &rq);
   if (rc == MPI_SUCCESS) rc = MPI_Wait(&rq, MPI_STATUS_IGNORE);
   proc_failed(rc, "MPI_Irecv/MPI_Wait from rank 1");
+  /* A receive from any source could be rank 1's to satisfy: it fails too (nobody sends). */
+  proc_failed(MPI_Recv(&v, 1, MPI_INT, MPI_ANY_SOURCE, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "MPI_Recv from any source");
+  CHECK(MPI_Wtime() - t0 < 15);
+  /* ULFM's acknowledgement: once rank 1's loss is acknowledged, receives from any source go
+   * on with the others (rank 0 sends to rank 2, which receives from any source); one from
+   * rank 1 itself still fails. */
+  OK(MPIX_Comm_failure_ack(MPI_COMM_WORLD));
+  MPI_Group acked, world_group;
+  OK(MPIX_Comm_failure_get_acked(MPI_COMM_WORLD, &acked));
+  int nacked = -1, in_world = -1, zero = 0;
+  OK(MPI_Group_size(acked, &nacked));
+  CHECK(nacked == 1);
+  OK(MPI_Comm_group(MPI_COMM_WORLD, &world_group));
+  OK(MPI_Group_translate_ranks(acked, 1, &zero, world_group, &in_world));
+  CHECK(in_world == 1);
+  OK(MPI_Group_free(&acked));
+  OK(MPI_Group_free(&world_group));
+  if (rank == 0) {
+    int hello = 42;
+    OK(MPI_Send(&hello, 1, MPI_INT, 2, 10, MPI_COMM_WORLD));
+  } else {
+    MPI_Status st;
+    v = -1;
+    OK(MPI_Recv(&v, 1, MPI_INT, MPI_ANY_SOURCE, 10, MPI_COMM_WORLD, &st));
+    CHECK(v == 42 && st.MPI_SOURCE == 0);
+  }
+  proc_failed(MPI_Recv(&v, 1, MPI_INT, 1, 11, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "MPI_Recv from rank 1 after the acknowledgement");
   proc_failed(MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
   proc_failed(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
   CHECK(MPI_Wtime() - t0 < 20);

@@ -54,6 +54,9 @@ pub struct Comm {
     coll_seq: AtomicU64,
     child_seq: AtomicU64,
     executor: Mutex<Option<Executor>>,
+    /// Comm ranks of lost members the caller acknowledged (`ack_failures`): they no longer
+    /// fail receives from any source.
+    acked_lost: Mutex<Vec<usize>>,
     shm: once_cell::sync::OnceCell<ShmState>,
     /// The NCCL communicator for device buffers (NCCL backend only).
     #[cfg(feature = "nccl")]
@@ -93,6 +96,7 @@ impl Comm {
             coll_seq: AtomicU64::new(0),
             child_seq: AtomicU64::new(0),
             executor: Mutex::new(None),
+            acked_lost: Mutex::new(Vec::new()),
             shm: once_cell::sync::OnceCell::new(),
             #[cfg(feature = "nccl")]
             device: once_cell::sync::OnceCell::new(),

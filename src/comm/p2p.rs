@@ -1,7 +1,7 @@
 //! Point-to-point on a comm: posting sends and receives on the world's transport, and the one
 //! wait every transport op goes through (timeout, abort, lost peers, the waiting policy).
 
-use super::Comm;
+use super::{Comm, lock};
 use crate::buffer::{ConstBuf, MutBuf};
 use crate::collective::CollArgs;
 use crate::completion::{Completion, Done, WaitOutcome};
@@ -222,9 +222,33 @@ impl Comm {
             P2pOp::Recv(r) => r.src,
             _ => None,
         };
-        // A peer we have no connection to yet (they are made on demand) is looked at directly.
+        // A receive from any source may wait for any member: a lost one the caller has not
+        // acknowledged fails it (ULFM's rule: the lost rank could have been the sender).
+        let any_source = matches!(op, P2pOp::Recv(r) if r.src.is_none());
+        // A peer we have no connection to yet (they are made on demand) is looked at directly;
+        // for a receive from any source, one member per look, in turn (each look is cheap and
+        // rate-limited per peer, but a comm may have thousands). A look only marks a member
+        // lost (its process is gone, or it went silent); one that said goodbye is not.
+        let next_member = std::cell::Cell::new(0usize);
+        let look_at_a_member = || {
+            let i = next_member.get() % self.members.len().max(1);
+            next_member.set(i + 1);
+            if let Some(&w) = self.members.get(i) {
+                tr.check_alive(w);
+            }
+        };
         let interrupt = || {
-            self.ctx.abort_error().or_else(|| if coll { self.lost_member() } else { None }).or_else(|| awaited.and_then(|r| tr.check_alive(r)))
+            self.ctx
+                .abort_error()
+                .or_else(|| if coll { self.lost_member() } else { None })
+                .or_else(|| awaited.and_then(|r| tr.check_alive(r)))
+                .or_else(|| {
+                    if !any_source {
+                        return None;
+                    }
+                    look_at_a_member();
+                    self.lost_unacknowledged()
+                })
         };
         let lost = || self.lost_member();
         // Copies that our receives claimed are ours to make while we wait.
@@ -269,10 +293,40 @@ impl Comm {
     /// `DC_ERR_PEER_LOST` naming the first member of this comm whose process died or whose
     /// connection broke (not one that said goodbye), if any.
     pub(super) fn lost_member(&self) -> Option<Error> {
-        let (r, why) = self.transport().lost_among(&self.members)?;
+        let (r, why) = self.transport().lost_among(&self.members, &[])?;
+        Some(self.member_lost(r, &why))
+    }
+
+    fn member_lost(&self, r: usize, why: &str) -> Error {
         let w = self.members[r];
         let world = if w as usize != r { format!(" (world rank {w})") } else { String::new() };
-        Some(Error::new(Status::PeerLost, format!("rank {r}{world} is lost: {why}")))
+        Error::new(Status::PeerLost, format!("rank {r}{world} is lost: {why}"))
+    }
+
+    /// `lost_member`, leaving out the members whose loss the caller acknowledged.
+    pub fn lost_unacknowledged(&self) -> Option<Error> {
+        self.transport().lost_among(&self.members, &[])?; // (no lock while nobody is lost)
+        let acked = lock(&self.acked_lost);
+        let (r, why) = self.transport().lost_among(&self.members, &acked)?;
+        let e = self.member_lost(r, &why);
+        Some(Error::new(e.status, format!("{}; a receive from any source fails while a lost member is not acknowledged (dc_comm_failure_ack, MPIX_Comm_failure_ack)", e.msg)))
+    }
+
+    /// Acknowledges every member lost so far (ULFM's `MPIX_Comm_failure_ack`): receives from
+    /// any source no longer fail for them (ones from a lost rank still do). Returns the comm
+    /// ranks acknowledged now and before, in rank order.
+    pub fn ack_failures(&self) -> Vec<usize> {
+        let mut acked = lock(&self.acked_lost);
+        while let Some((r, _)) = self.transport().lost_among(&self.members, &acked) {
+            acked.push(r);
+        }
+        acked.sort_unstable();
+        acked.clone()
+    }
+
+    /// The members whose loss was acknowledged (`MPIX_Comm_failure_get_acked`), in rank order.
+    pub fn acked_failures(&self) -> Vec<usize> {
+        lock(&self.acked_lost).clone()
     }
 
     /// Withdraws an unfinished op, failing it with `e()` (no-op when finished: the error is

@@ -225,6 +225,22 @@ pub unsafe extern "C" fn dc_comm_abort(comm: *mut Comm) -> dc_status {
     })
 }
 
+/// Acknowledges the members of `comm` lost so far (ULFM's MPIX_Comm_failure_ack): a receive
+/// from DC_ANY_SOURCE fails with DC_ERR_PEER_LOST while a member is lost and not acknowledged
+/// (the lost rank could have been its sender); after this it goes on with the others.
+/// Receives from a lost rank, and collectives, still fail. `nacked` (may be NULL) gets how
+/// many members are acknowledged in all. Never blocks.
+#[no_mangle]
+pub unsafe extern "C" fn dc_comm_failure_ack(comm: *mut Comm, nacked: *mut i32) -> dc_status {
+    guard("dc_comm_failure_ack", || {
+        let n = checks::comm(comm)?.ack_failures().len();
+        if let Some(out) = unsafe { nacked.as_mut() } {
+            *out = n as i32;
+        }
+        Ok(())
+    })
+}
+
 /// Completes the comm's pending operations and frees it; NULL is a no-op. Not collective, but
 /// destroying the last comm of a job says goodbye to every peer (waits up to 2 s for theirs).
 /// The handle is invalid afterwards.

@@ -665,6 +665,16 @@ impl Inner {
                     dc_log!(Level::Warn, self.rank_tag(), "RPC listener dropped a message: {}", e.msg);
                     continue;
                 }
+                // A worker lost: its calls fail through their own watches; the listener
+                // acknowledges the loss and goes on serving the others.
+                Err(e) if e.status == Status::PeerLost && !self.stopped.load(Ordering::Acquire) && {
+                    self.rpc.ack_failures();
+                    self.rpc.lost_unacknowledged().is_none()
+                } =>
+                {
+                    dc_log!(Level::Info, self.rank_tag(), "RPC listener goes on without a lost worker: {}", e.msg);
+                    continue;
+                }
                 Err(e) => {
                     if !self.stopped.load(Ordering::Acquire) {
                         dc_log!(Level::Warn, self.rank_tag(), "RPC listener stops: {}", e.msg);

@@ -463,13 +463,14 @@ impl SocketTransport {
         }
     }
 
-    /// The first of `members` (world ranks) that is lost, as (index in `members`, why). Peers that
-    /// said goodbye are not lost. One atomic load while nobody is lost.
-    pub fn lost_among(&self, members: &[u32]) -> Option<(usize, String)> {
+    /// The first of `members` (world ranks) that is lost, as (index in `members`, why), leaving
+    /// out the indices in `except`. Peers that said goodbye are not lost. One atomic load while
+    /// nobody is lost.
+    pub fn lost_among(&self, members: &[u32], except: &[usize]) -> Option<(usize, String)> {
         if self.lost.load(Ordering::Acquire) == 0 {
             return None;
         }
-        members.iter().enumerate().find_map(|(i, &m)| match self.peer_if_known(m).map(|p| lock(&p.state).clone()) {
+        members.iter().enumerate().filter(|(i, _)| !except.contains(i)).find_map(|(i, &m)| match self.peer_if_known(m).map(|p| lock(&p.state).clone()) {
             Some(PeerState::Lost(why)) => Some((i, why)),
             _ => None,
         })

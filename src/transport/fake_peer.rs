@@ -56,7 +56,7 @@ pub(super) fn rank1(rank0: SocketAddr, peer_timeout: Option<Duration>) -> Arc<So
 pub(super) fn lost_within(t: &SocketTransport, limit: Duration) -> Option<String> {
     let t0 = Instant::now();
     while t0.elapsed() < limit {
-        if let Some((_, why)) = t.lost_among(&[0]) {
+        if let Some((_, why)) = t.lost_among(&[0], &[]) {
             return Some(why);
         }
         std::thread::sleep(Duration::from_millis(5));

@@ -300,7 +300,7 @@ mod tests {
         let (a, fake) = pinged_rank0(true, Duration::from_millis(2500));
         let t = rank1(a, Some(Duration::from_millis(600)));
         std::thread::sleep(Duration::from_millis(2000));
-        assert!(t.lost_among(&[0]).is_none(), "{:?}", t.lost_among(&[0]));
+        assert!(t.lost_among(&[0], &[]).is_none(), "{:?}", t.lost_among(&[0], &[]));
         assert!(t.check_alive(0).is_none());
         assert!(fake.join().unwrap() >= 6);
         t.shutdown(Instant::now() + Duration::from_millis(100));
