@@ -96,6 +96,13 @@ impl Coll {
         }
         Ok(Coll { mc })
     }
+    /// `new`, or the intercommunicator behind `c` (looked up once: the small collectives
+    /// feel every lookup).
+    pub(crate) fn or_inter(c: MPI_Comm) -> Result<Result<Coll, Arc<MpiComm>>, MpiErr> {
+        state::check_active()?;
+        let mc = state::get_comm(c)?;
+        Ok(if mc.inter.get().is_some() { Err(mc) } else { Ok(Coll { mc }) })
+    }
     pub(crate) fn err(&self, class: c_int, msg: String) -> MpiErr {
         MpiErr::new(class, msg).on(self.mc.handle)
     }
@@ -196,10 +203,10 @@ fn to_bytes(k: &Coll, d: &Dt, cs: &[i64], ds: &[i64]) -> Result<(Vec<usize>, Vec
 // ---- barrier, bcast -----------------------------------------------------------------------------
 
 pub unsafe fn barrier(c: MPI_Comm) -> Res {
-    if let Some(mc) = crate::inter::lookup(c) {
-        return crate::inter::barrier(&mc);
+    match Coll::or_inter(c)? {
+        Ok(k) => k.go(Built::plain(CollArgs::Barrier), None),
+        Err(mc) => crate::inter::barrier(&mc),
     }
-    Coll::new(c)?.go(Built::plain(CollArgs::Barrier), None)
 }
 
 pub unsafe fn ibarrier(c: MPI_Comm, r: *mut MPI_Request) -> Res {
@@ -217,10 +224,12 @@ pub(crate) fn build_bcast(k: &Coll, buf: *mut c_void, count: i64, dt: MPI_Dataty
 }
 
 pub unsafe fn bcast_c(buf: *mut c_void, count: MPI_Count, dt: MPI_Datatype, root: c_int, c: MPI_Comm) -> Res {
-    if let Some(mc) = crate::inter::lookup(c) {
-        return crate::inter::bcast(&mc, buf, count, dt, root);
-    }
-    let k = Coll::new(c)?;
+    let k = match Coll::or_inter(c)? {
+        Ok(k) => k,
+        Err(mc) => {
+            return crate::inter::bcast(&mc, buf, count, dt, root);
+        }
+    };
     let b = w_bcast(&k, buf, count, dt, root)?;
     k.go(b, None)
 }
@@ -298,19 +307,23 @@ macro_rules! reduction_forms {
     ($build:ident, $blocking:ident, $blocking_c:ident, $nb:ident, $nb_c:ident, ($($a:ident: $t:ty),*), ($($ac:ident: $tc:ty),*)) => {
         #[allow(clippy::too_many_arguments)]
         pub unsafe fn $blocking_c($($ac: $tc,)* c: MPI_Comm) -> Res {
-            if let Some(mc) = crate::inter::lookup(c) {
-                return crate::inter::$blocking(&mc, $($ac as _),*);
-            }
-            let k = Coll::new(c)?;
+            let k = match Coll::or_inter(c)? {
+                Ok(k) => k,
+                Err(mc) => {
+                    return crate::inter::$blocking(&mc, $($ac as _),*);
+                }
+            };
             let b = $build(&k, $($ac as _),*)?;
             k.go(b, None)
         }
         #[allow(clippy::too_many_arguments)]
         pub unsafe fn $blocking($($a: $t,)* c: MPI_Comm) -> Res {
-            if let Some(mc) = crate::inter::lookup(c) {
-                return crate::inter::$blocking(&mc, $($a as _),*);
-            }
-            let k = Coll::new(c)?;
+            let k = match Coll::or_inter(c)? {
+                Ok(k) => k,
+                Err(mc) => {
+                    return crate::inter::$blocking(&mc, $($a as _),*);
+                }
+            };
             let b = $build(&k, $($a as _),*)?;
             k.go(b, None)
         }
@@ -633,19 +646,23 @@ macro_rules! move_forms {
     ($build:ident, $blocking:ident, $blocking_c:ident, $nb:ident, $nb_c:ident, ($($a:ident),*), ($($post:ident: $qt:ty),*)) => {
         #[allow(clippy::too_many_arguments)]
         pub unsafe fn $blocking_c(sbuf: *const c_void, scount: MPI_Count, sdt: MPI_Datatype, rbuf: *mut c_void, rcount: MPI_Count, rdt: MPI_Datatype, $($post: $qt,)* c: MPI_Comm) -> Res {
-            if let Some(mc) = crate::inter::lookup(c) {
-                return crate::inter::$blocking(&mc, sbuf, scount, sdt, rbuf, rcount, rdt $(, $post)*);
-            }
-            let k = Coll::new(c)?;
+            let k = match Coll::or_inter(c)? {
+                Ok(k) => k,
+                Err(mc) => {
+                    return crate::inter::$blocking(&mc, sbuf, scount, sdt, rbuf, rcount, rdt $(, $post)*);
+                }
+            };
             let b = $build(&k, sbuf, scount, sdt, rbuf, rcount, rdt $(, $a)*)?;
             k.go(b, None)
         }
         #[allow(clippy::too_many_arguments)]
         pub unsafe fn $blocking(sbuf: *const c_void, scount: c_int, sdt: MPI_Datatype, rbuf: *mut c_void, rcount: c_int, rdt: MPI_Datatype, $($post: $qt,)* c: MPI_Comm) -> Res {
-            if let Some(mc) = crate::inter::lookup(c) {
-                return crate::inter::$blocking(&mc, sbuf, scount as i64, sdt, rbuf, rcount as i64, rdt $(, $post)*);
-            }
-            let k = Coll::new(c)?;
+            let k = match Coll::or_inter(c)? {
+                Ok(k) => k,
+                Err(mc) => {
+                    return crate::inter::$blocking(&mc, sbuf, scount as i64, sdt, rbuf, rcount as i64, rdt $(, $post)*);
+                }
+            };
             let b = $build(&k, sbuf, scount as i64, sdt, rbuf, rcount as i64, rdt $(, $a)*)?;
             k.go(b, None)
         }
@@ -778,10 +795,12 @@ macro_rules! v_entry {
         #[allow(clippy::too_many_arguments)]
         pub unsafe fn $name($($p: $t,)* c: MPI_Comm) -> Res {
             // An intercommunicator's blocking v-forms: see inter.rs.
-            if let Some(mc) = crate::inter::lookup(c) {
-                return crate::inter::$name(&mc, $($p),*);
-            }
-            let $k = Coll::new(c)?;
+            let $k = match Coll::or_inter(c)? {
+                Ok(k) => k,
+                Err(mc) => {
+                    return crate::inter::$name(&mc, $($p),*);
+                }
+            };
             let b = (|| -> Result<Built, MpiErr> { $body })().map_err(|e| e.on(c))?;
             $k.go(b, None)
         }

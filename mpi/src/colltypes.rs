@@ -20,6 +20,16 @@ fn ty(k: &Coll, h: MPI_Datatype) -> Result<Arc<Type>, MpiErr> {
     datatype::resolve(h).map_err(|e| e.on(k.mc.handle))
 }
 
+/// The type behind `h` where it has gaps (it must be packed around the engine), None where it
+/// is dense: a dense predefined type is answered without a lookup.
+fn sparse_ty(k: &Coll, h: MPI_Datatype) -> Result<Option<Arc<Type>>, MpiErr> {
+    if datatype::predefined(h).is_some_and(|d| d.dense) {
+        return Ok(None);
+    }
+    let t = ty(k, h)?;
+    Ok((!t.map.dense()).then_some(t))
+}
+
 fn dense(t: &Option<Arc<Type>>) -> bool {
     t.as_ref().is_none_or(|t| t.map.dense())
 }
@@ -76,10 +86,9 @@ fn ptr_mut(v: &mut [u8]) -> *mut c_void {
 // ---- bcast, gather, scatter, allgather, alltoall --------------------------------------------------
 
 pub(crate) fn w_bcast(k: &Coll, buf: *mut c_void, count: i64, dt: MPI_Datatype, root: c_int) -> Result<Built, MpiErr> {
-    let t = ty(k, dt)?;
-    if t.map.dense() {
+    let Some(t) = sparse_ty(k, dt)? else {
         return build_bcast(k, buf, count, dt, root);
-    }
+    };
     let is_root = k.rank() == k.root(root)?;
     let mut data = if is_root { pack(k, &t, buf, count, "buffer")? } else { vec![0u8; len(k, &t, count)?] };
     crate::packing::check_typed_buf(buf, &t, data.len(), "buffer").map_err(on(k))?;
@@ -409,15 +418,17 @@ macro_rules! alltoallw_entry {
         #[allow(clippy::too_many_arguments, unreachable_code)]
         pub unsafe fn $name(sbuf: *const c_void, scounts: *const $ct, sdispls: *const $dt, stypes: *const MPI_Datatype, rbuf: *mut c_void, rcounts: *const $ct, rdispls: *const $dt, rtypes: *const MPI_Datatype, c: MPI_Comm $(, $req: *mut MPI_Request)?) -> Res {
             // An intercommunicator's blocking form: see inter.rs (the non-blocking one is not offered).
-            if let Some(mc) = crate::inter::lookup(c) {
-                $(let _ = $req; return Err(crate::inter::unsupported(&mc));)?
-                let n = crate::inter::remote_n(&mc)?;
-                let on = |e: MpiErr| e.on(c);
-                let (sc, sd, st) = (counts(scounts, n, "sendcounts").map_err(on)?, $conv(sdispls, n, "sdispls").map_err(on)?, type_list(stypes, n, "sendtypes").map_err(on)?);
-                let (rc, rd, rt) = (counts(rcounts, n, "recvcounts").map_err(on)?, $conv(rdispls, n, "rdispls").map_err(on)?, type_list(rtypes, n, "recvtypes").map_err(on)?);
-                return crate::inter::alltoallw(&mc, sbuf, (&sc, &sd, &st), rbuf, (&rc, &rd, &rt));
-            }
-            let k = Coll::new(c)?;
+            let k = match Coll::or_inter(c)? {
+                Ok(k) => k,
+                Err(mc) => {
+                    $(let _ = $req; return Err(crate::inter::unsupported(&mc));)?
+                    let n = crate::inter::remote_n(&mc)?;
+                    let on = |e: MpiErr| e.on(c);
+                    let (sc, sd, st) = (counts(scounts, n, "sendcounts").map_err(on)?, $conv(sdispls, n, "sdispls").map_err(on)?, type_list(stypes, n, "sendtypes").map_err(on)?);
+                    let (rc, rd, rt) = (counts(rcounts, n, "recvcounts").map_err(on)?, $conv(rdispls, n, "rdispls").map_err(on)?, type_list(rtypes, n, "recvtypes").map_err(on)?);
+                    return crate::inter::alltoallw(&mc, sbuf, (&sc, &sd, &st), rbuf, (&rc, &rd, &rt));
+                }
+            };
             $(let $req = Some(req_out($req, c)?);)?
             let n = k.size();
             let b = (|| -> Result<Built, MpiErr> {

@@ -52,11 +52,6 @@ fn finish(parent: &Comm, union: Arc<Comm>, local: Vec<u32>, remote: Vec<u32>, er
     Ok(h)
 }
 
-/// The communicator behind `c` if it is an intercommunicator (collectives take this path).
-pub fn lookup(c: MPI_Comm) -> Option<Arc<MpiComm>> {
-    state::get_comm(c).ok().filter(|mc| mc.inter.get().is_some())
-}
-
 pub fn of(mc: &MpiComm) -> Result<&Inter, MpiErr> {
     mc.inter.get().ok_or_else(|| MpiErr::new(MPI_ERR_COMM, "not an intercommunicator").on(mc.handle))
 }

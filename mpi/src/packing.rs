@@ -34,10 +34,27 @@ pub struct Packed {
 
 /// Bytes that `count` elements of `t` are packed (MPI_ERR_COUNT when negative or too many).
 pub fn packed_len(t: &Type, count: i64) -> Result<usize, MpiErr> {
+    count_bytes(count, |n| t.map.packed_bytes(n))
+}
+
+fn count_bytes(count: i64, bytes: impl FnOnce(u64) -> Option<u64>) -> Result<usize, MpiErr> {
     if count < 0 {
         return crate::mpi_err!(MPI_ERR_COUNT, "count {count} is negative");
     }
-    t.map.packed_bytes(count as u64).map(|b| b as usize).ok_or_else(|| MpiErr::new(MPI_ERR_COUNT, format!("count {count} overflows")))
+    bytes(count as u64).map(|b| b as usize).ok_or_else(|| MpiErr::new(MPI_ERR_COUNT, format!("count {count} overflows")))
+}
+
+/// The caller's bytes of `count` elements of `dt` where `dt` is a dense predefined type (one
+/// run at `buf`, nothing to pack): answered without looking the type up, which every send and
+/// receive of a basic type would do. None for the other types.
+fn dense_predefined(buf: *const c_void, count: i64, dt: MPI_Datatype) -> Option<Result<usize, MpiErr>> {
+    let d = datatype::predefined(dt).filter(|d| d.dense)?;
+    Some(count_bytes(count, |n| n.checked_mul(d.size as u64).filter(|&b| b <= isize::MAX as u64)).and_then(|len| {
+        if buf.is_null() && len > 0 {
+            return crate::mpi_err!(MPI_ERR_BUFFER, "buf is NULL with a non-zero count");
+        }
+        Ok(len)
+    }))
 }
 
 /// A NULL buffer is refused when it holds data, except for a derived type whose data does not
@@ -70,6 +87,9 @@ pub struct Outgoing {
 }
 
 pub fn outgoing(buf: *const c_void, count: i64, dt: MPI_Datatype) -> Result<Outgoing, MpiErr> {
+    if let Some(len) = dense_predefined(buf, count, dt) {
+        return Ok(Outgoing { ptr: buf as *const u8, len: len?, keep: None });
+    }
     let t = datatype::resolve(dt)?;
     let len = packed_len(&t, count)?;
     check_typed_buf(buf, &t, len, "buf")?;
@@ -101,6 +121,9 @@ pub struct Incoming {
 }
 
 pub fn incoming(buf: *mut c_void, count: i64, dt: MPI_Datatype) -> Result<Incoming, MpiErr> {
+    if let Some(len) = dense_predefined(buf, count, dt) {
+        return Ok(Incoming { ptr: buf as *mut u8, len: len?, tmp: None });
+    }
     let t = datatype::resolve(dt)?;
     let len = packed_len(&t, count)?;
     check_typed_buf(buf, &t, len, "buf")?;

@@ -85,7 +85,7 @@ impl Comm {
             crate::panics::inject("collective");
             match self.host_engine() {
                 Engine::Shm(shm) => self.execute_shm(shm, args, seq, deadline),
-                _ => self.detail_check(args, seq, deadline()).and_then(|_| self.execute_link(args, seq, deadline())),
+                _ => self.detail_check(args, seq, deadline).and_then(|_| self.execute_link(args, seq, deadline())),
             }
         };
         // A panic would leave the others waiting for us (and the arena's turn taken): abort the
@@ -99,11 +99,13 @@ impl Comm {
 
     /// DC_DEBUG=DETAIL: every member compares every argument (the v-forms' counts too) before
     /// anything moves, on shared memory as on sockets.
-    fn detail_check(&self, args: &CollArgs, seq: u64, deadline: Instant) -> Result<()> {
+    /// (`deadline` is asked for only when the check runs: reading the clock costs a small
+    /// collective a tenth of its time.)
+    fn detail_check(&self, args: &CollArgs, seq: u64, deadline: &dyn Fn() -> Instant) -> Result<()> {
         if !crate::debug_check::enabled() {
             return Ok(());
         }
-        let check = CollLink { comm: self, tag: COLL_TAG_BIT | CHECK_TAG_BIT | seq, sig: crate::debug_check::CHECK_SIG, seq, deadline };
+        let check = CollLink { comm: self, tag: COLL_TAG_BIT | CHECK_TAG_BIT | seq, sig: crate::debug_check::CHECK_SIG, seq, deadline: deadline() };
         crate::debug_check::verify(&check, args)
     }
 
@@ -134,7 +136,7 @@ impl Comm {
         };
         // The collective's number on the arena: the same on every member (0 is never used).
         let coll = (seq + 1) as u32;
-        let r = if let Err(e) = self.detail_check(args, seq, deadline()) {
+        let r = if let Err(e) = self.detail_check(args, seq, deadline) {
             Err(e)
         } else {
             // SAFETY: we hold the turn until `pass_turn` below; `run` ends with this block.
