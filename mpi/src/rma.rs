@@ -134,17 +134,30 @@ pub struct Local {
 
 /// The target byte ranges of one record: (offset in the window, length), in type-map order;
 /// None when one leaves the window (the origin checked; this is the target's own guard).
+/// Ranges that touch are merged: a dense type's `count` elements are one range (a put of 4 MiB
+/// of MPI_BYTE was 4 Mi one-byte copies).
 fn ranges(w: &Local, disp: i64, count: u64, extent: i64, blocks: &[(i64, u64)]) -> Option<Vec<(usize, usize)>> {
     let base = disp.checked_mul(w.disp_unit)?;
-    let mut v = Vec::new();
+    let inside = |at: i64, len: i64| -> Option<(usize, usize)> {
+        let end = at.checked_add(len)?;
+        (at >= 0 && end as u64 <= w.size as u64).then_some((at as usize, len as usize))
+    };
+    if let [(0, len)] = blocks {
+        if *len as i64 == extent {
+            let total = i64::try_from(count).ok()?.checked_mul(extent)?;
+            let (at, len) = inside(base, total)?;
+            return Some(if len == 0 { vec![] } else { vec![(at, len)] });
+        }
+    }
+    let mut v: Vec<(usize, usize)> = Vec::new();
     for i in 0..count as i64 {
         for &(off, len) in blocks {
             let at = base.checked_add(i.checked_mul(extent)?)?.checked_add(off)?;
-            let end = at.checked_add(len as i64)?;
-            if at < 0 || end as u64 > w.size as u64 {
-                return None;
+            let (at, len) = inside(at, len as i64)?;
+            match v.last_mut() {
+                Some(last) if last.0 + last.1 == at => last.1 += len,
+                _ => v.push((at, len)),
             }
-            v.push((at as usize, len as usize));
         }
     }
     Some(v)
@@ -211,7 +224,10 @@ fn exchange(comm: &Comm, send: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, MpiErr> {
     comm.collective(CollArgs::Alltoall { send: ConstBuf::from_slice(&sizes), recv: MutBuf::from_slice(&mut rsizes), dt: distcomm::DType::Uint64 })?;
     let rc: Vec<usize> = rsizes.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap()) as usize).collect();
     let sc: Vec<usize> = (0..n).map(|r| send.get(r).map_or(0, |v| v.len())).collect();
-    let flat: Vec<u8> = (0..n).flat_map(|r| send.get(r).cloned().unwrap_or_default()).collect();
+    let mut flat = Vec::with_capacity(sc.iter().sum());
+    for v in send.iter().take(n) {
+        flat.extend_from_slice(v);
+    }
     let displs = |c: &[usize]| c.iter().scan(0, |s, &x| Some(std::mem::replace(s, *s + x))).collect::<Vec<usize>>();
     let (sd, rd) = (displs(&sc), displs(&rc));
     let mut recv = vec![0u8; rc.iter().sum()];
@@ -258,4 +274,27 @@ pub fn fence(comm: &Comm, w: &Local, pending: Pending) -> Res {
         }
     }
     first
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_are_merged_and_checked_against_the_window() {
+        let w = Local { base: 0, size: 1 << 23, disp_unit: 1 };
+        // 4 Mi bytes of a dense type: one range.
+        assert_eq!(ranges(&w, 8, 4 << 20, 1, &[(0, 1)]), Some(vec![(8, 4 << 20)]));
+        assert_eq!(ranges(&w, 0, 0, 4, &[(0, 4)]), Some(vec![]));
+        // A vector of 2-of-every-4 bytes: separate ranges; blocks that touch merge.
+        assert_eq!(ranges(&w, 0, 3, 4, &[(0, 2)]), Some(vec![(0, 2), (4, 2), (8, 2)]));
+        assert_eq!(ranges(&w, 0, 2, 4, &[(0, 2), (2, 2)]), Some(vec![(0, 8)]));
+        // Outside the window, below or beyond: refused.
+        assert_eq!(ranges(&w, -1, 1, 1, &[(0, 1)]), None);
+        assert_eq!(ranges(&w, 1, 1 << 23, 1, &[(0, 1)]), None);
+        assert_eq!(ranges(&w, 0, 3, 1 << 22, &[(0, 4)]), None);
+        let w4 = Local { base: 0, size: 64, disp_unit: 4 };
+        assert_eq!(ranges(&w4, 15, 1, 4, &[(0, 4)]), Some(vec![(60, 4)]));
+        assert_eq!(ranges(&w4, 16, 1, 4, &[(0, 4)]), None);
+    }
 }

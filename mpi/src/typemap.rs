@@ -95,6 +95,19 @@ impl Layout {
         self.true_ub - self.true_lb
     }
 
+    /// Where `count` elements lie when they are one run of memory (one block per element, and
+    /// elements back to back): its offset and the bytes of it that fit in `room`. Packing such
+    /// a type is one copy, not one per element.
+    fn one_run(&self, count: u64, room: usize) -> Option<(isize, usize)> {
+        match self.blocks.as_slice() {
+            [b] if b.len as i64 == self.extent() => {
+                let n = b.len.checked_mul(count).map_or(room, |t| (t.min(room as u64)) as usize);
+                Some((b.off as isize, n))
+            }
+            _ => None,
+        }
+    }
+
     /// Data in one block at offset 0 and elements back to back: user memory is the wire format.
     pub fn dense(&self) -> bool {
         self.lb == 0 && self.extent() as u64 == self.size && (self.size == 0 || self.blocks == [Block { off: 0, len: self.size }])
@@ -277,6 +290,11 @@ impl Layout {
     /// # Safety
     /// Every byte the map places (for `count` elements from `src`) is readable.
     pub unsafe fn pack(&self, src: *const u8, count: u64, dst: &mut [u8]) {
+        if let Some((off, n)) = self.one_run(count, dst.len()) {
+            // SAFETY: the run is the caller's `count` elements (the function's contract).
+            unsafe { std::ptr::copy_nonoverlapping(src.wrapping_offset(off), dst.as_mut_ptr(), n) };
+            return;
+        }
         let mut o = 0usize;
         for i in 0..count {
             let base = src.wrapping_offset((i as i64).wrapping_mul(self.extent()) as isize);
@@ -298,6 +316,11 @@ impl Layout {
     /// # Safety
     /// Every byte the map places (for `count` elements from `dst`) is writable.
     pub unsafe fn unpack(&self, src: &[u8], dst: *mut u8, count: u64) {
+        if let Some((off, n)) = self.one_run(count, src.len()) {
+            // SAFETY: as in `pack`.
+            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst.wrapping_offset(off), n) };
+            return;
+        }
         let mut o = 0usize;
         for i in 0..count {
             let base = dst.wrapping_offset((i as i64).wrapping_mul(self.extent()) as isize);
@@ -340,6 +363,26 @@ fn push_sig(v: &mut Vec<Run>, r: Run) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A type whose elements are one run packs and unpacks in one copy: the same bytes as
+    /// element by element, also into a short buffer, and with a gap type for contrast.
+    #[test]
+    fn one_run_types_pack_like_element_by_element() {
+        let src: Vec<u8> = (0..64u8).collect();
+        let run = Layout::predefined(1, &[(0, 4)], 4, 4);
+        let mut out = [0u8; 20];
+        unsafe { run.pack(src.as_ptr(), 8, &mut out) };
+        assert_eq!(&out[..], &src[..20], "a short buffer takes the first bytes");
+        let mut back = vec![0u8; 64];
+        unsafe { run.unpack(&src[..32], back.as_mut_ptr(), 8) };
+        assert_eq!(&back[..32], &src[..32]);
+        assert!(back[32..].iter().all(|&b| b == 0));
+        // One block of 2 in an extent of 4: element by element.
+        let gaps = Layout::predefined(1, &[(0, 2)], 4, 2);
+        let mut out = [0u8; 6];
+        unsafe { gaps.pack(src.as_ptr(), 3, &mut out) };
+        assert_eq!(out, [0, 1, 4, 5, 8, 9]);
+    }
 
     fn double() -> Layout {
         Layout::predefined(1, &[(0, 8)], 8, 8)
