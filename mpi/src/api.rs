@@ -24,7 +24,8 @@ fn active() -> Res {
     state::check_active()
 }
 
-fn comm(h: MPI_Comm) -> Result<Arc<MpiComm>, MpiErr> {
+/// The communicator behind a handle, MPI being active.
+pub(crate) fn comm(h: MPI_Comm) -> Result<Arc<MpiComm>, MpiErr> {
     state::check_active()?;
     state::get_comm(h)
 }

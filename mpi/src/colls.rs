@@ -14,7 +14,7 @@ use crate::datatype::{self, Dt};
 use crate::err::{MpiErr, Res};
 use crate::op::{self, Local, Plan};
 use crate::request::{self, Req};
-use crate::state::{self, MpiComm};
+use crate::state::MpiComm;
 use distcomm::buffer::{ConstBuf, MutBuf};
 use distcomm::collective::CollArgs;
 use distcomm::DType;
@@ -88,19 +88,13 @@ pub(crate) struct Coll {
 
 impl Coll {
     pub(crate) fn new(c: MPI_Comm) -> Result<Coll, MpiErr> {
-        state::check_active()?;
-        let mc = state::get_comm(c)?;
         // An intercommunicator's engine comm is for point-to-point only (see inter.rs).
-        if mc.inter.get().is_some() {
-            return Err(crate::inter::unsupported(&mc));
-        }
-        Ok(Coll { mc })
+        Self::or_inter(c)?.map_err(|mc| crate::inter::unsupported(&mc))
     }
     /// `new`, or the intercommunicator behind `c` (looked up once: the small collectives
     /// feel every lookup).
     pub(crate) fn or_inter(c: MPI_Comm) -> Result<Result<Coll, Arc<MpiComm>>, MpiErr> {
-        state::check_active()?;
-        let mc = state::get_comm(c)?;
+        let mc = crate::api::comm(c)?;
         Ok(if mc.inter.get().is_some() { Err(mc) } else { Ok(Coll { mc }) })
     }
     pub(crate) fn err(&self, class: c_int, msg: String) -> MpiErr {

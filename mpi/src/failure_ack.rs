@@ -5,19 +5,16 @@
 //! others. Receives from the lost rank itself, and collectives, still fail.
 
 use crate::abi_gen::*;
-use crate::api::out;
+use crate::api::{comm, out};
 use crate::err::Res;
-use crate::state;
 
 pub unsafe fn x_comm_failure_ack(c: MPI_Comm) -> Res {
-    state::check_active()?;
-    state::get_comm(c)?.comm.ack_failures();
+    comm(c)?.comm.ack_failures();
     Ok(())
 }
 
 pub unsafe fn x_comm_failure_get_acked(c: MPI_Comm, failed: *mut MPI_Group) -> Res {
-    state::check_active()?;
-    let mc = state::get_comm(c)?;
+    let mc = comm(c)?;
     let members = mc.comm.members();
     let acked = mc.comm.acked_failures().into_iter().map(|r| members[r]).collect();
     *out(failed, "failedgrp").map_err(|e| e.on(c))? = crate::group::add(acked);

@@ -49,34 +49,23 @@ fn count_bytes(count: i64, bytes: impl FnOnce(u64) -> Option<u64>) -> Result<usi
 /// receive of a basic type would do. None for the other types.
 fn dense_predefined(buf: *const c_void, count: i64, dt: MPI_Datatype) -> Option<Result<usize, MpiErr>> {
     let d = datatype::predefined(dt).filter(|d| d.dense)?;
-    Some(count_bytes(count, |n| n.checked_mul(d.size as u64).filter(|&b| b <= isize::MAX as u64)).and_then(|len| {
-        if buf.is_null() && len > 0 {
-            return crate::mpi_err!(MPI_ERR_BUFFER, "buf is NULL with a non-zero count");
-        }
-        Ok(len)
-    }))
+    Some(count_bytes(count, |n| crate::typemap::packed_bytes(d.size as u64, n)).and_then(|len| refuse_null(buf, len, "buf").map(|_| len)))
 }
 
 /// A NULL buffer is refused when it holds data, except for a derived type whose data does not
 /// start at its address (MPI_BOTTOM with absolute displacements from MPI_Get_address).
 pub fn check_typed_buf(buf: *const c_void, t: &Type, len: usize, what: &str) -> Result<(), MpiErr> {
-    if buf.is_null() && len > 0 && (t.env.combiner == MPI_COMBINER_NAMED || t.map.true_lb == 0) {
-        return crate::mpi_err!(MPI_ERR_BUFFER, "{what} is NULL with a non-zero count");
+    if t.env.combiner == MPI_COMBINER_NAMED || t.map.true_lb == 0 {
+        return refuse_null(buf, len, what);
     }
     Ok(())
 }
 
-/// Where the data of `count` elements lies when it is one run of the caller's memory: the
-/// offset of the run, for dense types and one-block ones.
-fn one_run(t: &Type, count: i64) -> Option<i64> {
-    let m = &t.map;
-    if m.size == 0 {
-        return Some(0);
+fn refuse_null(buf: *const c_void, len: usize, what: &str) -> Result<(), MpiErr> {
+    if buf.is_null() && len > 0 {
+        return crate::mpi_err!(MPI_ERR_BUFFER, "{what} is NULL with a non-zero count");
     }
-    match m.blocks.as_slice() {
-        [b] if count <= 1 || m.extent() == b.len as i64 => Some(b.off),
-        _ => None,
-    }
+    Ok(())
 }
 
 /// The bytes a send moves.
@@ -93,7 +82,7 @@ pub fn outgoing(buf: *const c_void, count: i64, dt: MPI_Datatype) -> Result<Outg
     let t = datatype::resolve(dt)?;
     let len = packed_len(&t, count)?;
     check_typed_buf(buf, &t, len, "buf")?;
-    if let Some(off) = one_run(&t, count) {
+    if let Some(off) = t.map.one_run(count as u64) {
         return Ok(Outgoing { ptr: (buf as *const u8).wrapping_offset(off as isize), len, keep: None });
     }
     let mut v = vec![0u8; len];
@@ -127,7 +116,7 @@ pub fn incoming(buf: *mut c_void, count: i64, dt: MPI_Datatype) -> Result<Incomi
     let t = datatype::resolve(dt)?;
     let len = packed_len(&t, count)?;
     check_typed_buf(buf, &t, len, "buf")?;
-    if let Some(off) = one_run(&t, count) {
+    if let Some(off) = t.map.one_run(count as u64) {
         return Ok(Incoming { ptr: (buf as *mut u8).wrapping_offset(off as isize), len, tmp: None });
     }
     let mut v = vec![0u8; len];

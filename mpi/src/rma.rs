@@ -142,10 +142,10 @@ fn ranges(w: &Local, disp: i64, count: u64, extent: i64, blocks: &[(i64, u64)]) 
         let end = at.checked_add(len)?;
         (at >= 0 && end as u64 <= w.size as u64).then_some((at as usize, len as usize))
     };
-    if let [(0, len)] = blocks {
+    if let [(off, len)] = blocks {
         if *len as i64 == extent {
             let total = i64::try_from(count).ok()?.checked_mul(extent)?;
-            let (at, len) = inside(base, total)?;
+            let (at, len) = inside(base.checked_add(*off)?, total)?;
             return Some(if len == 0 { vec![] } else { vec![(at, len)] });
         }
     }
@@ -286,6 +286,8 @@ mod tests {
         // 4 Mi bytes of a dense type: one range.
         assert_eq!(ranges(&w, 8, 4 << 20, 1, &[(0, 1)]), Some(vec![(8, 4 << 20)]));
         assert_eq!(ranges(&w, 0, 0, 4, &[(0, 4)]), Some(vec![]));
+        // A resized contiguous type (its block 4 bytes in): one range from there.
+        assert_eq!(ranges(&w, 0, 3, 2, &[(4, 2)]), Some(vec![(4, 6)]));
         // A vector of 2-of-every-4 bytes: separate ranges; blocks that touch merge.
         assert_eq!(ranges(&w, 0, 3, 4, &[(0, 2)]), Some(vec![(0, 2), (4, 2), (8, 2)]));
         assert_eq!(ranges(&w, 0, 2, 4, &[(0, 2), (2, 2)]), Some(vec![(0, 8)]));

@@ -95,17 +95,23 @@ impl Layout {
         self.true_ub - self.true_lb
     }
 
-    /// Where `count` elements lie when they are one run of memory (one block per element, and
-    /// elements back to back): its offset and the bytes of it that fit in `room`. Packing such
-    /// a type is one copy, not one per element.
-    fn one_run(&self, count: u64, room: usize) -> Option<(isize, usize)> {
+    /// Where the data of `count` elements lies when it is one run of memory (no data; one
+    /// element of one block; or one block per element, elements back to back): the run's
+    /// offset from the first element's address. Packing such data is one copy, not one per
+    /// element.
+    pub fn one_run(&self, count: u64) -> Option<i64> {
+        if self.size == 0 {
+            return Some(0);
+        }
         match self.blocks.as_slice() {
-            [b] if b.len as i64 == self.extent() => {
-                let n = b.len.checked_mul(count).map_or(room, |t| (t.min(room as u64)) as usize);
-                Some((b.off as isize, n))
-            }
+            [b] if count <= 1 || self.extent() == b.len as i64 => Some(b.off),
             _ => None,
         }
+    }
+
+    /// The bytes of `count` elements' run (`one_run`) that fit in `room`.
+    fn run_bytes(&self, count: u64, room: usize) -> usize {
+        self.size.checked_mul(count).map_or(room, |t| t.min(room as u64) as usize)
     }
 
     /// Data in one block at offset 0 and elements back to back: user memory is the wire format.
@@ -281,7 +287,7 @@ impl Layout {
 
     /// Packed bytes of `count` elements.
     pub fn packed_bytes(&self, count: u64) -> Option<u64> {
-        self.size.checked_mul(count).filter(|&b| b <= isize::MAX as u64)
+        packed_bytes(self.size, count)
     }
 
     /// Copies `count` elements at `src` (user memory with this map) into `dst`, back to back;
@@ -290,9 +296,10 @@ impl Layout {
     /// # Safety
     /// Every byte the map places (for `count` elements from `src`) is readable.
     pub unsafe fn pack(&self, src: *const u8, count: u64, dst: &mut [u8]) {
-        if let Some((off, n)) = self.one_run(count, dst.len()) {
+        if let Some(off) = self.one_run(count) {
+            let n = self.run_bytes(count, dst.len());
             // SAFETY: the run is the caller's `count` elements (the function's contract).
-            unsafe { std::ptr::copy_nonoverlapping(src.wrapping_offset(off), dst.as_mut_ptr(), n) };
+            unsafe { std::ptr::copy_nonoverlapping(src.wrapping_offset(off as isize), dst.as_mut_ptr(), n) };
             return;
         }
         let mut o = 0usize;
@@ -316,9 +323,10 @@ impl Layout {
     /// # Safety
     /// Every byte the map places (for `count` elements from `dst`) is writable.
     pub unsafe fn unpack(&self, src: &[u8], dst: *mut u8, count: u64) {
-        if let Some((off, n)) = self.one_run(count, src.len()) {
+        if let Some(off) = self.one_run(count) {
+            let n = self.run_bytes(count, src.len());
             // SAFETY: as in `pack`.
-            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst.wrapping_offset(off), n) };
+            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst.wrapping_offset(off as isize), n) };
             return;
         }
         let mut o = 0usize;
@@ -335,6 +343,11 @@ impl Layout {
             }
         }
     }
+}
+
+/// Packed bytes of `count` elements of `size` bytes each, if they can be addressed.
+pub fn packed_bytes(size: u64, count: u64) -> Option<u64> {
+    size.checked_mul(count).filter(|&b| b <= isize::MAX as u64)
 }
 
 fn push_block(v: &mut Vec<Block>, off: i64, len: u64) {

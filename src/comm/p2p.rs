@@ -308,8 +308,7 @@ impl Comm {
         self.transport().lost_among(&self.members, &[])?; // (no lock while nobody is lost)
         let acked = lock(&self.acked_lost);
         let (r, why) = self.transport().lost_among(&self.members, &acked)?;
-        let e = self.member_lost(r, &why);
-        Some(Error::new(e.status, format!("{}; a receive from any source fails while a lost member is not acknowledged (dc_comm_failure_ack, MPIX_Comm_failure_ack)", e.msg)))
+        Some(self.member_lost(r, &format!("{why}; a receive from any source fails while a lost member is not acknowledged (dc_comm_failure_ack, MPIX_Comm_failure_ack)")))
     }
 
     /// Acknowledges every member lost so far (ULFM's `MPIX_Comm_failure_ack`): receives from
