@@ -719,3 +719,38 @@ fn queued_nonblocking_collectives_waited_out_of_order_keep_their_results() {
         });
     }
 }
+
+/// A non-blocking collective progresses while its caller computes and neither waits nor tests
+/// (the worker takes a job nobody came for, see `comm::executor`): the peer's blocking call
+/// ends long before the caller looks again. And one that is only tested, in a loop, finishes.
+#[test]
+fn nonblocking_collectives_progress_without_wait_and_under_test_loops() {
+    for backend in ["shm", "socket"] {
+        let out = job_on(backend, 2, 20_000, move |c| {
+            let send = vec![c.rank() as u8 + 1; 4096];
+            let mut recv = vec![0u8; send.len()];
+            let allreduce = |recv: &mut Vec<u8>| CollArgs::Allreduce { send: Some(ConstBuf::from_slice(&send)), recv: MutBuf::from_slice(recv), dt: DType::Uint8, op: ReduceOp::Sum };
+            let t0 = Instant::now();
+            let peer_took = if c.rank() == 0 {
+                let req = c.start_collective(allreduce(&mut recv)).unwrap();
+                std::thread::sleep(Duration::from_millis(600)); // computing, not looking
+                req.wait().unwrap();
+                None
+            } else {
+                c.collective(allreduce(&mut recv)).unwrap();
+                Some(t0.elapsed())
+            };
+            assert!(recv.iter().all(|&b| b == 3), "{backend}: first");
+            // Only tested: the test loop must see it finish.
+            let req = c.start_collective(allreduce(&mut recv)).unwrap();
+            while !req.is_completed() {
+                std::thread::yield_now();
+            }
+            drop(req);
+            assert!(recv.iter().all(|&b| b == 3), "{backend}: second");
+            peer_took
+        });
+        let took = out[1].expect("rank 1 timed its call");
+        assert!(took < Duration::from_millis(400), "{backend}: the peer's call waited {took:?} for a caller that did not look");
+    }
+}

@@ -6,20 +6,46 @@
 //! every core) the worker may not get a core for milliseconds, and even on an idle one handing
 //! the job over costs a wake-up. Only one thread runs the comm's jobs at a time (`run`), so
 //! they still run one after another in call order.
+//!
+//! So that "start, then wait at once" (torch's blocking calls, MPI's `Ixxx` + `Wait`) costs no
+//! wake-up at all, the worker is not woken for each job while the comm is in use: it looks at
+//! the queue every `LOOK_EVERY` and takes a job that nobody has come for within `TAKE_AFTER`
+//! (a caller computing meanwhile: the job progresses, as an overlapped allreduce must). A
+//! caller that tests a queued job (`kick`) wakes it at once: a test loop is not kept waiting.
+//! After `PARK_AFTER` without jobs the worker sleeps until the next one wakes it, so an idle
+//! comm costs no CPU.
 
 use super::{lock, Comm};
 use crate::completion::Completion;
 use crate::error::{Error, Result};
 use std::collections::VecDeque;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 pub(super) type Job = Box<dyn FnOnce() + Send>;
 
+/// How long a queued job waits for its caller before the worker takes it.
+const TAKE_AFTER: Duration = Duration::from_micros(200);
+/// How often a worker that is not parked looks at the queue.
+const LOOK_EVERY: Duration = Duration::from_millis(1);
+/// Time without jobs after which the worker parks (is woken by the next job).
+const PARK_AFTER: Duration = Duration::from_millis(50);
+
+#[derive(Default)]
+struct Jobs {
+    queue: VecDeque<(Instant, Job)>,
+    closed: bool,
+    /// The worker sleeps until woken (set by the worker, read by `submit`).
+    parked: bool,
+    /// Someone asked for the queued jobs to run now (a test, the comm closing).
+    kicked: bool,
+}
+
 #[derive(Default)]
 struct Queue {
-    jobs: Mutex<(VecDeque<Job>, bool)>,
-    /// Jobs came, or the queue closed.
+    jobs: Mutex<Jobs>,
+    /// Jobs came to a parked worker, a job was kicked, or the queue closed.
     ready: Condvar,
     /// Held while a job runs (by the worker or a waiting caller).
     run: Mutex<()>,
@@ -27,7 +53,7 @@ struct Queue {
 
 impl Queue {
     fn pop(&self) -> Option<Job> {
-        lock(&self.jobs).0.pop_front()
+        lock(&self.jobs).queue.pop_front().map(|(_, job)| job)
     }
 
     /// Runs one job (a panic that escapes it must not end the thread the next jobs wait for).
@@ -37,17 +63,41 @@ impl Queue {
         }
     }
 
-    fn worker(&self) {
+    fn sleep<'a>(&self, g: MutexGuard<'a, Jobs>, d: Duration) -> MutexGuard<'a, Jobs> {
+        self.ready.wait_timeout(g, d).map(|(g, _)| g).unwrap_or_else(|p| p.into_inner().0)
+    }
+
+    /// Waits until a job is due for the worker; false when the queue closed and is drained.
+    fn next_due(&self) -> bool {
+        let mut g = lock(&self.jobs);
+        let mut last_job = Instant::now();
         loop {
-            {
-                let mut g = lock(&self.jobs);
-                while g.0.is_empty() && !g.1 {
-                    g = self.ready.wait(g).unwrap_or_else(|p| p.into_inner());
+            g.parked = false;
+            match g.queue.front() {
+                Some((queued, _)) => {
+                    last_job = Instant::now();
+                    let age = queued.elapsed();
+                    if g.kicked || g.closed || age >= TAKE_AFTER {
+                        return true;
+                    }
+                    g = self.sleep(g, TAKE_AFTER - age);
                 }
-                if g.0.is_empty() {
-                    return; // closed and drained
+                None if g.closed => return false,
+                None => {
+                    g.kicked = false;
+                    if last_job.elapsed() < PARK_AFTER {
+                        g = self.sleep(g, LOOK_EVERY);
+                    } else {
+                        g.parked = true;
+                        g = self.ready.wait(g).unwrap_or_else(|p| p.into_inner());
+                    }
                 }
             }
+        }
+    }
+
+    fn worker(&self) {
+        while self.next_due() {
             let _running = lock(&self.run);
             // A waiting caller may have taken it meanwhile.
             if let Some(job) = self.pop() {
@@ -65,7 +115,7 @@ pub(super) struct Executor {
 impl Executor {
     /// Lets the queued jobs finish and joins the worker.
     pub(super) fn finish(self) {
-        lock(&self.queue.jobs).1 = true;
+        lock(&self.queue.jobs).closed = true;
         self.queue.ready.notify_all();
         let _ = self.thread.join();
     }
@@ -84,9 +134,24 @@ impl Comm {
             *ex = Some(Executor { queue, thread });
         }
         let q = &ex.as_ref().expect("made above").queue;
-        lock(&q.jobs).0.push_back(job);
-        q.ready.notify_one();
+        let mut jobs = lock(&q.jobs);
+        jobs.queue.push_back((Instant::now(), job));
+        if jobs.parked {
+            jobs.parked = false;
+            q.ready.notify_one();
+        }
         Ok(())
+    }
+
+    /// Someone tests a queued job: the worker takes the queued jobs now (a test must not run a
+    /// collective itself: it would block).
+    pub fn kick_queued(&self) {
+        let Some(queue) = lock(&self.executor).as_ref().map(|e| e.queue.clone()) else { return };
+        let mut jobs = lock(&queue.jobs);
+        if !jobs.kicked && !jobs.queue.is_empty() {
+            jobs.kicked = true;
+            queue.ready.notify_one();
+        }
     }
 
     /// A caller waits for `comp`, a non-blocking collective of this comm: while it is still

@@ -37,18 +37,22 @@ def _ptr(t: Optional[torch.Tensor]) -> Optional[int]:
 def _out(t: Any, what: str) -> torch.Tensor:
     """A tensor the library writes: contiguous, on the CPU (detached: autograd does not see
     collectives, as with Gloo)."""
-    return check_tensor(t, what, written=True).detach()
+    t = check_tensor(t, what, written=True)
+    return t.detach() if t.requires_grad else t
 
 
 def _in(t: Any, what: str) -> torch.Tensor:
     """A tensor the library only reads (copied when not contiguous)."""
-    t = check_tensor(t, what, written=False).detach()
+    t = check_tensor(t, what, written=False)
+    if t.requires_grad:
+        t = t.detach()
     return t if t.is_contiguous() else t.contiguous()
 
 
 def _target(t: Any, what: str) -> torch.Tensor:
     """A tensor filled by a copy when the operation completes (any strides)."""
-    return check_tensor(t, what, written=False).detach()
+    t = check_tensor(t, what, written=False)
+    return t.detach() if t.requires_grad else t
 
 
 def _consecutive(ts: Sequence[torch.Tensor]) -> Optional[torch.Tensor]:

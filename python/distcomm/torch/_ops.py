@@ -34,20 +34,26 @@ _R = tdist.ReduceOp.RedOpType
 #: torch's ReduceOp -> dc_op
 OPS = {_R.SUM: 0, _R.PRODUCT: 1, _R.MAX: 2, _R.MIN: 3, _R.AVG: 4, _R.BAND: 5, _R.BOR: 6, _R.BXOR: 7}
 SUM, MAX, MIN, AVG = 0, 2, 3, 4
+_STRIDED = torch.strided
+_SUM_OP = tdist.ReduceOp.SUM
+#: dtypes whose SUM needs no mapping (not bool, not complex): the common case, decided without
+#: looking into the ReduceOp (its enum is slow to read and to hash).
+_PLAIN_SUM = frozenset(d for d in DTYPES if d is not torch.bool)
 
 
 def check_tensor(t: object, what: str, written: bool) -> torch.Tensor:
     """A dense CPU tensor the library can use in place; `written`: results land in it, so it
     must be contiguous (inputs that are not are copied by the caller)."""
+    # Cheap attributes first (t.device builds an object): this runs on every call.
     if not isinstance(t, torch.Tensor):
         raise invalid(f"{what}: expected a torch.Tensor, got {type(t).__name__}")
-    if t.device.type != "cpu":
+    if not t.is_cpu:
         # The library's NCCL path is not wired into this backend yet: say so rather than copy.
         raise unavailable(
             f"{what} is on device {t.device}; the distcomm torch backend handles CPU tensors "
             "only for now (register 'cpu:distcomm,cuda:nccl' or move the tensor with .cpu())"
         )
-    if t.layout != torch.strided:
+    if t.layout is not _STRIDED:
         raise invalid(f"{what}: layout {t.layout} is not supported (dense tensors only)")
     if written and not t.is_contiguous():
         raise invalid(
@@ -81,6 +87,8 @@ def reduce_dtype(t: torch.Tensor, what: str) -> Tuple[int, int, int]:
 
 def reduce_op(op: object, t: torch.Tensor, what: str) -> Tuple[int, Optional[float]]:
     """(dc_op, pre-multiplier or None) for torch's ReduceOp on `t`'s dtype."""
+    if type(op) is tdist.ReduceOp and op == _SUM_OP and t.dtype in _PLAIN_SUM:
+        return SUM, None
     kind = getattr(op, "op", op)
     factor = None
     if kind == _R.PREMUL_SUM:

@@ -48,7 +48,7 @@ class Work(_C10dWork):
                  finish: Optional[Callable[[], None]] = None, recv_count: Optional[int] = None,
                  ranks: Optional[Sequence[int]] = None, completer: Optional["Completer"] = None):
         super().__init__()
-        self._reqs: List[int] = [r for r in reqs if r]
+        self._reqs: List[int] = [r for r in reqs if r] if len(reqs) != 1 or not reqs[0] else list(reqs)
         self._what = what
         self._keep = keep
         self._outputs = outputs if outputs is not None else []
@@ -73,7 +73,7 @@ class Work(_C10dWork):
         for st, msg in results:
             if st != 0 and self._error is None:
                 self._error = _errors.for_status(st, msg or f"{self._what} failed")
-        if self._error is None and self._recv_count is not None and self._reqs:
+        if self._recv_count is not None and self._error is None and self._reqs:
             info = _lib.RecvInfo()
             _lib.check(lib.dc_request_recv_info(self._reqs[0], byref(info)))
             self._source = info.source
@@ -116,7 +116,7 @@ class Work(_C10dWork):
     # -- torch's Work API --
 
     def wait(self, timeout: Any = None) -> bool:
-        secs = _seconds(timeout)
+        secs = _seconds(timeout) if timeout is not None else 0.0
         if secs > 0:
             deadline = time.monotonic() + secs
             pause = 0.0001
@@ -126,9 +126,11 @@ class Work(_C10dWork):
                         f"{self._what}: Work.wait({timeout}) timed out; the operation is still pending")
                 time.sleep(pause)
                 pause = min(pause * 2, 0.01)
-        with self._lock:
-            self._wait_locked()
-        self._settle()
+        if not self._done:
+            with self._lock:
+                self._wait_locked()
+        if self._unsettled:  # set under the lock before the future is handed out
+            self._settle()
         if self._error is not None:
             raise self._error
         return True
@@ -234,10 +236,14 @@ class Pending:
         self._works: "collections.deque[Work]" = collections.deque()
 
     def add(self, w: Work) -> None:
+        # Sweep first: testing the work just started would hand it to the library's worker
+        # (a test asks for progress), though its caller usually waits for it at once and then
+        # runs it on its own thread, without a wake-up.
+        works = self._works
+        while works and works[0].is_completed():
+            works.popleft()
         if not w._done:
-            self._works.append(w)
-        while self._works and self._works[0].is_completed():
-            self._works.popleft()
+            works.append(w)
 
     def wait_all(self, timeout_s: float) -> int:
         """Waits up to timeout_s for every pending Work; returns how many are still pending."""
