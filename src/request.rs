@@ -154,10 +154,8 @@ impl Request {
     /// tests, as MPI's test loops do, wants it to progress).
     pub fn is_completed(&self) -> bool {
         let done = self.done();
-        if !done {
-            if let Kind::Coll { .. } = self.kind {
-                self.comm.kick_queued();
-            }
+        if !done && matches!(self.kind, Kind::Coll { .. }) {
+            self.comm.kick_queued();
         }
         done
     }

@@ -11,7 +11,7 @@
 //! wake-up at all, the worker is not woken for each job while the comm is in use: it looks at
 //! the queue every `LOOK_EVERY` and takes a job that nobody has come for within `TAKE_AFTER`
 //! (a caller computing meanwhile: the job progresses, as an overlapped allreduce must). A
-//! caller that tests a queued job (`kick`) wakes it at once: a test loop is not kept waiting.
+//! caller that tests a queued job (`kick_queued`) wakes it at once: a test loop is not kept waiting.
 //! After `PARK_AFTER` without jobs the worker sleeps until the next one wakes it, so an idle
 //! comm costs no CPU.
 
@@ -38,7 +38,7 @@ struct Jobs {
     closed: bool,
     /// The worker sleeps until woken (set by the worker, read by `submit`).
     parked: bool,
-    /// Someone asked for the queued jobs to run now (a test, the comm closing).
+    /// Someone tested a queued job: the worker takes the queued jobs now, whatever their age.
     kicked: bool,
 }
 
@@ -143,10 +143,15 @@ impl Comm {
         Ok(())
     }
 
+    /// The worker's queue, once a job has started the worker.
+    fn job_queue(&self) -> Option<Arc<Queue>> {
+        lock(&self.executor).as_ref().map(|e| e.queue.clone())
+    }
+
     /// Someone tests a queued job: the worker takes the queued jobs now (a test must not run a
     /// collective itself: it would block).
     pub fn kick_queued(&self) {
-        let Some(queue) = lock(&self.executor).as_ref().map(|e| e.queue.clone()) else { return };
+        let Some(queue) = self.job_queue() else { return };
         let mut jobs = lock(&queue.jobs);
         if !jobs.kicked && !jobs.queue.is_empty() {
             jobs.kicked = true;
@@ -158,7 +163,7 @@ impl Comm {
     /// queued and no job is running, runs the queued jobs (in order) on this thread. Returns
     /// when `comp` is done or a job is running elsewhere (the caller then waits as usual).
     pub fn run_queued_until(&self, comp: &Completion) {
-        let Some(queue) = lock(&self.executor).as_ref().map(|e| e.queue.clone()) else { return };
+        let Some(queue) = self.job_queue() else { return };
         while !comp.is_done() {
             let Ok(_running) = queue.run.try_lock() else { return };
             match queue.pop() {

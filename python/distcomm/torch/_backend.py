@@ -34,25 +34,26 @@ def _ptr(t: Optional[torch.Tensor]) -> Optional[int]:
     return t.data_ptr() if t.numel() else _EMPTY_PTR
 
 
+def _detached(t: torch.Tensor) -> torch.Tensor:
+    """`t` as autograd does not see it (detach() costs an object: only where grad is on)."""
+    return t.detach() if t.requires_grad else t
+
+
 def _out(t: Any, what: str) -> torch.Tensor:
     """A tensor the library writes: contiguous, on the CPU (detached: autograd does not see
     collectives, as with Gloo)."""
-    t = check_tensor(t, what, written=True)
-    return t.detach() if t.requires_grad else t
+    return _detached(check_tensor(t, what, written=True))
 
 
 def _in(t: Any, what: str) -> torch.Tensor:
     """A tensor the library only reads (copied when not contiguous)."""
-    t = check_tensor(t, what, written=False)
-    if t.requires_grad:
-        t = t.detach()
+    t = _detached(check_tensor(t, what, written=False))
     return t if t.is_contiguous() else t.contiguous()
 
 
 def _target(t: Any, what: str) -> torch.Tensor:
     """A tensor filled by a copy when the operation completes (any strides)."""
-    t = check_tensor(t, what, written=False)
-    return t.detach() if t.requires_grad else t
+    return _detached(check_tensor(t, what, written=False))
 
 
 def _consecutive(ts: Sequence[torch.Tensor]) -> Optional[torch.Tensor]:

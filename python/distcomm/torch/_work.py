@@ -48,7 +48,7 @@ class Work(_C10dWork):
                  finish: Optional[Callable[[], None]] = None, recv_count: Optional[int] = None,
                  ranks: Optional[Sequence[int]] = None, completer: Optional["Completer"] = None):
         super().__init__()
-        self._reqs: List[int] = [r for r in reqs if r] if len(reqs) != 1 or not reqs[0] else list(reqs)
+        self._reqs: List[int] = [r for r in reqs if r]
         self._what = what
         self._keep = keep
         self._outputs = outputs if outputs is not None else []
@@ -73,7 +73,7 @@ class Work(_C10dWork):
         for st, msg in results:
             if st != 0 and self._error is None:
                 self._error = _errors.for_status(st, msg or f"{self._what} failed")
-        if self._recv_count is not None and self._error is None and self._reqs:
+        if self._error is None and self._recv_count is not None and self._reqs:
             info = _lib.RecvInfo()
             _lib.check(lib.dc_request_recv_info(self._reqs[0], byref(info)))
             self._source = info.source
@@ -116,7 +116,7 @@ class Work(_C10dWork):
     # -- torch's Work API --
 
     def wait(self, timeout: Any = None) -> bool:
-        secs = _seconds(timeout) if timeout is not None else 0.0
+        secs = _seconds(timeout)
         if secs > 0:
             deadline = time.monotonic() + secs
             pause = 0.0001
