@@ -167,17 +167,20 @@ class DistcommBackend(_C10dBackend):
                recv_count: Optional[int] = None) -> Work:
         """Starts each (dc_iNAME, args) and returns one Work over their requests."""
         reqs: List[int] = []
+        lib = self._lib
+        req = c_void_p()
+        out = byref(req)
         try:
             for fn, args in calls:
-                req = c_void_p()
-                self._check(getattr(self._lib, fn)(*args, byref(req)), fn)
-                reqs.append(int(req.value))
+                st = getattr(lib, fn)(*args, out)
+                if st != 0:
+                    raise _errors.for_status(st, _lib.last_error() or fn)
+                reqs.append(req.value)
         except BaseException:
             if reqs:  # already started: they must finish before their buffers go
-                self._pending.add(Work(reqs, what, keep=keep, completer=self._completer))
+                self._pending.add(Work(reqs, what, self._completer, keep=keep))
             raise
-        w = Work(reqs, what, keep=keep, outputs=outputs, finish=finish, recv_count=recv_count,
-                 completer=self._completer)
+        w = Work(reqs, what, self._completer, keep=keep, outputs=outputs, finish=finish, recv_count=recv_count)
         self._pending.add(w)
         return w
 

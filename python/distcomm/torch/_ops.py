@@ -34,7 +34,9 @@ _R = tdist.ReduceOp.RedOpType
 #: torch's ReduceOp -> dc_op
 OPS = {_R.SUM: 0, _R.PRODUCT: 1, _R.MAX: 2, _R.MIN: 3, _R.AVG: 4, _R.BAND: 5, _R.BOR: 6, _R.BXOR: 7}
 SUM, MAX, MIN, AVG = 0, 2, 3, 4
+_COMPLEX_PARTS = {torch.complex64: 7, torch.complex128: 8, torch.complex32: 6}
 _STRIDED = torch.strided
+_REDUCE_OP = tdist.ReduceOp
 _SUM_OP = tdist.ReduceOp.SUM
 #: dtypes whose SUM needs no mapping (not bool, not complex): the common case, decided without
 #: looking into the ReduceOp (its enum is slow to read and to hash).
@@ -75,19 +77,18 @@ def move_dtype(t: torch.Tensor, what: str) -> Tuple[int, int]:
 def reduce_dtype(t: torch.Tensor, what: str) -> Tuple[int, int, int]:
     """(dc_dtype, element count, elements per torch element) for reducing `t`. Complex
     tensors reduce as pairs of floats (right for SUM and AVG only: the caller checks)."""
-    if t.is_complex():
-        real = {torch.complex64: 7, torch.complex128: 8, torch.complex32: 6}.get(t.dtype)
-        if real is not None:
-            return real, t.numel() * 2, 2
     code = DTYPES.get(t.dtype)
-    if code is None:
-        raise invalid(f"{what}: dtype {t.dtype} cannot be reduced by distcomm (supported: {_SUPPORTED})")
-    return code, t.numel(), 1
+    if code is not None:
+        return code, t.numel(), 1
+    real = _COMPLEX_PARTS.get(t.dtype)
+    if real is not None:
+        return real, t.numel() * 2, 2
+    raise invalid(f"{what}: dtype {t.dtype} cannot be reduced by distcomm (supported: {_SUPPORTED})")
 
 
 def reduce_op(op: object, t: torch.Tensor, what: str) -> Tuple[int, Optional[float]]:
     """(dc_op, pre-multiplier or None) for torch's ReduceOp on `t`'s dtype."""
-    if type(op) is tdist.ReduceOp and op == _SUM_OP and t.dtype in _PLAIN_SUM:
+    if type(op) is _REDUCE_OP and op == _SUM_OP and t.dtype in _PLAIN_SUM:
         return SUM, None
     kind = getattr(op, "op", op)
     factor = None

@@ -34,45 +34,55 @@ def _seconds(timeout: Any) -> float:
     return float(timeout)
 
 
-def _wait(lib: Any, req: int) -> Any:
-    """(status, the library's message) of waiting for one request."""
-    st = lib.dc_request_wait(req)
-    return st, (_lib.last_error() if st != 0 else "")
+def _wait_all(reqs: List[int]) -> List[Any]:
+    """Waits for each request; (status, the library's message) of each that failed (the message
+    is read right after its wait: it is the calling thread's last error)."""
+    wait = _lib.load().dc_request_wait
+    return [(st, _lib.last_error()) for st in map(wait, reqs) if st != 0]
 
 
 class Work(_C10dWork):
     """A pending operation. ``wait(timeout)`` with a positive timeout bounds this wait only (a
     timeout error leaves the operation pending; it still ends by the group's timeout)."""
 
-    def __init__(self, reqs: Sequence[int], what: str, keep: Any = (), outputs: Optional[List[Any]] = None,
-                 finish: Optional[Callable[[], None]] = None, recv_count: Optional[int] = None,
-                 ranks: Optional[Sequence[int]] = None, completer: Optional["Completer"] = None):
+    # What most operations leave as is: set on the instance only where one differs (each
+    # attribute set costs on every call, and DDP makes many small calls).
+    _finish: Optional[Callable[[], None]] = None
+    _recv_count: Optional[int] = None
+    _ranks: Optional[Sequence[int]] = None
+    _source = -1
+    _error: Optional[BaseException] = None
+    _future: Optional[torch.futures.Future] = None
+    _unsettled = False  # a future was handed out and is not marked done yet
+
+    def __init__(self, reqs: List[int], what: str, completer: "Completer", keep: Any = (),
+                 outputs: Optional[List[Any]] = None, finish: Optional[Callable[[], None]] = None,
+                 recv_count: Optional[int] = None, ranks: Optional[Sequence[int]] = None):
+        """`reqs`: the library's requests (none zero), owned by this Work from now on."""
         super().__init__()
-        self._reqs: List[int] = [r for r in reqs if r]
+        self._reqs = reqs
         self._what = what
         self._keep = keep
         self._outputs = outputs if outputs is not None else []
-        self._finish = finish
-        self._recv_count = recv_count
-        self._ranks = ranks
         self._completer = completer
-        self._source = -1
-        self._error: Optional[BaseException] = None
-        self._done = not self._reqs
-        self._future: Optional[torch.futures.Future] = None
-        self._unsettled = False  # a future was handed out and is not marked done yet
         self._lock = threading.Lock()
+        if finish is not None:
+            self._finish = finish
+        if recv_count is not None:
+            self._recv_count = recv_count
+            self._ranks = ranks
+        self._done = not reqs
         if self._done:
             self._complete([])
 
     # -- completion (with self._lock held, or from __init__) --
 
-    def _complete(self, results: List[Any]) -> None:
-        """`results`: (status, message) of each request's wait."""
+    def _complete(self, failures: List[Any]) -> None:
+        """`failures`: (status, message) of each request whose wait failed."""
         lib = _lib.load()
-        for st, msg in results:
-            if st != 0 and self._error is None:
-                self._error = _errors.for_status(st, msg or f"{self._what} failed")
+        if failures:
+            st, msg = failures[0]
+            self._error = _errors.for_status(st, msg or f"{self._what} failed")
         if self._error is None and self._recv_count is not None and self._reqs:
             info = _lib.RecvInfo()
             _lib.check(lib.dc_request_recv_info(self._reqs[0], byref(info)))
@@ -84,13 +94,14 @@ class Work(_C10dWork):
         for req in self._reqs:
             lib.dc_request_free(req)
         self._reqs = []
-        if self._error is None and self._finish is not None:
-            try:
-                with torch.no_grad():
-                    self._finish()
-            except BaseException as e:  # a copy into an output failed: report it as the op's error
-                self._error = _errors.translate(e)
-        self._finish = None
+        if self._finish is not None:
+            if self._error is None:
+                try:
+                    with torch.no_grad():
+                        self._finish()
+                except BaseException as e:  # a copy into an output failed: report it as the op's error
+                    self._error = _errors.translate(e)
+            self._finish = None
         self._keep = ()
         self._done = True
 
@@ -110,23 +121,14 @@ class Work(_C10dWork):
 
     def _wait_locked(self) -> None:
         if not self._done:
-            lib = _lib.load()
-            self._complete([_wait(lib, r) for r in self._reqs])
+            self._complete(_wait_all(self._reqs))
 
     # -- torch's Work API --
 
     def wait(self, timeout: Any = None) -> bool:
-        secs = _seconds(timeout)
-        if secs > 0:
-            deadline = time.monotonic() + secs
-            pause = 0.0001
-            while not self.is_completed():
-                if time.monotonic() >= deadline:
-                    raise _errors.DistcommTimeoutError(
-                        f"{self._what}: Work.wait({timeout}) timed out; the operation is still pending")
-                time.sleep(pause)
-                pause = min(pause * 2, 0.01)
         if not self._done:
+            if timeout is not None and _seconds(timeout) > 0:
+                self._wait_bounded(timeout)
             with self._lock:
                 self._wait_locked()
         if self._unsettled:  # set under the lock before the future is handed out
@@ -134,6 +136,17 @@ class Work(_C10dWork):
         if self._error is not None:
             raise self._error
         return True
+
+    def _wait_bounded(self, timeout: Any) -> None:
+        """Polls until done; a timeout error if that takes longer than `timeout`."""
+        deadline = time.monotonic() + _seconds(timeout)
+        pause = 0.0001
+        while not self.is_completed():
+            if time.monotonic() >= deadline:
+                raise _errors.DistcommTimeoutError(
+                    f"{self._what}: Work.wait({timeout}) timed out; the operation is still pending")
+            time.sleep(pause)
+            pause = min(pause * 2, 0.01)
 
     def is_completed(self) -> bool:
         """Never blocks; True once finished (successfully or not)."""
@@ -150,7 +163,7 @@ class Work(_C10dWork):
                 _lib.check(lib.dc_request_is_completed(r, byref(flag)))
                 if not flag.value:
                     return False
-            self._complete([_wait(lib, r) for r in self._reqs])  # all done: returns at once
+            self._complete(_wait_all(self._reqs))  # all done: returns at once
         finally:
             self._lock.release()
         self._settle()
