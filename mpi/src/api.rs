@@ -6,7 +6,6 @@
 //! checked for NULL where the standard gives an error class for it, and otherwise trusted.
 
 use crate::abi_gen::*;
-use crate::datatype;
 use crate::err::{self, MpiErr, Res};
 use crate::mpi_err;
 use crate::op;
@@ -395,9 +394,7 @@ pub(crate) struct P2p {
 pub(crate) fn p2p_args(buf: *const c_void, count: i64, dt: MPI_Datatype, peer: c_int, tag: c_int, c: MPI_Comm, recv: bool) -> Result<P2p, MpiErr> {
     let mc = comm(c)?;
     let on = |e: MpiErr| e.on(c);
-    let t = datatype::resolve(dt).map_err(on)?;
-    let bytes = crate::packing::packed_len(&t, count).map_err(on)?;
-    crate::packing::check_typed_buf(buf, &t, bytes, "buf").map_err(on)?;
+    crate::packing::checked_len(buf, count, dt).map_err(on)?;
     check_peer(&mc, peer, tag, c, recv)?;
     Ok(P2p { mc })
 }

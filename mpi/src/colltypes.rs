@@ -457,9 +457,12 @@ type TypeAndBasic = (Arc<Type>, Arc<Type>);
 /// How a reduction of `dt` runs: None on the type as it is (predefined, or dense where the
 /// op applies to its elements or is the user's); or on an array of its one basic type.
 fn basic_route(k: &Coll, dt: MPI_Datatype, o: MPI_Op) -> Result<Option<TypeAndBasic>, MpiErr> {
+    if datatype::predefined(dt).is_some() {
+        return Ok(None); // the common case, answered without the full lookup
+    }
     let d = datatype::get(dt).map_err(on(k))?;
     let user = o >= op::OP_BASE;
-    if datatype::predefined(dt).is_some() || (d.dense && (user || d.kind != datatype::Kind::Other)) {
+    if d.dense && (user || d.kind != datatype::Kind::Other) {
         return Ok(None);
     }
     if user {

@@ -127,8 +127,22 @@ macro_rules! dt {
     };
 }
 
-/// The predefined datatype behind a handle.
+/// The ABI's predefined datatype handles all lie in `PREDEF_FIRST..PREDEF_FIRST + PREDEF_SPAN`.
+const PREDEF_FIRST: MPI_Datatype = MPI_DATATYPE_NULL;
+const PREDEF_SPAN: usize = 0x100;
+
+/// The predefined datatype behind a handle: every typed call asks, so it is one load from a
+/// table made once (the match below costs a few hundred instructions a call).
 pub fn predefined(h: MPI_Datatype) -> Option<Dt> {
+    static TABLE: std::sync::LazyLock<[Option<Dt>; PREDEF_SPAN]> =
+        std::sync::LazyLock::new(|| std::array::from_fn(|i| predefined_by_match(PREDEF_FIRST + i)));
+    match h.wrapping_sub(PREDEF_FIRST) {
+        i if i < PREDEF_SPAN => TABLE[i],
+        _ => None,
+    }
+}
+
+fn predefined_by_match(h: MPI_Datatype) -> Option<Dt> {
     use Kind::*;
     match h {
         MPI_AINT => dt!(h, 8, 8, I64, "MPI_AINT"),
@@ -650,6 +664,17 @@ pub fn type_size(h: MPI_Datatype) -> Result<i64, MpiErr> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_predefined_type_is_in_the_table() {
+        for h in 0..0x10000 {
+            if let Some(d) = predefined_by_match(h) {
+                assert!((PREDEF_FIRST..PREDEF_FIRST + PREDEF_SPAN).contains(&h), "{} ({h:#x}) is outside the table", d.name);
+                assert_eq!(predefined(h).map(|t| t.name), Some(d.name));
+            }
+        }
+        assert!(predefined(PREDEF_FIRST + PREDEF_SPAN).is_none() && predefined(0).is_none() && predefined(usize::MAX).is_none());
+    }
 
     #[test]
     fn predefined_sizes_match_c() {

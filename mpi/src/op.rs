@@ -114,6 +114,18 @@ pub fn plan(op: MPI_Op, dt: &Dt) -> Result<Plan, MpiErr> {
         let _ = u.commute;
         return Ok(Plan::Local(Local::User(u.f, *dt)));
     }
+    // The common case first: an arithmetic op the engine has on a type it has (all of them
+    // integers or floats, on which these four are defined).
+    let arith = match op {
+        MPI_SUM => Some(ReduceOp::Sum),
+        MPI_PROD => Some(ReduceOp::Prod),
+        MPI_MIN => Some(ReduceOp::Min),
+        MPI_MAX => Some(ReduceOp::Max),
+        _ => None,
+    };
+    if let (Some(o), Some(d)) = (arith, dt.engine()) {
+        return Ok(Plan::Engine(d, o));
+    }
     allowed(op, dt)?;
     let engine_op = match op {
         MPI_SUM => Some(ReduceOp::Sum),

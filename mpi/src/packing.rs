@@ -52,6 +52,18 @@ fn dense_predefined(buf: *const c_void, count: i64, dt: MPI_Datatype) -> Option<
     Some(count_bytes(count, |n| crate::typemap::packed_bytes(d.size as u64, n)).and_then(|len| refuse_null(buf, len, "buf").map(|_| len)))
 }
 
+/// The packed bytes of `count` elements of `dt` at `buf`, with the checks of a send or receive
+/// (count, committed type, NULL buffer); a dense predefined type without a type lookup.
+pub fn checked_len(buf: *const c_void, count: i64, dt: MPI_Datatype) -> Result<usize, MpiErr> {
+    if let Some(len) = dense_predefined(buf, count, dt) {
+        return len;
+    }
+    let t = datatype::resolve(dt)?;
+    let len = packed_len(&t, count)?;
+    check_typed_buf(buf, &t, len, "buf")?;
+    Ok(len)
+}
+
 /// A NULL buffer is refused when it holds data, except for a derived type whose data does not
 /// start at its address (MPI_BOTTOM with absolute displacements from MPI_Get_address).
 pub fn check_typed_buf(buf: *const c_void, t: &Type, len: usize, what: &str) -> Result<(), MpiErr> {
