@@ -152,6 +152,21 @@ fn every_op_checks_out_and_the_csv_parses() {
     assert!(text.contains("<polyline") && text.contains("allreduce: bus bandwidth"));
 }
 
+/// Large alltoall, allgather and sendrecv at 3 ranks of one host, every result checked, both
+/// ways the library moves them: with single-copy reads of the peers' memory (alltoall from
+/// 64 KiB, point-to-point from DC_CMA_MIN) and with it off (staged through the arena, sockets).
+#[test]
+fn large_transfers_check_out_with_and_without_single_copy() {
+    for env in [&[][..], &[("DC_CMA_MIN", "0")][..]] {
+        let o = dc_bench("3", &["-b", "16K", "-e", "4M", "-f", "16", "-o", "alltoall,allgather,sendrecv", "-n", "2", "-w", "1", "-c", "2"], env);
+        assert_eq!(o.code, Some(0), "{env:?}: stdout:\n{}\nstderr:\n{}", o.stdout, o.stderr);
+        assert!(o.stdout.contains("# wrong elements: 0 (OK)"), "{env:?}: {}", o.stdout);
+        let wrongs = table_wrongs(&o.stdout);
+        assert_eq!(wrongs.len(), 2 * 3 * 3, "{env:?}: {}", o.stdout);
+        assert!(wrongs.iter().all(|w| w == "0" || w == "N/A"), "{env:?}: {wrongs:?}");
+    }
+}
+
 #[test]
 fn every_type_and_reduction_checks_out_at_three_ranks() {
     let dir = Scratch::new("types");

@@ -281,7 +281,8 @@ fn abort_reaches_a_rank_waiting_on_shared_memory() {
 
 #[test]
 fn shared_memory_large_alltoall_and_allgather() {
-    // Blocks larger than a staging slot's share go through the arena in several pieces.
+    // Large blocks: the alltoall reads them from the peers' memory, the allgather stages them
+    // through the arena in several pieces (larger than a slot's share).
     let block = 300 * 1024 + 8;
     job_on("shm", 3, 20_000, move |c| {
         let (n, me) = (c.size(), c.rank());
