@@ -7,8 +7,13 @@ Each round times --steps steps after --warmup; the medians per backend and the m
 per-round ratios (gloo / distcomm) are printed. The batch is small (--batch, default 8), so
 the step is dominated by the allreduce of the 100 MB of gradients.
 
+Part 1 also times DDP with a comm hook that communicates nothing ("free comm"): the floor of
+the step (compute and DDP's bucket copies), so gloo / free-comm is the most any backend could
+gain over Gloo on these cores.
+
 Part 2, per-call overhead: a 4-byte all_reduce called --calls times through torch's front end
-on distcomm and on Gloo, async + wait on distcomm, and the library's own dc_allreduce through
+on distcomm and on Gloo, async + wait on distcomm, the backend's allreduce() called directly
+(without torch's dispatch into a Python backend), and the library's own dc_allreduce through
 ctypes (distcomm's array API) as the floor of a call from Python. Compare the distcomm numbers
 with dc-bench's for the same size to get the Python backend's own cost:
 
@@ -19,12 +24,15 @@ Run (2 ranks; rank 0 prints):
     dcrun -n 2 --rank0-store python bench/torch_ddp.py [--rounds 6] [--steps 10] [--busy]
     torchrun --nproc-per-node 2 bench/torch_ddp.py
 
+Without OMP_NUM_THREADS each rank computes on one thread, as under torchrun.
+
 --busy starts one busy process (a spinning Python loop) on the machine for the whole run, as
 the issue's "with one busy process" case. Timings mean something only on a quiet machine.
 """
 
 import argparse
 import multiprocessing
+import os
 import statistics
 import time
 
@@ -41,6 +49,13 @@ import distcomm.torch  # noqa: F401  registers "distcomm"
 def spin() -> None:
     while True:
         pass
+
+
+def _no_comm(state: object, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """A DDP comm hook that communicates nothing (the bucket as it is)."""
+    fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+    fut.set_result(bucket.buffer())
+    return fut
 
 
 def mlp(width: int, layers: int) -> nn.Module:
@@ -89,6 +104,8 @@ def main() -> None:
     ap.add_argument("--busy", action="store_true")
     args = ap.parse_args()
 
+    if "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(1)  # as torchrun does for several processes per host
     dist.init_process_group("distcomm")
     rank, size = dist.get_rank(), dist.get_world_size()
     gloo = dist.new_group(backend="gloo")
@@ -99,12 +116,18 @@ def main() -> None:
 
     net = mlp(args.width, args.layers)
     params = sum(p.numel() for p in net.parameters())
-    models = {"distcomm": DDP(mlp(args.width, args.layers)), "gloo": DDP(mlp(args.width, args.layers), process_group=gloo)}
+    # "free comm": DDP whose comm hook returns the bucket as it is (no communication): the
+    # floor of the step on these cores (compute, DDP's bucket copies), which bounds how much
+    # faster any backend can make it.
+    free = DDP(mlp(args.width, args.layers))
+    free.register_comm_hook(None, _no_comm)
+    models = {"distcomm": DDP(mlp(args.width, args.layers)), "gloo": DDP(mlp(args.width, args.layers), process_group=gloo),
+              "free comm": free}
     x = torch.randn(args.batch, args.width)
     for m in models.values():
         time_steps(m, x, args.warmup)
-    times = {"distcomm": [], "gloo": []}
-    order = ["distcomm", "gloo"]
+    times = {name: [] for name in models}
+    order = list(models)
     for r in range(args.rounds):
         for name in (order if r % 2 == 0 else order[::-1]):
             times[name].append(time_steps(models[name], x, args.steps))
@@ -113,18 +136,25 @@ def main() -> None:
               f"{params * 4 / 2**20:.0f} MiB of gradients), batch {args.batch}, {size} ranks, "
               f"{args.rounds} interleaved rounds of {args.steps} steps{', one busy process' if args.busy else ''}:")
         for name, ts in times.items():
-            print(f"  {name:9s} median {statistics.median(ts) * 1e3:8.2f} ms/step  (rounds: "
+            print(f"  {name:12s} median {statistics.median(ts) * 1e3:8.2f} ms/step  (rounds: "
                   + ", ".join(f"{t * 1e3:.1f}" for t in ts) + ")")
         ratios = [g / d for g, d in zip(times["gloo"], times["distcomm"])]
         print(f"  gloo / distcomm: median {statistics.median(ratios):.2f}x")
+        bound = [g / c for g, c in zip(times["gloo"], times["free comm"])]
+        print(f"  gloo / free comm (the most any backend could gain over Gloo here): median {statistics.median(bound):.2f}x")
 
     one = torch.ones(1)
+    backend = distcomm.torch.backend_of()
+    opts = dist.AllreduceOptions()
+    opts.reduceOp = dist.ReduceOp.SUM
     dc_world = None
     arr = np.ones(1, dtype=np.float32)
     res = {
         "torch all_reduce, distcomm": per_call(lambda: dist.all_reduce(one), args.calls),
         "torch all_reduce, gloo": per_call(lambda: dist.all_reduce(one, group=gloo), args.calls),
         "torch all_reduce async+wait, distcomm": per_call(lambda: dist.all_reduce(one, async_op=True).wait(), args.calls),
+        # The backend called directly, without torch's dispatch into a Python backend.
+        "backend allreduce().wait(), distcomm": per_call(lambda: backend.allreduce([one], opts).wait(), args.calls),
     }
     # The floor: the library called through ctypes by distcomm's array API, on its own world
     # (formed through torch's store address: a second distcomm job of the same ranks).
@@ -138,7 +168,7 @@ def main() -> None:
     if rank == 0:
         print(f"per-call time of a 4-byte all_reduce, {size} ranks, {args.calls} calls (slowest rank):")
         for k, v in res.items():
-            print(f"  {k:40s} {v:8.2f} us")
+            print(f"  {k:42s} {v:8.2f} us")
         print("  compare with: dcrun -n 2 dc-bench -b 4 -e 4 -o allreduce -n 10000")
     if dc_world:
         distcomm.destroy_process_group()
