@@ -46,15 +46,6 @@ pub(super) struct Claimed {
     pub(super) since: Instant,
 }
 
-/// Whether a large message that `peer` announced through our ring is read from its memory
-/// (one copy, `cma`) rather than streamed to us through the ring (two copies, see `stream`).
-/// Measured here (sendrecv, interleaved against streaming): 2 ranks 0.2-0.75x the time from
-/// 256 KiB to 4 MiB, level at 16 MiB, also beside a busy process; with more ranks than cores
-/// streaming wins (4 ranks on 2 cores: 4 MiB 1.3-1.4x slower single-copy), so it stays there.
-pub(super) fn ring_message_single_copy(peer: &Peer, len: usize) -> bool {
-    peer.cma_pid.is_some() && cma::threshold() > 0 && len >= cma::threshold() && !crate::completion::oversubscribed()
-}
-
 pub(super) fn cma_failed(rank: u32, e: io::Error) -> Error {
     let status = if e.raw_os_error() == Some(libc::ESRCH) { Status::PeerLost } else { Status::System };
     Error::new(status, format!("copying a message from rank {rank} failed: {e}"))
@@ -277,9 +268,9 @@ impl SocketTransport {
     }
 
     /// A single-copy message: copy it out of the sender's memory into its posted receive and
-    /// tell the sender it may reuse its buffer (or, when it came through our ring and
-    /// `ring_message_single_copy` says no, ask the sender to stream it, see `stream`); with no
-    /// receive posted, park it (see [`park_limit`]).
+    /// tell the sender it may reuse its buffer (or, when it came through our ring, ask the
+    /// sender to stream it, see `stream`); with no receive posted, park it (see
+    /// [`park_limit`]).
     pub(super) fn on_rts(&self, peer: &Peer, hdr: Header, rts: Rts, via_ring: bool, events: &mut Vec<Event>) {
         let parked = Parked { cookie: rts.cookie, addr: rts.addr, len: rts.len as usize, since: Instant::now() };
         let mut m = lock(&self.matcher);
@@ -291,7 +282,7 @@ impl SocketTransport {
             return;
         };
         drop(m);
-        if via_ring && !ring_message_single_copy(peer, parked.len) {
+        if via_ring {
             lock(&peer.streams_in).push(StreamIn::new(parked.cookie, op, peer.rank, hdr.tag, hdr.check, parked.len));
             events.push(Event::SendCts { cookie: parked.cookie });
             return;

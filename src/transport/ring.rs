@@ -1,8 +1,7 @@
 //! Point-to-point rings between ranks of one host. Every rank owns one segment under /dev/shm
 //! holding an incoming byte ring per same-host peer; the peer appends whole frames (the socket
-//! transport's 32-byte header and, for small messages, the body; large ones are announced and
-//! then read from the sender's memory, or follow as chunks where ranks outnumber the cores: see
-//! `messages::ring_message_single_copy` and `stream`) and the owner consumes them.
+//! transport's 32-byte header and, for small messages, the body; large ones follow as chunks,
+//! see `stream`) and the owner consumes them.
 //! A receiver that spins sees a frame within a fraction of a microsecond, with no system call
 //! on either side; a receiver thread asleep in a wait is sent a doorbell over the socket (see
 //! `socket`); frames for a process that is not waiting at all are picked up by its next wait or

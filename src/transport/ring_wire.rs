@@ -361,13 +361,9 @@ impl Wire for RingWire {
         Some(Ok(t.write_inline(peer, ctx.id, tag, check, buf)))
     }
 
-    /// Announced through the ring: read from the sender's memory by the next wait, or streamed
-    /// (see `ring_message_single_copy`).
+    /// Announced through the ring: have it streamed (see `stream`).
     fn fetch(&self, t: &SocketTransport, peer: &Arc<Peer>, op: Arc<RecvOp>, msg: Unexpected) {
         let Some(p) = msg.parked() else { return };
-        if super::messages::ring_message_single_copy(peer, p.len) {
-            return t.claim_parked(op, msg);
-        }
         lock(&peer.streams_in).push(StreamIn::new(p.cookie, op, msg.src, msg.tag, msg.check, p.len));
         t.reply(peer, Header { tag: p.cookie, ..Header::control(FrameKind::Cts, 0) });
     }
