@@ -153,8 +153,8 @@ fn every_op_checks_out_and_the_csv_parses() {
 }
 
 /// Large alltoall, allgather and sendrecv at 3 ranks of one host, every result checked, both
-/// ways the library moves them: with single-copy reads of the peers' memory (alltoall from
-/// 64 KiB, point-to-point from DC_CMA_MIN) and with it off (staged through the arena, sockets).
+/// ways the library moves them: with single-copy reads of the peers' memory allowed (alltoall
+/// from 64 KiB) and with it off (`DC_CMA_MIN=0`: staged through the arena, sockets).
 #[test]
 fn large_transfers_check_out_with_and_without_single_copy() {
     for env in [&[][..], &[("DC_CMA_MIN", "0")][..]] {
