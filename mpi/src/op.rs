@@ -114,19 +114,6 @@ pub fn plan(op: MPI_Op, dt: &Dt) -> Result<Plan, MpiErr> {
         let _ = u.commute;
         return Ok(Plan::Local(Local::User(u.f, *dt)));
     }
-    // The common case first: an arithmetic op the engine has on a type it has (all of them
-    // integers or floats, on which these four are defined).
-    let arith = match op {
-        MPI_SUM => Some(ReduceOp::Sum),
-        MPI_PROD => Some(ReduceOp::Prod),
-        MPI_MIN => Some(ReduceOp::Min),
-        MPI_MAX => Some(ReduceOp::Max),
-        _ => None,
-    };
-    if let (Some(o), Some(d)) = (arith, dt.engine()) {
-        return Ok(Plan::Engine(d, o));
-    }
-    allowed(op, dt)?;
     let engine_op = match op {
         MPI_SUM => Some(ReduceOp::Sum),
         MPI_PROD => Some(ReduceOp::Prod),
@@ -137,6 +124,14 @@ pub fn plan(op: MPI_Op, dt: &Dt) -> Result<Plan, MpiErr> {
         MPI_BXOR => Some(ReduceOp::Bxor),
         _ => None,
     };
+    // The common case first, without the general check: an arithmetic op on a type the engine
+    // has (every one an integer or a float, on which SUM, PROD, MIN and MAX are defined).
+    if let (Some(d), Some(o)) = (dt.engine(), engine_op) {
+        if !o.is_bitwise() {
+            return Ok(Plan::Engine(d, o));
+        }
+    }
+    allowed(op, dt)?;
     match (dt.engine(), engine_op) {
         (Some(d), Some(o)) if o.valid_for(d) => Ok(Plan::Engine(d, o)),
         _ => Ok(Plan::Local(Local::Predef(op, *dt))),

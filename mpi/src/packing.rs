@@ -58,10 +58,16 @@ pub fn checked_len(buf: *const c_void, count: i64, dt: MPI_Datatype) -> Result<u
     if let Some(len) = dense_predefined(buf, count, dt) {
         return len;
     }
+    Ok(resolved(buf, count, dt)?.1)
+}
+
+/// The committed type behind `dt` and the packed bytes of `count` of it at `buf`, checked as
+/// a send or receive buffer.
+fn resolved(buf: *const c_void, count: i64, dt: MPI_Datatype) -> Result<(Arc<Type>, usize), MpiErr> {
     let t = datatype::resolve(dt)?;
     let len = packed_len(&t, count)?;
     check_typed_buf(buf, &t, len, "buf")?;
-    Ok(len)
+    Ok((t, len))
 }
 
 /// A NULL buffer is refused when it holds data, except for a derived type whose data does not
@@ -91,9 +97,7 @@ pub fn outgoing(buf: *const c_void, count: i64, dt: MPI_Datatype) -> Result<Outg
     if let Some(len) = dense_predefined(buf, count, dt) {
         return Ok(Outgoing { ptr: buf as *const u8, len: len?, keep: None });
     }
-    let t = datatype::resolve(dt)?;
-    let len = packed_len(&t, count)?;
-    check_typed_buf(buf, &t, len, "buf")?;
+    let (t, len) = resolved(buf, count, dt)?;
     if let Some(off) = t.map.one_run(count as u64) {
         return Ok(Outgoing { ptr: (buf as *const u8).wrapping_offset(off as isize), len, keep: None });
     }
@@ -105,9 +109,7 @@ pub fn outgoing(buf: *const c_void, count: i64, dt: MPI_Datatype) -> Result<Outg
 
 /// The packed bytes of `count` elements at `buf`, always a copy (buffered sends, replace).
 pub fn pack_copy(buf: *const c_void, count: i64, dt: MPI_Datatype) -> Result<Vec<u8>, MpiErr> {
-    let t = datatype::resolve(dt)?;
-    let len = packed_len(&t, count)?;
-    check_typed_buf(buf, &t, len, "buf")?;
+    let (t, len) = resolved(buf, count, dt)?;
     let mut v = vec![0u8; len];
     // SAFETY: as in `outgoing`.
     unsafe { t.map.pack(buf as *const u8, count as u64, &mut v) };
@@ -125,9 +127,7 @@ pub fn incoming(buf: *mut c_void, count: i64, dt: MPI_Datatype) -> Result<Incomi
     if let Some(len) = dense_predefined(buf, count, dt) {
         return Ok(Incoming { ptr: buf as *mut u8, len: len?, tmp: None });
     }
-    let t = datatype::resolve(dt)?;
-    let len = packed_len(&t, count)?;
-    check_typed_buf(buf, &t, len, "buf")?;
+    let (t, len) = resolved(buf as *const c_void, count, dt)?;
     if let Some(off) = t.map.one_run(count as u64) {
         return Ok(Incoming { ptr: (buf as *mut u8).wrapping_offset(off as isize), len, tmp: None });
     }

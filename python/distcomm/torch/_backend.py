@@ -172,9 +172,7 @@ class DistcommBackend(_C10dBackend):
         out = byref(req)
         try:
             for fn, args in calls:
-                st = getattr(lib, fn)(*args, out)
-                if st != 0:
-                    raise _errors.for_status(st, _lib.last_error() or fn)
+                self._check(getattr(lib, fn)(*args, out), fn)
                 reqs.append(req.value)
         except BaseException:
             if reqs:  # already started: they must finish before their buffers go
