@@ -91,7 +91,7 @@ pub fn init(opts: &InitOptions) -> Result<Arc<Comm>> {
     let mine = format!("{my_addr}|{host}|{}", cma::advertisement());
     let all = exchange(&*rdv.store, "data_addr", rank, size, mine.as_bytes(), deadline)?;
     let mut addrs: Vec<SocketAddr> = Vec::with_capacity(size);
-    let mut cma_pids = Vec::with_capacity(size);
+    let mut cma_peers = Vec::with_capacity(size);
     let mut host_pids = Vec::with_capacity(size);
     let mut hosts: Vec<u32> = Vec::with_capacity(size);
     let mut host_names: Vec<&str> = Vec::new();
@@ -112,17 +112,17 @@ pub fn init(opts: &InitOptions) -> Result<Arc<Comm>> {
         let adv = parts.next();
         host_pids.push(if same_host { adv.and_then(|a| a.split(':').next()?.parse().ok()) } else { None });
         let allowed = same_host && r != rank && policy != TransportPolicy::Socket;
-        cma_pids.push(if allowed { adv.and_then(cma::probe) } else { None });
+        cma_peers.push(if allowed { adv.and_then(cma::probe) } else { None });
     }
-    let mesh = MeshConfig { rank: rank as u32, size: size as u32, token_digest: token_digest(&rdv.token), job_id, deadline, cma_pids, host_pids, peer_timeout: crate::params::get().peer_timeout(), encrypt };
+    let mesh = MeshConfig { rank: rank as u32, size: size as u32, token_digest: token_digest(&rdv.token), job_id, deadline, cma_peers, host_pids, peer_timeout: crate::params::get().peer_timeout(), encrypt };
     let transport = SocketTransport::start(listener, &addrs, &mesh, rdv.timeout)?;
-    let local: Vec<usize> = (0..size).filter(|&r| mesh.cma_pids[r].is_some()).collect();
+    let local: Vec<usize> = (0..size).filter(|&r| mesh.cma_peers[r].is_some()).collect();
     if !local.is_empty() {
         setup_rings(&transport, &*rdv.store, rank, &local, deadline)?;
     }
     for (r, a) in addrs.iter().enumerate() {
         if r != rank {
-            let how = if mesh.cma_pids[r].is_some() { "socket, single-copy above the threshold" } else { "socket" };
+            let how = if mesh.cma_peers[r].is_some() { "socket, single-copy above the threshold" } else { "socket" };
             dc_log!(Level::Info, Some(rank), "rank {r} at {a}: transport {how}");
         }
     }

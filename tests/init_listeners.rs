@@ -25,7 +25,7 @@ fn strangers_at_a_data_listener_do_not_stop_connections_on_demand() {
         token_digest: token_digest(b"secret"),
         job_id: 42,
         deadline: Instant::now() + Duration::from_secs(10),
-        cma_pids: vec![None; n],
+        cma_peers: vec![None; n],
         host_pids: vec![None; n],
         peer_timeout: None,
         encrypt: false,

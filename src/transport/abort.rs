@@ -48,13 +48,13 @@ impl SocketTransport {
             for w in WIRES {
                 w.fail_aborted(self, p);
             }
-            lock(&p.awaiting_fin).retain(|_, op| {
-                let aborted = op.ctx.is_aborted();
-                if aborted {
-                    op.comp.complete(Err(aborted_error(&op.ctx)));
-                }
-                !aborted
-            });
+            // A single-copy send may be being read: it completes on the receiver's answer to
+            // the withdrawal (one round trip), not before, or the caller could free memory the
+            // receiver still reads (a waiter that gives up first revokes it, see `cancel_send`).
+            let aborted: Vec<_> = lock(&p.awaiting_fin).values().filter(|op| op.ctx.is_aborted()).cloned().collect();
+            for op in aborted {
+                self.ask_withdraw(p, &op);
+            }
         }
     }
 

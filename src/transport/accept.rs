@@ -274,7 +274,7 @@ pub mod fuzzing {
     impl Door {
         pub fn new(token: &[u8], job_id: u64, me: u32, size: u32) -> Door {
             let n = size as usize;
-            let cfg = MeshConfig { rank: me, size, token_digest: token_digest(token), job_id, deadline: Instant::now() + Duration::from_secs(1), cma_pids: vec![None; n], host_pids: vec![None; n], peer_timeout: None, encrypt: false };
+            let cfg = MeshConfig { rank: me, size, token_digest: token_digest(token), job_id, deadline: Instant::now() + Duration::from_secs(1), cma_peers: vec![None; n], host_pids: vec![None; n], peer_timeout: None, encrypt: false };
             Door { hs: Handshake::new(), cfg, done: false }
         }
 
@@ -310,7 +310,7 @@ mod tests {
     use std::sync::Arc;
 
     fn cfg(rank: u32, size: u32) -> MeshConfig {
-        MeshConfig { rank, size, token_digest: token_digest(b"t"), job_id: 9, deadline: Instant::now() + Duration::from_secs(10), cma_pids: vec![None; size as usize], host_pids: vec![None; size as usize], peer_timeout: None, encrypt: false }
+        MeshConfig { rank, size, token_digest: token_digest(b"t"), job_id: 9, deadline: Instant::now() + Duration::from_secs(10), cma_peers: vec![None; size as usize], host_pids: vec![None; size as usize], peer_timeout: None, encrypt: false }
     }
 
     fn hello(rank: u32, size: u32) -> [u8; HELLO_LEN] {

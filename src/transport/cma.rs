@@ -2,11 +2,115 @@
 //! `process_vm_readv`): the receiver copies a message straight out of the sender's memory.
 //! Whether a peer allows it (same kernel, same user, no ptrace restriction) is probed once at
 //! init by reading a known pattern from it.
+//!
+//! A sender normally keeps its buffer until the receiver's `Fin` says the read is over. Where it
+//! has to let go without that word (the receiver is lost or frozen past the grace of a
+//! withdrawal, see `messages::cancel_send`), it first *revokes* the message's cookie in a table
+//! every process exposes beside its probe pattern; a receiver checks that table after each
+//! read and discards what it read from a revoked message instead of delivering memory that its
+//! owner may have freed or reused meanwhile.
 
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-/// A pattern every process exposes for the probe.
-static PROBE: [u8; 16] = *b"distcomm-cma-ok!";
+/// Slots of the revocation table: cookie `c` uses slot `c % SLOTS`.
+const SLOTS: usize = 4096;
+/// Set in a slot holding a revoked cookie.
+const REVOKED: u64 = 1 << 63;
+
+/// What a process exposes to the peers that read its memory: the probe pattern, then the
+/// revocation table. A slot holds the newest single-copy cookie that uses it (`REVOKED` set
+/// once revoked); `floor`: every cookie up to it counts as revoked (a revoked cookie whose slot
+/// was taken by a newer one moves there, so it is never forgotten).
+#[repr(C)]
+struct Exposed {
+    probe: [u8; 16],
+    floor: AtomicU64,
+    slots: [AtomicU64; SLOTS],
+}
+
+static EXPOSED: Exposed = Exposed { probe: *b"distcomm-cma-ok!", floor: AtomicU64::new(0), slots: [const { AtomicU64::new(0) }; SLOTS] };
+
+/// A peer whose memory we may read: its pid and where its [`Exposed`] lies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Remote {
+    pub pid: i32,
+    base: u64,
+}
+
+/// A cookie for a single-copy message (or an offer): unique in this process, so the
+/// revocation table can be shared by every transport of it (ranks as threads).
+pub fn new_cookie() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Before a message announced with `cookie` can be read: it takes its slot (a revoked cookie
+/// found there moves to the floor first, so readers never see it as valid again).
+pub fn publish(cookie: u64) {
+    EXPOSED.publish(cookie)
+}
+
+/// The message `cookie` is let go of without its reader's `Fin`: a read of it that ends after
+/// this returns is discarded by the reader (see [`check_still_valid`]). Call before the
+/// buffer is released.
+pub fn revoke(cookie: u64) {
+    EXPOSED.revoke(cookie)
+}
+
+impl Exposed {
+    fn publish(&self, cookie: u64) {
+        let slot = &self.slots[cookie as usize % SLOTS];
+        let mut old = slot.load(Ordering::Acquire);
+        loop {
+            if old & REVOKED != 0 {
+                self.floor.fetch_max(old & !REVOKED, Ordering::SeqCst);
+            }
+            match slot.compare_exchange_weak(old, cookie, Ordering::SeqCst, Ordering::Acquire) {
+                Ok(_) => return,
+                Err(now) => old = now,
+            }
+        }
+    }
+
+    fn revoke(&self, cookie: u64) {
+        let slot = &self.slots[cookie as usize % SLOTS];
+        if slot.compare_exchange(cookie, cookie | REVOKED, Ordering::SeqCst, Ordering::SeqCst).is_err() {
+            // Its slot went to a newer cookie while it waited: the floor covers it.
+            self.floor.fetch_max(cookie, Ordering::SeqCst);
+        }
+        std::sync::atomic::fence(Ordering::SeqCst);
+    }
+}
+
+/// Whether `cookie`, read from `peer`'s memory just before, was still its sender's then (not
+/// revoked). Reads the slot, then the floor, after the data: a revocation that came before
+/// the data read ended is seen.
+pub fn check_still_valid(peer: Remote, cookie: u64) -> io::Result<bool> {
+    let mut words = [0u64; 2];
+    let slot = peer.base + std::mem::offset_of!(Exposed, slots) as u64 + 8 * (cookie % SLOTS as u64);
+    let floor = peer.base + std::mem::offset_of!(Exposed, floor) as u64;
+    // SAFETY: reading 8 bytes into each local word.
+    unsafe {
+        read(peer.pid, slot, words.as_mut_ptr() as *mut u8, 8)?;
+        read(peer.pid, floor, words.as_mut_ptr().add(1) as *mut u8, 8)?;
+    }
+    Ok(words[0] != cookie | REVOKED && words[1] < cookie)
+}
+
+/// Reads the `len` bytes of single-copy message `cookie` at `remote` in `peer`'s memory into
+/// `dst`, and fails if the sender revoked it meanwhile (the bytes may be torn: not to be used).
+///
+/// # Safety
+/// `dst` must be valid for `len` writable bytes.
+pub unsafe fn read_message(peer: Option<Remote>, cookie: u64, remote: u64, dst: *mut u8, len: usize) -> io::Result<()> {
+    let Some(peer) = peer else { return Err(io::Error::from_raw_os_error(libc::ESRCH)) };
+    read(peer.pid, remote, dst, len)?;
+    if !check_still_valid(peer, cookie)? {
+        return Err(io::Error::other("its sender let go of it while it was read (revoked after a withdrawal it did not see answered)"));
+    }
+    Ok(())
+}
 
 /// Messages at least this large go single-copy between ranks of one host (`DC_CMA_MIN` bytes;
 /// 0 turns single-copy off).
@@ -18,7 +122,7 @@ pub fn threshold() -> usize {
 
 /// What a rank publishes so peers can probe it: "pid:probe-address".
 pub fn advertisement() -> String {
-    format!("{}:{:x}", std::process::id(), PROBE.as_ptr() as usize)
+    format!("{}:{:x}", std::process::id(), &EXPOSED as *const Exposed as usize)
 }
 
 /// Reads `len` bytes at `remote` in process `pid` into `dst`.
@@ -46,8 +150,8 @@ pub unsafe fn read(pid: i32, remote: u64, dst: *mut u8, len: usize) -> io::Resul
     Ok(())
 }
 
-/// Whether the process behind `advertisement` lets us read its memory; its pid if so.
-pub fn probe(advertisement: &str) -> Option<i32> {
+/// Whether the process behind `advertisement` lets us read its memory; where, if so.
+pub fn probe(advertisement: &str) -> Option<Remote> {
     if threshold() == 0 {
         return None;
     }
@@ -57,7 +161,7 @@ pub fn probe(advertisement: &str) -> Option<i32> {
     let mut got = [0u8; 16];
     // SAFETY: reading 16 bytes into a local array.
     unsafe { read(pid, addr, got.as_mut_ptr(), got.len()) }.ok()?;
-    (got == PROBE).then_some(pid)
+    (got == EXPOSED.probe).then_some(Remote { pid, base: addr })
 }
 
 #[cfg(test)]
@@ -66,8 +170,35 @@ mod tests {
 
     #[test]
     fn probes_itself_and_refuses_nonsense() {
-        assert_eq!(probe(&advertisement()), Some(std::process::id() as i32));
+        let me = probe(&advertisement()).expect("a process may read itself");
+        assert_eq!(me.pid, std::process::id() as i32);
         assert_eq!(probe("1:0"), None);
         assert_eq!(probe("garbage"), None);
+    }
+
+    #[test]
+    fn a_revoked_cookie_reads_as_revoked_and_stays_so_when_its_slot_is_reused() {
+        // A table of the test's own (the process's one serves the other tests meanwhile),
+        // read through process_vm_readv as a peer reads it.
+        let t: Box<Exposed> = Box::new(Exposed { probe: EXPOSED.probe, floor: AtomicU64::new(0), slots: [const { AtomicU64::new(0) }; SLOTS] });
+        let me = Remote { pid: std::process::id() as i32, base: &*t as *const Exposed as u64 };
+        let valid = |c| check_still_valid(me, c).unwrap();
+        let (a, b) = (10, 11);
+        t.publish(a);
+        t.publish(b);
+        assert!(valid(a) && valid(b));
+        t.revoke(a);
+        assert!(!valid(a), "a revoked message must not be delivered");
+        assert!(valid(b), "revoking one message leaves the others valid");
+        // A newer cookie takes a's slot: a stays revoked (through the floor), b stays valid.
+        let c = a + SLOTS as u64;
+        t.publish(c);
+        assert!(!valid(a) && valid(c) && valid(b));
+        // Revoking a cookie whose slot went to a newer one: the floor covers it.
+        let d = 2 * SLOTS as u64 + 5;
+        t.publish(d);
+        t.publish(d + SLOTS as u64);
+        t.revoke(d);
+        assert!(!valid(d) && valid(d + SLOTS as u64));
     }
 }

@@ -28,7 +28,6 @@ use super::matching::Matcher;
 use super::protocol::Decoder;
 use super::stream::StreamIn;
 use super::ops::{CtxState, SendOp};
-use crate::completion::Done;
 use crate::dc_log;
 use crate::error::{Error, Result, Status};
 use crate::log::Level;
@@ -90,7 +89,7 @@ pub(super) struct Peer {
     pub(super) unheard_since_ms: AtomicU64,
     pub(super) probing: AtomicBool,
     /// The peer's pid when it lets us read its memory (same host), for single-copy messages.
-    pub(super) cma_pid: Option<i32>,
+    pub(super) cma: Option<super::cma::Remote>,
     /// Our single-copy sends to this peer, waiting for its `Fin`, by cookie.
     pub(super) awaiting_fin: Mutex<HashMap<u64, Arc<SendOp>>>,
     /// Same host: our ring in the peer's segment. Once set (during init, before any message),
@@ -142,7 +141,7 @@ impl Sealed {
 }
 
 impl Peer {
-    pub(super) fn new(rank: u32, cma_pid: Option<i32>) -> Peer {
+    pub(super) fn new(rank: u32, cma: Option<super::cma::Remote>) -> Peer {
         Peer {
             rank,
             stream: OnceLock::new(),
@@ -160,7 +159,7 @@ impl Peer {
             stopped_since_ms: AtomicU64::new(0),
             unheard_since_ms: AtomicU64::new(0),
             probing: AtomicBool::new(false),
-            cma_pid,
+            cma,
             awaiting_fin: Mutex::new(HashMap::new()),
             ring_out: OnceLock::new(),
             streams_in: Mutex::new(Vec::new()),
@@ -213,6 +212,8 @@ pub(super) enum Event {
     SendFin { cookie: u64, ok: bool },
     /// The peer is done reading our single-copy message.
     Fin { cookie: u64, ok: bool },
+    /// The peer withdraws its single-copy message `cookie` (see `messages::on_withdraw`).
+    Withdraw { cookie: u64 },
     /// Tell the peer to look at our rings (its ring to us has room again).
     Bell,
     /// Send what waits for room in our ring to the peer.
@@ -277,7 +278,6 @@ pub struct SocketTransport {
     pub(super) lost: AtomicUsize,
     pub(super) wake: OwnedFd,
     pub(super) stop: AtomicBool,
-    pub(super) next_cookie: AtomicU64,
     /// Numbers our synchronous sends (see `ops::sync_tag`).
     pub(super) next_sync: AtomicU64,
     /// The matcher holds answers owed to synchronous sends (see `probe::send_acks`).
@@ -301,7 +301,7 @@ impl SocketTransport {
     /// connected yet: each pair connects when one of them first sends to the other.
     pub fn start(listener: Listener, addrs: &[SocketAddr], cfg: &MeshConfig, connect_wait: Duration) -> Result<Arc<SocketTransport>> {
         let n = cfg.size as usize;
-        if addrs.len() != n || cfg.cma_pids.len() != n || cfg.host_pids.len() != n {
+        if addrs.len() != n || cfg.cma_peers.len() != n || cfg.host_pids.len() != n {
             return Err(Error::new(Status::Internal, "socket transport: address book and world size differ"));
         }
         raise_fd_limit();
@@ -337,7 +337,6 @@ impl SocketTransport {
             // SAFETY: efd is a fresh descriptor owned by nobody else.
             wake: unsafe { OwnedFd::from_raw_fd(efd) },
             stop: AtomicBool::new(false),
-            next_cookie: AtomicU64::new(1),
             next_sync: AtomicU64::new(0),
             acks_due: AtomicBool::new(false),
             acks_sending: std::sync::atomic::AtomicUsize::new(0),
@@ -374,7 +373,7 @@ impl SocketTransport {
 
     pub(super) fn peer(&self, r: u32) -> &Arc<Peer> {
         debug_assert!(r != self.rank, "no peer for ourselves");
-        self.peers[r as usize].get_or_init(|| Arc::new(Peer::new(r, self.mesh.cma_pids.get(r as usize).copied().flatten())))
+        self.peers[r as usize].get_or_init(|| Arc::new(Peer::new(r, self.mesh.cma_peers.get(r as usize).copied().flatten())))
     }
 
     /// The peer if it was ever used (None: nothing was sent to or received from it yet).
@@ -408,7 +407,7 @@ impl SocketTransport {
         if r == self.rank {
             return Some(std::process::id() as i32);
         }
-        self.mesh.cma_pids.get(r as usize).copied().flatten()
+        self.mesh.cma_peers.get(r as usize).copied().flatten().map(|c| c.pid)
     }
 
     /// Makes a context known so aborts from peers reach it.
@@ -493,20 +492,8 @@ impl SocketTransport {
                 Event::Ask { cookie, want } => self.send_offered(peer, cookie, want),
                 Event::AskFor { cookie, want } => self.ask_for(peer.rank, cookie, want),
                 Event::LostElsewhere { rank, how } => self.on_lost_elsewhere(peer.rank, rank, how),
-                Event::Fin { cookie, ok } => {
-                    let single_copy = lock(&peer.awaiting_fin).remove(&cookie);
-                    if single_copy.is_none() {
-                        self.offer_dropped(peer, cookie);
-                    }
-                    if let Some(op) = single_copy {
-                        let r = if ok {
-                            Ok(Done { bytes: op.buf.len(), source: op.dst, tag: 0 })
-                        } else {
-                            Err(Error::new(Status::System, format!("rank {} could not read the message from our memory", peer.rank)))
-                        };
-                        op.comp.complete(r);
-                    }
-                }
+                Event::Fin { cookie, ok } => self.on_fin(peer, cookie, ok),
+                Event::Withdraw { cookie } => self.on_withdraw(peer, cookie),
                 Event::Closed => {
                     *lock(&peer.state) = PeerState::Closed;
                     peer.gone.store(true, Ordering::Release);
@@ -534,7 +521,9 @@ impl SocketTransport {
     pub(super) fn fail_peer_ops(&self, peer: &Arc<Peer>) {
         let gone = || peer.gone_error().unwrap_or_else(|| Error::new(Status::PeerLost, format!("rank {} is gone", peer.rank)));
         let err = || Err(gone());
-        for (_, op) in lock(&peer.awaiting_fin).drain() {
+        for (cookie, op) in lock(&peer.awaiting_fin).drain() {
+            // Let go of without its Fin: a peer declared lost may still be reading.
+            super::cma::revoke(cookie);
             op.comp.complete(err());
         }
         if peer.rx_done.load(Ordering::Acquire) {

@@ -35,7 +35,7 @@ pub(super) fn mesh(rank: u32, peer_timeout: Option<Duration>, encrypt: bool) -> 
         token_digest: handshake::token_digest(b"t"),
         job_id: 9,
         deadline: Instant::now(),
-        cma_pids: vec![None; 2],
+        cma_peers: vec![None; 2],
         host_pids: vec![None; 2],
         peer_timeout,
         encrypt,
@@ -44,7 +44,11 @@ pub(super) fn mesh(rank: u32, peer_timeout: Option<Duration>, encrypt: bool) -> 
 
 /// Rank 1, connected to `rank0`.
 pub(super) fn rank1(rank0: SocketAddr, peer_timeout: Option<Duration>) -> Arc<SocketTransport> {
-    let cfg = mesh(1, peer_timeout, false);
+    rank1_as(rank0, mesh(1, peer_timeout, false))
+}
+
+/// Rank 1 configured by `cfg`, connected to `rank0`.
+pub(super) fn rank1_as(rank0: SocketAddr, cfg: MeshConfig) -> Arc<SocketTransport> {
     let listener = Listener::bind("127.0.0.1".parse().unwrap(), 2).unwrap();
     let addrs = vec![rank0, listener.local_addr().unwrap()];
     let t = SocketTransport::start(listener, &addrs, &cfg, Duration::from_secs(10)).unwrap();
@@ -129,6 +133,63 @@ mod tests {
         };
         hostile(rts(1 << 62), "over the cap");
         hostile(rts(1 << 20), "no single-copy path");
+    }
+
+    /// A single-copy message its sender revoked (let go of without the receiver's `Fin`, see
+    /// `cma::revoke`) is not delivered: the bytes read are discarded, the receive fails saying
+    /// why, and the sender is told the message was not read; a message announced beside it and
+    /// not revoked arrives whole. (The fake rank 0 is this process, so rank 1 reads its memory
+    /// and its revocation table as it would a real sender's.)
+    #[test]
+    fn a_revoked_single_copy_message_is_discarded_not_delivered() {
+        use super::super::cma;
+        use super::super::ops::{CtxState, TagMatch};
+        use crate::completion::WaitOutcome;
+        use std::io::Read;
+        const LEN: usize = 300_000;
+        let data: &'static [u8] = Box::leak((0..LEN).map(|i| (i * 7) as u8).collect::<Vec<u8>>().into_boxed_slice());
+        let (kept, revoked) = (cma::new_cookie(), cma::new_cookie());
+        cma::publish(kept);
+        cma::publish(revoked);
+        cma::revoke(revoked);
+        let (go, started) = std::sync::mpsc::channel::<()>();
+        let (a, fake) = fake_rank0(move |mut s| {
+            started.recv().unwrap();
+            for (tag, cookie) in [(1, revoked), (2, kept)] {
+                let mut rts = frame(FrameKind::Rts, tag, RTS_LEN as u64).to_vec();
+                rts.extend_from_slice(&super::super::protocol::Rts { cookie, addr: data.as_ptr() as u64, len: LEN as u64 }.encode());
+                s.write_all(&rts).unwrap();
+            }
+            let mut fins = Vec::new();
+            for _ in 0..2 {
+                let mut h = [0u8; HEADER_LEN];
+                s.read_exact(&mut h).unwrap();
+                let f = Header::decode(&h).unwrap();
+                fins.push((f.kind, f.tag, f.check));
+            }
+            fins
+        });
+        let mut cfg = mesh(1, None, false);
+        cfg.cma_peers[0] = cma::probe(&cma::advertisement());
+        let t = rank1_as(a, cfg);
+        let ctx = CtxState::new(7, None);
+        t.register_ctx(&ctx);
+        let (mut b1, mut b2) = (vec![0u8; LEN], vec![0u8; LEN]);
+        let r1 = t.post_recv(&ctx, Some(0), TagMatch::Exact(1), 0, crate::buffer::MutBuf::from_slice(&mut b1)).unwrap();
+        let r2 = t.post_recv(&ctx, Some(0), TagMatch::Exact(2), 0, crate::buffer::MutBuf::from_slice(&mut b2)).unwrap();
+        go.send(()).unwrap();
+        let limit = Instant::now() + Duration::from_secs(10);
+        match r1.comp.wait(limit, &|| None) {
+            WaitOutcome::Finished(Err(e)) => assert!(e.msg.contains("let go of it") && e.msg.contains("rank 0"), "{e}"),
+            o => panic!("the revoked message was not refused: {o:?}"),
+        }
+        match r2.comp.wait(limit, &|| None) {
+            WaitOutcome::Finished(Ok(d)) => assert_eq!(d.bytes, LEN),
+            o => panic!("the message beside it did not arrive: {o:?}"),
+        }
+        assert!(b2 == data, "the kept message is wrong");
+        assert_eq!(fake.join().unwrap(), vec![(FrameKind::Fin, revoked, 1), (FrameKind::Fin, kept, 0)], "the sender hears which was read");
+        t.shutdown(Instant::now() + Duration::from_millis(100));
     }
 
     /// A peer that offers a message, is asked for it, and then goes: the receive of any source

@@ -91,7 +91,7 @@ impl SocketTransport {
 
     /// Sender: offers `op`'s message; it is sent when the peer asks for it (`send_offered`).
     pub(super) fn post_offer(&self, peer: &Arc<Peer>, ctx: &Arc<CtxState>, tag: u64, check: u32, op: Arc<SendOp>) -> Result<Arc<SendOp>> {
-        let cookie = self.next_cookie.fetch_add(1, Ordering::Relaxed);
+        let cookie = super::cma::new_cookie();
         let body = Rts { cookie, addr: 0, len: op.buf.len() as u64 }.encode();
         lock(&peer.offers_out).insert(cookie, OfferOut { ctx: ctx.id, body: Body::User(op.buf), op: Some(op.clone()) });
         let hdr = Header { kind: FrameKind::Offer, check, ctx: ctx.id, tag, len: RTS_LEN as u64 };

@@ -41,6 +41,10 @@ pub enum FrameKind {
     /// "Send me your offered message `tag` (a cookie)": its first `ctx` bytes (what the
     /// receive takes; the field names no communicator here).
     Ask = 12,
+    /// Same host: the sender withdraws its single-copy message `tag` (a cookie): the receiver
+    /// drops it if no receive took it yet and answers `Fin` (check 1: not read), or answers
+    /// `Fin` once the read under way ends. Travels in order after the message's `Rts`.
+    Withdraw = 13,
     /// Across hosts, on a connection: "still here" (every quarter of the peer timeout; see
     /// `heartbeat`). Anything read from a connection counts; this is what an idle one sends.
     Ping = 16,
@@ -106,6 +110,7 @@ impl Header {
             10 => FrameKind::Pulled,
             11 => FrameKind::Credit,
             12 => FrameKind::Ask,
+            13 => FrameKind::Withdraw,
             16 => FrameKind::Ping,
             17 => FrameKind::Lost,
             k => return Err(bad(format!("unknown kind {k}"))),

@@ -433,6 +433,20 @@ impl Matcher {
         }
     }
 
+    /// Drops the message `cookie` of `src` if it is still parked in its sender's memory (the
+    /// sender withdrew it); whether it was.
+    pub fn withdraw_parked(&mut self, src: u32, cookie: u64) -> bool {
+        if self.parked == 0 {
+            return false;
+        }
+        let is_it = |m: &Unexpected| m.src == src && matches!(&m.content, Content::InSender(p) if p.cookie == cookie);
+        let Some(q) = self.ctxs.values_mut().find(|q| q.unexpected.iter().any(is_it)) else { return false };
+        let i = q.unexpected.iter().position(is_it).expect("found above");
+        let m = q.unexpected.remove(i).expect("position is in range");
+        self.account(&m, false);
+        true
+    }
+
     /// Removes `op` if it is still posted; true if it was.
     pub fn remove_posted(&mut self, op: &Arc<RecvOp>) -> bool {
         let Some(q) = self.ctxs.get_mut(&op.ctx.id) else { return false };

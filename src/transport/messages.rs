@@ -46,6 +46,15 @@ pub(super) struct Claimed {
     pub(super) since: Instant,
 }
 
+/// Whether a large message that `peer` announced through our ring is read from its memory
+/// (one copy, `cma`) rather than streamed to us through the ring (two copies, see `stream`).
+/// Measured here (sendrecv, interleaved against streaming): 2 ranks 0.2-0.75x the time from
+/// 256 KiB to 4 MiB, level at 16 MiB, also beside a busy process; with more ranks than cores
+/// streaming wins (4 ranks on 2 cores: 4 MiB 1.3-1.4x slower single-copy), so it stays there.
+pub(super) fn ring_message_single_copy(peer: &Peer, len: usize) -> bool {
+    peer.cma.is_some() && cma::threshold() > 0 && len >= cma::threshold() && !crate::completion::oversubscribed()
+}
+
 pub(super) fn cma_failed(rank: u32, e: io::Error) -> Error {
     let status = if e.raw_os_error() == Some(libc::ESRCH) { Status::PeerLost } else { Status::System };
     Error::new(status, format!("copying a message from rank {rank} failed: {e}"))
@@ -102,8 +111,9 @@ impl SocketTransport {
 
     /// The `Rts` frame announcing `op`'s buffer, registered to wait for its `Fin`.
     pub(super) fn rts_frame(&self, peer: &Peer, ctx: &CtxState, tag: u64, check: u32, op: &Arc<SendOp>) -> (u64, Header, [u8; RTS_LEN]) {
-        let cookie = self.next_cookie.fetch_add(1, Ordering::Relaxed);
+        let cookie = cma::new_cookie();
         let body = Rts { cookie, addr: op.buf.addr() as u64, len: op.buf.len() as u64 }.encode();
+        cma::publish(cookie);
         lock(&peer.awaiting_fin).insert(cookie, op.clone());
         (cookie, Header { kind: FrameKind::Rts, check, ctx: ctx.id, tag, len: RTS_LEN as u64 }, body)
     }
@@ -253,18 +263,97 @@ impl SocketTransport {
     }
 
     /// Withdraws a send: not yet started, it is dropped; half written, the rest is copied so
-    /// the stream stays well-formed. The op is completed with `err` unless already finished.
+    /// the stream stays well-formed; announced single-copy, the receiver lets go of it first
+    /// (see `withdraw_single_copy`). The op is completed with `err` unless already finished.
+    /// On return the transport no longer touches its buffer, and no peer reads it.
     pub fn cancel_send(&self, op: &Arc<SendOp>, err: Error) {
         if op.dst != self.rank {
-            // A single-copy send the peer has not finished reading: stop waiting for it. (The
-            // peer reads as soon as the request arrives, so only a frozen peer can still read.)
             let peer = self.peer(op.dst);
-            lock(&peer.awaiting_fin).retain(|_, o| !Arc::ptr_eq(o, op));
+            self.withdraw_single_copy(peer, op);
             for w in WIRES {
                 w.withdraw_send(self, peer, op);
             }
         }
         op.comp.complete(Err(err));
+    }
+
+    /// A single-copy send its receiver may be reading: asks the receiver to drop it, or to
+    /// finish the read under way, and waits for its `Fin` (a round trip), so the caller may
+    /// free the buffer on return. A receiver lost, or silent for [`STREAM_CANCEL_GRACE`]
+    /// (stopped), is not waited for: the message is revoked first (`cma::revoke`), so a read
+    /// of it that ends later is discarded there instead of delivered from freed memory.
+    fn withdraw_single_copy(&self, peer: &Arc<Peer>, op: &Arc<SendOp>) {
+        let Some(cookie) = self.ask_withdraw(peer, op) else { return };
+        let give_up = Instant::now() + STREAM_CANCEL_GRACE;
+        let mut idle_polls = 0u32;
+        while lock(&peer.awaiting_fin).contains_key(&cookie) {
+            if Instant::now() >= give_up {
+                if lock(&peer.awaiting_fin).remove(&cookie).is_some() {
+                    cma::revoke(cookie);
+                    dc_log!(Level::Warn, Some(self.rank as usize), "rank {} did not answer the withdrawal of a message it may be reading from our memory within {STREAM_CANCEL_GRACE:?}; the message is revoked (a read of it that ends later is discarded there)", peer.rank);
+                }
+                return;
+            }
+            // The Fin comes over the ring or the socket: read both ourselves (the progress
+            // thread may be asleep, or leave the sockets to this waiting thread).
+            if self.poll_rings() | self.poll_sockets() {
+                idle_polls = 0;
+            } else {
+                idle_polls += 1;
+                if idle_polls < 1000 {
+                    std::thread::yield_now();
+                } else {
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+            }
+        }
+    }
+
+    /// Asks `peer` (once) to let go of `op`'s single-copy message if it is still announced and
+    /// not finished; its cookie then (it stays in `awaiting_fin` until the peer's `Fin`).
+    pub(super) fn ask_withdraw(&self, peer: &Arc<Peer>, op: &Arc<SendOp>) -> Option<u64> {
+        let cookie = lock(&peer.awaiting_fin).iter().find(|(_, o)| Arc::ptr_eq(o, op)).map(|(c, _)| *c)?;
+        if !op.withdrawn.swap(true, Ordering::AcqRel) {
+            self.wire(peer).send_in_order(self, peer, Header { tag: cookie, ..Header::control(FrameKind::Withdraw, 0) });
+        }
+        Some(cookie)
+    }
+
+    /// The receiver of our single-copy message `cookie` is done with it (`ok`: it read it).
+    pub(super) fn on_fin(&self, peer: &Arc<Peer>, cookie: u64, ok: bool) {
+        let Some(op) = lock(&peer.awaiting_fin).remove(&cookie) else {
+            self.offer_dropped(peer, cookie);
+            return;
+        };
+        if op.ctx.is_aborted() {
+            op.comp.complete(Err(super::abort::aborted_error(&op.ctx)));
+        } else if op.withdrawn.load(Ordering::Acquire) {
+            // Its withdrawer (`cancel_send`) completes it with its own error.
+        } else if ok {
+            op.comp.complete(Ok(Done { bytes: op.buf.len(), source: op.dst, tag: 0 }));
+        } else {
+            op.comp.complete(Err(Error::new(Status::System, format!("rank {} could not read the message from our memory", peer.rank))));
+        }
+    }
+
+    /// `peer` withdraws its single-copy message `cookie`: still parked, it is dropped (no
+    /// receive gets it) and the sender told it was not read; claimed by a receive and not yet
+    /// read, it is read now (the receive gets it) and the sender told. Anything else: its
+    /// read is over and its `Fin` sent, or it is being streamed.
+    pub(super) fn on_withdraw(&self, peer: &Arc<Peer>, cookie: u64) {
+        if lock(&self.matcher).withdraw_parked(peer.rank, cookie) {
+            self.release_sender(peer, cookie, false);
+            return;
+        }
+        // A copy under way holds `claimed` until it is done.
+        let mut q = lock(&self.claimed);
+        let Some(i) = q.iter().position(|c| c.msg.src == peer.rank && c.msg.parked().is_some_and(|p| p.cookie == cookie)) else { return };
+        let c = q.remove(i).expect("position is in range");
+        self.claimed_n.fetch_sub(1, Ordering::Release);
+        if let Some(p) = c.msg.parked() {
+            let ok = self.read_into(&c.op, peer, c.msg.tag, c.msg.check, p);
+            self.release_sender(peer, cookie, ok);
+        }
     }
 
     /// A single-copy message: copy it out of the sender's memory into its posted receive and
@@ -282,7 +371,7 @@ impl SocketTransport {
             return;
         };
         drop(m);
-        if via_ring {
+        if via_ring && !ring_message_single_copy(peer, parked.len) {
             lock(&peer.streams_in).push(StreamIn::new(parked.cookie, op, peer.rank, hdr.tag, hdr.check, parked.len));
             events.push(Event::SendCts { cookie: parked.cookie });
             return;
@@ -299,7 +388,7 @@ impl SocketTransport {
     pub(super) fn read_into(&self, op: &RecvOp, peer: &Peer, tag: u64, check: u32, parked: &Parked) -> bool {
         let (keep, result) = verdict(op, peer.rank, tag, check, parked.len);
         // SAFETY: keep <= op.buf.len(), and the caller owns the op.
-        let r = unsafe { cma::read(peer.cma_pid.unwrap_or(-1), parked.addr, op.buf.as_ptr(), keep) };
+        let r = unsafe { cma::read_message(peer.cma, parked.cookie, parked.addr, op.buf.as_ptr(), keep) };
         let ok = r.is_ok();
         op.comp.complete(r.map_err(|e| cma_failed(peer.rank, e)).and(result));
         ok
@@ -349,7 +438,7 @@ impl SocketTransport {
             // assumed.
             let r = match data.try_reserve_exact(p.len) {
                 // SAFETY: reading p.len bytes into reserved capacity, then setting the length.
-                Ok(()) => unsafe { cma::read(peer.cma_pid.unwrap_or(-1), p.addr, data.as_mut_ptr(), p.len) },
+                Ok(()) => unsafe { cma::read_message(peer.cma, p.cookie, p.addr, data.as_mut_ptr(), p.len) },
                 Err(e) => Err(io::Error::new(io::ErrorKind::OutOfMemory, format!("no memory for its {} bytes: {e}", p.len))),
             };
             released.push((src, p.cookie, r.is_ok()));

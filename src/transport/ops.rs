@@ -180,11 +180,14 @@ pub struct SendOp {
     pub ctx: Arc<CtxState>,
     pub dst: u32,
     pub buf: ConstBuf,
+    /// A single-copy send whose receiver was asked to let go of it (`FrameKind::Withdraw`):
+    /// its `Fin` no longer completes it; whoever withdrew it does.
+    pub withdrawn: std::sync::atomic::AtomicBool,
 }
 
 impl SendOp {
     pub fn new(ctx: Arc<CtxState>, dst: u32, buf: ConstBuf) -> Arc<SendOp> {
-        Arc::new(SendOp { comp: Completion::new(), ctx, dst, buf })
+        Arc::new(SendOp { comp: Completion::new(), ctx, dst, buf, withdrawn: std::sync::atomic::AtomicBool::new(false) })
     }
 }
 

@@ -66,6 +66,8 @@ pub enum Frame {
     Fin { cookie: u64, ok: bool },
     /// The peer asks us to stream our message `cookie` through the ring.
     Cts { cookie: u64 },
+    /// The peer withdraws its single-copy message `cookie`.
+    Withdraw { cookie: u64 },
     /// The peer lost world rank `rank` (`how`: see `heartbeat::LossKind`).
     Lost { rank: u64, how: u32 },
     /// A message offered, not sent (`Rts::addr` unused; see `flow`).
@@ -199,6 +201,7 @@ impl Decoder {
             FrameKind::Bell => Frame::Bell,
             FrameKind::Fin => Frame::Fin { cookie: hdr.tag, ok: hdr.check == 0 },
             FrameKind::Cts => Frame::Cts { cookie: hdr.tag },
+            FrameKind::Withdraw => Frame::Withdraw { cookie: hdr.tag },
             FrameKind::Credit => Frame::Credit { bytes: hdr.tag },
             FrameKind::Ask => Frame::Ask { cookie: hdr.tag, want: hdr.ctx },
         };
@@ -246,6 +249,7 @@ pub enum Record<'a> {
     Chunk { cookie: u64, data: &'a [u8] },
     Cts { cookie: u64 },
     Fin { cookie: u64, ok: bool },
+    Withdraw { cookie: u64 },
 }
 
 /// Decodes a ring record (a header and its body, padded to the ring's alignment). Only the
@@ -265,6 +269,7 @@ pub fn decode_record(rec: &[u8]) -> Result<Record<'_>> {
         FrameKind::Rts => Record::Rts(hdr, Rts::decode(sized(RTS_LEN as u64)?.try_into().expect("RTS_LEN bytes")).map_err(|e| bad(e.msg))?),
         FrameKind::Cts => Record::Cts { cookie: hdr.tag },
         FrameKind::Fin => Record::Fin { cookie: hdr.tag, ok: hdr.check == 0 },
+        FrameKind::Withdraw => Record::Withdraw { cookie: hdr.tag },
         k => return Err(bad(format!("a {k:?} frame, which never goes through a ring"))),
     })
 }
@@ -351,6 +356,7 @@ mod tests {
             rts(2, 12, r),
             control(FrameKind::Fin, 0, 9, 1),
             control(FrameKind::Cts, 0, 8, 0),
+            control(FrameKind::Withdraw, 0, 6, 0),
             control(FrameKind::Bell, 0, 0, 0),
             control(FrameKind::Ping, 0, 0, 0),
             control(FrameKind::Lost, 0, 7, 2),
@@ -367,6 +373,7 @@ mod tests {
             Seen::Frame(Frame::Rts(Header { kind: FrameKind::Rts, check: 3, ctx: 2, tag: 12, len: RTS_LEN as u64 }, r)),
             Seen::Frame(Frame::Fin { cookie: 9, ok: false }),
             Seen::Frame(Frame::Cts { cookie: 8 }),
+            Seen::Frame(Frame::Withdraw { cookie: 6 }),
             Seen::Frame(Frame::Bell),
             Seen::Frame(Frame::Lost { rank: 7, how: 2 }),
             Seen::Frame(Frame::Data(hdr(3, 13, 1))),
@@ -584,6 +591,7 @@ mod tests {
         assert!(matches!(decode_record(&rts(1, 2, r)).unwrap(), Record::Rts(_, got) if got == r));
         assert_eq!(decode_record(&control(FrameKind::Cts, 0, 6, 0)).unwrap(), Record::Cts { cookie: 6 });
         assert_eq!(decode_record(&control(FrameKind::Fin, 0, 6, 0)).unwrap(), Record::Fin { cookie: 6, ok: true });
+        assert_eq!(decode_record(&control(FrameKind::Withdraw, 0, 6, 0)).unwrap(), Record::Withdraw { cookie: 6 });
     }
 
     #[test]

@@ -292,6 +292,7 @@ impl SocketTransport {
             Ok(Record::Chunk { cookie, data }) => self.on_chunk(peer, cookie, data),
             Ok(Record::Cts { cookie }) => events.push(Event::Cts { cookie }),
             Ok(Record::Fin { cookie, ok }) => events.push(Event::Fin { cookie, ok }),
+            Ok(Record::Withdraw { cookie }) => events.push(Event::Withdraw { cookie }),
             Err(e) => events.push(Event::Gone(e.msg)),
         }
     }
@@ -361,9 +362,13 @@ impl Wire for RingWire {
         Some(Ok(t.write_inline(peer, ctx.id, tag, check, buf)))
     }
 
-    /// Announced through the ring: have it streamed (see `stream`).
+    /// Announced through the ring: read from the sender's memory by the next wait, or streamed
+    /// (see `ring_message_single_copy`).
     fn fetch(&self, t: &SocketTransport, peer: &Arc<Peer>, op: Arc<RecvOp>, msg: Unexpected) {
         let Some(p) = msg.parked() else { return };
+        if super::messages::ring_message_single_copy(peer, p.len) {
+            return t.claim_parked(op, msg);
+        }
         lock(&peer.streams_in).push(StreamIn::new(p.cookie, op, msg.src, msg.tag, msg.check, p.len));
         t.reply(peer, Header { tag: p.cookie, ..Header::control(FrameKind::Cts, 0) });
     }
@@ -379,6 +384,10 @@ impl Wire for RingWire {
             }
         }
         let _ = t.send_control(peer, hdr);
+    }
+
+    fn send_in_order(&self, t: &SocketTransport, peer: &Arc<Peer>, hdr: Header) {
+        t.ring_write(peer, &[&hdr.encode()]);
     }
 
     fn fail_aborted(&self, _t: &SocketTransport, p: &Peer) {

@@ -49,8 +49,8 @@ pub struct MeshConfig {
     pub token_digest: [u8; 32],
     pub job_id: u64,
     pub deadline: Instant,
-    /// Per rank: its pid if we may read its memory (single-copy), from `cma::probe`.
-    pub cma_pids: Vec<Option<i32>>,
+    /// Per rank: where to read its memory if we may (single-copy), from `cma::probe`.
+    pub cma_peers: Vec<Option<super::cma::Remote>>,
     /// Per rank: its pid if it runs on our host (whether we may read its memory or not), so
     /// that a wait for a peer we have no connection to notices that its process is gone.
     pub host_pids: Vec<Option<i32>>,
@@ -428,7 +428,7 @@ mod tests {
     fn a_peer_that_answers_duplicate_but_never_connects_is_dialled_again() {
         let (fake, t0) = fake_rank0(vec![2, 1]);
         let digest = handshake::token_digest(b"t");
-        let cfg = MeshConfig { rank: 1, size: 2, token_digest: digest, job_id: 9, deadline: Instant::now(), cma_pids: vec![None; 2], host_pids: vec![None; 2], peer_timeout: None, encrypt: false };
+        let cfg = MeshConfig { rank: 1, size: 2, token_digest: digest, job_id: 9, deadline: Instant::now(), cma_peers: vec![None; 2], host_pids: vec![None; 2], peer_timeout: None, encrypt: false };
         let listener = Listener::bind("127.0.0.1".parse().unwrap(), 2).unwrap();
         let addrs = vec![fake, listener.local_addr().unwrap()];
         let t = SocketTransport::start(listener, &addrs, &cfg, Duration::from_secs(30)).unwrap();
@@ -444,7 +444,7 @@ mod tests {
 
     #[test]
     fn aborts_for_unknown_contexts_are_kept_within_a_bound() {
-        let cfg = MeshConfig { rank: 0, size: 2, token_digest: handshake::token_digest(b"t"), job_id: 9, deadline: Instant::now(), cma_pids: vec![None; 2], host_pids: vec![None; 2], peer_timeout: None, encrypt: false };
+        let cfg = MeshConfig { rank: 0, size: 2, token_digest: handshake::token_digest(b"t"), job_id: 9, deadline: Instant::now(), cma_peers: vec![None; 2], host_pids: vec![None; 2], peer_timeout: None, encrypt: false };
         let listener = Listener::bind("127.0.0.1".parse().unwrap(), 2).unwrap();
         let addrs = vec![listener.local_addr().unwrap(), "127.0.0.1:9".parse().unwrap()];
         let t = SocketTransport::start(listener, &addrs, &cfg, Duration::from_secs(5)).unwrap();

@@ -461,7 +461,7 @@ impl SocketTransport {
                 None => {}
                 // Only a peer that lets us read its memory may announce a message there (one on
                 // another host, or that refused the probe, breaks the protocol).
-                Some(Step::Frame(Frame::Rts(..))) if peer.cma_pid.is_none() => {
+                Some(Step::Frame(Frame::Rts(..))) if peer.cma.is_none() => {
                     return Err(Error::new(Status::PeerLost, "it announced a single-copy message over the socket, but it has no single-copy path to us (a protocol violation)"));
                 }
                 Some(Step::Frame(f)) => self.on_frame(peer, f, sink, events),
@@ -533,6 +533,7 @@ impl SocketTransport {
             }
             Frame::Rts(hdr, rts) => self.on_rts(peer, hdr, rts, false, events),
             Frame::Fin { cookie, ok } => events.push(Event::Fin { cookie, ok }),
+            Frame::Withdraw { cookie } => events.push(Event::Withdraw { cookie }),
             Frame::Cts { cookie } => events.push(Event::Cts { cookie }),
             Frame::Lost { rank, how } => events.push(Event::LostElsewhere { rank, how }),
             Frame::Offer(hdr, offer) => self.on_offer(peer, hdr, offer, events),
@@ -609,7 +610,7 @@ impl Wire for TcpWire {
 
     fn send(&self, t: &SocketTransport, peer: &Arc<Peer>, ctx: &Arc<CtxState>, tag: u64, check: u32, op: Arc<SendOp>) -> Result<Arc<SendOp>> {
         let buf = op.buf;
-        if peer.cma_pid.is_some() && buf.len() >= cma::threshold() && cma::threshold() > 0 {
+        if peer.cma.is_some() && buf.len() >= cma::threshold() && cma::threshold() > 0 {
             return t.post_rts(peer, ctx, tag, check, op);
         }
         if !t.may_send_eagerly(peer, buf.len()) {
@@ -626,6 +627,10 @@ impl Wire for TcpWire {
     }
 
     fn reply(&self, t: &SocketTransport, peer: &Arc<Peer>, hdr: Header) {
+        let _ = t.send_control(peer, hdr);
+    }
+
+    fn send_in_order(&self, t: &SocketTransport, peer: &Arc<Peer>, hdr: Header) {
         let _ = t.send_control(peer, hdr);
     }
 

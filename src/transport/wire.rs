@@ -43,6 +43,10 @@ pub(super) trait Wire: Sync {
     /// Sends a control frame that needs no order with the messages (`Fin`, `Cts`).
     fn reply(&self, t: &SocketTransport, peer: &Arc<Peer>, hdr: Header);
 
+    /// Sends a control frame after everything sent to `peer` before it (`Withdraw`, which
+    /// must reach the peer after the `Rts` it names).
+    fn send_in_order(&self, t: &SocketTransport, peer: &Arc<Peer>, hdr: Header);
+
     /// Fails the operations of aborted contexts that this wire holds for `peer` (a receive
     /// being filled, a send being written or streamed): their buffers are no longer used.
     fn fail_aborted(&self, t: &SocketTransport, peer: &Peer);
@@ -95,7 +99,7 @@ mod tests {
         let _ = std::fs::remove_file(&path);
         let seg = RingSegment::create(&path, 2, MAX_RING_BYTES, nonce).unwrap();
         std::fs::remove_file(&path).unwrap();
-        let near = Peer::new(1, Some(1));
+        let near = Peer::new(1, crate::transport::cma::probe(&crate::transport::cma::advertisement()));
         let _ = near.ring_out.set(RingOut { seg, index: 0, tx: Mutex::new(RingTx::default()) });
         assert!(std::ptr::addr_eq(chosen(&near), &RingWire as &dyn Wire));
         assert!(WIRES.last().unwrap().can_connect(&plain), "the last wire connects every pair");
