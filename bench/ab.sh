@@ -1,7 +1,7 @@
 #!/bin/bash
 # bench/ab.sh: two builds of distcomm side by side (OLD and NEW: target/release folders with dcrun
 # and dc-bench), interleaved ABBA, medians of new/old time ratios per point. Usage:
-#   OLD=/path/to/old/target/release [NEW=...] [CONDS="idle busy busy-unbound"] [SPECS="op:size:iters ..."] bench/ab.sh
+#   OLD=/path/to/old/target/release [NEW=...] [CONDS="idle busy busy-unbound"] [SPECS="op:size:iters ..."] [RANKS="4 8"] bench/ab.sh
 # Conditions: idle (2 and 4 ranks), busy (one spinning process; 2 ranks) bound and unbound
 # (dcrun --bind none), busy-plain (bench/plain_launch.sh: env:// variables only, as torchrun),
 # busy2-plain (two spinning processes, plain).
@@ -16,7 +16,7 @@ run() { # cond ranks op size iters version dcrun-args
 }
 SPECS=${SPECS:-"allreduce:16:2000 allreduce:1M:100 sendrecv:256:2000 sendrecv:1M:100 barrier:0:5000"}
 for cond in ${CONDS:-idle busy busy-unbound}; do
-  ranks="2 4"; [ $cond != idle ] && ranks=2
+  ranks=${RANKS:-"2 4"}; [ $cond != idle ] && ranks=${RANKS:-2}
   args=""; [ $cond = busy-unbound ] && args="--bind none"
   bp=""; if [ $cond != idle ]; then sh -c 'while :; do :; done' & bp=$!; fi
   if [[ $cond == busy2* ]]; then sh -c 'while :; do :; done' & bp="$bp $!"; fi

@@ -48,11 +48,12 @@ pub(super) struct Claimed {
 
 /// Whether a large message that `peer` announced through our ring is read from its memory
 /// (one copy, `cma`) rather than streamed to us through the ring (two copies, see `stream`).
-/// Measured here (sendrecv, interleaved against streaming): 2 ranks 0.2-0.75x the time from
-/// 256 KiB to 4 MiB, level at 16 MiB, also beside a busy process; with more ranks than cores
-/// streaming wins (4 ranks on 2 cores: 4 MiB 1.3-1.4x slower single-copy), so it stays there.
+/// Measured here (sendrecv, interleaved against streaming, 2 ranks): 0.09-0.17x the time from
+/// 256 KiB to 16 MiB idle, 0.13-0.70x beside a busy process (see `cma::ring_threshold` for
+/// smaller ones). With more ranks than cores streaming stays: single-copy there was 0.6-0.8x
+/// at 256 KiB-1 MiB but 1.1-1.2x from 4 MiB at 4 ranks, and 1.03-1.18x at 8 ranks.
 pub(super) fn ring_message_single_copy(peer: &Peer, len: usize) -> bool {
-    peer.cma.is_some() && cma::threshold() > 0 && len >= cma::threshold() && !crate::completion::oversubscribed()
+    peer.cma.is_some() && cma::threshold() > 0 && len >= cma::ring_threshold() && !crate::completion::oversubscribed()
 }
 
 pub(super) fn cma_failed(rank: u32, e: io::Error) -> Error {
