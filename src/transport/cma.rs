@@ -83,19 +83,41 @@ impl Exposed {
     }
 }
 
-/// Whether `cookie`, read from `peer`'s memory just before, was still its sender's then (not
-/// revoked). Reads the slot, then the floor, after the data: a revocation that came before
-/// the data read ended is seen.
-pub fn check_still_valid(peer: Remote, cookie: u64) -> io::Result<bool> {
-    let mut words = [0u64; 2];
-    let slot = peer.base + std::mem::offset_of!(Exposed, slots) as u64 + 8 * (cookie % SLOTS as u64);
-    let floor = peer.base + std::mem::offset_of!(Exposed, floor) as u64;
-    // SAFETY: reading 8 bytes into each local word.
-    unsafe {
-        read(peer.pid, slot, words.as_mut_ptr() as *mut u8, 8)?;
-        read(peer.pid, floor, words.as_mut_ptr().add(1) as *mut u8, 8)?;
+impl Remote {
+    /// Where `cookie`'s slot and the floor of [`Exposed`] lie in the peer's memory.
+    fn table_words(&self, cookie: u64) -> (u64, u64) {
+        let slot = self.base + std::mem::offset_of!(Exposed, slots) as u64 + 8 * (cookie % SLOTS as u64);
+        (slot, self.base + std::mem::offset_of!(Exposed, floor) as u64)
     }
-    Ok(words[0] != cookie | REVOKED && words[1] < cookie)
+}
+
+/// Whether `cookie` was not revoked, from its slot as read after the data: the slot still
+/// holding it says so at once (a revocation marks it, and a slot once taken by a newer cookie
+/// never holds it again); a slot taken by a newer cookie sends us to the floor.
+fn valid_given_slot(peer: Remote, cookie: u64, slot: u64) -> io::Result<bool> {
+    if slot == cookie {
+        return Ok(true);
+    }
+    if slot == cookie | REVOKED {
+        return Ok(false);
+    }
+    let mut floor = 0u64;
+    let (_, at) = peer.table_words(cookie);
+    // SAFETY: reading 8 bytes into a local word.
+    unsafe { read(peer.pid, at, &mut floor as *mut u64 as *mut u8, 8)? };
+    Ok(floor < cookie)
+}
+
+/// Whether `cookie`, read from `peer`'s memory just before, was still its sender's then (not
+/// revoked). Reads the slot (then, if need be, the floor) after the data: a revocation that
+/// came before the data read ended is seen.
+pub fn check_still_valid(peer: Remote, cookie: u64) -> io::Result<bool> {
+    std::sync::atomic::fence(Ordering::SeqCst);
+    let mut slot = 0u64;
+    let (at, _) = peer.table_words(cookie);
+    // SAFETY: reading 8 bytes into a local word.
+    unsafe { read(peer.pid, at, &mut slot as *mut u64 as *mut u8, 8)? };
+    valid_given_slot(peer, cookie, slot)
 }
 
 /// Reads the `len` bytes of single-copy message `cookie` at `remote` in `peer`'s memory into
@@ -105,11 +127,47 @@ pub fn check_still_valid(peer: Remote, cookie: u64) -> io::Result<bool> {
 /// `dst` must be valid for `len` writable bytes.
 pub unsafe fn read_message(peer: Option<Remote>, cookie: u64, remote: u64, dst: *mut u8, len: usize) -> io::Result<()> {
     let Some(peer) = peer else { return Err(io::Error::from_raw_os_error(libc::ESRCH)) };
-    read(peer.pid, remote, dst, len)?;
-    if !check_still_valid(peer, cookie)? {
+    let ok = match read_with_table(peer, cookie, remote, dst, len)? {
+        Some(ok) => ok,
+        None => check_still_valid(peer, cookie)?,
+    };
+    if !ok {
         return Err(io::Error::other("its sender let go of it while it was read (revoked after a withdrawal it did not see answered)"));
     }
     Ok(())
+}
+
+/// The data and, behind it in the same call, the cookie's slot: one system call where separate
+/// ones for the table cost up to a third of a 72 KiB message's time (measured). The kernel
+/// copies the remote pieces in order, and x86 keeps loads in order, so the slot is read after
+/// the data. Whether it says valid; None where it was not read (a short read: the rest of the
+/// data was read by itself, and the caller checks).
+#[cfg(target_arch = "x86_64")]
+unsafe fn read_with_table(peer: Remote, cookie: u64, remote: u64, dst: *mut u8, len: usize) -> io::Result<Option<bool>> {
+    let mut slot = 0u64;
+    let (at, _) = peer.table_words(cookie);
+    let local = [
+        libc::iovec { iov_base: dst as *mut libc::c_void, iov_len: len },
+        libc::iovec { iov_base: &mut slot as *mut u64 as *mut libc::c_void, iov_len: 8 },
+    ];
+    let far = [
+        libc::iovec { iov_base: remote as usize as *mut libc::c_void, iov_len: len },
+        libc::iovec { iov_base: at as usize as *mut libc::c_void, iov_len: 8 },
+    ];
+    let n = libc::process_vm_readv(peer.pid, local.as_ptr(), 2, far.as_ptr(), 2, 0);
+    if n == (len + 8) as isize {
+        return valid_given_slot(peer, cookie, slot).map(Some);
+    }
+    // An error or a short read: the data from where it stopped, then a separate check.
+    let done = if n < 0 { 0 } else { (n as usize).min(len) };
+    read(peer.pid, remote + done as u64, dst.add(done), len - done)?;
+    Ok(None)
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn read_with_table(peer: Remote, _cookie: u64, remote: u64, dst: *mut u8, len: usize) -> io::Result<Option<bool>> {
+    read(peer.pid, remote, dst, len)?;
+    Ok(None)
 }
 
 /// Messages at least this large go single-copy between ranks of one host over their sockets
@@ -210,5 +268,15 @@ mod tests {
         t.publish(d + SLOTS as u64);
         t.revoke(d);
         assert!(!valid(d) && valid(d + SLOTS as u64));
+        // The message read with its slot in one call says the same.
+        let src: Vec<u8> = (0..100_000).map(|i| i as u8).collect();
+        let mut dst = vec![0u8; src.len()];
+        let read = |c, dst: &mut [u8]| unsafe { read_message(Some(me), c, src.as_ptr() as u64, dst.as_mut_ptr(), dst.len()) };
+        read(b, &mut dst).expect("a valid message reads");
+        assert!(dst == src);
+        for gone in [a, d] {
+            let e = read(gone, &mut dst).unwrap_err();
+            assert!(e.to_string().contains("let go of it"), "{e}");
+        }
     }
 }
