@@ -38,5 +38,5 @@ fn ring_streams_keep_order_in_both_directions() {
 #[test]
 fn a_withdrawn_streamed_send_is_never_read_after_it_ends() {
     as_if_ranks_outnumber_cores();
-    large_p2p::a_withdrawn_large_send_is_never_read_after_it_ends();
+    large_p2p::a_withdrawn_large_send_is_never_read_after_it_ends(2);
 }
