@@ -328,10 +328,12 @@ impl SocketTransport {
         };
         if op.ctx.is_aborted() {
             op.comp.complete(Err(super::abort::aborted_error(&op.ctx)));
-        } else if op.withdrawn.load(Ordering::Acquire) {
-            // Its withdrawer (`cancel_send`) completes it with its own error.
         } else if ok {
+            // Read, withdrawn or not: the message was delivered.
             op.comp.complete(Ok(Done { bytes: op.buf.len(), source: op.dst, tag: 0 }));
+        } else if op.withdrawn.load(Ordering::Acquire) {
+            // Dropped at our request: its withdrawer (`cancel_send`) completes it with its own
+            // error.
         } else {
             op.comp.complete(Err(Error::new(Status::System, format!("rank {} could not read the message from our memory", peer.rank))));
         }

@@ -181,7 +181,7 @@ pub struct SendOp {
     pub dst: u32,
     pub buf: ConstBuf,
     /// A single-copy send whose receiver was asked to let go of it (`FrameKind::Withdraw`):
-    /// its `Fin` no longer completes it; whoever withdrew it does.
+    /// a `Fin` saying it was dropped no longer completes it; whoever withdrew it does.
     pub withdrawn: std::sync::atomic::AtomicBool,
 }
 
