@@ -51,9 +51,9 @@ impl SocketTransport {
             // A single-copy send may be being read: it completes on the receiver's answer to
             // the withdrawal (one round trip), not before, or the caller could free memory the
             // receiver still reads (a waiter that gives up first revokes it, see `cancel_send`).
-            let aborted: Vec<_> = lock(&p.awaiting_fin).values().filter(|op| op.ctx.is_aborted()).cloned().collect();
-            for op in aborted {
-                self.ask_withdraw(p, &op);
+            let aborted: Vec<_> = lock(&p.awaiting_fin).iter().filter(|(_, op)| op.ctx.is_aborted()).map(|(&c, op)| (c, op.clone())).collect();
+            for (cookie, op) in aborted {
+                self.send_withdraw(p, cookie, &op);
             }
         }
     }

@@ -84,10 +84,14 @@ impl Exposed {
 }
 
 impl Remote {
-    /// Where `cookie`'s slot and the floor of [`Exposed`] lie in the peer's memory.
-    fn table_words(&self, cookie: u64) -> (u64, u64) {
-        let slot = self.base + std::mem::offset_of!(Exposed, slots) as u64 + 8 * (cookie % SLOTS as u64);
-        (slot, self.base + std::mem::offset_of!(Exposed, floor) as u64)
+    /// Where `cookie`'s slot of [`Exposed`] lies in the peer's memory.
+    fn slot_at(&self, cookie: u64) -> u64 {
+        self.base + std::mem::offset_of!(Exposed, slots) as u64 + 8 * (cookie % SLOTS as u64)
+    }
+
+    /// Where the floor of [`Exposed`] lies in the peer's memory.
+    fn floor_at(&self) -> u64 {
+        self.base + std::mem::offset_of!(Exposed, floor) as u64
     }
 }
 
@@ -102,9 +106,8 @@ fn valid_given_slot(peer: Remote, cookie: u64, slot: u64) -> io::Result<bool> {
         return Ok(false);
     }
     let mut floor = 0u64;
-    let (_, at) = peer.table_words(cookie);
     // SAFETY: reading 8 bytes into a local word.
-    unsafe { read(peer.pid, at, &mut floor as *mut u64 as *mut u8, 8)? };
+    unsafe { read(peer.pid, peer.floor_at(), &mut floor as *mut u64 as *mut u8, 8)? };
     Ok(floor < cookie)
 }
 
@@ -114,9 +117,8 @@ fn valid_given_slot(peer: Remote, cookie: u64, slot: u64) -> io::Result<bool> {
 pub fn check_still_valid(peer: Remote, cookie: u64) -> io::Result<bool> {
     std::sync::atomic::fence(Ordering::SeqCst);
     let mut slot = 0u64;
-    let (at, _) = peer.table_words(cookie);
     // SAFETY: reading 8 bytes into a local word.
-    unsafe { read(peer.pid, at, &mut slot as *mut u64 as *mut u8, 8)? };
+    unsafe { read(peer.pid, peer.slot_at(cookie), &mut slot as *mut u64 as *mut u8, 8)? };
     valid_given_slot(peer, cookie, slot)
 }
 
@@ -145,14 +147,13 @@ pub unsafe fn read_message(peer: Option<Remote>, cookie: u64, remote: u64, dst: 
 #[cfg(target_arch = "x86_64")]
 unsafe fn read_with_table(peer: Remote, cookie: u64, remote: u64, dst: *mut u8, len: usize) -> io::Result<Option<bool>> {
     let mut slot = 0u64;
-    let (at, _) = peer.table_words(cookie);
     let local = [
         libc::iovec { iov_base: dst as *mut libc::c_void, iov_len: len },
         libc::iovec { iov_base: &mut slot as *mut u64 as *mut libc::c_void, iov_len: 8 },
     ];
     let far = [
         libc::iovec { iov_base: remote as usize as *mut libc::c_void, iov_len: len },
-        libc::iovec { iov_base: at as usize as *mut libc::c_void, iov_len: 8 },
+        libc::iovec { iov_base: peer.slot_at(cookie) as usize as *mut libc::c_void, iov_len: 8 },
     ];
     let n = libc::process_vm_readv(peer.pid, local.as_ptr(), 2, far.as_ptr(), 2, 0);
     if n == (len + 8) as isize {

@@ -17,6 +17,7 @@ use crate::dc_log;
 use crate::error::{Error, Result, Status};
 use crate::log::Level;
 use std::borrow::Cow;
+use std::collections::VecDeque;
 use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -208,8 +209,7 @@ impl SocketTransport {
             // Waits for a copy in progress; a claim not yet copied gives its message back.
             let mut q = lock(&self.claimed);
             if let Some(i) = q.iter().position(|c| Arc::ptr_eq(&c.op, op)) {
-                let c = q.remove(i).expect("position is in range");
-                self.claimed_n.fetch_sub(1, Ordering::Release);
+                let c = self.take_claim(&mut q, i);
                 lock(&self.matcher).return_unexpected(op.ctx.id, c.msg);
                 op.comp.complete(Err(err));
                 return;
@@ -312,12 +312,17 @@ impl SocketTransport {
 
     /// Asks `peer` (once) to let go of `op`'s single-copy message if it is still announced and
     /// not finished; its cookie then (it stays in `awaiting_fin` until the peer's `Fin`).
-    pub(super) fn ask_withdraw(&self, peer: &Arc<Peer>, op: &Arc<SendOp>) -> Option<u64> {
+    fn ask_withdraw(&self, peer: &Arc<Peer>, op: &Arc<SendOp>) -> Option<u64> {
         let cookie = lock(&peer.awaiting_fin).iter().find(|(_, o)| Arc::ptr_eq(o, op)).map(|(c, _)| *c)?;
+        self.send_withdraw(peer, cookie, op);
+        Some(cookie)
+    }
+
+    /// Asks `peer` to let go of our single-copy message `cookie` (`op`'s), unless asked before.
+    pub(super) fn send_withdraw(&self, peer: &Arc<Peer>, cookie: u64, op: &SendOp) {
         if !op.withdrawn.swap(true, Ordering::AcqRel) {
             self.wire(peer).send_in_order(self, peer, Header { tag: cookie, ..Header::control(FrameKind::Withdraw, 0) });
         }
-        Some(cookie)
     }
 
     /// The receiver of our single-copy message `cookie` is done with it (`ok`: it read it).
@@ -351,11 +356,24 @@ impl SocketTransport {
         // A copy under way holds `claimed` until it is done.
         let mut q = lock(&self.claimed);
         let Some(i) = q.iter().position(|c| c.msg.src == peer.rank && c.msg.parked().is_some_and(|p| p.cookie == cookie)) else { return };
+        let c = self.take_claim(&mut q, i);
+        self.copy_claim(c);
+    }
+
+    /// Takes claim `i` out of the queue (held by the caller).
+    fn take_claim(&self, q: &mut VecDeque<Claimed>, i: usize) -> Claimed {
         let c = q.remove(i).expect("position is in range");
         self.claimed_n.fetch_sub(1, Ordering::Release);
+        c
+    }
+
+    /// Copies a claimed message into its receive and tells its sender. The caller still holds
+    /// `claimed`: nobody else knows the op yet, and a canceller waits for that lock.
+    fn copy_claim(&self, c: Claimed) {
         if let Some(p) = c.msg.parked() {
+            let peer = self.peer(c.msg.src);
             let ok = self.read_into(&c.op, peer, c.msg.tag, c.msg.check, p);
-            self.release_sender(peer, cookie, ok);
+            self.release_sender(peer, p.cookie, ok);
         }
     }
 
@@ -411,14 +429,8 @@ impl SocketTransport {
                 Some(c) if cutoff.is_none_or(|t| c.since <= t) => {}
                 _ => return,
             }
-            let Some(c) = q.pop_front() else { return };
-            self.claimed_n.fetch_sub(1, Ordering::Release);
-            if let Some(p) = c.msg.parked() {
-                // Nobody else knows the op yet; a canceller waits for `claimed`, which we hold.
-                let peer = self.peer(c.msg.src);
-                let ok = self.read_into(&c.op, peer, c.msg.tag, c.msg.check, p);
-                self.release_sender(peer, p.cookie, ok);
-            }
+            let c = self.take_claim(&mut q, 0);
+            self.copy_claim(c);
         }
     }
 
