@@ -53,8 +53,9 @@ if ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2'; then
     NCCL_DIR=$("$PY" - <<'EOF' 2>/dev/null
 import glob, os, site, sys
 roots = site.getsitepackages() + [site.getusersitepackages()]
+# pip's nvidia-nccl-cu12 puts it in nvidia/nccl/lib; later wheels use other folders under nvidia/.
 for r in roots:
-    for p in glob.glob(os.path.join(r, "nvidia", "nccl", "lib", "libnccl.so.2")):
+    for p in sorted(glob.glob(os.path.join(r, "nvidia", "**", "libnccl.so.2"), recursive=True)):
         print(os.path.dirname(p)); sys.exit(0)
 EOF
 )
@@ -127,6 +128,28 @@ if [ "${GPU_CHECK_NP2:-1}" = 1 ]; then
   fi
 fi
 
+# ---- 4b. the Python package and the torch backend on CUDA tensors ---------------------------
+if [ -n "$PY" ] && "$PY" -c 'import torch, numpy, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+  PYCHECK=python/tests/gpu/torch_cuda_check.py
+  echo "Python: the torch backend and the package's API on CUDA tensors (1 rank) ..."
+  PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" DISTCOMM_LIBRARY="$ROOT/$LIB" \
+    timeout 300 "$DCRUN" -n 1 --rank0-store "$PY" "$PYCHECK" >"$OUT/py_np1.log" 2>&1
+  rc=$?
+  cat "$OUT/py_np1.log"
+  summary=$(grep -h 'torch_cuda_check: .* passed' "$OUT/py_np1.log" | head -1)
+  if [ $rc = 0 ]; then note "python np1: $summary"; else fail "python np1: exit $rc ($summary); see $OUT/py_np1.log"; fi
+  grep -h 'TIMING' "$OUT/py_np1.log" | sed 's/^\[[0-9]*\] //' | while read -r l; do echo "---- $l"; done
+  echo "Python: 2 ranks on one GPU (no NCCL): CUDA tensors refused ..."
+  CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" DISTCOMM_LIBRARY="$ROOT/$LIB" \
+    timeout 180 "$DCRUN" -n 2 --rank0-store "$PY" "$PYCHECK" refusal >"$OUT/py_np2.log" 2>&1
+  rc=$?
+  cat "$OUT/py_np2.log"
+  summary=$(grep -h 'torch_cuda_check: .* passed' "$OUT/py_np2.log" | tr '\n' ' ')
+  if [ $rc = 0 ]; then note "python np2 (one GPU, no NCCL): $summary"; else fail "python np2: exit $rc ($summary); see $OUT/py_np2.log"; fi
+else
+  note "Python checks SKIPPED: no python3 with torch and CUDA"
+fi
+
 # ---- 5. timing against PyTorch --------------------------------------------------------------
 if [ "${GPU_CHECK_BENCH:-1}" = 1 ]; then
   run_np 1 "$OUT/bench_dc_np1.log" --bench || fail "dc bench np1 (see $OUT/bench_dc_np1.log)"
@@ -172,7 +195,7 @@ EOF
     echo
     echo "allreduce float32 sum, $np rank(s), microseconds per blocking call (lower is better):"
     printf '  %12s %12s %12s\n' bytes distcomm torch
-    grep -h '^BENCH dc' "$OUT/bench_dc_np$np.log" | while read -r _ _ bytes us; do
+    sed 's/^\[[0-9]*\] //' "$OUT/bench_dc_np$np.log" | grep '^BENCH dc' | while read -r _ _ bytes us; do
       t=$(grep -h "^BENCH torch $bytes " "$OUT/bench_torch_np$np.log" 2>/dev/null | awk '{print $4}')
       printf '  %12s %12s %12s\n' "$bytes" "$us" "${t:--}"
     done
@@ -182,7 +205,7 @@ EOF
     while read -r _ _ bytes us; do
       t=$(grep -h "^BENCH torch $bytes " "$OUT/bench_torch_np$np.log" 2>/dev/null | awk '{print $4}')
       note "bench np$np $bytes B: distcomm ${us} us, torch ${t:--} us"
-    done < <(grep -h '^BENCH dc' "$OUT/bench_dc_np$np.log")
+    done < <(sed 's/^\[[0-9]*\] //' "$OUT/bench_dc_np$np.log" | grep '^BENCH dc')
   done
 fi
 finish

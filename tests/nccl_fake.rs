@@ -193,7 +193,8 @@ unsafe fn rank_main(port: u16, r: i32, n: i32) {
 
     // classification
     let probe = Dev::<u8>::zeroed(&d, 8);
-    assert_eq!(distcomm::nccl::classify(probe.p() as usize), distcomm::nccl::MemKind::Device);
+    let place = distcomm::nccl::DevicePlace { ordinal: 0, allocation: Some((probe.p() as usize, 8)) };
+    assert_eq!(distcomm::nccl::classify(probe.p() as usize), distcomm::nccl::MemKind::Device(place));
     assert_eq!(distcomm::nccl::classify(&d as *const FakeDriver as usize), distcomm::nccl::MemKind::Host);
     probe.free(&d);
 
@@ -223,6 +224,11 @@ unsafe fn rank_main(port: u16, r: i32, n: i32) {
     status!(dc_recv(o.p(), 4, DC_FLOAT32, DC_ANY_SOURCE, 0, w, std::ptr::null_mut()), dc_status::DC_ERR_UNAVAILABLE);
     assert!(last_error().contains("DC_ANY_SOURCE"), "{}", last_error());
     status!(dc_send(o.p(), 4, DC_FLOAT32, r, 0, w), dc_status::DC_ERR_UNAVAILABLE);
+    // a device buffer longer than its allocation is refused before NCCL sees it
+    status!(dc_allreduce(s.p(), s.p(), count + 1, DC_FLOAT32, DC_SUM, w), dc_status::DC_ERR_INVALID_ARGUMENT);
+    assert!(last_error().contains("its CUDA allocation ends 4000 bytes after it"), "{}", last_error());
+    status!(dc_broadcast(s.at(1), count, DC_FLOAT32, 0, w), dc_status::DC_ERR_INVALID_ARGUMENT);
+    status!(dc_recv(o.at(count - 1), 2, DC_FLOAT32, (r + 1) % n, 0, w, std::ptr::null_mut()), dc_status::DC_ERR_INVALID_ARGUMENT);
     // host buffers on the NCCL comm: the CPU transports, bitwise ops included
     let hs = [1i32 << r; 4];
     let mut hr = [0i32; 4];

@@ -8,11 +8,14 @@ Conventions (as in torch.distributed):
   (with a RuntimeWarning).
 * ``async_op=True`` (or paddle's ``sync_op=False``) returns a :class:`Work`; the arrays passed in
   are kept alive until it completes, and must not be touched until then.
-* "Tensors" are NumPy arrays, tensors of any framework on the CPU (anything with ``__dlpack__``:
-  PyTorch, JAX, CuPy's host arrays, Paddle; bfloat16 and float16 included), or any object with
+* "Tensors" are NumPy arrays, tensors of any framework (anything with ``__dlpack__``: PyTorch,
+  JAX, CuPy, Paddle; bfloat16 and float16 included), or any object with
   ``__array_interface__`` or the buffer protocol, all used in place without a copy. Tensors
   written to (outputs, and the in-place arguments of all_reduce, broadcast, ...) must be
-  C-contiguous and writable; tensors only read may have any layout (copied when not contiguous).
+  C-contiguous and writable; host tensors only read may have any layout (copied when not
+  contiguous). Tensors on a CUDA device go through the library's NCCL path when the group has
+  one (see :func:`get_backend`); they must be contiguous, and a call takes all its tensors on the
+  device or all on the host (list forms that would need a staging buffer take host memory only).
 * Bad arguments raise :class:`DistInvalidArgument` (a ValueError) before anything is sent.
 
 Like the C API, a group is used by one thread at a time; different groups may be used from
@@ -228,12 +231,47 @@ def _out(obj: Any, what: str) -> Tuple[np.ndarray, int]:
 
 
 def _in(obj: Any, what: str) -> Tuple[np.ndarray, int]:
-    """An array the library only reads (copied when not C-contiguous)."""
+    """An array the library only reads (host arrays are copied when not C-contiguous)."""
     a = _as_array(obj, what)
     code = _dc_dtype(a.dtype, what)
     if not a.flags.c_contiguous:
+        if isinstance(a, _dlpack.DeviceArray):
+            raise DistInvalidArgument(f"{what}: the CUDA tensor is not contiguous (strides {a.strides}); pass a contiguous one")
         a = np.ascontiguousarray(a)
     return a, code
+
+
+def _device_arrays(keep: Any) -> Tuple[int, int]:
+    """(CUDA arrays, non-empty host arrays) among what a call keeps alive."""
+    if isinstance(keep, _dlpack.DeviceArray):
+        return 1, 0
+    if isinstance(keep, np.ndarray):
+        return 0, int(keep.size > 0)
+    dev = host = 0
+    if isinstance(keep, (list, tuple)):
+        for k in keep:
+            d, h = _device_arrays(k)
+            dev, host = dev + d, host + h
+    return dev, host
+
+
+def _check_memory(pg: "ProcessGroup", keep: Any, fn: str) -> None:
+    """CUDA memory needs the group's NCCL communicator: without one the library would take its
+    addresses for host memory. Checked before anything is sent."""
+    dev, host = _device_arrays(keep)
+    if not dev:
+        return
+    backend = get_backend(pg)
+    if backend != "nccl":
+        raise DistUnavailableError(
+            f"{fn}: a tensor is on a CUDA device, but {pg!r} has no NCCL communicator (transport "
+            f"{backend!r}): that needs libnccl.so.2 and a GPU of its own for every rank; move the "
+            "tensor to the host")
+    if host:
+        raise DistInvalidArgument(
+            f"{fn}: the call mixes CUDA tensors and host arrays (list arguments that are not views "
+            "of one buffer are staged in host memory); pass all on the device, as one tensor "
+            "(e.g. all_gather_into_tensor), or all on the host")
 
 
 def _ptr(a: Optional[np.ndarray]) -> Optional[int]:
@@ -854,7 +892,9 @@ def _run(
     finish: Optional[Callable[[], None]] = None,
     outputs: Optional[List[Any]] = None,
 ) -> Optional[Work]:
-    """Calls dc_<fn> (blocking) or dc_i<fn> (returning a Work)."""
+    """Calls dc_<fn> (blocking) or dc_i<fn> (returning a Work). `keep` holds every array of
+    the call."""
+    _check_memory(pg, keep, fn)
     lib = _lib.load()
     if not async_op:
         _lib.check(getattr(lib, "dc_" + fn)(*args), "dc_" + fn)
@@ -936,9 +976,19 @@ def _out_list(lst: Any, n: int, ref: np.ndarray, what: str, ref_what: str = "ten
     outs = []
     for i, t in enumerate(lst):
         a, _ = _out(t, f"{what}[{i}]")
+        _host_only(a, f"{what}[{i}]")
         _same(ref, a, f"{what}[{i}]", ref_what)
         outs.append(a)
     return outs
+
+
+def _host_only(a: Any, what: str) -> None:
+    """List arguments are staged through one host buffer: refuse CUDA memory there."""
+    if isinstance(a, _dlpack.DeviceArray):
+        raise DistInvalidArgument(
+            f"{what} is on a CUDA device; list arguments are staged in host memory, so pass one "
+            "device tensor instead (all_gather_into_tensor, reduce_scatter_tensor, "
+            "all_to_all_single) or host arrays")
 
 
 def _in_list(lst: Any, n: int, ref: Optional[np.ndarray], what: str, ref_what: str) -> List[np.ndarray]:
@@ -948,6 +998,7 @@ def _in_list(lst: Any, n: int, ref: Optional[np.ndarray], what: str, ref_what: s
     ins = []
     for i, t in enumerate(lst):
         a, _ = _in(t, f"{what}[{i}]")
+        _host_only(a, f"{what}[{i}]")
         if ref is not None:
             _same(ref, a, f"{what}[{i}]", ref_what)
         ins.append(a)
@@ -1193,6 +1244,7 @@ def _recv_args(tensor: Any, src: Optional[int], group: Any, tag: int) -> Optiona
     peer = -1 if src is None else pg._group_rank(src, "src")
     t = _tag(tag)
     out, code = _out(tensor, "tensor")
+    _check_memory(pg, (out,), "recv")
     return pg, out, code, peer, t
 
 

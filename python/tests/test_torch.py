@@ -127,5 +127,5 @@ def test_import_registers_the_backend():
     import distcomm.torch
 
     assert "distcomm" in d.Backend.backend_list
-    assert d.Backend.backend_capability["distcomm"] == ["cpu"]
+    assert d.Backend.backend_capability["distcomm"] == ["cpu", "cuda"]
     assert distcomm.torch.BACKEND_NAME == "distcomm"

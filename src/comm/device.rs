@@ -45,21 +45,46 @@ fn coll_buffers(args: &CollArgs) -> Vec<(usize, usize)> {
     v
 }
 
+/// A device buffer NCCL may use for this comm: on its GPU (NCCL would read another device's
+/// memory through peer access, or fault) and not running past its allocation.
+#[cfg(feature = "nccl")]
+fn check_device_buffer(addr: usize, len: usize, place: crate::nccl::DevicePlace, comm_device: i32) -> Result<()> {
+    if place.ordinal >= 0 && place.ordinal != comm_device {
+        return Err(Error::new(
+            Status::InvalidArgument,
+            format!("the buffer at {addr:#x} is on CUDA device {}, but this comm's NCCL communicator is on device {comm_device}", place.ordinal),
+        ));
+    }
+    if let Some((start, size)) = place.allocation {
+        if addr.saturating_add(len) > start.saturating_add(size) {
+            let room = start + size - addr;
+            return Err(Error::new(
+                Status::InvalidArgument,
+                format!("the buffer at {addr:#x} needs {len} bytes, but its CUDA allocation ends {room} bytes after it"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(feature = "nccl")]
 impl Comm {
     /// Whether a call with these buffers goes through NCCL: all device memory -> yes, all host ->
     /// no, a mix -> DC_ERR_INVALID_ARGUMENT. A call without buffers goes where `default_device`
     /// says. Comms without NCCL never classify anything.
+    /// Device buffers must be on the communicator's GPU and inside their allocation.
     pub(super) fn route(&self, bufs: &[(usize, usize)], default_device: bool) -> Result<bool> {
-        if self.device.get().is_none() {
+        let Some(dev) = self.device.get() else {
             return Ok(false);
-        }
+        };
         let mut device = 0;
         let mut host = 0;
         for &(addr, len) in bufs.iter().filter(|b| b.1 > 0) {
-            let _ = len;
             match crate::nccl::classify(addr) {
-                crate::nccl::MemKind::Device => device += 1,
+                crate::nccl::MemKind::Device(place) => {
+                    check_device_buffer(addr, len, place, dev.device_ordinal())?;
+                    device += 1
+                }
                 crate::nccl::MemKind::Host => host += 1,
             }
         }

@@ -113,23 +113,40 @@ impl Device {
     }
 }
 
-/// Whether `addr` is device memory NCCL can use (device or managed), asked with
-/// `cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_MEMORY_TYPE)`; any error (plain host memory is
-/// CUDA_ERROR_INVALID_VALUE) means host.
-pub fn is_device_pointer(addr: usize) -> bool {
-    let mut kind: u32 = 0;
+/// Device memory as the driver knows it: the device it is on and the allocation holding it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DevicePlace {
+    pub ordinal: i32,
+    /// The allocation around the address (start, bytes); None when the driver does not say
+    /// (then nothing is checked against it).
+    pub allocation: Option<(usize, usize)>,
+}
+
+/// One pointer attribute of `addr`, or None when the driver refuses (plain host memory is
+/// CUDA_ERROR_INVALID_VALUE).
+fn pointer_attribute<T: Copy + Default>(addr: usize, attr: cu::CUpointer_attribute) -> Option<T> {
+    let mut v = T::default();
     let r = contain("cuPointerGetAttribute", || {
-        // SAFETY: the driver writes one unsigned int (a CUmemorytype) for this attribute.
-        unsafe {
-            cu::cuPointerGetAttribute(
-                &mut kind as *mut u32 as *mut c_void,
-                cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-                addr as cu::CUdeviceptr,
-            )
-        }
+        // SAFETY: the driver writes one value of the attribute's type, which the callers match
+        // with T (unsigned int, int, CUdeviceptr or size_t).
+        unsafe { cu::cuPointerGetAttribute(&mut v as *mut T as *mut c_void, attr, addr as cu::CUdeviceptr) }
     });
-    matches!(r, Ok(CUresult::CUDA_SUCCESS))
-        && (kind == cu::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32 || kind == cu::CUmemorytype::CU_MEMORYTYPE_UNIFIED as u32)
+    matches!(r, Ok(CUresult::CUDA_SUCCESS)).then_some(v)
+}
+
+/// Where `addr` lives if it is device memory NCCL can use (device or managed), asked with
+/// `cuPointerGetAttribute`; None means host memory.
+pub fn device_place(addr: usize) -> Option<DevicePlace> {
+    use cu::CUpointer_attribute as A;
+    let kind: u32 = pointer_attribute(addr, A::CU_POINTER_ATTRIBUTE_MEMORY_TYPE)?;
+    if kind != cu::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32 && kind != cu::CUmemorytype::CU_MEMORYTYPE_UNIFIED as u32 {
+        return None;
+    }
+    let ordinal: i32 = pointer_attribute(addr, A::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL).unwrap_or(-1);
+    let start: Option<u64> = pointer_attribute(addr, A::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR);
+    let size: Option<usize> = pointer_attribute(addr, A::CU_POINTER_ATTRIBUTE_RANGE_SIZE);
+    let allocation = start.zip(size).map(|(s, n)| (s as usize, n)).filter(|&(s, n)| s <= addr && n > 0);
+    Some(DevicePlace { ordinal, allocation })
 }
 
 /// A stream created by the backend (a comm's own stream).

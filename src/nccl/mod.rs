@@ -18,6 +18,7 @@ pub mod device;
 pub mod loader;
 pub mod p2p;
 
+pub use cuda::DevicePlace;
 pub use device::{DevOp, DeviceComm};
 pub use p2p::DeviceP2p;
 
@@ -102,14 +103,14 @@ pub fn require() -> Result<&'static Runtime> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MemKind {
     Host,
-    Device,
+    Device(cuda::DevicePlace),
 }
 
 /// Classifies `addr` with `cuPointerGetAttribute`; host when CUDA is absent or the driver does
 /// not know the pointer.
 pub fn classify(addr: usize) -> MemKind {
     match runtime() {
-        Ok(_) if cuda::is_device_pointer(addr) => MemKind::Device,
+        Ok(_) => cuda::device_place(addr).map_or(MemKind::Host, MemKind::Device),
         _ => MemKind::Host,
     }
 }

@@ -57,17 +57,22 @@ EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
   return 0;
 }
 /* CU_POINTER_ATTRIBUTE_MEMORY_TYPE (2) -> CU_MEMORYTYPE_DEVICE (2); unknown: CUDA_ERROR_INVALID_VALUE */
+/* MEMORY_TYPE (2), DEVICE_ORDINAL (9), RANGE_START_ADDR (11) and RANGE_SIZE (12). */
 EXPORT CUresult cuPointerGetAttribute(void *data, int attr, CUdeviceptr ptr) {
-  if (attr != 2) return 1;
   char *p = (char *)(uintptr_t)ptr;
-  int found = 0;
+  int found = -1;
   pthread_mutex_lock(&mem_lock);
   for (int i = 0; i < nallocs; i++)
-    if (p >= allocs[i].base && p < allocs[i].base + allocs[i].len) found = 1;
+    if (p >= allocs[i].base && p < allocs[i].base + allocs[i].len) found = i;
   pthread_mutex_unlock(&mem_lock);
-  if (!found) return 1;
-  *(unsigned *)data = 2;
-  return 0;
+  if (found < 0) return 1;
+  switch (attr) {
+    case 2: *(unsigned *)data = 2; return 0;
+    case 9: *(int *)data = 0; return 0;
+    case 11: *(CUdeviceptr *)data = (CUdeviceptr)(uintptr_t)allocs[found].base; return 0;
+    case 12: *(size_t *)data = allocs[found].len; return 0;
+    default: return 1;
+  }
 }
 EXPORT CUresult cuStreamCreate(void **s, unsigned flags) { (void)flags; *s = malloc(8); return 0; }
 EXPORT CUresult cuStreamDestroy_v2(void *s) { free(s); return 0; }

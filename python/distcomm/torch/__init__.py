@@ -3,7 +3,7 @@
 ::
 
     import torch.distributed as dist
-    import distcomm.torch  # registers the backend "distcomm" for CPU tensors
+    import distcomm.torch  # registers the backend "distcomm" for CPU and CUDA tensors
 
     dist.init_process_group("distcomm")   # env://, tcp://, file://, torchrun: unchanged
     model = torch.nn.parallel.DistributedDataParallel(model)
@@ -11,8 +11,10 @@
 Every group (the default one and each ``new_group(..., backend="distcomm")``) gets its own
 distcomm communicator, formed through the store torch hands the backend (see ``_rendezvous``).
 Operations start the library's non-blocking calls and return Work objects whose futures
-complete on their own. CUDA tensors are refused with a clear error for now (the library's NCCL
-path is not wired into this backend); use ``"cpu:distcomm,cuda:nccl"`` to mix.
+complete on their own. CUDA tensors go through the library's NCCL path, on torch's current
+stream, when the group's communicator has one (the library's "auto" choice: NCCL is loadable
+and every rank has a GPU of its own, the one current when the group is made); otherwise they are
+refused with a clear error, and ``"cpu:distcomm,cuda:nccl"`` mixes the two.
 """
 
 import datetime
@@ -86,7 +88,7 @@ def recv_any(tensor: torch.Tensor, group: Any = None, tag: int = 0) -> int:
 def _register() -> None:
     if BACKEND_NAME.upper() in getattr(_dist.Backend, "_plugins", {}):
         return
-    _dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=["cpu"])
+    _dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=["cpu", "cuda"])
 
 
 _register()

@@ -4,8 +4,9 @@ memory and return :class:`~distcomm.torch._work.Work` objects.
 
 Ranks arriving here are group ranks (torch translates global ones). Every argument is checked
 before the first call into the library, so a bad one raises on this rank with nothing sent.
-Tensors the library writes must be contiguous CPU tensors; inputs that are not contiguous are
-copied first; list outputs (all_gather, gather, all_to_all) are filled from one staging buffer
+Tensors the library writes must be contiguous; inputs that are not contiguous are copied first;
+CUDA tensors go through the library's NCCL path when the group's communicator has one (they run
+on torch's current stream, and a Work completes when the GPU has finished); list outputs (all_gather, gather, all_to_all) are filled from one staging buffer
 when the operation completes, or written directly when they are consecutive views of one
 buffer (``list(flat.chunk(n))``).
 """
@@ -71,15 +72,23 @@ def _consecutive(ts: Sequence[torch.Tensor]) -> Optional[torch.Tensor]:
     storage = base.untyped_storage()
     if any(t.untyped_storage().data_ptr() != storage.data_ptr() for t in ts):
         return None
-    flat = torch.empty(0, dtype=base.dtype)
+    flat = torch.empty(0, dtype=base.dtype, device=base.device)
     flat.set_(storage, base.storage_offset(), (base.numel() * len(ts),))
     return flat
+
+
+def _settled(tmp: torch.Tensor) -> None:
+    """Copies out of a CUDA staging buffer are queued on the finishing thread's stream: wait for
+    them, so the outputs are ready when the Work and its future say so."""
+    if tmp.is_cuda:
+        torch.cuda.current_stream(tmp.device).synchronize()
 
 
 def _copy_blocks(outs: List[torch.Tensor], tmp: torch.Tensor) -> Callable[[], None]:
     def finish() -> None:
         for i, o in enumerate(outs):
             o.copy_(tmp[i].view(o.shape))
+        _settled(tmp)
 
     return finish
 
@@ -91,8 +100,21 @@ def _copy_pieces(outs: List[torch.Tensor], tmp: torch.Tensor) -> Callable[[], No
             n = o.numel()
             o.copy_(tmp[off:off + n].view(o.shape))
             off += n
+        _settled(tmp)
 
     return finish
+
+
+def _first_cuda(keep: Any) -> Optional[torch.Tensor]:
+    """The first CUDA tensor among what a call keeps alive (tensors, lists and tuples of them)."""
+    if isinstance(keep, torch.Tensor):
+        return keep if keep.is_cuda else None
+    if isinstance(keep, (list, tuple)):
+        for k in keep:
+            t = _first_cuda(k)
+            if t is not None:
+                return t
+    return None
 
 
 def _sizes(vals: Sequence[int]) -> "ctypes.Array[c_size_t]":
@@ -120,6 +142,8 @@ class DistcommBackend(_C10dBackend):
         self._size = size
         self._pending = Pending()
         self._completer = Completer(f"distcomm-{name}")
+        self._nccl = self.transport() == "nccl"
+        self._stream: Optional[int] = None  # the CUDA stream last given to the library (None: its own)
 
     # -- identity --
 
@@ -165,7 +189,9 @@ class DistcommBackend(_C10dBackend):
     def _start(self, what: str, calls: Sequence[Tuple[str, Tuple[Any, ...]]], keep: Any = (),
                outputs: Optional[List[Any]] = None, finish: Optional[Callable[[], None]] = None,
                recv_count: Optional[int] = None) -> Work:
-        """Starts each (dc_iNAME, args) and returns one Work over their requests."""
+        """Starts each (dc_iNAME, args) and returns one Work over their requests. `keep`
+        holds every tensor of the call (see _place)."""
+        self._place(keep, what)
         reqs: List[int] = []
         lib = self._lib
         req = c_void_p()
@@ -181,6 +207,25 @@ class DistcommBackend(_C10dBackend):
         w = Work(reqs, what, self._completer, keep=keep, outputs=outputs, finish=finish, recv_count=recv_count)
         self._pending.add(w)
         return w
+
+    def _place(self, keep: Any, what: str) -> None:
+        """CUDA tensors need the group's NCCL communicator (without one the library would take
+        their addresses for host memory), and run on torch's current stream. The library itself
+        refuses a call that mixes CPU and CUDA memory or uses another GPU than the group's."""
+        t = _first_cuda(keep)
+        if t is None:
+            return
+        if not self._nccl:
+            raise _errors.unavailable(
+                f"{what}: the tensor is on {t.device}, but this group's distcomm communicator has no "
+                f"NCCL (transport {self.transport()!r}): it needs libnccl.so.2 and a GPU of its own for "
+                "every rank (ranks sharing a GPU stay on the CPU); move the tensor with .cpu() or "
+                "register 'cpu:distcomm,cuda:nccl'")
+        # torch's default stream is the legacy one, which the library's own stream follows.
+        stream = torch.cuda.current_stream(t.device).cuda_stream or None
+        if stream != self._stream:
+            self._check(self._lib.dc_comm_set_stream(self._handle(), stream), "dc_comm_set_stream")
+            self._stream = stream
 
     # -- collectives --
 
@@ -260,7 +305,7 @@ class DistcommBackend(_C10dBackend):
             same_shape(inp, outs, f"{what}: output[{j}]", "the input")
             flat = _consecutive(outs)
             if flat is None:
-                flat = torch.empty(self._size * inp.numel(), dtype=inp.dtype)
+                flat = torch.empty(self._size * inp.numel(), dtype=inp.dtype, device=inp.device)
                 finishes.append(_copy_blocks(outs, flat.view(self._size, -1)))
             calls.append(self._allgather_call(flat, inp, what))
             keep += [inp, flat, outs]
@@ -297,7 +342,7 @@ class DistcommBackend(_C10dBackend):
         flat = _consecutive(outs)
         finish = None
         if flat is None:
-            flat = torch.empty(self._size * inp.numel(), dtype=inp.dtype)
+            flat = torch.empty(self._size * inp.numel(), dtype=inp.dtype, device=inp.device)
             finish = _copy_blocks(outs, flat.view(self._size, -1))
         return self._start("gather", [("dc_igather", (_ptr(inp), _ptr(flat), n, code, root, self._handle()))],
                            keep=(inp, flat, outs), outputs=[outs], finish=finish)
@@ -315,7 +360,7 @@ class DistcommBackend(_C10dBackend):
             same_shape(out, ins, "scatter: scatter_list", "the output")
             send = _consecutive(ins)
             if send is None:
-                send = torch.cat([t.reshape(-1) for t in ins]) if ins else torch.empty(0, dtype=out.dtype)
+                send = torch.cat([t.reshape(-1) for t in ins]) if ins else torch.empty(0, dtype=out.dtype, device=out.device)
         elif input_tensors and any(len(i) for i in input_tensors):
             raise _errors.invalid("scatter: scatter_list must be empty on ranks other than the source")
         return self._start("scatter", [("dc_iscatter", (_ptr(send), _ptr(out), n, code, root, self._handle()))],
@@ -416,7 +461,7 @@ class DistcommBackend(_C10dBackend):
         code, _ = move_dtype(ins[0], what)
         scale = 1 if code != U8 or ins[0].element_size() == 1 else ins[0].element_size()
         send = torch.cat([t.reshape(-1) for t in ins])
-        recv = torch.empty(sum(t.numel() for t in outs), dtype=dtype)
+        recv = torch.empty(sum(t.numel() for t in outs), dtype=dtype, device=send.device)
         sc = [t.numel() * scale for t in ins]
         rc = [t.numel() * scale for t in outs]
         args = (_ptr(send), _sizes(sc), _sizes(_displs(sc)), _ptr(recv), _sizes(rc), _sizes(_displs(rc)), code, self._handle())

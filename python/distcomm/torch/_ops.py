@@ -44,17 +44,14 @@ _PLAIN_SUM = frozenset(d for d in DTYPES if d is not torch.bool)
 
 
 def check_tensor(t: object, what: str, written: bool) -> torch.Tensor:
-    """A dense CPU tensor the library can use in place; `written`: results land in it, so it
-    must be contiguous (inputs that are not are copied by the caller)."""
+    """A dense CPU or CUDA tensor the library can use in place; `written`: results land in it,
+    so it must be contiguous (inputs that are not are copied by the caller). Whether a CUDA
+    tensor suits the group (NCCL, its GPU) is the backend's check (DistcommBackend._place)."""
     # Cheap attributes first (t.device builds an object): this runs on every call.
     if not isinstance(t, torch.Tensor):
         raise invalid(f"{what}: expected a torch.Tensor, got {type(t).__name__}")
-    if not t.is_cpu:
-        # The library's NCCL path is not wired into this backend yet: say so rather than copy.
-        raise unavailable(
-            f"{what} is on device {t.device}; the distcomm torch backend handles CPU tensors "
-            "only for now (register 'cpu:distcomm,cuda:nccl' or move the tensor with .cpu())"
-        )
+    if not t.is_cpu and not t.is_cuda:
+        raise unavailable(f"{what} is on device {t.device}; distcomm takes CPU and CUDA tensors")
     if t.layout is not _STRIDED:
         raise invalid(f"{what}: layout {t.layout} is not supported (dense tensors only)")
     if written and not t.is_contiguous():

@@ -2,6 +2,8 @@
 without a copy, with the same checks as arrays. `Dl` stands for a framework's tensor: it exposes
 only ``__dlpack__``/``__dlpack_device__`` (over NumPy's own export), as torch, JAX and CuPy do."""
 
+import ctypes
+
 import numpy as np
 import pytest
 
@@ -22,9 +24,39 @@ class Dl:
         return self._a.__dlpack_device__()
 
 
-class OnDevice(Dl):
+class OnDevice:
+    """A tensor that says it lives on CUDA device 0: its capsule describes host memory as
+    kDLCUDA memory (enough to reach every check that runs before the library is called; on a
+    group without NCCL nothing may be sent)."""
+
+    def __init__(self, a: np.ndarray):
+        self._a = a
+        self.streams = []
+        t = _dlpack._DLManagedTensor()
+        t.dl_tensor.data = a.ctypes.data
+        t.dl_tensor.device.device_type, t.dl_tensor.device.device_id = 2, 0
+        t.dl_tensor.ndim = a.ndim
+        t.dl_tensor.dtype.code, t.dl_tensor.dtype.bits, t.dl_tensor.dtype.lanes = 2, 8 * a.itemsize, 1
+        self._shape = (ctypes.c_int64 * a.ndim)(*a.shape)
+        self._strides = (ctypes.c_int64 * a.ndim)(*(s // a.itemsize for s in a.strides))
+        t.dl_tensor.shape = self._shape
+        t.dl_tensor.strides = self._strides
+        self._managed = t
+
+    def __dlpack__(self, stream=None, **kw):
+        self.streams.append(stream)
+        new = ctypes.pythonapi.PyCapsule_New
+        new.restype = ctypes.py_object
+        new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+        return new(ctypes.addressof(self._managed), b"dltensor", None)
+
     def __dlpack_device__(self):
         return (2, 0)  # kDLCUDA
+
+
+class _ClaimsDevice(Dl):
+    def __dlpack_device__(self):
+        return (2, 0)
 
 
 class Iface:
@@ -85,8 +117,30 @@ def test_inputs_of_any_layout_outputs_contiguous(rank, size):
         dist.all_reduce(Dl(ro))
 
 
-def test_device_tensors_are_refused_clearly(rank, size):
-    with pytest.raises(dist.DistUnavailableError, match="CUDA device"):
-        dist.all_reduce(OnDevice(np.ones(2, dtype=np.float32)))
+def test_device_tensors_are_described_not_viewed(rank, size):
+    mem = np.zeros((3, 4), dtype=np.float32)
+    t = OnDevice(mem)
+    d = _dlpack.view(t, "tensor")
+    assert isinstance(d, _dlpack.DeviceArray)
+    assert (d.ctypes.data, d.shape, d.dtype, d.size, d.nbytes, d.device) == (mem.ctypes.data, (3, 4), np.float32, 12, 48, 0)
+    assert d.flags.c_contiguous and t.streams == [1]  # exported for the legacy default stream
+    assert not _dlpack.view(OnDevice(mem[:, ::2]), "tensor").flags.c_contiguous
+
+
+def test_device_tensors_without_nccl_are_refused_before_anything_is_sent(rank, size):
+    # This job's groups have no NCCL communicator: CUDA memory must not reach the library,
+    # which would take the address for host memory.
+    mem = np.full(2, 7, dtype=np.float32)
+    with pytest.raises(dist.DistUnavailableError, match="CUDA device.*no NCCL communicator"):
+        dist.all_reduce(OnDevice(mem))
+    with pytest.raises(dist.DistUnavailableError, match="no NCCL communicator"):
+        dist.recv(OnDevice(mem), src=(rank + 1) % size)
+    assert mem.tolist() == [7, 7]
+    # Lists are staged in host memory: refused for device tensors whatever the group.
+    with pytest.raises(dist.DistInvalidArgument, match="staged in host memory"):
+        dist.all_gather([OnDevice(np.zeros(2, np.float32)) for _ in range(size)], OnDevice(mem))
+    # A producer that says CUDA but cannot export for a CUDA stream.
+    with pytest.raises(dist.DistInvalidArgument, match="__dlpack__"):
+        dist.all_reduce(_ClaimsDevice(np.ones(2, dtype=np.float32)))
     with pytest.raises(dist.DistInvalidArgument, match="__dlpack__"):
         dist.all_reduce(object())
