@@ -22,6 +22,7 @@ from typing import Any, Optional
 
 import torch
 import torch.distributed as _dist
+from torch._C._distributed_c10d import ProcessGroup as _ProcessGroup
 
 from .. import _lib
 from . import _errors
@@ -60,7 +61,10 @@ def _create(opts: Any, backend_options: Any = None) -> DistcommBackend:
     if comm_int(lib.dc_comm_rank, h) != rank or comm_int(lib.dc_comm_size, h) != size:
         lib.dc_comm_destroy(h)
         raise _errors.BY_CLASS[_errors.dc.DistInternalError](f"torch group {name}: distcomm formed another rank or size")
-    return DistcommBackend(h, rank, size, opts.timeout or datetime.timedelta(minutes=30), name)
+    b = DistcommBackend(h, rank, size, opts.timeout or datetime.timedelta(minutes=30), name)
+    if isinstance(b, _ProcessGroup) and opts.group_id:
+        b._set_group_name(str(opts.group_id))  # torch names the groups it makes itself, not ours
+    return b
 
 
 def backend_of(group: Any = None) -> DistcommBackend:
@@ -69,6 +73,8 @@ def backend_of(group: Any = None) -> DistcommBackend:
     pg = group if group is not None else _dist.group.WORLD
     if pg is None:
         raise _errors.BY_CLASS[_errors.dc.DistInvalidUsage]("the default process group is not initialised")
+    if isinstance(pg, DistcommBackend):  # torch releases where the backend is the group itself
+        return pg
     b = pg._get_backend(torch.device("cpu"))
     if not isinstance(b, DistcommBackend):
         raise _errors.invalid(f"the group's CPU backend is {b.getBackendName() if hasattr(b, 'getBackendName') else type(b).__name__}, not distcomm")

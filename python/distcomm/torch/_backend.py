@@ -13,11 +13,13 @@ buffer (``list(flat.chunk(n))``).
 
 import ctypes
 import datetime
+import os
 from ctypes import byref, c_size_t, c_void_p
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import torch
 from torch._C._distributed_c10d import Backend as _C10dBackend
+from torch._C._distributed_c10d import ProcessGroup as _C10dProcessGroup
 
 from .. import _lib
 from . import _errors
@@ -129,7 +131,26 @@ def _displs(counts: Sequence[int]) -> List[int]:
     return out
 
 
-class DistcommBackend(_C10dBackend):
+def _base() -> type:
+    """What a backend written in Python derives from. Recent torch lets Python subclass c10d's
+    Backend (one per device type of a group); older releases (2.11, for one) give that class no
+    Python constructor, and a third-party backend is a ProcessGroup subclass instead, which the
+    creator returns to stand for the whole group (torch's own Python process groups do this).
+    DISTCOMM_TORCH_BASE=processgroup picks the second on any torch (to test it)."""
+    if os.environ.get("DISTCOMM_TORCH_BASE", "").lower() == "processgroup":
+        return _C10dProcessGroup
+
+    class _Probe(_C10dBackend):
+        pass
+
+    try:
+        _Probe(0, 1)
+    except TypeError:  # "No constructor defined!"
+        return _C10dProcessGroup
+    return _C10dBackend
+
+
+class DistcommBackend(_base()):  # type: ignore[misc]
     """One torch process group's distcomm communicator (``dc_comm``)."""
 
     def __init__(self, handle: int, rank: int, size: int, timeout: datetime.timedelta, name: str):
