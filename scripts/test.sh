@@ -59,8 +59,12 @@ PREFIX="$TMP/prefix"
 # ---------------------------------------------------------------------------------------------
 banner "cargo test --release"
 # DC_TEST_STRICT=1: a test that would skip for a missing tool (libclang, nm, a C compiler) fails.
+# Without the release profile's whole-program optimisation (Cargo.toml): it would be redone for
+# every test binary. What is installed below (make install) and tested from C, MPI and Python
+# is built with it.
 # shellcheck disable=SC2086
-DC_TEST_STRICT=1 cargo test --release ${CARGO_TEST_ARGS:-} 2>&1 | tee "$TMP/cargo.log"
+CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \
+  DC_TEST_STRICT=1 cargo test --release ${CARGO_TEST_ARGS:-} 2>&1 | tee "$TMP/cargo.log"
 
 banner "scale: 256 ranks as threads of one process (default backend, then sockets)"
 # The scale check of scripts/scale.sh at the size CI affords: init, allreduce 16 B and 1 MiB,
