@@ -399,7 +399,42 @@ fn build_alltoallw(k: &Coll, sbuf: *const c_void, sc: &[i64], sd: &[i64], st: &[
         return alltoall_segs(k, rbuf as *const c_void, ss, rtotal, rbuf, rs, rtotal);
     }
     let (ss, stotal) = segs(k, &types(st)?, sc, sd, Some(1))?;
+    if let (Some((scb, sdb, sspan)), Some((rcb, rdb, rspan))) = (byte_runs(&ss), byte_runs(&rs)) {
+        // Every block is one run of bytes in the caller's buffers: moved from and to them as
+        // they are (an alltoallv of bytes), with no packing (which took 3x the time at 1 MiB).
+        for x in &ss {
+            crate::packing::check_typed_buf(sbuf, &x.t, x.len, "sendbuf").map_err(on(k))?;
+        }
+        for x in &rs {
+            crate::packing::check_typed_buf(rbuf, &x.t, x.len, "recvbuf").map_err(on(k))?;
+        }
+        return Ok(Built::plain(CollArgs::Alltoallv {
+            send: cb(sbuf, sspan),
+            scounts: scb,
+            sdispls: sdb,
+            recv: mb(rbuf, rspan),
+            rcounts: rcb,
+            rdispls: rdb,
+            dt: DType::Uint8,
+        }));
+    }
     alltoall_segs(k, sbuf, ss, stotal, rbuf, rs, rtotal)
+}
+
+/// (byte counts, byte offsets, span) when every segment is one run of bytes at a non-negative
+/// offset (a dense type), else None.
+fn byte_runs(s: &[Seg]) -> Option<(Vec<usize>, Vec<usize>, usize)> {
+    let (mut counts, mut offs, mut span) = (Vec::with_capacity(s.len()), Vec::with_capacity(s.len()), 0usize);
+    for x in s {
+        if !x.t.map.dense() || x.off < 0 {
+            return None;
+        }
+        let off = x.off as usize;
+        span = span.max(off.checked_add(x.len)?);
+        counts.push(x.len);
+        offs.push(off);
+    }
+    Some((counts, offs, span))
 }
 
 fn type_list(p: *const MPI_Datatype, n: usize, what: &str) -> Result<Vec<MPI_Datatype>, MpiErr> {

@@ -1,5 +1,5 @@
 //! One-sided transfers to other processes of a window, in fence epochs: the origin queues each
-//! Put / Get / Accumulate / Get_accumulate as a record for its target, and the closing
+//! Put / Get / Accumulate / Get_accumulate / Compare_and_swap as a record for its target, and the closing
 //! MPI_Win_fence (collective over the window's group) carries them: an all-to-all of the
 //! records, each target applies what it got in origin rank order and record order, then an
 //! all-to-all of the data the gets read back, unpacked into the origins' buffers. So a
@@ -21,6 +21,8 @@ const PUT: u8 = 1;
 const ACC: u8 = 2;
 const GET: u8 = 3;
 const GET_ACC: u8 = 4;
+/// Compare-and-swap: the data is the compare value then the new one, one element each.
+const CAS: u8 = 5;
 
 /// Where a get's data goes at the origin once the fence brings it.
 struct Landing {
@@ -103,6 +105,13 @@ pub fn get(p: &mut Pending, n: usize, r: &Remote, acc: Option<(MPI_Op, &[u8])>, 
         Some((op, data)) => queue(p, n, r, GET_ACC, op, data, Some(l)),
         None => queue(p, n, r, GET, 0, &[], Some(l)),
     }
+}
+
+/// A compare-and-swap of one element: `compare` and `new` are its packed bytes; the element's
+/// old value lands in `t` at `addr` at the fence.
+pub fn compare_and_swap(p: &mut Pending, n: usize, r: &Remote, compare: &[u8], new: &[u8], addr: usize, t: Arc<Type>) {
+    let data = [compare, new].concat();
+    queue(p, n, r, CAS, 0, &data, Some(Landing { addr, count: 1, t }));
 }
 
 // ---- the fence --------------------------------------------------------------------------------
@@ -191,11 +200,21 @@ fn apply(w: &Local, recs: &[u8]) -> Result<Vec<u8>, MpiErr> {
                 cur.extend_from_slice(mem(x));
             }
         }
-        if kind == GET || kind == GET_ACC {
+        if kind == GET || kind == GET_ACC || kind == CAS {
             reply.extend_from_slice(&cur);
         }
         let new: &[u8] = match kind {
             PUT => data,
+            CAS => {
+                let (compare, swap) = data.split_at_checked(cur.len()).ok_or_else(bad)?;
+                if swap.len() != cur.len() {
+                    return Err(bad());
+                }
+                if compare != cur.as_slice() {
+                    continue;
+                }
+                swap
+            }
             ACC | GET_ACC if op != MPI_NO_OP => {
                 if data.len() != cur.len() {
                     return Err(bad());

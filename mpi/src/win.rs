@@ -6,8 +6,7 @@
 //! mpi4py's on COMM_SELF) is a load or store done at the call. One to another process of the
 //! window's group is queued and carried by the fence that ends its epoch (rma.rs). Passive
 //! target (lock / unlock) transfers to another process would need a progress thread at the
-//! target, which the engine does not run: they, and Compare_and_swap to another process,
-//! answer MPI_ERR_UNSUPPORTED_OPERATION.
+//! target, which the engine does not run: they answer MPI_ERR_UNSUPPORTED_OPERATION.
 
 use crate::abi_gen::*;
 use crate::api::out;
@@ -621,7 +620,13 @@ pub unsafe fn compare_and_swap(oaddr: *const c_void, caddr: *const c_void, raddr
         let cmp = crate::packing::pack_copy(caddr, 1, dt)?;
         let t = match target(w, rank, disp, 1, dt)? {
             Where::Here(t) => t,
-            Where::There { .. } => return mpi_err!(MPI_ERR_UNSUPPORTED_OPERATION, "MPI_Compare_and_swap to another process is not supported by distcomm's MPI library yet"),
+            to @ Where::There { .. } => {
+                let rt = landing(raddr, 1, dt, &to, "result")?;
+                same_size_as(new.len(), &to, "origin")?;
+                same_size_as(cmp.len(), &to, "compare")?;
+                rma::compare_and_swap(&mut lock(&w.pending), w.comm.size(), &to.remote().expect("remote"), &cmp, &new, raddr as usize, rt);
+                return Ok(());
+            }
             Where::Nowhere => return Ok(()),
         };
         let cur = t.read();

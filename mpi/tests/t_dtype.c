@@ -475,6 +475,29 @@ static void alltoallw(void) {
   OK(MPI_Wait(&rq, MPI_STATUS_IGNORE));
   for (int j = 0; j < size; j++) CHECK(rb[2 * j] == j * 10 + rank);
   OK(MPI_Type_free(&ri));
+  /* Dense types only (moved without packing): rank r sends j+1 values to rank j, as shorts to
+   * even ranks and ints to odd ones, at byte displacements with gaps between the blocks. */
+  int *sbuf = calloc(64 * size, 1), *rbuf = calloc(64 * size, 1);
+  for (int j = 0; j < size; j++) {
+    MPI_Datatype t = (j % 2) ? MPI_INT : MPI_SHORT;
+    st[j] = t, sc[j] = j + 1, sd[j] = 64 * j;
+    for (int e = 0; e <= j; e++) {
+      if (j % 2) ((int *)((char *)sbuf + 64 * j))[e] = 1000 * rank + 10 * j + e;
+      else ((short *)((char *)sbuf + 64 * j))[e] = (short)(1000 * rank + 10 * j + e);
+    }
+    MPI_Datatype u = (rank % 2) ? MPI_INT : MPI_SHORT;
+    rt[j] = u, rc[j] = rank + 1, rd[j] = 64 * j + 4;
+  }
+  OK(MPI_Alltoallw(sbuf, sc, sd, st, rbuf, rc, rd, rt, MPI_COMM_WORLD));
+  for (int j = 0; j < size; j++) {
+    char *at = (char *)rbuf + 64 * j;
+    CHECK(*(int *)at == 0); /* the gap before the block is left alone */
+    for (int e = 0; e <= rank; e++) {
+      int want = 1000 * j + 10 * rank + e;
+      CHECK((rank % 2) ? ((int *)(at + 4))[e] == want : ((short *)(at + 4))[e] == (short)want);
+    }
+  }
+  free(sbuf), free(rbuf);
   free(sb), free(rb), free(sc), free(sd), free(rc), free(rd), free(st), free(rt);
 }
 

@@ -193,8 +193,17 @@ int main(int argc, char **argv) {
   if (rank == 0) CHECK(wbuf[2] == size);
   int pair[2] = {7, 8}, before[2] = {-1, -1};
   OK(MPI_Get_accumulate(pair, 2, MPI_INT, before, 2, MPI_INT, left, 2, 2, MPI_INT, MPI_REPLACE, w));
+  /* Every process tries to swap rank 0's first int (100 + its left neighbour, from the put
+   * above): exactly one finds that value and swaps in its own; the others see the winner's. */
+  int cmp0 = 100 + (size - 1), mine0 = 500 + rank, seen = -1;
+  OK(MPI_Compare_and_swap(&mine0, &cmp0, &seen, MPI_INT, 0, 0, w));
   OK(MPI_Win_fence(MPI_MODE_NOSUCCEED, w));
   CHECK(before[1] == 0 && wbuf[2] == 7 && wbuf[3] == 8);
+  int won = seen == cmp0, winners = 0, final0 = rank == 0 ? wbuf[0] : -1;
+  OK(MPI_Allreduce(&won, &winners, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+  OK(MPI_Bcast(&final0, 1, MPI_INT, 0, MPI_COMM_WORLD));
+  CHECK(winners == 1 && final0 >= 500 && final0 < 500 + size);
+  CHECK(won ? final0 == 500 + rank : seen == final0);
   /* A strided target datatype on another process: every other int of the right's window. */
   MPI_Datatype stride2;
   int two[2] = {me, me + 1}, back2[2] = {-1, -1};

@@ -164,6 +164,8 @@ class DistcommBackend(_base()):  # type: ignore[misc]
         self._pending = Pending()
         self._completer = Completer(f"distcomm-{name}")
         self._nccl = self.transport() == "nccl"
+        # Without CUDA there are no CUDA tensors to look for: each call skips the search.
+        self._cuda_here = torch.cuda.is_available()
         self._stream: Optional[int] = None  # the CUDA stream last given to the library (None: its own)
 
     # -- identity --
@@ -233,6 +235,8 @@ class DistcommBackend(_base()):  # type: ignore[misc]
         """CUDA tensors need the group's NCCL communicator (without one the library would take
         their addresses for host memory), and run on torch's current stream. The library itself
         refuses a call that mixes CPU and CUDA memory or uses another GPU than the group's."""
+        if not self._cuda_here:
+            return
         t = _first_cuda(keep)
         if t is None:
             return
