@@ -198,6 +198,11 @@ assert "site-packages" in distcomm.torch.__file__, "not the installed package"')
     "$TVENV/bin/python" -m pytest -p no:cacheprovider -q -rs python/tests/test_torch.py ${PYTEST_ARGS:-} 2>&1 | tee "$TMP/pytest-torch.log"
   [ "${PIPESTATUS[0]}" -eq 0 ]
   torch_tests=$(grep -Eo '[0-9]+ passed' "$TMP/pytest-torch.log" | tail -1 | awk '{ print $1 }')
+  # The backend as a ProcessGroup subclass, what torch releases without a Python-constructible
+  # c10d Backend (2.11, for one) get: every call against Gloo again.
+  # shellcheck disable=SC2086
+  DCRUN="$PREFIX/bin/dcrun" DC_TEST_STRICT=1 DISTCOMM_EXPECT_TORCH=1 DISTCOMM_TORCH_BASE=processgroup \
+    "$TVENV/bin/python" -m pytest -p no:cacheprovider -q -rs python/tests/test_torch.py -k every_call ${PYTEST_ARGS:-}
 fi
 
 # ---------------------------------------------------------------------------------------------

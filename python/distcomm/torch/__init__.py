@@ -62,8 +62,8 @@ def _create(opts: Any, backend_options: Any = None) -> DistcommBackend:
         lib.dc_comm_destroy(h)
         raise _errors.BY_CLASS[_errors.dc.DistInternalError](f"torch group {name}: distcomm formed another rank or size")
     b = DistcommBackend(h, rank, size, opts.timeout or datetime.timedelta(minutes=30), name)
-    if isinstance(b, _ProcessGroup) and opts.group_id:
-        b._set_group_name(str(opts.group_id))  # torch names the groups it makes itself, not ours
+    if isinstance(b, _ProcessGroup):
+        b._set_group_name(name)  # torch names the groups it makes itself, not ours
     return b
 
 

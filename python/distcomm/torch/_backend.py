@@ -150,7 +150,10 @@ def _base() -> type:
     return _C10dBackend
 
 
-class DistcommBackend(_base()):  # type: ignore[misc]
+_BASE = _base()
+
+
+class DistcommBackend(_BASE):  # type: ignore[misc]
     """One torch process group's distcomm communicator (``dc_comm``)."""
 
     def __init__(self, handle: int, rank: int, size: int, timeout: datetime.timedelta, name: str):
@@ -186,6 +189,23 @@ class DistcommBackend(_base()):  # type: ignore[misc]
 
     def __repr__(self) -> str:
         return f"DistcommBackend(group={self._name!r}, rank={self._rank}, size={self._size})"
+
+    if _BASE is _C10dProcessGroup:
+        # A ProcessGroup reads its name and description from its first backend, and this one
+        # has none (it is the group): torch's front end reads them here instead.
+        _group_name_: str = ""
+        _group_desc_: str = ""
+        group_name = property(lambda self: self._group_name_)
+        group_desc = property(lambda self: self._group_desc_)
+
+        def _set_group_name(self, name: str) -> None:
+            self._group_name_ = name
+
+        def _set_group_desc(self, desc: str) -> None:
+            self._group_desc_ = desc
+
+        def _get_backend(self, device: Any) -> "DistcommBackend":
+            return self  # the backend of every device type is this group itself
 
     def transport(self) -> str:
         """The library's transport for this group ("shm", "socket", ...)."""
