@@ -63,7 +63,11 @@ def test_avg_and_premul_sum(gloo, rank, size, dtype):
         torch.testing.assert_close(a, (s.double() / size).to(dtype))
     else:
         same(a, torch.div(s, size, rounding_mode="trunc"))
-    if dtype.is_floating_point:
+    if dtype.is_floating_point and getattr(dist._make_nccl_premul_sum(2.0), "factor", None) is None:
+        # torch releases (2.11) whose ReduceOp hides PREMUL_SUM's factor from Python: refused.
+        with pytest.raises(ValueError, match="PREMUL_SUM without a readable factor"):
+            dist.all_reduce(x.clone(), op=dist._make_nccl_premul_sum(2.0))
+    elif dtype.is_floating_point:
         p, q = x.clone(), x.clone() * 2
         dist.all_reduce(p, op=dist._make_nccl_premul_sum(2.0))
         dist.all_reduce(q, group=gloo)
@@ -259,11 +263,10 @@ def test_all_to_all_forms(gloo, rank, size, dtype):
     # lists of tensors
     ins = [data(rank, 4, base, salt=j).to(dtype) for j in range(size)]
     outs_a = [torch.zeros(4, dtype=dtype) for _ in range(size)]
-    outs_b = [torch.zeros(4, dtype=base) for _ in range(size)]
     dist.all_to_all(outs_a, ins)
-    dist.all_to_all(outs_b, [g(t) for t in ins], group=gloo)
-    for u, v in zip(outs_a, outs_b):
-        same(u, v.to(dtype))
+    # (Gloo has the list form only in later torch releases: the expected blocks directly.)
+    for j, u in enumerate(outs_a):
+        same(u, data(j, 4, base, salt=rank).to(dtype))
     # of different sizes (Gloo wants equal ones): rank j sends j + 1 elements to each rank
     ins = [data(rank, rank + 1, base, salt=j).to(dtype) for j in range(size)]
     outs = [torch.zeros(j + 1, dtype=dtype) for j in range(size)]
