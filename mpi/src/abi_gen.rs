@@ -1001,7 +1001,7 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Win_allocate_shared_c", true),
     ("MPI_Win_attach", false),
     ("MPI_Win_call_errhandler", true),
-    ("MPI_Win_complete", false),
+    ("MPI_Win_complete", true),
     ("MPI_Win_create", true),
     ("MPI_Win_create_c", true),
     ("MPI_Win_create_dynamic", false),
@@ -1024,19 +1024,19 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Win_get_name", true),
     ("MPI_Win_lock", true),
     ("MPI_Win_lock_all", true),
-    ("MPI_Win_post", false),
+    ("MPI_Win_post", true),
     ("MPI_Win_set_attr", true),
     ("MPI_Win_set_errhandler", true),
     ("MPI_Win_set_info", true),
     ("MPI_Win_set_name", true),
     ("MPI_Win_shared_query", true),
     ("MPI_Win_shared_query_c", true),
-    ("MPI_Win_start", false),
+    ("MPI_Win_start", true),
     ("MPI_Win_sync", true),
-    ("MPI_Win_test", false),
+    ("MPI_Win_test", true),
     ("MPI_Win_unlock", true),
     ("MPI_Win_unlock_all", true),
-    ("MPI_Win_wait", false),
+    ("MPI_Win_wait", true),
     ("MPI_Aint_add", true),
     ("MPI_Aint_diff", true),
     ("MPI_Wtick", true),
@@ -5552,11 +5552,11 @@ pub unsafe extern "C" fn PMPI_Win_call_errhandler(win: MPI_Win, errorcode: c_int
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_complete(win: MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Win_complete", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_complete", || unsafe { crate::api::win_complete(win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_complete(win: MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Win_complete", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_complete", || unsafe { crate::api::win_complete(win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_create(base: *mut c_void, size: MPI_Aint, disp_unit: c_int, info: MPI_Info, comm: MPI_Comm, win: *mut MPI_Win) -> c_int {
@@ -5736,11 +5736,11 @@ pub unsafe extern "C" fn PMPI_Win_lock_all(assert: c_int, win: MPI_Win) -> c_int
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_post(group: MPI_Group, assert: c_int, win: MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Win_post", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_post", || unsafe { crate::api::win_post(group, assert, win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_post(group: MPI_Group, assert: c_int, win: MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Win_post", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_post", || unsafe { crate::api::win_post(group, assert, win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_set_attr(win: MPI_Win, win_keyval: c_int, attribute_val: *mut c_void) -> c_int {
@@ -5792,11 +5792,11 @@ pub unsafe extern "C" fn PMPI_Win_shared_query_c(win: MPI_Win, rank: c_int, size
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_start(group: MPI_Group, assert: c_int, win: MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Win_start", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_start", || unsafe { crate::api::win_start(group, assert, win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_start(group: MPI_Group, assert: c_int, win: MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Win_start", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_start", || unsafe { crate::api::win_start(group, assert, win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_sync(win: MPI_Win) -> c_int {
@@ -5808,11 +5808,11 @@ pub unsafe extern "C" fn PMPI_Win_sync(win: MPI_Win) -> c_int {
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_test(win: MPI_Win, flag: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Win_test", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_test", || unsafe { crate::api::win_test(win, flag) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_test(win: MPI_Win, flag: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Win_test", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_test", || unsafe { crate::api::win_test(win, flag) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_unlock(rank: c_int, win: MPI_Win) -> c_int {
@@ -5832,11 +5832,11 @@ pub unsafe extern "C" fn PMPI_Win_unlock_all(win: MPI_Win) -> c_int {
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_wait(win: MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Win_wait", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_wait", || unsafe { crate::api::win_wait(win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_wait(win: MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Win_wait", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_wait", || unsafe { crate::api::win_wait(win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Aint_add(base: MPI_Aint, disp: MPI_Aint) -> MPI_Aint {

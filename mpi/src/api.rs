@@ -1191,7 +1191,7 @@ pub unsafe fn comm_set_info(c: MPI_Comm, info: MPI_Info) -> Res {
 
 pub use crate::win::{
     win_create_c, win_create, win_allocate_c, win_allocate, win_allocate_shared_c, win_allocate_shared, win_shared_query_c,
-    win_shared_query, win_free, win_fence, win_lock, win_unlock, win_lock_all, win_unlock_all, win_flush, win_flush_local,
+    win_shared_query, win_free, win_fence, win_post, win_start, win_complete, win_wait, win_test, win_lock, win_unlock, win_lock_all, win_unlock_all, win_flush, win_flush_local,
     win_flush_all, win_flush_local_all, win_sync, put_c, put, get_c, get, accumulate_c, accumulate, get_accumulate_c,
     get_accumulate, fetch_and_op, compare_and_swap, win_get_attr, win_set_attr, win_delete_attr, win_create_keyval,
     win_free_keyval, win_set_name, win_get_name, win_get_group, win_set_info, win_get_info, win_create_errhandler,

@@ -39,6 +39,7 @@ pub mod packing;
 pub mod persist;
 pub mod pmi;
 pub mod probe;
+pub mod pscw;
 pub mod request;
 pub mod rma;
 pub mod session;

@@ -25,7 +25,7 @@ const GET_ACC: u8 = 4;
 const CAS: u8 = 5;
 
 /// Where a get's data goes at the origin once the fence brings it.
-struct Landing {
+pub struct Landing {
     addr: usize,
     count: u64,
     t: Arc<Type>,
@@ -43,6 +43,14 @@ pub struct Pending {
 impl Pending {
     pub fn is_empty(&self) -> bool {
         self.out.iter().all(|v| v.is_empty())
+    }
+
+    /// The records for `rank` and where their replies go, taken out (an access epoch's end).
+    pub fn take_for(&mut self, rank: usize) -> (Vec<u8>, Vec<Landing>) {
+        match (self.out.get_mut(rank), self.landings.get_mut(rank)) {
+            (Some(o), Some(l)) => (std::mem::take(o), std::mem::take(l)),
+            _ => (Vec::new(), Vec::new()),
+        }
     }
 
     fn slot(&mut self, n: usize, rank: usize) -> &mut Vec<u8> {
@@ -173,7 +181,7 @@ fn ranges(w: &Local, disp: i64, count: u64, extent: i64, blocks: &[(i64, u64)]) 
 }
 
 /// Applies the records one origin sent; returns the bytes its gets read.
-fn apply(w: &Local, recs: &[u8]) -> Result<Vec<u8>, MpiErr> {
+pub fn apply(w: &Local, recs: &[u8]) -> Result<Vec<u8>, MpiErr> {
     let mut r = Reader { b: recs };
     let mut reply = Vec::new();
     let bad = || MpiErr::new(MPI_ERR_INTERN, "a one-sided record from another process is malformed");
@@ -282,17 +290,22 @@ pub fn fence(comm: &Comm, w: &Local, pending: Pending) -> Res {
     }
     let back = exchange(comm, &replies)?;
     for (r, data) in back.iter().enumerate() {
-        let mut o = 0usize;
-        for l in pending.landings.get(r).map(|v| v.as_slice()).unwrap_or(&[]) {
-            let len = l.t.map.packed_bytes(l.count).unwrap_or(0) as usize;
-            let end = (o + len).min(data.len());
-            // SAFETY: the origin buffer of the get holds `count` elements of its type and is
-            // the library's until this fence (MPI's rule).
-            unsafe { l.t.map.unpack(&data[o..end], l.addr as *mut u8, l.count) };
-            o = end;
-        }
+        land(pending.landings.get(r).map(|v| v.as_slice()).unwrap_or(&[]), data);
     }
     first
+}
+
+/// Unpacks what one target's gets read (`data`, in record order) into their origin buffers.
+pub fn land(landings: &[Landing], data: &[u8]) {
+    let mut o = 0usize;
+    for l in landings {
+        let len = l.t.map.packed_bytes(l.count).unwrap_or(0) as usize;
+        let end = (o + len).min(data.len());
+        // SAFETY: the origin buffer of the get holds `count` elements of its type and is the
+        // library's until the epoch ends (MPI's rule).
+        unsafe { l.t.map.unpack(&data[o..end], l.addr as *mut u8, l.count) };
+        o = end;
+    }
 }
 
 #[cfg(test)]

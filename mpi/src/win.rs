@@ -43,6 +43,8 @@ pub struct Win {
     fenced: AtomicBool,
     /// Locks held (lock, lock_all): transfers to other processes are refused meanwhile.
     locks: AtomicUsize,
+    /// Post / start / complete / wait epochs (pscw.rs).
+    epochs: Mutex<crate::pscw::Epochs>,
     errhandler: AtomicUsize,
     name: Mutex<String>,
     attrs: Attrs,
@@ -105,6 +107,7 @@ fn make(base: usize, size: i64, disp_unit: i64, c: MPI_Comm, flavor: c_int, owne
         pending: Mutex::new(rma::Pending::default()),
         fenced: AtomicBool::new(false),
         locks: AtomicUsize::new(0),
+        epochs: Mutex::new(crate::pscw::Epochs::default()),
         // The standard's default for windows.
         errhandler: AtomicUsize::new(MPI_ERRORS_ARE_FATAL),
         name: Mutex::new(String::new()),
@@ -219,6 +222,13 @@ pub unsafe fn win_free(h: *mut MPI_Win) -> Res {
     if !lock(&w.pending).is_empty() {
         return Err(MpiErr::new(MPI_ERR_RMA_SYNC, "transfers to other processes are still waiting for the fence that ends their epoch").on(handle));
     }
+    {
+        let mut e = lock(&w.epochs);
+        if e.is_open() {
+            return Err(MpiErr::new(MPI_ERR_RMA_SYNC, "a post/start epoch is still open on the window (MPI_Win_wait / MPI_Win_complete first)").on(handle));
+        }
+        crate::pscw::drain(&w.comm, &local(&w), &mut e).map_err(|e| e.on(handle))?;
+    }
     // Collective: no process frees its memory while another may still be in an epoch on it.
     barrier(&w).map_err(|e| e.on(handle))?;
     // The delete callbacks run while the window is still valid (they may query it).
@@ -253,12 +263,69 @@ pub unsafe fn win_fence(assert: c_int, h: MPI_Win) -> Res {
         check_assert(assert)?;
         let r = if w.comm.size() > 1 {
             let p = std::mem::take(&mut *lock(&w.pending));
-            rma::fence(&w.comm, &rma::Local { base: w.base, size: w.size as usize, disp_unit: w.disp_unit as i64 }, p)
+            rma::fence(&w.comm, &local(w), p)
         } else {
             Ok(())
         };
         w.fenced.store(assert & MPI_MODE_NOSUCCEED == 0, Ordering::Relaxed);
         r
+    })
+}
+
+// ---- post / start / complete / wait (pscw.rs) -------------------------------------------------
+
+fn local(w: &Win) -> rma::Local {
+    rma::Local { base: w.base, size: w.size as usize, disp_unit: w.disp_unit as i64 }
+}
+
+/// The window ranks of a group's members, this process left out (its own transfers are done
+/// at their calls).
+fn epoch_ranks(w: &Win, g: MPI_Group) -> Result<Vec<usize>, MpiErr> {
+    let members = crate::group::get(g)?;
+    let me = w.comm.rank();
+    let mut v = Vec::with_capacity(members.len());
+    for &m in members.iter() {
+        match w.comm.members().iter().position(|&x| x == m) {
+            Some(r) if r == me => {}
+            Some(r) => v.push(r),
+            None => return mpi_err!(MPI_ERR_GROUP, "process {m} of the group is not in the window's group"),
+        }
+    }
+    Ok(v)
+}
+
+pub unsafe fn win_post(g: MPI_Group, assert: c_int, h: MPI_Win) -> Res {
+    with_win(h, |w| {
+        check_assert(assert)?;
+        let origins = epoch_ranks(w, g)?;
+        crate::pscw::post(&w.comm, &mut lock(&w.epochs), origins)
+    })
+}
+
+pub unsafe fn win_start(g: MPI_Group, assert: c_int, h: MPI_Win) -> Res {
+    with_win(h, |w| {
+        check_assert(assert)?;
+        let targets = epoch_ranks(w, g)?;
+        crate::pscw::start(&w.comm, &mut lock(&w.epochs), targets)
+    })
+}
+
+pub unsafe fn win_complete(h: MPI_Win) -> Res {
+    with_win(h, |w| {
+        let mut p = lock(&w.pending);
+        crate::pscw::complete(&w.comm, &local(w), &mut lock(&w.epochs), &mut p)
+    })
+}
+
+pub unsafe fn win_wait(h: MPI_Win) -> Res {
+    with_win(h, |w| crate::pscw::wait(&w.comm, &local(w), &mut lock(&w.epochs)))
+}
+
+pub unsafe fn win_test(h: MPI_Win, flag: *mut c_int) -> Res {
+    with_win(h, |w| {
+        let f = out(flag, "flag")?;
+        *f = crate::pscw::test(&w.comm, &local(w), &mut lock(&w.epochs))? as c_int;
+        Ok(())
     })
 }
 
@@ -382,10 +449,11 @@ fn target(w: &Win, rank: c_int, disp: MPI_Aint, count: i64, dt: MPI_Datatype) ->
     let (size, unit) = w.peers[r];
     check_range(&t, count, disp, unit, size)?;
     if r != w.comm.rank() {
-        if w.locks.load(Ordering::Relaxed) > 0 || !w.fenced.load(Ordering::Relaxed) {
+        let epoch = (w.fenced.load(Ordering::Relaxed) || lock(&w.epochs).is_access_target(r)) && w.locks.load(Ordering::Relaxed) == 0;
+        if !epoch {
             return mpi_err!(
                 MPI_ERR_UNSUPPORTED_OPERATION,
-                "one-sided transfers to another process (rank {rank} of the window's group of {}) are supported in fence epochs only by distcomm's MPI library (passive target needs a progress thread at the target)",
+                "one-sided transfers to another process (rank {rank} of the window's group of {}) are supported in fence and post/start epochs only by distcomm's MPI library (passive target needs a progress thread at the target)",
                 w.comm.size()
             );
         }

@@ -1,6 +1,6 @@
 /* RMA windows: allocate and create, fences, Put / Get / Accumulate / Get_accumulate /
  * Fetch_and_op / Compare_and_swap on the calling process's own window (on COMM_SELF and on the
- * world), the same to other processes in fence epochs, locks, the window attributes, names, groups, keyvals with callbacks, and error
+ * world), the same to other processes in fence epochs and post/start/complete/wait epochs, locks, the window attributes, names, groups, keyvals with callbacks, and error
  * handlers. Datatype keyvals at the end (the same attribute machinery). */
 #include "common.h"
 
@@ -217,6 +217,38 @@ int main(int argc, char **argv) {
   OK(MPI_Win_fence(MPI_MODE_NOSUCCEED, w));
   CHECK(back2[0] == me && back2[1] == me + 1);
   OK(MPI_Type_free(&stride2));
+  {
+    /* Post/start/complete/wait: each process exposes its window to its left neighbour and
+     * accesses its right one, so each is origin and target at once (neither may wait for the
+     * other's MPI_Win_wait before its own MPI_Win_complete returns). */
+    int pbuf[2] = {0, 40 + rank}, v = 300 + rank, got = -1, flag = 0, one_ = 1;
+    MPI_Win pw;
+    MPI_Group wg, lg, rg;
+    OK(MPI_Win_create(pbuf, sizeof pbuf, sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &pw));
+    OK(MPI_Win_set_errhandler(pw, MPI_ERRORS_RETURN));
+    OK(MPI_Win_get_group(pw, &wg));
+    OK(MPI_Group_incl(wg, 1, &left, &lg));
+    OK(MPI_Group_incl(wg, 1, &right, &rg));
+    OK(MPI_Win_post(lg, 0, pw));
+    OK(MPI_Win_start(rg, 0, pw));
+    OK(MPI_Put(&v, 1, MPI_INT, right, 0, 1, MPI_INT, pw));
+    OK(MPI_Get(&got, 1, MPI_INT, right, 1, 1, MPI_INT, pw));
+    OK(MPI_Win_complete(pw));
+    OK(MPI_Win_wait(pw));
+    CHECK(pbuf[0] == 300 + left && got == 40 + right);
+    /* Again with an accumulate, the target polling with MPI_Win_test. */
+    OK(MPI_Win_post(lg, 0, pw));
+    OK(MPI_Win_start(rg, 0, pw));
+    OK(MPI_Accumulate(&one_, 1, MPI_INT, right, 1, 1, MPI_INT, MPI_SUM, pw));
+    OK(MPI_Win_complete(pw));
+    while (!flag) OK(MPI_Win_test(pw, &flag));
+    CHECK(pbuf[1] == 41 + rank);
+    if (expect_distcomm()) FAILS(MPI_Win_complete(pw), MPI_ERR_RMA_SYNC);
+    OK(MPI_Group_free(&lg));
+    OK(MPI_Group_free(&rg));
+    OK(MPI_Group_free(&wg));
+    OK(MPI_Win_free(&pw));
+  }
   if (expect_distcomm() && size > 1) {
     /* Passive target to another process is not offered (no progress thread at the target). */
     OK(MPI_Win_lock(MPI_LOCK_SHARED, right, 0, w));
