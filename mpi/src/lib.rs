@@ -36,6 +36,7 @@ pub mod objerrh;
 pub mod op;
 pub mod opnum;
 pub mod packing;
+pub mod passive;
 pub mod persist;
 pub mod pmi;
 pub mod probe;

@@ -45,6 +45,11 @@ impl Pending {
         self.out.iter().all(|v| v.is_empty())
     }
 
+    /// Whether a transfer queued for `rank` needs an answer (a get of any kind).
+    pub fn answers_due(&self, rank: usize) -> bool {
+        self.landings.get(rank).is_some_and(|l| !l.is_empty())
+    }
+
     /// The records for `rank` and where their replies go, taken out (an access epoch's end).
     pub fn take_for(&mut self, rank: usize) -> (Vec<u8>, Vec<Landing>) {
         match (self.out.get_mut(rank), self.landings.get_mut(rank)) {

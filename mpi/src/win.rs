@@ -4,9 +4,9 @@
 //!
 //! A transfer whose target is this process (the whole story for a window of one process, like
 //! mpi4py's on COMM_SELF) is a load or store done at the call. One to another process of the
-//! window's group is queued and carried by the fence that ends its epoch (rma.rs). Passive
-//! target (lock / unlock) transfers to another process would need a progress thread at the
-//! target, which the engine does not run: they answer MPI_ERR_UNSUPPORTED_OPERATION.
+//! window's group is queued and carried by what ends its epoch: the fence (rma.rs), the
+//! complete of a post/start epoch (pscw.rs), or the flush or unlock of a lock (passive.rs,
+//! whose server thread applies them at the target).
 
 use crate::abi_gen::*;
 use crate::api::out;
@@ -41,8 +41,9 @@ pub struct Win {
     pending: Mutex<rma::Pending>,
     /// A fence opened an epoch (one without MPI_MODE_NOSUCCEED came last).
     fenced: AtomicBool,
-    /// Locks held (lock, lock_all): transfers to other processes are refused meanwhile.
-    locks: AtomicUsize,
+    /// Passive target: the window's lock server and the locks this process holds (windows of
+    /// several processes only).
+    passive: Option<crate::passive::Passive>,
     /// Post / start / complete / wait epochs (pscw.rs).
     epochs: Mutex<crate::pscw::Epochs>,
     errhandler: AtomicUsize,
@@ -95,6 +96,19 @@ fn make(base: usize, size: i64, disp_unit: i64, c: MPI_Comm, flavor: c_int, owne
         }
         recv.chunks_exact(16).map(|x| (i64::from_le_bytes(x[..8].try_into().unwrap()), i64::from_le_bytes(x[8..].try_into().unwrap()))).collect()
     };
+    let passive = if comm.size() > 1 {
+        let all: Vec<usize> = (0..comm.size()).collect();
+        match comm.new_group(&all) {
+            Ok(Some(server)) => Some(crate::passive::Passive::start(server, rma::Local { base, size: size as usize, disp_unit })),
+            Ok(None) => None,
+            Err(e) => {
+                comm.destroy();
+                return Err(MpiErr::from(e).on(c));
+            }
+        }
+    } else {
+        None
+    };
     let (h, _) = WINS.add(|_| Win {
         comm,
         base,
@@ -106,7 +120,7 @@ fn make(base: usize, size: i64, disp_unit: i64, c: MPI_Comm, flavor: c_int, owne
         peers,
         pending: Mutex::new(rma::Pending::default()),
         fenced: AtomicBool::new(false),
-        locks: AtomicUsize::new(0),
+        passive,
         epochs: Mutex::new(crate::pscw::Epochs::default()),
         // The standard's default for windows.
         errhandler: AtomicUsize::new(MPI_ERRORS_ARE_FATAL),
@@ -222,12 +236,15 @@ pub unsafe fn win_free(h: *mut MPI_Win) -> Res {
     if !lock(&w.pending).is_empty() {
         return Err(MpiErr::new(MPI_ERR_RMA_SYNC, "transfers to other processes are still waiting for the fence that ends their epoch").on(handle));
     }
+    if w.passive.as_ref().is_some_and(|p| p.holds_any()) {
+        return Err(MpiErr::new(MPI_ERR_RMA_SYNC, "this process still holds a lock of the window (MPI_Win_unlock first)").on(handle));
+    }
     {
         let mut e = lock(&w.epochs);
         if e.is_open() {
             return Err(MpiErr::new(MPI_ERR_RMA_SYNC, "a post/start epoch is still open on the window (MPI_Win_wait / MPI_Win_complete first)").on(handle));
         }
-        crate::pscw::drain(&w.comm, &local(&w), &mut e).map_err(|e| e.on(handle))?;
+        crate::pscw::drain(&w.comm, &mut e, w.comm.timeout_ms()).map_err(|e| e.on(handle))?;
     }
     // Collective: no process frees its memory while another may still be in an epoch on it.
     barrier(&w).map_err(|e| e.on(handle))?;
@@ -235,6 +252,9 @@ pub unsafe fn win_free(h: *mut MPI_Win) -> Res {
     let deleted = keyval::delete_all(handle, &w.attrs);
     WINS.remove(handle);
     *p = MPI_WIN_NULL;
+    if let Some(passive) = &w.passive {
+        passive.stop();
+    }
     w.comm.destroy();
     if w.owned {
         // SAFETY: the memory `allocate` made for this window, freed once (the window is gone).
@@ -313,18 +333,18 @@ pub unsafe fn win_start(g: MPI_Group, assert: c_int, h: MPI_Win) -> Res {
 pub unsafe fn win_complete(h: MPI_Win) -> Res {
     with_win(h, |w| {
         let mut p = lock(&w.pending);
-        crate::pscw::complete(&w.comm, &local(w), &mut lock(&w.epochs), &mut p)
+        crate::pscw::complete(&w.comm, w.passive.as_ref(), &mut lock(&w.epochs), &mut p, w.comm.timeout_ms())
     })
 }
 
 pub unsafe fn win_wait(h: MPI_Win) -> Res {
-    with_win(h, |w| crate::pscw::wait(&w.comm, &local(w), &mut lock(&w.epochs)))
+    with_win(h, |w| crate::pscw::wait(&w.comm, &local(w), &mut lock(&w.epochs), w.comm.timeout_ms()))
 }
 
 pub unsafe fn win_test(h: MPI_Win, flag: *mut c_int) -> Res {
     with_win(h, |w| {
         let f = out(flag, "flag")?;
-        *f = crate::pscw::test(&w.comm, &local(w), &mut lock(&w.epochs))? as c_int;
+        *f = crate::pscw::test(&w.comm, &local(w), &mut lock(&w.epochs), w.comm.timeout_ms())? as c_int;
         Ok(())
     })
 }
@@ -344,47 +364,77 @@ pub unsafe fn win_lock(lock_type: c_int, rank: c_int, assert: c_int, h: MPI_Win)
         }
         check_assert(assert)?;
         check_rank(w, rank)?;
-        w.locks.fetch_add(1, Ordering::Relaxed);
-        Ok(())
+        match &w.passive {
+            Some(p) if rank != MPI_PROC_NULL => p.lock(rank as usize, lock_type == MPI_LOCK_EXCLUSIVE, w.comm.timeout_ms()),
+            _ => Ok(()),
+        }
     })
 }
 
-fn unlocked(w: &Win) {
-    let _ = w.locks.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
-}
-
-/// Unlock, flush and their kinds: every access is complete at its call (see the module note).
+/// Unlock: the transfers to `rank` are complete there when it returns.
 pub unsafe fn win_unlock(rank: c_int, h: MPI_Win) -> Res {
     with_win(h, |w| {
         check_rank(w, rank)?;
-        unlocked(w);
-        Ok(())
+        match &w.passive {
+            Some(p) if rank != MPI_PROC_NULL => p.unlock(rank as usize, &mut lock(&w.pending), w.comm.timeout_ms()),
+            _ => Ok(()),
+        }
     })
 }
+
 pub unsafe fn win_lock_all(assert: c_int, h: MPI_Win) -> Res {
     with_win(h, |w| {
         check_assert(assert)?;
-        w.locks.fetch_add(1, Ordering::Relaxed);
+        if let Some(p) = &w.passive {
+            for r in 0..w.comm.size() {
+                p.lock(r, false, w.comm.timeout_ms())?;
+            }
+        }
         Ok(())
     })
 }
+
 pub unsafe fn win_unlock_all(h: MPI_Win) -> Res {
     with_win(h, |w| {
-        unlocked(w);
+        if let Some(p) = &w.passive {
+            for r in 0..w.comm.size() {
+                if p.holds(r) {
+                    p.unlock(r, &mut lock(&w.pending), w.comm.timeout_ms())?;
+                }
+            }
+        }
         Ok(())
     })
 }
+
+/// Flush and flush_local: the transfers to `rank` are complete there (local completion is not
+/// told apart: the origin's data was copied at the call).
 pub unsafe fn win_flush(rank: c_int, h: MPI_Win) -> Res {
-    with_win(h, |w| check_rank(w, rank))
+    with_win(h, |w| {
+        check_rank(w, rank)?;
+        match &w.passive {
+            Some(p) if rank != MPI_PROC_NULL => p.flush(rank as usize, &mut lock(&w.pending), w.comm.timeout_ms()),
+            _ => Ok(()),
+        }
+    })
 }
 pub unsafe fn win_flush_local(rank: c_int, h: MPI_Win) -> Res {
-    with_win(h, |w| check_rank(w, rank))
+    win_flush(rank, h)
 }
 pub unsafe fn win_flush_all(h: MPI_Win) -> Res {
-    with_win(h, |_| Ok(()))
+    with_win(h, |w| {
+        if let Some(p) = &w.passive {
+            for r in 0..w.comm.size() {
+                if p.holds(r) {
+                    p.flush(r, &mut lock(&w.pending), w.comm.timeout_ms())?;
+                }
+            }
+        }
+        Ok(())
+    })
 }
 pub unsafe fn win_flush_local_all(h: MPI_Win) -> Res {
-    with_win(h, |_| Ok(()))
+    win_flush_all(h)
 }
 pub unsafe fn win_sync(h: MPI_Win) -> Res {
     with_win(h, |_| Ok(()))
@@ -449,11 +499,11 @@ fn target(w: &Win, rank: c_int, disp: MPI_Aint, count: i64, dt: MPI_Datatype) ->
     let (size, unit) = w.peers[r];
     check_range(&t, count, disp, unit, size)?;
     if r != w.comm.rank() {
-        let epoch = (w.fenced.load(Ordering::Relaxed) || lock(&w.epochs).is_access_target(r)) && w.locks.load(Ordering::Relaxed) == 0;
-        if !epoch {
+        let locked = w.passive.as_ref().is_some_and(|p| p.holds(r));
+        if !locked && !w.fenced.load(Ordering::Relaxed) && !lock(&w.epochs).is_access_target(r) {
             return mpi_err!(
-                MPI_ERR_UNSUPPORTED_OPERATION,
-                "one-sided transfers to another process (rank {rank} of the window's group of {}) are supported in fence and post/start epochs only by distcomm's MPI library (passive target needs a progress thread at the target)",
+                MPI_ERR_RMA_SYNC,
+                "a one-sided transfer to rank {rank} of the window's group of {} outside an epoch that reaches it (a fence, a post/start access epoch, or a lock of that rank)",
                 w.comm.size()
             );
         }

@@ -1,6 +1,6 @@
 /* RMA windows: allocate and create, fences, Put / Get / Accumulate / Get_accumulate /
  * Fetch_and_op / Compare_and_swap on the calling process's own window (on COMM_SELF and on the
- * world), the same to other processes in fence epochs and post/start/complete/wait epochs, locks, the window attributes, names, groups, keyvals with callbacks, and error
+ * world), the same to other processes in fence epochs, post/start/complete/wait epochs and under locks (passive target), the window attributes, names, groups, keyvals with callbacks, and error
  * handlers. Datatype keyvals at the end (the same attribute machinery). */
 #include "common.h"
 
@@ -249,13 +249,51 @@ int main(int argc, char **argv) {
     OK(MPI_Group_free(&wg));
     OK(MPI_Win_free(&pw));
   }
-  if (expect_distcomm() && size > 1) {
-    /* Passive target to another process is not offered (no progress thread at the target). */
-    OK(MPI_Win_lock(MPI_LOCK_SHARED, right, 0, w));
-    FAILS(MPI_Put(&me, 1, MPI_INT, right, 0, 1, MPI_INT, w), MPI_ERR_UNSUPPORTED_OPERATION);
-    OK(MPI_Win_unlock(right, w));
-  }
   OK(MPI_Win_free(&w));
+  {
+    /* Passive target: the target calls nothing while the others lock, put, get, accumulate,
+     * flush and unlock; a barrier afterwards, and every transfer is in place. */
+    int mem[3] = {0, 50 + rank, 0}, v = 700 + rank, got = -1, one_ = 1, sum = -1;
+    MPI_Win lw;
+    OK(MPI_Win_create(mem, sizeof mem, sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &lw));
+    OK(MPI_Win_set_errhandler(lw, MPI_ERRORS_RETURN));
+    OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, right, 0, lw));
+    OK(MPI_Put(&v, 1, MPI_INT, right, 0, 1, MPI_INT, lw));
+    OK(MPI_Get(&got, 1, MPI_INT, right, 1, 1, MPI_INT, lw));
+    OK(MPI_Win_flush(right, lw));
+    CHECK(got == 50 + right);
+    OK(MPI_Win_unlock(right, lw));
+    /* Everyone adds one to rank 0's third int under a shared lock_all. */
+    OK(MPI_Win_lock_all(0, lw));
+    OK(MPI_Accumulate(&one_, 1, MPI_INT, 0, 2, 1, MPI_INT, MPI_SUM, lw));
+    OK(MPI_Win_unlock_all(lw));
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    OK(MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, lw));
+    OK(MPI_Get(&sum, 1, MPI_INT, 0, 2, 1, MPI_INT, lw));
+    OK(MPI_Win_unlock(0, lw));
+    CHECK(sum == size);
+    OK(MPI_Win_lock(MPI_LOCK_SHARED, rank, 0, lw));
+    CHECK(mem[0] == 700 + left);
+    OK(MPI_Win_unlock(rank, lw));
+    /* Exclusive locks serialise read-modify-write cycles: each process increments rank 0's
+     * first int 20 times through get, flush, put. */
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    if (rank == 0) mem[0] = 0;
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    for (int i = 0; i < 20; i++) {
+      int cur = -1;
+      OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 0, 0, lw));
+      OK(MPI_Get(&cur, 1, MPI_INT, 0, 0, 1, MPI_INT, lw));
+      OK(MPI_Win_flush(0, lw));
+      cur += 1;
+      OK(MPI_Put(&cur, 1, MPI_INT, 0, 0, 1, MPI_INT, lw));
+      OK(MPI_Win_unlock(0, lw));
+    }
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    if (rank == 0) CHECK(mem[0] == 20 * size);
+    if (expect_distcomm() && size > 1) FAILS(MPI_Put(&v, 1, MPI_INT, right, 0, 1, MPI_INT, lw), MPI_ERR_RMA_SYNC);
+    OK(MPI_Win_free(&lw));
+  }
   /* A window made by MPI_Win_create at MPI_BOTTOM (mpi4py's test objects). */
   OK(MPI_Win_create(MPI_BOTTOM, 0, 1, MPI_INFO_NULL, MPI_COMM_SELF, &w));
   OK(MPI_Win_free(&w));
