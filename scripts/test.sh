@@ -22,7 +22,7 @@
 #      mpi_abi.h (installed from PyPI into build/venv-mpich if missing), its C tests at 1-4 ranks
 #      through the installed mpicc/mpiexec, MPICH-built binaries on it and ours on MPICH
 #  11. scripts/mpi4py_test.sh: mpi4py 4.1.2 built from its sdist with the installed mpicc (into
-#      build/venv-mpi4py; rebuilt when mpi.h changes), 31 modules of its own test suite at 1, 2
+#      build/venv-mpi4py; rebuilt when mpi.h changes), 32 modules of its own test suite at 1, 2
 #      and 3 ranks on our library (no failure, no error, only listed skips), and the same
 #      binary on MPICH 5.0.2 beside it
 #

@@ -837,8 +837,8 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Put", true),
     ("MPI_Put_c", true),
     ("MPI_Query_thread", true),
-    ("MPI_Raccumulate", false),
-    ("MPI_Raccumulate_c", false),
+    ("MPI_Raccumulate", true),
+    ("MPI_Raccumulate_c", true),
     ("MPI_Recv", true),
     ("MPI_Recv_c", true),
     ("MPI_Recv_init", true),
@@ -867,12 +867,12 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Request_get_status_all", true),
     ("MPI_Request_get_status_any", true),
     ("MPI_Request_get_status_some", true),
-    ("MPI_Rget", false),
-    ("MPI_Rget_c", false),
-    ("MPI_Rget_accumulate", false),
-    ("MPI_Rget_accumulate_c", false),
-    ("MPI_Rput", false),
-    ("MPI_Rput_c", false),
+    ("MPI_Rget", true),
+    ("MPI_Rget_c", true),
+    ("MPI_Rget_accumulate", true),
+    ("MPI_Rget_accumulate_c", true),
+    ("MPI_Rput", true),
+    ("MPI_Rput_c", true),
     ("MPI_Rsend", true),
     ("MPI_Rsend_c", true),
     ("MPI_Rsend_init", true),
@@ -4240,19 +4240,19 @@ pub unsafe extern "C" fn PMPI_Query_thread(provided: *mut c_int) -> c_int {
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Raccumulate(origin_addr: *const c_void, origin_count: c_int, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: MPI_Datatype, op: MPI_Op, win: MPI_Win, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Raccumulate", MPI_COMM_SELF)
+    crate::err::guard("MPI_Raccumulate", || unsafe { crate::api::raccumulate(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, op, win, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Raccumulate(origin_addr: *const c_void, origin_count: c_int, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: MPI_Datatype, op: MPI_Op, win: MPI_Win, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Raccumulate", MPI_COMM_SELF)
+    crate::err::guard("MPI_Raccumulate", || unsafe { crate::api::raccumulate(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, op, win, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Raccumulate_c(origin_addr: *const c_void, origin_count: MPI_Count, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: MPI_Count, target_datatype: MPI_Datatype, op: MPI_Op, win: MPI_Win, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Raccumulate_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Raccumulate_c", || unsafe { crate::api::raccumulate_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, op, win, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Raccumulate_c(origin_addr: *const c_void, origin_count: MPI_Count, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: MPI_Count, target_datatype: MPI_Datatype, op: MPI_Op, win: MPI_Win, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Raccumulate_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Raccumulate_c", || unsafe { crate::api::raccumulate_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, op, win, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Recv(buf: *mut c_void, count: c_int, datatype: MPI_Datatype, source: c_int, tag: c_int, comm: MPI_Comm, status: *mut MPI_Status) -> c_int {
@@ -4480,51 +4480,51 @@ pub unsafe extern "C" fn PMPI_Request_get_status_some(incount: c_int, array_of_r
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Rget(origin_addr: *mut c_void, origin_count: c_int, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: MPI_Datatype, win: MPI_Win, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Rget", MPI_COMM_SELF)
+    crate::err::guard("MPI_Rget", || unsafe { crate::api::rget(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Rget(origin_addr: *mut c_void, origin_count: c_int, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: MPI_Datatype, win: MPI_Win, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Rget", MPI_COMM_SELF)
+    crate::err::guard("MPI_Rget", || unsafe { crate::api::rget(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Rget_c(origin_addr: *mut c_void, origin_count: MPI_Count, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: MPI_Count, target_datatype: MPI_Datatype, win: MPI_Win, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Rget_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Rget_c", || unsafe { crate::api::rget_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Rget_c(origin_addr: *mut c_void, origin_count: MPI_Count, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: MPI_Count, target_datatype: MPI_Datatype, win: MPI_Win, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Rget_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Rget_c", || unsafe { crate::api::rget_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Rget_accumulate(origin_addr: *const c_void, origin_count: c_int, origin_datatype: MPI_Datatype, result_addr: *mut c_void, result_count: c_int, result_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: MPI_Datatype, op: MPI_Op, win: MPI_Win, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Rget_accumulate", MPI_COMM_SELF)
+    crate::err::guard("MPI_Rget_accumulate", || unsafe { crate::api::rget_accumulate(origin_addr, origin_count, origin_datatype, result_addr, result_count, result_datatype, target_rank, target_disp, target_count, target_datatype, op, win, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Rget_accumulate(origin_addr: *const c_void, origin_count: c_int, origin_datatype: MPI_Datatype, result_addr: *mut c_void, result_count: c_int, result_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: MPI_Datatype, op: MPI_Op, win: MPI_Win, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Rget_accumulate", MPI_COMM_SELF)
+    crate::err::guard("MPI_Rget_accumulate", || unsafe { crate::api::rget_accumulate(origin_addr, origin_count, origin_datatype, result_addr, result_count, result_datatype, target_rank, target_disp, target_count, target_datatype, op, win, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Rget_accumulate_c(origin_addr: *const c_void, origin_count: MPI_Count, origin_datatype: MPI_Datatype, result_addr: *mut c_void, result_count: MPI_Count, result_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: MPI_Count, target_datatype: MPI_Datatype, op: MPI_Op, win: MPI_Win, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Rget_accumulate_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Rget_accumulate_c", || unsafe { crate::api::rget_accumulate_c(origin_addr, origin_count, origin_datatype, result_addr, result_count, result_datatype, target_rank, target_disp, target_count, target_datatype, op, win, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Rget_accumulate_c(origin_addr: *const c_void, origin_count: MPI_Count, origin_datatype: MPI_Datatype, result_addr: *mut c_void, result_count: MPI_Count, result_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: MPI_Count, target_datatype: MPI_Datatype, op: MPI_Op, win: MPI_Win, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Rget_accumulate_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Rget_accumulate_c", || unsafe { crate::api::rget_accumulate_c(origin_addr, origin_count, origin_datatype, result_addr, result_count, result_datatype, target_rank, target_disp, target_count, target_datatype, op, win, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Rput(origin_addr: *const c_void, origin_count: c_int, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: MPI_Datatype, win: MPI_Win, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Rput", MPI_COMM_SELF)
+    crate::err::guard("MPI_Rput", || unsafe { crate::api::rput(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Rput(origin_addr: *const c_void, origin_count: c_int, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: MPI_Datatype, win: MPI_Win, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Rput", MPI_COMM_SELF)
+    crate::err::guard("MPI_Rput", || unsafe { crate::api::rput(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Rput_c(origin_addr: *const c_void, origin_count: MPI_Count, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: MPI_Count, target_datatype: MPI_Datatype, win: MPI_Win, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Rput_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Rput_c", || unsafe { crate::api::rput_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Rput_c(origin_addr: *const c_void, origin_count: MPI_Count, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: MPI_Count, target_datatype: MPI_Datatype, win: MPI_Win, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Rput_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Rput_c", || unsafe { crate::api::rput_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp, target_count, target_datatype, win, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Rsend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) -> c_int {

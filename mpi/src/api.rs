@@ -1193,7 +1193,8 @@ pub use crate::win::{
     win_create_c, win_create, win_allocate_c, win_allocate, win_allocate_shared_c, win_allocate_shared, win_shared_query_c,
     win_shared_query, win_free, win_fence, win_post, win_start, win_complete, win_wait, win_test, win_lock, win_unlock, win_lock_all, win_unlock_all, win_flush, win_flush_local,
     win_flush_all, win_flush_local_all, win_sync, put_c, put, get_c, get, accumulate_c, accumulate, get_accumulate_c,
-    get_accumulate, fetch_and_op, compare_and_swap, win_get_attr, win_set_attr, win_delete_attr, win_create_keyval,
+    get_accumulate, fetch_and_op, compare_and_swap, rput_c, rput, rget_c, rget, raccumulate_c, raccumulate,
+    rget_accumulate_c, rget_accumulate, win_get_attr, win_set_attr, win_delete_attr, win_create_keyval,
     win_free_keyval, win_set_name, win_get_name, win_get_group, win_set_info, win_get_info, win_create_errhandler,
     win_set_errhandler, win_get_errhandler, win_call_errhandler,
 };

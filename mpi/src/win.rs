@@ -863,3 +863,87 @@ pub unsafe fn win_get_errhandler(h: MPI_Win, eh: *mut MPI_Errhandler) -> Res {
 pub unsafe fn win_call_errhandler(h: MPI_Win, code: c_int) -> Res {
     with_win(h, |w| crate::objerrh::call(&w.errhandler, h, code))
 }
+
+// ---- request-based transfers (Rput, Rget, Raccumulate, Rget_accumulate) -------------------------
+
+/// The transfer made by `op`, then carried to its target at once (a flush of that target under
+/// the lock that a request-based call needs) and returned as a completed request: the
+/// operation is complete at the origin and at the target when the call returns.
+fn requested(rank: c_int, h: MPI_Win, req: *mut MPI_Request, op: impl FnOnce() -> Res) -> Res {
+    let r = out(req, "request")?;
+    with_win(h, |w| {
+        let remote = rank != MPI_PROC_NULL && rank >= 0 && (rank as usize) != w.comm.rank();
+        if remote && !w.passive.as_ref().is_some_and(|p| p.holds(rank as usize)) {
+            return mpi_err!(MPI_ERR_RMA_SYNC, "a request-based one-sided call needs a passive-target epoch: lock window rank {rank} (or lock_all) first");
+        }
+        Ok(())
+    })?;
+    op()?;
+    if rank != MPI_PROC_NULL {
+        // SAFETY: win_flush takes no pointers.
+        unsafe { win_flush(rank, h) }?;
+    }
+    *r = crate::request::add(crate::request::Req::Done(crate::request::empty_status()));
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn rput_c(oaddr: *const c_void, ocount: MPI_Count, odt: MPI_Datatype, rank: c_int, disp: MPI_Aint, tcount: MPI_Count, tdt: MPI_Datatype, h: MPI_Win, req: *mut MPI_Request) -> Res {
+    requested(rank, h, req, || put_c(oaddr, ocount, odt, rank, disp, tcount, tdt, h))
+}
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn rput(oaddr: *const c_void, ocount: c_int, odt: MPI_Datatype, rank: c_int, disp: MPI_Aint, tcount: c_int, tdt: MPI_Datatype, h: MPI_Win, req: *mut MPI_Request) -> Res {
+    rput_c(oaddr, ocount as MPI_Count, odt, rank, disp, tcount as MPI_Count, tdt, h, req)
+}
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn rget_c(oaddr: *mut c_void, ocount: MPI_Count, odt: MPI_Datatype, rank: c_int, disp: MPI_Aint, tcount: MPI_Count, tdt: MPI_Datatype, h: MPI_Win, req: *mut MPI_Request) -> Res {
+    requested(rank, h, req, || get_c(oaddr, ocount, odt, rank, disp, tcount, tdt, h))
+}
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn rget(oaddr: *mut c_void, ocount: c_int, odt: MPI_Datatype, rank: c_int, disp: MPI_Aint, tcount: c_int, tdt: MPI_Datatype, h: MPI_Win, req: *mut MPI_Request) -> Res {
+    rget_c(oaddr, ocount as MPI_Count, odt, rank, disp, tcount as MPI_Count, tdt, h, req)
+}
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn raccumulate_c(oaddr: *const c_void, ocount: MPI_Count, odt: MPI_Datatype, rank: c_int, disp: MPI_Aint, tcount: MPI_Count, tdt: MPI_Datatype, op: MPI_Op, h: MPI_Win, req: *mut MPI_Request) -> Res {
+    requested(rank, h, req, || accumulate_c(oaddr, ocount, odt, rank, disp, tcount, tdt, op, h))
+}
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn raccumulate(oaddr: *const c_void, ocount: c_int, odt: MPI_Datatype, rank: c_int, disp: MPI_Aint, tcount: c_int, tdt: MPI_Datatype, op: MPI_Op, h: MPI_Win, req: *mut MPI_Request) -> Res {
+    raccumulate_c(oaddr, ocount as MPI_Count, odt, rank, disp, tcount as MPI_Count, tdt, op, h, req)
+}
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn rget_accumulate_c(
+    oaddr: *const c_void,
+    ocount: MPI_Count,
+    odt: MPI_Datatype,
+    raddr: *mut c_void,
+    rcount: MPI_Count,
+    rdt: MPI_Datatype,
+    rank: c_int,
+    disp: MPI_Aint,
+    tcount: MPI_Count,
+    tdt: MPI_Datatype,
+    op: MPI_Op,
+    h: MPI_Win,
+    req: *mut MPI_Request,
+) -> Res {
+    requested(rank, h, req, || get_accumulate_c(oaddr, ocount, odt, raddr, rcount, rdt, rank, disp, tcount, tdt, op, h))
+}
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn rget_accumulate(
+    oaddr: *const c_void,
+    ocount: c_int,
+    odt: MPI_Datatype,
+    raddr: *mut c_void,
+    rcount: c_int,
+    rdt: MPI_Datatype,
+    rank: c_int,
+    disp: MPI_Aint,
+    tcount: c_int,
+    tdt: MPI_Datatype,
+    op: MPI_Op,
+    h: MPI_Win,
+    req: *mut MPI_Request,
+) -> Res {
+    rget_accumulate_c(oaddr, ocount as MPI_Count, odt, raddr, rcount as MPI_Count, rdt, rank, disp, tcount as MPI_Count, tdt, op, h, req)
+}

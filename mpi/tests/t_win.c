@@ -263,6 +263,21 @@ int main(int argc, char **argv) {
     OK(MPI_Win_flush(right, lw));
     CHECK(got == 50 + right);
     OK(MPI_Win_unlock(right, lw));
+    /* Request-based forms: complete when their request does. */
+    int rv = 900 + rank, rgot = -1;
+    MPI_Request rq[2];
+    OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, right, 0, lw));
+    OK(MPI_Rput(&rv, 1, MPI_INT, right, 0, 1, MPI_INT, lw, &rq[0]));
+    OK(MPI_Wait(&rq[0], MPI_STATUS_IGNORE));
+    OK(MPI_Rget(&rgot, 1, MPI_INT, right, 0, 1, MPI_INT, lw, &rq[1]));
+    OK(MPI_Wait(&rq[1], MPI_STATUS_IGNORE));
+    CHECK(rgot == 900 + rank);
+    OK(MPI_Win_unlock(right, lw));
+    if (expect_distcomm() && size > 1) FAILS(MPI_Rput(&rv, 1, MPI_INT, right, 0, 1, MPI_INT, lw, &rq[0]), MPI_ERR_RMA_SYNC);
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, right, 0, lw));
+    OK(MPI_Put(&v, 1, MPI_INT, right, 0, 1, MPI_INT, lw));
+    OK(MPI_Win_unlock(right, lw));
     /* Everyone adds one to rank 0's third int under a shared lock_all. */
     OK(MPI_Win_lock_all(0, lw));
     OK(MPI_Accumulate(&one_, 1, MPI_INT, 0, 2, 1, MPI_INT, MPI_SUM, lw));
