@@ -8,7 +8,10 @@
 #   4. compiles c_tests/gpu/gpu_check.c and runs every collective and point-to-point call on
 #      device buffers at world size 1 (dcrun -n 1), then 2 processes on one GPU (dcrun -n 2)
 #      if NCCL allows two ranks per GPU; results are checked against a host computation
-#   5. times dc_allreduce against torch.distributed.all_reduce (NCCL) on the same sizes when
+#   5. the Python checks on CUDA tensors (python/tests/gpu/torch_cuda_check.py: the torch backend
+#      and the package's API at 1 rank; CUDA refused by 2 ranks sharing the GPU) and the torch
+#      backend's suite against Gloo on this machine's torch, when torch with CUDA is there
+#   6. times dc_allreduce against torch.distributed.all_reduce (NCCL) on the same sizes when
 #      torch with CUDA is importable (skipped otherwise)
 #
 # Prints a summary; exits non-zero if any check failed.
@@ -146,6 +149,17 @@ if [ -n "$PY" ] && "$PY" -c 'import torch, numpy, sys; sys.exit(0 if torch.cuda.
   cat "$OUT/py_np2.log"
   summary=$(grep -h 'torch_cuda_check: .* passed' "$OUT/py_np2.log" | tr '\n' ' ')
   if [ $rc = 0 ]; then note "python np2 (one GPU, no NCCL): $summary"; else fail "python np2: exit $rc ($summary); see $OUT/py_np2.log"; fi
+  # The torch backend's CPU suite on this machine's torch (GPU machines often carry another
+  # release than CI's: the backend's base class differs between them).
+  if "$PY" -c 'import pytest' 2>/dev/null; then
+    echo "Python: the torch backend against Gloo, every call, on this torch ..."
+    PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" DISTCOMM_LIBRARY="$ROOT/$LIB" DCRUN="$ROOT/$DCRUN" \
+      timeout 300 "$PY" -m pytest -p no:cacheprovider -q python/tests/test_torch.py -k every_call >"$OUT/py_torch_suite.log" 2>&1
+    rc=$?
+    tail -3 "$OUT/py_torch_suite.log"
+    summary=$(grep -E '^[0-9]+ (passed|failed)' "$OUT/py_torch_suite.log" | tail -1)
+    if [ $rc = 0 ]; then note "torch backend suite: $summary"; else fail "torch backend suite: exit $rc ($summary); see $OUT/py_torch_suite.log"; fi
+  fi
 else
   note "Python checks SKIPPED: no python3 with torch and CUDA"
 fi
