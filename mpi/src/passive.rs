@@ -14,7 +14,7 @@
 use crate::abi_gen::*;
 use crate::err::{MpiErr, Res};
 use crate::mpi_err;
-use crate::rma::{self, Local, Pending};
+use crate::rma::{self, deadline, Local, Pending};
 use distcomm::buffer::{ConstBuf, MutBuf};
 use distcomm::comm::Comm;
 use std::collections::VecDeque;
@@ -78,7 +78,7 @@ impl Passive {
         if self.holds(rank) {
             return mpi_err!(MPI_ERR_RMA_SYNC, "this process holds the lock of window rank {rank} already");
         }
-        let deadline = Instant::now() + Duration::from_millis(timeout_ms.max(1) as u64);
+        let deadline = deadline(timeout_ms);
         let mut grant = [0u8; 8];
         let op = self.comm.post_recv(MutBuf::from_slice(&mut grant), Some(rank), Some(GRANT)).map_err(MpiErr::from)?;
         request(&self.comm, rank, if exclusive { LOCK_EXCLUSIVE } else { LOCK_SHARED }, &[], deadline)?;
@@ -94,17 +94,13 @@ impl Passive {
         if recs.is_empty() {
             return Ok(());
         }
-        let deadline = Instant::now() + Duration::from_millis(timeout_ms.max(1) as u64);
+        let deadline = deadline(timeout_ms);
         let what = || format!("MPI_Win_flush/unlock: the answer of window rank {rank}");
         let mut len = [0u8; 8];
         let op = self.comm.post_recv(MutBuf::from_slice(&mut len), Some(rank), Some(REPLY)).map_err(MpiErr::from)?;
         request(&self.comm, rank, DATA, &recs, deadline)?;
         self.comm.wait_p2p(&op, deadline, &what).map_err(MpiErr::from)?;
-        let mut data = vec![0u8; u64::from_le_bytes(len) as usize];
-        if !data.is_empty() {
-            let op = self.comm.post_recv(MutBuf::from_slice(&mut data), Some(rank), Some(REPLY)).map_err(MpiErr::from)?;
-            self.comm.wait_p2p(&op, deadline, &what).map_err(MpiErr::from)?;
-        }
+        let data = rma::recv_bytes(&self.comm, rank, REPLY, u64::from_le_bytes(len) as usize, deadline, &what).map_err(MpiErr::from)?;
         rma::land(&landings, &data);
         Ok(())
     }
@@ -115,8 +111,7 @@ impl Passive {
             return mpi_err!(MPI_ERR_RMA_SYNC, "this process does not hold the lock of window rank {rank}");
         }
         self.flush(rank, pending, timeout_ms)?;
-        let deadline = Instant::now() + Duration::from_millis(timeout_ms.max(1) as u64);
-        request(&self.comm, rank, UNLOCK, &[], deadline)?;
+        request(&self.comm, rank, UNLOCK, &[], deadline(timeout_ms))?;
         lock(&self.held)[rank] = false;
         Ok(())
     }
@@ -223,14 +218,8 @@ fn serve(comm: &Comm, local: &Local) {
                 r
             }
             DATA => {
-                let mut recs = vec![0u8; len];
-                let got = if len > 0 {
-                    comm.post_recv(MutBuf::from_slice(&mut recs), Some(origin), Some(REQ_DATA))
-                        .and_then(|op| comm.wait_p2p(&op, Instant::now() + FOREVER, &|| "a one-sided request's records".to_string()).map(|_| ()))
-                } else {
-                    Ok(())
-                };
-                got.and_then(|_| {
+                let what = || "a one-sided request's records".to_string();
+                rma::recv_bytes(comm, origin, REQ_DATA, len, Instant::now() + FOREVER, &what).and_then(|recs| {
                     // A malformed or out-of-range record still gets an answer (empty), or its
                     // origin would wait; the origin checked its transfers before sending them.
                     let reply = rma::apply(local, &recs).unwrap_or_default();

@@ -13,10 +13,9 @@ use crate::abi_gen::*;
 use crate::err::{MpiErr, Res};
 use crate::mpi_err;
 use crate::passive::Passive;
-use crate::rma::{self, Local, Pending};
+use crate::rma::{self, deadline, Local, Pending};
 use distcomm::buffer::{ConstBuf, MutBuf};
 use distcomm::comm::{Comm, P2pOp};
-use std::time::{Duration, Instant};
 
 // Tags on the window's private communicator (its fences use collectives, not these).
 const POST: u32 = 0x5057_0001;
@@ -62,10 +61,6 @@ fn send(comm: &Comm, e: &mut Epochs, to: usize, tag: u32, bytes: Vec<u8>) -> Res
     let op = comm.post_send(ConstBuf::from_slice(&bytes), to, tag).map_err(MpiErr::from)?;
     e.sending.push((op, bytes));
     Ok(())
-}
-
-fn deadline(timeout_ms: i64) -> Instant {
-    Instant::now() + Duration::from_millis(timeout_ms.max(1) as u64)
 }
 
 /// MPI_Win_post: opens an exposure epoch for `origins` and tells each of them.
@@ -132,10 +127,8 @@ pub fn wait(comm: &Comm, local: &Local, e: &mut Epochs, timeout_ms: i64) -> Res 
     for (o, token) in origins {
         let what = || format!("MPI_Win_wait: the MPI_Win_complete of window rank {o}");
         comm.wait_p2p(&token.op, deadline(timeout_ms), &what).map_err(MpiErr::from)?;
-        let mut recs = vec![0u8; u64::from_le_bytes(*token.buf) as usize];
+        let recs = rma::recv_bytes(comm, o, DONE, u64::from_le_bytes(*token.buf) as usize, deadline(timeout_ms), &what).map_err(MpiErr::from)?;
         if !recs.is_empty() {
-            let op = comm.post_recv(MutBuf::from_slice(&mut recs), Some(o), Some(DONE)).map_err(MpiErr::from)?;
-            comm.wait_p2p(&op, deadline(timeout_ms), &what).map_err(MpiErr::from)?;
             // Every origin's records are applied even when one's fail.
             if let Err(err) = rma::apply(local, &recs) {
                 if first.is_ok() {

@@ -16,6 +16,7 @@ use distcomm::buffer::{ConstBuf, MutBuf};
 use distcomm::collective::CollArgs;
 use distcomm::comm::Comm;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 const PUT: u8 = 1;
 const ACC: u8 = 2;
@@ -273,6 +274,22 @@ fn exchange(comm: &Comm, send: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, MpiErr> {
         dt: distcomm::DType::Uint8,
     })?;
     Ok((0..n).map(|r| recv[rd[r]..rd[r] + rc[r]].to_vec()).collect())
+}
+
+/// The deadline of a wait that may last `timeout_ms` (a window's communicator's timeout).
+pub fn deadline(timeout_ms: i64) -> Instant {
+    Instant::now() + Duration::from_millis(timeout_ms.max(1) as u64)
+}
+
+/// Receives the `len` bytes that `from` sends with `tag` (records, or what gets read, carried
+/// point to point after their length): nothing is waited for when `len` is 0.
+pub fn recv_bytes(comm: &Comm, from: usize, tag: u32, len: usize, deadline: Instant, what: &dyn Fn() -> String) -> Result<Vec<u8>, distcomm::Error> {
+    let mut v = vec![0u8; len];
+    if len > 0 {
+        let op = comm.post_recv(MutBuf::from_slice(&mut v), Some(from), Some(tag))?;
+        comm.wait_p2p(&op, deadline, what)?;
+    }
+    Ok(v)
 }
 
 /// The fence's transfers: collective over `comm`, with this process's `pending` ones.

@@ -363,23 +363,33 @@ pub unsafe fn win_lock(lock_type: c_int, rank: c_int, assert: c_int, h: MPI_Win)
             return mpi_err!(MPI_ERR_LOCKTYPE, "{lock_type} is neither MPI_LOCK_EXCLUSIVE nor MPI_LOCK_SHARED");
         }
         check_assert(assert)?;
-        check_rank(w, rank)?;
-        match &w.passive {
-            Some(p) if rank != MPI_PROC_NULL => p.lock(rank as usize, lock_type == MPI_LOCK_EXCLUSIVE, w.comm.timeout_ms()),
-            _ => Ok(()),
-        }
+        at_rank(w, rank, |p, r| p.lock(r, lock_type == MPI_LOCK_EXCLUSIVE, w.comm.timeout_ms()))
     })
+}
+
+/// `f` with the window's passive-target state for `rank`, once the rank is checked; nothing
+/// for MPI_PROC_NULL or on a window of one process (its transfers are done at their calls).
+fn at_rank(w: &Win, rank: c_int, f: impl FnOnce(&crate::passive::Passive, usize) -> Res) -> Res {
+    check_rank(w, rank)?;
+    match &w.passive {
+        Some(p) if rank != MPI_PROC_NULL => f(p, rank as usize),
+        _ => Ok(()),
+    }
+}
+
+/// `f` for every window rank whose lock this process holds.
+fn each_held(w: &Win, f: impl Fn(&crate::passive::Passive, usize) -> Res) -> Res {
+    if let Some(p) = &w.passive {
+        for r in (0..w.comm.size()).filter(|&r| p.holds(r)) {
+            f(p, r)?;
+        }
+    }
+    Ok(())
 }
 
 /// Unlock: the transfers to `rank` are complete there when it returns.
 pub unsafe fn win_unlock(rank: c_int, h: MPI_Win) -> Res {
-    with_win(h, |w| {
-        check_rank(w, rank)?;
-        match &w.passive {
-            Some(p) if rank != MPI_PROC_NULL => p.unlock(rank as usize, &mut lock(&w.pending), w.comm.timeout_ms()),
-            _ => Ok(()),
-        }
-    })
+    with_win(h, |w| at_rank(w, rank, |p, r| p.unlock(r, &mut lock(&w.pending), w.comm.timeout_ms())))
 }
 
 pub unsafe fn win_lock_all(assert: c_int, h: MPI_Win) -> Res {
@@ -395,43 +405,19 @@ pub unsafe fn win_lock_all(assert: c_int, h: MPI_Win) -> Res {
 }
 
 pub unsafe fn win_unlock_all(h: MPI_Win) -> Res {
-    with_win(h, |w| {
-        if let Some(p) = &w.passive {
-            for r in 0..w.comm.size() {
-                if p.holds(r) {
-                    p.unlock(r, &mut lock(&w.pending), w.comm.timeout_ms())?;
-                }
-            }
-        }
-        Ok(())
-    })
+    with_win(h, |w| each_held(w, |p, r| p.unlock(r, &mut lock(&w.pending), w.comm.timeout_ms())))
 }
 
 /// Flush and flush_local: the transfers to `rank` are complete there (local completion is not
 /// told apart: the origin's data was copied at the call).
 pub unsafe fn win_flush(rank: c_int, h: MPI_Win) -> Res {
-    with_win(h, |w| {
-        check_rank(w, rank)?;
-        match &w.passive {
-            Some(p) if rank != MPI_PROC_NULL => p.flush(rank as usize, &mut lock(&w.pending), w.comm.timeout_ms()),
-            _ => Ok(()),
-        }
-    })
+    with_win(h, |w| at_rank(w, rank, |p, r| p.flush(r, &mut lock(&w.pending), w.comm.timeout_ms())))
 }
 pub unsafe fn win_flush_local(rank: c_int, h: MPI_Win) -> Res {
     win_flush(rank, h)
 }
 pub unsafe fn win_flush_all(h: MPI_Win) -> Res {
-    with_win(h, |w| {
-        if let Some(p) = &w.passive {
-            for r in 0..w.comm.size() {
-                if p.holds(r) {
-                    p.flush(r, &mut lock(&w.pending), w.comm.timeout_ms())?;
-                }
-            }
-        }
-        Ok(())
-    })
+    with_win(h, |w| each_held(w, |p, r| p.flush(r, &mut lock(&w.pending), w.comm.timeout_ms())))
 }
 pub unsafe fn win_flush_local_all(h: MPI_Win) -> Res {
     win_flush_all(h)
