@@ -75,7 +75,8 @@ if [ -n "$IMB" ]; then
     for n in $RANKS; do
       for p in IMB-MPI1 IMB-NBC IMB-P2P IMB-EXT IMB-RMA IMB-IO; do
         log=$OUT/${p}_$n.log
-        timeout 900 "$MPIEXEC" -n "$n" "$B/$p" -msglog 0:18 -time 0.2 -npmin "$n" >"$log" 2>&1
+        # From its own folder: IMB-IO writes its scratch files (IMB_out_*) where it runs.
+        (cd "$B" && timeout 900 "$MPIEXEC" -n "$n" "$B/$p" -msglog 0:18 -time 0.2 -npmin "$n" >"$log" 2>&1)
         rc=$?
         printf '%-26s n=%-2s %s benchmarks run\n' "$p" "$n" "$(grep -c '# Benchmarking' "$log")"
         report "$p" "$n" $rc "$log" $([ $p = IMB-IO ] && echo expected)
