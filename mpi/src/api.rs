@@ -422,15 +422,21 @@ fn check_peer(mc: &MpiComm, peer: c_int, tag: c_int, c: MPI_Comm, recv: bool) ->
 }
 
 pub(crate) fn start_send(buf: *const c_void, count: i64, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm) -> Result<Req, MpiErr> {
-    let a = p2p_args(buf, count, dt, dest, tag, c, false)?;
+    start_send_on(&comm(c)?, buf, count, dt, dest, tag, c)
+}
+
+/// `start_send` on the communicator `mc` behind handle `c`, already looked up. The buffer is
+/// checked (count, type, NULL) by `outgoing` before the peer, as `p2p_args` orders the checks.
+pub(crate) fn start_send_on(mc: &Arc<MpiComm>, buf: *const c_void, count: i64, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm) -> Result<Req, MpiErr> {
+    let o = crate::packing::outgoing(buf, count, dt).map_err(|e| e.on(c))?;
+    check_peer(mc, dest, tag, c, false)?;
     if dest == MPI_PROC_NULL {
         return Ok(Req::Done(request::proc_null_status()));
     }
-    let o = crate::packing::outgoing(buf, count, dt).map_err(|e| e.on(c))?;
     // SAFETY: the bytes (the caller's buffer, or our packed copy) stay until the send completes.
     let b = unsafe { ConstBuf::new(o.ptr, o.len) };
-    let op = a.mc.comm.post_send(b, dest as usize, tag as u32).map_err(|e| MpiErr::from(e).on(c))?;
-    Ok(crate::packing::wrap(Req::Send { comm: a.mc, op }, o.keep, None))
+    let op = mc.comm.post_send(b, dest as usize, tag as u32).map_err(|e| MpiErr::from(e).on(c))?;
+    Ok(crate::packing::wrap(Req::Send { comm: mc.clone(), op }, o.keep, None))
 }
 
 /// The two halves of a send-receive: the receive posted first (so two ranks exchanging pass),
@@ -458,17 +464,23 @@ fn finish_recv_and_send(r: Req, s: Req, st: *mut MPI_Status) -> Res {
 }
 
 pub(crate) fn start_recv(buf: *mut c_void, count: i64, dt: MPI_Datatype, src: c_int, tag: c_int, c: MPI_Comm) -> Result<Req, MpiErr> {
-    let a = p2p_args(buf, count, dt, src, tag, c, true)?;
+    start_recv_on(&comm(c)?, buf, count, dt, src, tag, c)
+}
+
+/// `start_recv` on the communicator `mc` behind handle `c`, already looked up (checks ordered
+/// as in `start_send_on`).
+pub(crate) fn start_recv_on(mc: &Arc<MpiComm>, buf: *mut c_void, count: i64, dt: MPI_Datatype, src: c_int, tag: c_int, c: MPI_Comm) -> Result<Req, MpiErr> {
+    let i = crate::packing::incoming(buf, count, dt).map_err(|e| e.on(c))?;
+    check_peer(mc, src, tag, c, true)?;
     if src == MPI_PROC_NULL {
         return Ok(Req::Done(request::proc_null_status()));
     }
-    let i = crate::packing::incoming(buf, count, dt).map_err(|e| e.on(c))?;
     // SAFETY: the bytes (the caller's buffer, or our packed one) stay until the receive completes.
     let b = unsafe { MutBuf::new(i.ptr, i.len) };
     let src = (src != MPI_ANY_SOURCE).then_some(src as usize);
     let tag = (tag != MPI_ANY_TAG).then_some(tag as u32);
-    let op = a.mc.comm.post_recv(b, src, tag).map_err(|e| MpiErr::from(e).on(c))?;
-    Ok(crate::packing::wrap_recv(Req::Recv { comm: a.mc, op }, i.tmp))
+    let op = mc.comm.post_recv(b, src, tag).map_err(|e| MpiErr::from(e).on(c))?;
+    Ok(crate::packing::wrap_recv(Req::Recv { comm: mc.clone(), op }, i.tmp))
 }
 
 pub unsafe fn send_c(buf: *const c_void, count: MPI_Count, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm) -> Res {
@@ -524,7 +536,9 @@ pub unsafe fn sendrecv_c(
     c: MPI_Comm,
     st: *mut MPI_Status,
 ) -> Res {
-    let (r, s) = start_recv_then_send(start_recv(rbuf, rcount, rdt, src, rtag, c), || start_send(sbuf, scount, sdt, dest, stag, c))?;
+    let mc = comm(c)?;
+    let (r, s) = start_recv_then_send(start_recv_on(&mc, rbuf, rcount, rdt, src, rtag, c), || start_send_on(&mc, sbuf, scount, sdt, dest, stag, c))?;
+    drop(mc);
     finish_recv_and_send(r, s, st)
 }
 
