@@ -234,6 +234,9 @@ class DistcommBackend(_BASE):  # type: ignore[misc]
                recv_count: Optional[int] = None) -> Work:
         """Starts each (dc_iNAME, args) and returns one Work over their requests. `keep`
         holds every tensor of the call (see _place)."""
+        if len(calls) == 1 and finish is None and recv_count is None:
+            fn, args = calls[0]
+            return self._start_one(what, getattr(self._lib, fn), args, keep, outputs)
         self._place(keep, what)
         reqs: List[int] = []
         lib = self._lib
@@ -248,6 +251,18 @@ class DistcommBackend(_BASE):  # type: ignore[misc]
                 self._pending.add(Work(reqs, what, self._completer, keep=keep))
             raise
         w = Work(reqs, what, self._completer, keep=keep, outputs=outputs, finish=finish, recv_count=recv_count)
+        self._pending.add(w)
+        return w
+
+    def _start_one(self, what: str, fn: Any, args: Tuple[Any, ...], keep: Any, outputs: Optional[List[Any]]) -> Work:
+        """`_start` of one library call `fn` (DDP's many small calls take this path)."""
+        if self._cuda_here:
+            self._place(keep, what)
+        req = c_void_p()
+        st = fn(*args, byref(req))
+        if st != 0:
+            raise _errors.for_status(st, _lib.last_error() or what)
+        w = Work([req.value], what, self._completer, keep=keep, outputs=outputs)
         self._pending.add(w)
         return w
 
@@ -295,9 +310,9 @@ class DistcommBackend(_BASE):  # type: ignore[misc]
         code, n, op, factor = self._allreduce_args(t, opts.reduceOp, "allreduce")
         if factor is not None:
             t.mul_(factor)
-        p = _ptr(t)
-        return self._start("allreduce", [("dc_iallreduce", (p, p, n, code, op, self._handle()))],
-                           keep=(t,), outputs=[t])
+        p = t.data_ptr() if n else _EMPTY_PTR
+        return self._start_one("allreduce", self._lib.dc_iallreduce, (p, p, n, code, op, self._handle()),
+                               (t,), [t])
 
     def allreduce_coalesced(self, tensors: List[torch.Tensor], opts: Any) -> Work:
         ts = [_out(t, f"allreduce_coalesced: tensors[{i}]") for i, t in enumerate(tensors)]

@@ -38,7 +38,14 @@ def _wait_all(reqs: List[int]) -> List[Any]:
     """Waits for each request; (status, the library's message) of each that failed (the message
     is read right after its wait: it is the calling thread's last error)."""
     wait = _lib.load().dc_request_wait
+    if len(reqs) == 1:  # the common case, without building a generator and a list
+        st = wait(reqs[0])
+        return [(st, _lib.last_error())] if st != 0 else _NO_FAILURES
     return [(st, _lib.last_error()) for st in map(wait, reqs) if st != 0]
+
+
+_NO_FAILURES: List[Any] = []  # never modified
+_NO_REQS: List[int] = []  # never modified
 
 
 class Work(_C10dWork):
@@ -91,9 +98,10 @@ class Work(_C10dWork):
                 src = self._ranks[info.source] if self._ranks else info.source
                 self._error = _errors.BY_CLASS[_errors.dc.DistMismatchError](
                     f"{self._what}: received {info.count} elements from rank {src}, the tensor holds {self._recv_count}")
+        free = lib.dc_request_free
         for req in self._reqs:
-            lib.dc_request_free(req)
-        self._reqs = []
+            free(req)
+        self._reqs = _NO_REQS
         if self._finish is not None:
             if self._error is None:
                 try:
@@ -130,7 +138,8 @@ class Work(_C10dWork):
             if timeout is not None and _seconds(timeout) > 0:
                 self._wait_bounded(timeout)
             with self._lock:
-                self._wait_locked()
+                if not self._done:
+                    self._complete(_wait_all(self._reqs))
         if self._unsettled:  # set under the lock before the future is handed out
             self._settle()
         if self._error is not None:
