@@ -226,6 +226,8 @@ mod tests {
             let here = current_cpu().expect("sched_getcpu");
             let (mine, theirs) = (AtomicU32::new(0), AtomicU32::new(0));
             publish(&theirs, here);
+            // Before the first look: the step it takes is no earlier than this.
+            let t0 = Instant::now();
             let seen = Seats { mine: &mine, awaited: Some(&theirs) }.look();
             if before < 2 {
                 assert_eq!(seen, Seen::Together, "one CPU: nowhere to go");
@@ -235,9 +237,13 @@ mod tests {
             assert_ne!(current_cpu(), Some(here), "moved off the shared CPU");
             assert_eq!(published(&mine), current_cpu(), "and said where it went");
             assert_eq!(cpus(), before, "the affinity mask is as it was");
-            // A second look within the rate limit cannot move again.
+            // A second look within the rate limit cannot move again (judged only when the test
+            // was not held up past the limit meanwhile, as it may be beside other tests).
             publish(&theirs, current_cpu().unwrap());
-            assert_eq!(Seats { mine: &mine, awaited: Some(&theirs) }.look(), Seen::Together);
+            let second = Seats { mine: &mine, awaited: Some(&theirs) }.look();
+            if t0.elapsed() < STEP_ASIDE_EVERY {
+                assert_eq!(second, Seen::Together);
+            }
             let elsewhere = AtomicU32::new(0);
             publish(&elsewhere, current_cpu().unwrap() + 1);
             assert_eq!(Seats { mine: &mine, awaited: Some(&elsewhere) }.look(), Seen::Apart);

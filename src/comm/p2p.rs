@@ -360,8 +360,10 @@ impl Comm {
     pub fn p2p_is_done(&self, op: &P2pOp) -> bool {
         // A caller that tests in a loop is waiting too: read what our host's peers wrote.
         if !Comm::p2p_done(op) {
-            self.transport().send_acks();
-            let _ = self.transport().poll_rings();
+            let tr = self.transport();
+            tr.send_acks();
+            let _ = tr.poll_rings();
+            tr.want_progress();
         }
         match op {
             #[cfg(feature = "nccl")]

@@ -268,6 +268,9 @@ pub struct SocketTransport {
     /// Threads of ours inside a wait that read the sockets themselves (see `read_while_waiting`):
     /// meanwhile the progress thread leaves incoming data to them.
     pub(super) socket_readers: AtomicUsize,
+    /// The last reader left without waking the progress thread (nothing was pending), which
+    /// may not watch the sockets for up to `HANDBACK_LATE_MS` (see `want_progress`).
+    pub(super) sockets_unwatched: AtomicBool,
     pub(super) ctxs: Mutex<HashMap<u64, Weak<CtxState>>>,
     /// Contexts a peer aborted before this process created them.
     pub(super) early_aborts: Mutex<HashSet<u64>>,
@@ -294,6 +297,11 @@ pub struct SocketTransport {
     /// Ourselves, for threads we start (a background dial).
     pub(super) me: Mutex<Weak<SocketTransport>>,
 }
+
+/// How long the progress thread may leave the sockets to readers that have left without waking
+/// it (nothing pending then; see `leave_sockets`): what a message for an operation nobody waits
+/// for may wait at most before it is read.
+const HANDBACK_LATE_MS: i32 = 1;
 
 impl SocketTransport {
     /// Starts the transport: the door that accepts peers' connections (on `listener`, whose
@@ -329,6 +337,7 @@ impl SocketTransport {
             rings_in: OnceLock::new(),
             backlogged: AtomicUsize::new(0),
             socket_readers: AtomicUsize::new(0),
+            sockets_unwatched: AtomicBool::new(false),
             arriving_unexpected: AtomicUsize::new(0),
             ctxs: Mutex::new(HashMap::new()),
             early_aborts: Mutex::new(HashSet::new()),
@@ -563,6 +572,9 @@ impl SocketTransport {
             who.clear();
             pfds.push(libc::pollfd { fd: self.wake.as_raw_fd(), events: libc::POLLIN, revents: 0 });
             let readers_wait = self.socket_readers.load(Ordering::SeqCst) > 0;
+            if !readers_wait {
+                self.sockets_unwatched.store(false, Ordering::Release);
+            }
             for p in self.active().iter().filter(|p| p.connected()) {
                 let mut ev = 0;
                 if !p.rx_done.load(Ordering::Acquire) && !readers_wait {
@@ -599,8 +611,9 @@ impl SocketTransport {
                 timeout_ms = timeout_ms.min(1);
             }
             if readers_wait {
-                // The last reader to leave wakes us; this is only a safety net.
-                timeout_ms = timeout_ms.min(10);
+                // The last reader to leave wakes us when something needs us at once (see
+                // `leave_sockets`); otherwise we take the sockets back when this ends.
+                timeout_ms = timeout_ms.min(HANDBACK_LATE_MS);
             }
             // SAFETY: pfds is a valid array of pollfd for the call.
             let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, timeout_ms) };

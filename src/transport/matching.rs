@@ -447,6 +447,11 @@ impl Matcher {
         true
     }
 
+    /// Whether any receive, probe or pull of an offered message waits here for data.
+    pub fn has_posted(&self) -> bool {
+        !self.pulls.is_empty() || self.ctxs.values().any(|q| !q.posted.is_empty() || !q.probes.is_empty())
+    }
+
     /// Removes `op` if it is still posted; true if it was.
     pub fn remove_posted(&mut self, op: &Arc<RecvOp>) -> bool {
         let Some(q) = self.ctxs.get_mut(&op.ctx.id) else { return false };

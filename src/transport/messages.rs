@@ -62,6 +62,12 @@ pub(super) fn cma_failed(rank: u32, e: io::Error) -> Error {
     Error::new(status, format!("copying a message from rank {rank} failed: {e}"))
 }
 
+/// Messages at least this large take protocol steps (single-copy announcements, offers, asks,
+/// streams) that should progress while their caller computes: starting one makes sure the
+/// progress thread watches the sockets (see `want_progress`). Smaller ones wait in the kernel's
+/// buffers until their receive is waited for or tested.
+const PROGRESS_AT_ONCE_BYTES: usize = 64 * 1024;
+
 impl SocketTransport {
     /// Takes the first posted receive that accepts a message from `src` with `tag` on `ctx`,
     /// marked as being filled from `src` before the caller releases the matcher: a canceller
@@ -84,6 +90,9 @@ impl SocketTransport {
             self.send_to_self(ctx.id, tag, check, buf);
             op.comp.complete(Ok(Done { bytes: buf.len(), source: dst, tag }));
             return Ok(op);
+        }
+        if buf.len() >= PROGRESS_AT_ONCE_BYTES {
+            self.want_progress();
         }
         let peer = self.peer(dst);
         self.wire(peer).send(self, peer, ctx, tag, check, op)
@@ -149,6 +158,9 @@ impl SocketTransport {
     pub fn post_recv(&self, ctx: &Arc<CtxState>, src: Option<u32>, tag: TagMatch, check: u32, buf: MutBuf) -> Result<Arc<RecvOp>> {
         if let Some(e) = ctx.abort_error() {
             return Err(e);
+        }
+        if buf.len() >= PROGRESS_AT_ONCE_BYTES {
+            self.want_progress();
         }
         let op = RecvOp::new(ctx, src, tag, check, buf);
         let mut m = lock(&self.matcher);
