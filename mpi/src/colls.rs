@@ -297,7 +297,44 @@ pub(crate) fn build_reduce(k: &Coll, sbuf: *const c_void, rbuf: *mut c_void, cou
     })
 }
 
+/// Shortcuts of the blocking reductions: None takes the general path (errors included).
+mod direct {
+    use super::*;
+
+    /// MPI_Allreduce in its commonest form (a predefined type the engine has, SUM, PROD, MIN or
+    /// MAX, buffers that pass the checks) straight to the engine, without the general path's
+    /// routing, plan and built steps: 16 B calls feel each of them.
+    pub(super) fn allreduce(k: &Coll, sbuf: *const c_void, rbuf: *mut c_void, count: i64, dt: MPI_Datatype, o: MPI_Op) -> Option<Res> {
+        let d = datatype::predefined(dt)?;
+        let (edt, eop) = (d.engine()?, op::engine_arithmetic(o)?);
+        let n = d.bytes(count).ok()?;
+        let inplace = in_place(sbuf);
+        if n > 0 && (rbuf.is_null() || (!inplace && sbuf.is_null())) {
+            return None;
+        }
+        let args = CollArgs::Allreduce { send: (!inplace).then(|| cb(sbuf, n)), recv: mb(rbuf, n), dt: edt, op: eop };
+        Some(k.mc.comm.collective(args).map_err(|e| MpiErr::from(e).on(k.mc.handle)))
+    }
+
+    pub(super) fn reduce(_: &Coll, _: *const c_void, _: *mut c_void, _: i64, _: MPI_Datatype, _: MPI_Op, _: c_int) -> Option<Res> {
+        None
+    }
+
+    pub(super) fn scan(_: &Coll, _: *const c_void, _: *mut c_void, _: i64, _: MPI_Datatype, _: MPI_Op) -> Option<Res> {
+        None
+    }
+
+    pub(super) fn exscan(_: &Coll, _: *const c_void, _: *mut c_void, _: i64, _: MPI_Datatype, _: MPI_Op) -> Option<Res> {
+        None
+    }
+
+    pub(super) fn reduce_scatter_block(_: &Coll, _: *const c_void, _: *mut c_void, _: i64, _: MPI_Datatype, _: MPI_Op) -> Option<Res> {
+        None
+    }
+}
+
 macro_rules! reduction_forms {
+    // The blocking forms try `direct::$blocking` first; None takes the general path.
     ($build:ident, $blocking:ident, $blocking_c:ident, $nb:ident, $nb_c:ident, ($($a:ident: $t:ty),*), ($($ac:ident: $tc:ty),*)) => {
         #[allow(clippy::too_many_arguments)]
         pub unsafe fn $blocking_c($($ac: $tc,)* c: MPI_Comm) -> Res {
@@ -307,6 +344,9 @@ macro_rules! reduction_forms {
                     return crate::inter::$blocking(&mc, $($ac as _),*);
                 }
             };
+            if let Some(r) = direct::$blocking(&k, $($ac as _),*) {
+                return r;
+            }
             let b = $build(&k, $($ac as _),*)?;
             k.go(b, None)
         }
@@ -318,6 +358,9 @@ macro_rules! reduction_forms {
                     return crate::inter::$blocking(&mc, $($a as _),*);
                 }
             };
+            if let Some(r) = direct::$blocking(&k, $($a as _),*) {
+                return r;
+            }
             let b = $build(&k, $($a as _),*)?;
             k.go(b, None)
         }

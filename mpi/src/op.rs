@@ -107,6 +107,17 @@ fn allowed(op: MPI_Op, dt: &Dt) -> Result<(), MpiErr> {
 }
 
 /// Chooses how `op` on `dt` runs; MPI_ERR_OP for a combination the standard does not define.
+/// The engine's op for SUM, PROD, MIN and MAX: defined on every type the engine has.
+pub fn engine_arithmetic(op: MPI_Op) -> Option<ReduceOp> {
+    match op {
+        MPI_SUM => Some(ReduceOp::Sum),
+        MPI_PROD => Some(ReduceOp::Prod),
+        MPI_MIN => Some(ReduceOp::Min),
+        MPI_MAX => Some(ReduceOp::Max),
+        _ => None,
+    }
+}
+
 pub fn plan(op: MPI_Op, dt: &Dt) -> Result<Plan, MpiErr> {
     if op >= OP_BASE {
         let u = lock(&USER_OPS).get(op - OP_BASE).copied().filter(|u| u.live);
@@ -114,16 +125,12 @@ pub fn plan(op: MPI_Op, dt: &Dt) -> Result<Plan, MpiErr> {
         let _ = u.commute;
         return Ok(Plan::Local(Local::User(u.f, *dt)));
     }
-    let engine_op = match op {
-        MPI_SUM => Some(ReduceOp::Sum),
-        MPI_PROD => Some(ReduceOp::Prod),
-        MPI_MIN => Some(ReduceOp::Min),
-        MPI_MAX => Some(ReduceOp::Max),
+    let engine_op = engine_arithmetic(op).or(match op {
         MPI_BAND => Some(ReduceOp::Band),
         MPI_BOR => Some(ReduceOp::Bor),
         MPI_BXOR => Some(ReduceOp::Bxor),
         _ => None,
-    };
+    });
     // The common case first, without the general check: an arithmetic op on a type the engine
     // has (every one an integer or a float, on which SUM, PROD, MIN and MAX are defined).
     if let (Some(d), Some(o)) = (dt.engine(), engine_op) {
