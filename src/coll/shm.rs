@@ -531,8 +531,14 @@ impl<'a> ShmRun<'a> {
     unsafe fn read_from(&self, r: usize, remote: u64, dst: *mut u8, len: usize) -> Result<()> {
         let pid = self.pids.map_or(-1, |p| p[r]);
         crate::transport::cma::read(pid, remote, dst, len).map_err(|e| {
-            let status = if e.raw_os_error() == Some(libc::ESRCH) { Status::PeerLost } else { Status::System };
-            Error::new(status, format!("reading rank {r}'s buffer failed: {e}"))
+            let gone = e.raw_os_error() == Some(libc::ESRCH);
+            if gone {
+                // The others may be waiting for a member that is alive but stops here with us
+                // (our error ends our part in the collective); marked, their waits fail at
+                // once naming `r` instead of running into the timeout.
+                self.arena.mark_lost(r);
+            }
+            Error::new(if gone { Status::PeerLost } else { Status::System }, format!("reading rank {r}'s buffer failed: {e}"))
         })
     }
 
