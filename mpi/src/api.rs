@@ -538,7 +538,6 @@ pub unsafe fn sendrecv_c(
 ) -> Res {
     let mc = comm(c)?;
     let (r, s) = start_recv_then_send(start_recv_on(&mc, rbuf, rcount, rdt, src, rtag, c), || start_send_on(&mc, sbuf, scount, sdt, dest, stag, c))?;
-    drop(mc);
     finish_recv_and_send(r, s, st)
 }
 

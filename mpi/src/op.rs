@@ -106,7 +106,6 @@ fn allowed(op: MPI_Op, dt: &Dt) -> Result<(), MpiErr> {
     Ok(())
 }
 
-/// Chooses how `op` on `dt` runs; MPI_ERR_OP for a combination the standard does not define.
 /// The engine's op for SUM, PROD, MIN and MAX: defined on every type the engine has.
 pub fn engine_arithmetic(op: MPI_Op) -> Option<ReduceOp> {
     match op {
@@ -118,6 +117,7 @@ pub fn engine_arithmetic(op: MPI_Op) -> Option<ReduceOp> {
     }
 }
 
+/// Chooses how `op` on `dt` runs; MPI_ERR_OP for a combination the standard does not define.
 pub fn plan(op: MPI_Op, dt: &Dt) -> Result<Plan, MpiErr> {
     if op >= OP_BASE {
         let u = lock(&USER_OPS).get(op - OP_BASE).copied().filter(|u| u.live);

@@ -310,7 +310,7 @@ class DistcommBackend(_BASE):  # type: ignore[misc]
         code, n, op, factor = self._allreduce_args(t, opts.reduceOp, "allreduce")
         if factor is not None:
             t.mul_(factor)
-        p = t.data_ptr() if n else _EMPTY_PTR
+        p = _ptr(t)
         return self._start_one("allreduce", self._lib.dc_iallreduce, (p, p, n, code, op, self._handle()),
                                (t,), [t])
 

@@ -138,8 +138,7 @@ class Work(_C10dWork):
             if timeout is not None and _seconds(timeout) > 0:
                 self._wait_bounded(timeout)
             with self._lock:
-                if not self._done:
-                    self._complete(_wait_all(self._reqs))
+                self._wait_locked()
         if self._unsettled:  # set under the lock before the future is handed out
             self._settle()
         if self._error is not None:
