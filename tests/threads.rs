@@ -296,6 +296,44 @@ fn shared_memory_large_broadcasts_from_every_root() {
     });
 }
 
+/// Staged broadcasts (above the mailbox size, below the direct read) let the root go on once it
+/// has staged: it runs ahead of readers that dawdle, yet never overwrites a staging slot before
+/// they copied it out, also when a staged allgather follows. A reader whose size disagrees gets
+/// DC_ERR_MISMATCH naming the root.
+#[test]
+fn staged_broadcast_roots_run_ahead_without_overwriting_unread_data() {
+    job_on("shm", 3, 20_000, |c| {
+        let (n, me) = (c.size(), c.rank());
+        for k in 0..60usize {
+            let root = (k / 7) % n;
+            let len = [4096, 8192 + 8, 20_000, 40_000][k % 4];
+            if me != root && k % 3 == me {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            let want: Vec<u8> = (0..len).map(|i| (i * 7 + k * 13 + root) as u8).collect();
+            let mut b = if me == root { want.clone() } else { vec![0xEE; len] };
+            c.collective(CollArgs::Broadcast { buf: MutBuf::from_slice(&mut b), dt: DType::Uint8, root }).unwrap();
+            assert!(b == want, "rank {me}: broadcast {k} of {len} bytes from {root}");
+            if k % 5 == 4 {
+                let block = 3000;
+                let mine: Vec<u8> = (0..block).map(|i| (i + me * 31 + k) as u8).collect();
+                let mut all = vec![0u8; n * block];
+                c.collective(CollArgs::Allgather { send: Some(ConstBuf::from_slice(&mine)), recv: MutBuf::from_slice(&mut all), dt: DType::Uint8 }).unwrap();
+                for r in 0..n {
+                    assert!((0..block).all(|i| all[r * block + i] == (i + r * 31 + k) as u8), "rank {me}: allgather {k} block {r}");
+                }
+            }
+        }
+        let mut b = vec![1u8; if me == 2 { 5000 } else { 6000 }];
+        let r = c.collective(CollArgs::Broadcast { buf: MutBuf::from_slice(&mut b), dt: DType::Uint8, root: 0 });
+        if me == 2 {
+            let e = r.unwrap_err();
+            assert_eq!(e.status, Status::Mismatch, "{e}");
+            assert!(e.msg.contains("rank 0"), "{}", e.msg);
+        }
+    });
+}
+
 #[test]
 fn shared_memory_large_alltoall_and_allgather() {
     // Large blocks: the alltoall reads them from the peers' memory, the allgather stages them

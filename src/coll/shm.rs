@@ -190,7 +190,15 @@ impl<'a> ShmRun<'a> {
         if self.first {
             self.post(&[])?;
         }
-        Ok(self.steps.next())
+        let s = self.steps.next();
+        // Our staging slot for `s` was last read at step s - 2; everyone reaching s - 1 says
+        // that is over. Only a step that did not wait for everyone (`staged_from`) leaves it open.
+        let before = s.wrapping_sub(1);
+        if !self.steps.all_reached(before) {
+            self.arena.wait_all(Flag::Stage, before, self.deadline, self.interrupt)?;
+            self.steps.everyone_reached(before);
+        }
+        Ok(s)
     }
 
     /// Posts this collective's stamp (what we call) and `data` in our mailbox slot.
@@ -203,7 +211,9 @@ impl<'a> ShmRun<'a> {
     fn staged(&mut self, s: u32) -> Result<()> {
         self.arena.publish(Flag::Stage, s);
         if !std::mem::take(&mut self.first) {
-            return self.arena.wait_all(Flag::Stage, s, self.deadline, self.interrupt);
+            self.arena.wait_all(Flag::Stage, s, self.deadline, self.interrupt)?;
+            self.steps.everyone_reached(s);
+            return Ok(());
         }
         // First step: a rank that calls something else may never publish this step (it went
         // the mailbox way): its stamp says so meanwhile. Once every rank has published the
@@ -211,18 +221,37 @@ impl<'a> ShmRun<'a> {
         let disagree = |r: usize| self.arena.peek(r, self.coll).and_then(|(sig, len)| self.disagreement(r, sig, len));
         let interrupt = |r: usize| (self.interrupt)(r).or_else(|| disagree(r));
         self.arena.wait_all(Flag::Stage, s, self.deadline, &interrupt)?;
-        for r in (0..self.n()).filter(|&r| r != self.me()) {
-            match self.arena.peek(r, self.coll) {
-                Some((sig, len)) => self.disagreement(r, sig, len).map_or(Ok(()), Err)?,
-                None => {
-                    return Err(Error::new(
-                        Status::Mismatch,
-                        format!("rank {r} is at another collective than rank {}'s collective #{} ({} on {} bytes): a rank skipped or added a call", self.me(), self.coll, describe(self.sig), self.bytes),
-                    ))
-                }
-            }
+        self.steps.everyone_reached(s);
+        (0..self.n()).filter(|&r| r != self.me()).try_for_each(|r| self.agreed(r))
+    }
+
+    /// Publishes our staging for step `s` and waits only for `from`'s (not at all if we are
+    /// `from`): a step with one writer, whose readers copy out while the writer goes on. On
+    /// the collective's first step the readers check the writer's stamp.
+    fn staged_from(&mut self, s: u32, from: usize) -> Result<()> {
+        self.arena.publish(Flag::Stage, s);
+        let first = std::mem::take(&mut self.first);
+        if self.me() == from {
+            return Ok(());
         }
-        Ok(())
+        if !first {
+            return self.arena.wait_one(from, Flag::Stage, s, self.deadline, self.interrupt);
+        }
+        let disagree = |r: usize| self.arena.peek(r, self.coll).and_then(|(sig, len)| self.disagreement(r, sig, len));
+        let interrupt = |r: usize| (self.interrupt)(r).or_else(|| disagree(r));
+        self.arena.wait_one(from, Flag::Stage, s, self.deadline, &interrupt)?;
+        self.agreed(from)
+    }
+
+    /// Checks, once rank `r` has reached this collective's first step, that it calls what we do.
+    fn agreed(&self, r: usize) -> Result<()> {
+        match self.arena.peek(r, self.coll) {
+            Some((sig, len)) => self.disagreement(r, sig, len).map_or(Ok(()), Err),
+            None => Err(Error::new(
+                Status::Mismatch,
+                format!("rank {r} is at another collective than rank {}'s collective #{} ({} on {} bytes): a rank skipped or added a call", self.me(), self.coll, describe(self.sig), self.bytes),
+            )),
+        }
     }
 
     /// The error if rank `r` calls `sig` on `len` bytes where we call something else.
@@ -601,13 +630,15 @@ impl<'a> ShmRun<'a> {
         if buf.len() >= BROADCAST_DIRECT_MIN && self.pids.is_some() {
             return self.broadcast_direct(buf, root);
         }
+        // The root stages each piece and goes on (the next step waits until the readers are
+        // done with the slot it reuses), as an eager send would.
         let me = self.me();
         for (off, p) in pieces(buf.len(), self.arena.chunk()) {
             let s = self.begin()?;
             if me == root {
                 copy(buf.as_ptr().add(off), self.arena.my_stage(s).as_mut_ptr(), p);
             }
-            self.staged(s)?;
+            self.staged_from(s, root)?;
             if me != root {
                 copy(self.arena.stage(root, s).as_ptr(), buf.as_ptr().add(off), p);
             }

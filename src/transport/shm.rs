@@ -437,7 +437,8 @@ impl Arena {
         Ok(())
     }
 
-    fn wait_one(&self, r: usize, f: Flag, s: u32, deadline: &dyn Fn() -> Instant, interrupt: &dyn Fn(usize) -> Option<Error>) -> Result<()> {
+    /// Waits until rank `r` has published at least `s` on `f`.
+    pub fn wait_one(&self, r: usize, f: Flag, s: u32, deadline: &dyn Fn() -> Instant, interrupt: &dyn Fn(usize) -> Option<Error>) -> Result<()> {
         self.wait_word(self.flag(r, f), s, r, deadline, interrupt, &|| format!("rank {r} did not reach step {s} on shared memory"))
     }
 
@@ -630,12 +631,28 @@ impl Arena {
 
 /// A per-comm step counter: every rank advances it identically.
 #[derive(Debug, Default)]
-pub struct Steps(AtomicU64);
+pub struct Steps {
+    taken: AtomicU64,
+    /// The latest step every rank is known to have reached (see `all_reached`).
+    everyone: AtomicU32,
+}
 
 impl Steps {
     /// Takes the next step number.
     pub fn next(&self) -> u32 {
-        (self.0.fetch_add(1, Ordering::Relaxed) + 1) as u32
+        (self.taken.fetch_add(1, Ordering::Relaxed) + 1) as u32
+    }
+
+    /// Whether every rank is known to have reached step `s`. A step that did not wait for
+    /// everyone (a broadcast's root leaves once it has staged) leaves this behind, and the next
+    /// step must wait for it before it overwrites a staging slot (double buffering).
+    pub fn all_reached(&self, s: u32) -> bool {
+        reached(self.everyone.load(Ordering::Relaxed), s)
+    }
+
+    /// Every rank has reached step `s`.
+    pub fn everyone_reached(&self, s: u32) {
+        self.everyone.store(s, Ordering::Relaxed);
     }
 }
 
