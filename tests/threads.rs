@@ -382,6 +382,32 @@ fn shared_memory_large_alltoall_and_allgather() {
     });
 }
 
+/// Between ranks with shared-memory rings, bodies up to 32 KiB go inside the ring and larger
+/// ones (up to the ring's inline limit and beyond) single-copy: sizes on both sides of both
+/// limits, several in flight each way before any is awaited, arrive whole and in order.
+#[test]
+fn ring_messages_around_the_inline_limits_arrive_whole_and_in_order() {
+    job_on("shm", 2, 20_000, |c| {
+        let (me, other) = (c.rank(), 1 - c.rank());
+        let sizes = [32 * 1024 - 1, 32 * 1024, 32 * 1024 + 1, 48 * 1024, 64 * 1024, 64 * 1024 + 1, 300_000];
+        let body = |who: usize, k: usize, len: usize| -> Vec<u8> { (0..len).map(|i| (i * 13 + who * 7 + k * 29) as u8).collect() };
+        let wait = |op: &distcomm::comm::P2pOp| c.wait_p2p(op, c.op_deadline(), &|| "p2p".into()).unwrap();
+        for round in 0..3 {
+            let mine: Vec<Vec<u8>> = sizes.iter().enumerate().map(|(k, &len)| body(me, k + round, len)).collect();
+            let sends: Vec<_> = mine.iter().map(|m| c.post_send(ConstBuf::from_slice(m), other, 5).unwrap()).collect();
+            for (k, &len) in sizes.iter().enumerate() {
+                let mut got = vec![0u8; len];
+                let d = wait(&c.post_recv(MutBuf::from_slice(&mut got), Some(other), Some(5)).unwrap());
+                assert_eq!(d.bytes, len, "rank {me}: message {k} of round {round}");
+                assert!(got == body(other, k + round, len), "rank {me}: message {k} ({len} bytes) of round {round} is wrong or out of order");
+            }
+            sends.iter().for_each(|op| {
+                wait(op);
+            });
+        }
+    });
+}
+
 /// Single-copy messages (above the 256 KiB threshold, read with process_vm_readv) whose receive
 /// comes late are parked in the sender's memory: a receive posted soon copies them from there, a
 /// receive that does not come frees the sender after a millisecond (two ranks that both send
