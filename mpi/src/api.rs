@@ -407,18 +407,24 @@ pub(crate) fn check_comm_peer(source: c_int, tag: c_int, c: MPI_Comm) -> Result<
 }
 
 fn check_peer(mc: &MpiComm, peer: c_int, tag: c_int, c: MPI_Comm, recv: bool) -> Res {
-    // The engine comm's size: the remote group's on an intercommunicator.
-    let n = mc.comm.size() as c_int;
-    let peer_ok = (0..n).contains(&peer) || peer == MPI_PROC_NULL || (recv && peer == MPI_ANY_SOURCE);
-    if !peer_ok {
+    if !peer_ok(mc, peer, recv) {
         let what = if recv { "source" } else { "dest" };
-        return Err(MpiErr::new(MPI_ERR_RANK, format!("{what} {peer} is not a rank of the communicator (size {n})")).on(c));
+        return Err(MpiErr::new(MPI_ERR_RANK, format!("{what} {peer} is not a rank of the communicator (size {})", mc.comm.size())).on(c));
     }
-    let tag_ok = (0..=TAG_UB).contains(&tag) || (recv && tag == MPI_ANY_TAG);
-    if !tag_ok {
+    if !tag_ok(tag, recv) {
         return Err(MpiErr::new(MPI_ERR_TAG, format!("tag {tag} is outside [0, MPI_TAG_UB = {TAG_UB}]")).on(c));
     }
     Ok(())
+}
+
+/// A rank of the communicator (the engine comm's size: the remote group's on an
+/// intercommunicator), MPI_PROC_NULL, or for a receive MPI_ANY_SOURCE.
+fn peer_ok(mc: &MpiComm, peer: c_int, recv: bool) -> bool {
+    (0..mc.comm.size() as c_int).contains(&peer) || peer == MPI_PROC_NULL || (recv && peer == MPI_ANY_SOURCE)
+}
+
+fn tag_ok(tag: c_int, recv: bool) -> bool {
+    (0..=TAG_UB).contains(&tag) || (recv && tag == MPI_ANY_TAG)
 }
 
 pub(crate) fn start_send(buf: *const c_void, count: i64, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm) -> Result<Req, MpiErr> {
@@ -537,8 +543,50 @@ pub unsafe fn sendrecv_c(
     st: *mut MPI_Status,
 ) -> Res {
     let mc = comm(c)?;
+    if let Some(r) = sendrecv_direct(&mc, (sbuf, scount, sdt, dest, stag), (rbuf, rcount, rdt, src, rtag), st) {
+        return r;
+    }
     let (r, s) = start_recv_then_send(start_recv_on(&mc, rbuf, rcount, rdt, src, rtag, c), || start_send_on(&mc, sbuf, scount, sdt, dest, stag, c))?;
     finish_recv_and_send(r, s, st)
+}
+
+/// `MPI_Sendrecv` in its commonest form (dense predefined types, valid buffers, peers and tags,
+/// neither peer MPI_PROC_NULL) straight on the engine's operations, without requests (it
+/// costs about 250 instructions less per call). None: the general path, which also reports
+/// every error.
+fn sendrecv_direct(
+    mc: &MpiComm,
+    (sbuf, scount, sdt, dest, stag): (*const c_void, MPI_Count, MPI_Datatype, c_int, c_int),
+    (rbuf, rcount, rdt, src, rtag): (*mut c_void, MPI_Count, MPI_Datatype, c_int, c_int),
+    st: *mut MPI_Status,
+) -> Option<Res> {
+    let slen = crate::packing::dense_predefined(sbuf, scount, sdt)?.ok()?;
+    let rlen = crate::packing::dense_predefined(rbuf, rcount, rdt)?.ok()?;
+    let peers = peer_ok(mc, dest, false) && peer_ok(mc, src, true) && dest != MPI_PROC_NULL && src != MPI_PROC_NULL;
+    if !peers || !tag_ok(stag, false) || !tag_ok(rtag, true) {
+        return None;
+    }
+    // SAFETY: checked above; the caller's buffers stay until both operations are waited for.
+    let (sb, rb) = unsafe { (ConstBuf::new(sbuf as *const u8, slen), MutBuf::new(rbuf as *mut u8, rlen)) };
+    let engine_err = |e: distcomm::Error| Some(Err(err::from_engine(&e).on(mc.handle)));
+    let r = match mc.comm.post_recv(rb, (src != MPI_ANY_SOURCE).then_some(src as usize), (rtag != MPI_ANY_TAG).then_some(rtag as u32)) {
+        Ok(r) => r,
+        Err(e) => return engine_err(e),
+    };
+    let s = match mc.comm.post_send(sb, dest as usize, stag as u32) {
+        Ok(s) => s,
+        Err(e) => {
+            mc.comm.cancel_p2p(&r, || distcomm::Error::new(distcomm::Status::Aborted, "withdrawn: the call failed"));
+            return engine_err(e);
+        }
+    };
+    // As in `finish_recv_and_send`: both waited for, the receive's error first.
+    let sent = request::finish_send(mc, s);
+    Some(request::finish_recv(mc, r).and_then(|got| {
+        sent?;
+        write_status(st, got);
+        Ok(())
+    }))
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -47,7 +47,7 @@ fn count_bytes(count: i64, bytes: impl FnOnce(u64) -> Option<u64>) -> Result<usi
 /// The caller's bytes of `count` elements of `dt` where `dt` is a dense predefined type (one
 /// run at `buf`, nothing to pack): answered without looking the type up, which every send and
 /// receive of a basic type would do. None for the other types.
-fn dense_predefined(buf: *const c_void, count: i64, dt: MPI_Datatype) -> Option<Result<usize, MpiErr>> {
+pub(crate) fn dense_predefined(buf: *const c_void, count: i64, dt: MPI_Datatype) -> Option<Result<usize, MpiErr>> {
     let d = datatype::predefined(dt).filter(|d| d.dense)?;
     Some(count_bytes(count, |n| crate::typemap::packed_bytes(d.size as u64, n)).and_then(|len| refuse_null(buf, len, "buf").map(|_| len)))
 }

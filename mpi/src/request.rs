@@ -230,7 +230,7 @@ impl Req {
 
     /// Waits (up to the comm's timeout) and gives the status, or the error routed to the comm.
     pub fn finish(self) -> Result<MPI_Status, MpiErr> {
-        let mut st = empty_status();
+        let st = empty_status();
         match self {
             Req::Done(s) => return Ok(s),
             Req::Persistent(p) => return p.active.map_or(Ok(st), |r| r.finish()),
@@ -250,19 +250,8 @@ impl Req {
                 }
                 return Ok(st);
             }
-            Req::Send { comm, mut op } => {
-                let r = comm.comm.wait_p2p_started(&op, &|| "MPI send".to_string());
-                op.release();
-                r.map_err(|e| from_engine(&e).on(comm.handle))?;
-            }
-            Req::Recv { comm, mut op } => {
-                let r = comm.comm.wait_p2p_started(&op, &|| "MPI receive".to_string());
-                op.release();
-                let d = r.map_err(|e| recv_error(e).on(comm.handle))?;
-                st.MPI_SOURCE = comm.comm.comm_rank_of(d.source);
-                st.MPI_TAG = d.tag as c_int;
-                set_count(&mut st, d.bytes);
-            }
+            Req::Send { comm, op } => finish_send(&comm, op)?,
+            Req::Recv { comm, op } => return finish_recv(&comm, op),
             Req::Coll { comm, req, after } => {
                 req.wait().map_err(|e| from_engine(&e).on(comm.handle))?;
                 drop(req);
@@ -273,6 +262,25 @@ impl Req {
         }
         Ok(st)
     }
+}
+
+/// Waits for a send started on `comm` (up to its timeout).
+pub fn finish_send(comm: &MpiComm, mut op: P2pOp) -> Result<(), MpiErr> {
+    let r = comm.comm.wait_p2p_started(&op, &|| "MPI send".to_string());
+    op.release();
+    r.map(|_| ()).map_err(|e| from_engine(&e).on(comm.handle))
+}
+
+/// Waits for a receive started on `comm` (up to its timeout); its status.
+pub fn finish_recv(comm: &MpiComm, mut op: P2pOp) -> Result<MPI_Status, MpiErr> {
+    let r = comm.comm.wait_p2p_started(&op, &|| "MPI receive".to_string());
+    op.release();
+    let d = r.map_err(|e| recv_error(e).on(comm.handle))?;
+    let mut st = empty_status();
+    st.MPI_SOURCE = comm.comm.comm_rank_of(d.source);
+    st.MPI_TAG = d.tag as c_int;
+    set_count(&mut st, d.bytes);
+    Ok(st)
 }
 
 impl Req {

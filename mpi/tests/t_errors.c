@@ -67,6 +67,13 @@ int main(int argc, char **argv) {
   OK(MPI_Isend(four, 4, MPI_INT, rank, 8, MPI_COMM_WORLD, &rq));
   FAILS(MPI_Recv(&one, 1, MPI_INT, rank, 8, MPI_COMM_WORLD, MPI_STATUS_IGNORE), MPI_ERR_TRUNCATE);
   OK(MPI_Wait(&rq, MPI_STATUS_IGNORE));
+  /* The same through a send-receive to ourselves (its direct path), and the program goes on. */
+  {
+    MPI_Status ts;
+    FAILS(MPI_Sendrecv(four, 4, MPI_INT, rank, 9, &one, 1, MPI_INT, rank, 9, MPI_COMM_WORLD, &ts), MPI_ERR_TRUNCATE);
+    OK(MPI_Sendrecv(four, 1, MPI_INT, rank, 9, &one, 1, MPI_INT, rank, 9, MPI_COMM_WORLD, &ts));
+    CHECK(one == 1);
+  }
 
   /* Collectives (every rank makes the same bad call, so nothing is left half done). */
   FAILS(MPI_Bcast(&x, 1, MPI_INT, size, MPI_COMM_WORLD), MPI_ERR_ROOT);

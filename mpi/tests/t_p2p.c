@@ -154,6 +154,10 @@ int main(int argc, char **argv) {
   CHECK(count == 7 && memcmp(in, "abcdefg", 7) == 0 && in[7] == 0);
   OK(MPI_Get_count(&st, MPI_INT, &count));
   CHECK(count == MPI_UNDEFINED);
+  /* From any source with any tag: the status names the sender (a comm rank) and its tag. */
+  int anyv = -1, mine = 300 + rank;
+  OK(MPI_Sendrecv(&mine, 1, MPI_INT, next, 42 + rank, &anyv, 1, MPI_INT, MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &st));
+  CHECK(anyv == 300 + prev && st.MPI_SOURCE == prev && st.MPI_TAG == 42 + prev);
 
   /* Buffered sends: everyone sends a large message before anyone receives (with standard
    * sends this order may wait for the receiver); Ibsend completes at once; detach returns the
