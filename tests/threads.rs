@@ -334,6 +334,27 @@ fn staged_broadcast_roots_run_ahead_without_overwriting_unread_data() {
     });
 }
 
+/// Allgather blocks from 32 to 128 KiB are read straight from the others' buffers, smaller and
+/// larger ones staged: blocks on both sides of both limits, out of place and in place, every
+/// byte checked.
+#[test]
+fn allgather_blocks_around_the_direct_range() {
+    job_on("shm", 3, 20_000, |c| {
+        let (n, me) = (c.size(), c.rank());
+        for block in [32 * 1024 - 8, 32 * 1024, 64 * 1024 + 8, 128 * 1024, 128 * 1024 + 8] {
+            let byte = |r: usize, i: usize| (i * 5 + r * 77 + block) as u8;
+            let mine: Vec<u8> = (0..block).map(|i| byte(me, i)).collect();
+            let mut all = vec![0u8; n * block];
+            c.collective(CollArgs::Allgather { send: Some(ConstBuf::from_slice(&mine)), recv: MutBuf::from_slice(&mut all), dt: DType::Uint8 }).unwrap();
+            assert!((0..n * block).all(|k| all[k] == byte(k / block, k % block)), "rank {me}: allgather of {block}-byte blocks");
+            let mut inplace = vec![0u8; n * block];
+            inplace[me * block..(me + 1) * block].copy_from_slice(&mine);
+            c.collective(CollArgs::Allgather { send: None, recv: MutBuf::from_slice(&mut inplace), dt: DType::Uint8 }).unwrap();
+            assert!(inplace == all, "rank {me}: in-place allgather of {block}-byte blocks");
+        }
+    });
+}
+
 #[test]
 fn shared_memory_large_alltoall_and_allgather() {
     // Large blocks: the alltoall reads them from the peers' memory, the allgather stages them

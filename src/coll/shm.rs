@@ -26,6 +26,14 @@ const REDUCE_BLOCK: usize = 4096;
 /// buffers directly (one copy) instead of staging through the arena (see `run`).
 const ALLTOALL_DIRECT_MIN: usize = 64 * 1024;
 
+/// Allgather blocks (bytes per rank) in this range are read straight from the others' buffers
+/// (one copy) where the host's cores are not outnumbered by its ranks; other sizes are staged.
+/// Measured (dc-bench, 2 ranks, 5 interleaved rounds, medians of direct/staged time): blocks of
+/// 16 KiB 1.22, 32 KiB 0.86, 64 KiB 0.67-0.72, 128 KiB 0.67, 256 KiB 1.10, 512 KiB 1.31 idle;
+/// beside a busy process 32 KiB 0.69, 64 KiB 0.27, 128 KiB 0.19 (the staged copy falls into its
+/// slow mode there), 256 KiB 1.13. With 4 ranks on the 2 cores direct was 1.25-1.87x slower.
+const ALLGATHER_DIRECT_BLOCKS: std::ops::RangeInclusive<usize> = 32 * 1024..=128 * 1024;
+
 /// A broadcast of at least this many bytes has the others read the root's buffer directly (one
 /// copy) instead of staging it through the arena. Measured (2 ranks, 5 interleaved rounds,
 /// medians of direct/staged time): beside one busy process 0.07-0.36x at 64 KiB, 0.19-0.80x at
@@ -139,6 +147,11 @@ fn share(len: usize, es: usize, parts: usize, i: usize) -> (usize, usize) {
 
 /// The (offset, length) pieces of `total` bytes, at most `piece` each; always at least one
 /// (possibly empty), so every rank takes the same steps even for an empty call.
+/// Counts and displacements of `n` blocks of `block` bytes, one after the other.
+fn even_blocks(n: usize, block: usize) -> (Vec<usize>, Vec<usize>) {
+    (vec![block; n], (0..n).map(|r| r * block).collect())
+}
+
 fn pieces(total: usize, piece: usize) -> impl Iterator<Item = (usize, usize)> {
     let steps = total.div_ceil(piece.max(1)).max(1);
     (0..steps).map(move |i| (i * piece, piece.min(total - (i * piece).min(total))))
@@ -423,11 +436,16 @@ impl<'a> ShmRun<'a> {
             Allgather { send, recv, .. } => {
                 let block = recv.len() / self.n();
                 self.bytes = block as u64;
-                // Staged (two copies, pipelined through the arena) even for large blocks: a
-                // single `process_vm_readv` copy spends most of its time pinning the peer's
-                // pages one by one, and came out 15-60% slower at every size measured here
-                // (again on 2026-12-02 in medians: 1 MiB 76 against 52 us, 16 MiB 4.7 against
-                // 4.1 ms, though the staged copy ran 4-7x slower in some runs).
+                // Staged (two copies, pipelined through the arena) for large blocks: a single
+                // `process_vm_readv` copy spends most of its time pinning the peer's pages one
+                // by one, and came out 15-60% slower from 256 KiB blocks (again on 2026-12-02
+                // in medians: 1 MiB 76 against 52 us, 16 MiB 4.7 against 4.1 ms, though the
+                // staged copy ran 4-7x slower in some runs). Mid-sized blocks read directly
+                // (see `ALLGATHER_DIRECT_BLOCKS`).
+                if ALLGATHER_DIRECT_BLOCKS.contains(&block) && self.pids.is_some() && !crate::completion::oversubscribed() {
+                    let (counts, displs) = even_blocks(self.n(), block);
+                    return Some(self.allgatherv_direct(*send, *recv, &counts, &displs));
+                }
                 self.allgather(*send, *recv, block)
             }
             Allgatherv { send, recv, counts, displs, .. } => {
@@ -466,9 +484,7 @@ impl<'a> ShmRun<'a> {
                 // 1151, 16 MiB 13.5 against 19.7 ms. (The staged copy runs in two modes here,
                 // one 3-4x slower; below 64 KiB it wins in both.)
                 if recv.len() >= ALLTOALL_DIRECT_MIN && self.pids.is_some() && (1 + 2 * self.n()) * 8 <= self.arena.chunk() {
-                    let n = self.n();
-                    let counts = vec![block; n];
-                    let displs: Vec<usize> = (0..n).map(|r| r * block).collect();
+                    let (counts, displs) = even_blocks(self.n(), block);
                     return Some(self.alltoallv_direct(*send, &counts, &displs, *recv, &counts, &displs));
                 }
                 self.alltoall(*send, *recv, block)
