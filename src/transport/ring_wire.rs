@@ -338,15 +338,17 @@ impl SocketTransport {
 }
 
 /// Bodies up to this size always travel inside the ring; larger ones (up to the ring's
-/// `inline_max`) only where they would not be read single-copy. Measured (dc-bench sendrecv, 2
-/// ranks, 5-7 interleaved rounds, medians of single-copy/inline time): 12 KiB 1.66, 24 KiB
-/// 1.10-1.17, 32 KiB 1.04-1.07, 40 KiB 0.92, 48 KiB 0.87, 64 KiB 0.75 idle and 0.58 beside a busy
-/// process (the inline copies, two per message, fall into a mode 3-4x slower at times).
+/// `inline_max`) only where they would not be read single-copy, or where ranks outnumber the
+/// cores. Measured (dc-bench sendrecv, 5-7 interleaved rounds, medians of single-copy/inline
+/// time): 2 ranks 12 KiB 1.66, 24 KiB 1.10-1.17, 32 KiB 1.04-1.07, 40 KiB 0.92, 48 KiB 0.87,
+/// 64 KiB 0.75 idle and 0.58 beside a busy process (the inline copies, two per message, fall
+/// into a mode 3-4x slower at times); 4 ranks on 2 cores 40 KiB 1.66, 64 KiB 1.17.
 const ALWAYS_INLINE_MAX: usize = 32 * 1024;
 
 /// Whether a body of `len` bytes goes inside a ring that takes bodies up to `inline_max`.
 fn goes_inline(peer: &Peer, inline_max: usize, len: usize) -> bool {
-    len <= inline_max && (len <= ALWAYS_INLINE_MAX || !super::messages::ring_message_single_copy(peer, len))
+    len <= inline_max
+        && (len <= ALWAYS_INLINE_MAX || crate::completion::oversubscribed() || !super::messages::ring_message_single_copy(peer, len))
 }
 
 /// The wire through our ring in a same-host peer's segment (set up at init for pairs that
