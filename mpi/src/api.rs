@@ -576,7 +576,7 @@ fn sendrecv_direct(
     let s = match mc.comm.post_send(sb, dest as usize, stag as u32) {
         Ok(s) => s,
         Err(e) => {
-            mc.comm.cancel_p2p(&r, || distcomm::Error::new(distcomm::Status::Aborted, "withdrawn: the call failed"));
+            request::withdraw_recv(mc, &r);
             return engine_err(e);
         }
     };

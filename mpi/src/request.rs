@@ -283,11 +283,16 @@ pub fn finish_recv(comm: &MpiComm, mut op: P2pOp) -> Result<MPI_Status, MpiErr> 
     Ok(st)
 }
 
+/// Withdraws a receive started on `comm`, for a call that fails after starting it.
+pub fn withdraw_recv(comm: &MpiComm, op: &P2pOp) {
+    comm.comm.cancel_p2p(op, || distcomm::Error::new(distcomm::Status::Aborted, "withdrawn: the call failed"));
+}
+
 impl Req {
     /// Withdraws a receive that was just started, for a call that fails after starting it.
     pub fn cancel_now(self) {
         match self {
-            Req::Recv { comm, op } => comm.comm.cancel_p2p(&op, || distcomm::Error::new(distcomm::Status::Aborted, "withdrawn: the call failed")),
+            Req::Recv { comm, op } => withdraw_recv(&comm, &op),
             // The packed buffer goes after the receive into it is withdrawn.
             Req::Packed(p) => p.inner.cancel_now(),
             _ => {}

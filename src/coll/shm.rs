@@ -145,13 +145,13 @@ fn share(len: usize, es: usize, parts: usize, i: usize) -> (usize, usize) {
     (start * es, n * es)
 }
 
-/// The (offset, length) pieces of `total` bytes, at most `piece` each; always at least one
-/// (possibly empty), so every rank takes the same steps even for an empty call.
 /// Counts and displacements of `n` blocks of `block` bytes, one after the other.
 fn even_blocks(n: usize, block: usize) -> (Vec<usize>, Vec<usize>) {
     (vec![block; n], (0..n).map(|r| r * block).collect())
 }
 
+/// The (offset, length) pieces of `total` bytes, at most `piece` each; always at least one
+/// (possibly empty), so every rank takes the same steps even for an empty call.
 fn pieces(total: usize, piece: usize) -> impl Iterator<Item = (usize, usize)> {
     let steps = total.div_ceil(piece.max(1)).max(1);
     (0..steps).map(move |i| (i * piece, piece.min(total - (i * piece).min(total))))
@@ -231,9 +231,7 @@ impl<'a> ShmRun<'a> {
         // First step: a rank that calls something else may never publish this step (it went
         // the mailbox way): its stamp says so meanwhile. Once every rank has published the
         // step, its stamp (posted before) must match ours.
-        let disagree = |r: usize| self.arena.peek(r, self.coll).and_then(|(sig, len)| self.disagreement(r, sig, len));
-        let interrupt = |r: usize| (self.interrupt)(r).or_else(|| disagree(r));
-        self.arena.wait_all(Flag::Stage, s, self.deadline, &interrupt)?;
+        self.arena.wait_all(Flag::Stage, s, self.deadline, &|r| self.interrupted_or_elsewhere(r))?;
         self.steps.everyone_reached(s);
         (0..self.n()).filter(|&r| r != self.me()).try_for_each(|r| self.agreed(r))
     }
@@ -250,10 +248,14 @@ impl<'a> ShmRun<'a> {
         if !first {
             return self.arena.wait_one(from, Flag::Stage, s, self.deadline, self.interrupt);
         }
-        let disagree = |r: usize| self.arena.peek(r, self.coll).and_then(|(sig, len)| self.disagreement(r, sig, len));
-        let interrupt = |r: usize| (self.interrupt)(r).or_else(|| disagree(r));
-        self.arena.wait_one(from, Flag::Stage, s, self.deadline, &interrupt)?;
+        self.arena.wait_one(from, Flag::Stage, s, self.deadline, &|r| self.interrupted_or_elsewhere(r))?;
         self.agreed(from)
+    }
+
+    /// Why waiting for rank `r` at a collective's first step is pointless: an interruption, or
+    /// its stamp saying it calls something else.
+    fn interrupted_or_elsewhere(&self, r: usize) -> Option<Error> {
+        (self.interrupt)(r).or_else(|| self.arena.peek(r, self.coll).and_then(|(sig, len)| self.disagreement(r, sig, len)))
     }
 
     /// Checks, once rank `r` has reached this collective's first step, that it calls what we do.

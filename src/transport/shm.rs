@@ -207,16 +207,6 @@ fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
     }
 }
 
-/// Between a writer's store of a word that someone may sleep on and its look at `sleepers`:
-/// without it the look may pass the store (x86 orders a store before a later load only with a
-/// fence), and a waiter that counted itself asleep and then found the old value would sleep
-/// until its timeout (`MAX_SLEEP`) on a word that had moved. The waiter's side is its
-/// read-modify-write of `sleepers`. Measured on small collectives (2 ranks, 5 interleaved
-/// rounds): within the noise.
-fn wake_check_fence() {
-    std::sync::atomic::fence(Ordering::SeqCst);
-}
-
 fn futex_wake_all(word: &AtomicU32) {
     // SAFETY: as above.
     unsafe {
@@ -430,10 +420,7 @@ impl Arena {
     pub fn publish(&self, f: Flag, s: u32) {
         let w = self.flag(self.rank, f);
         w.store(s, Ordering::Release);
-        wake_check_fence();
-        if self.header().sleepers.load(Ordering::SeqCst) > 0 {
-            futex_wake_all(w);
-        }
+        self.wake_sleepers(w);
     }
 
     /// Waits until every rank has published at least `s` on `f`.
@@ -446,6 +433,19 @@ impl Arena {
             }
         }
         Ok(())
+    }
+
+    /// After a store to `w`: wakes the waiters asleep on this arena, if any. The fence keeps the
+    /// look at `sleepers` from passing the store (x86 orders a store before a later load only
+    /// with one): a waiter that had just counted itself asleep and then read the old value
+    /// would otherwise sleep until its timeout (`MAX_SLEEP`) on a word that had moved. The
+    /// waiter's side is its read-modify-write of `sleepers`. Measured on small collectives (2
+    /// ranks, 5 interleaved rounds): within the noise.
+    fn wake_sleepers(&self, w: &AtomicU32) {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.header().sleepers.load(Ordering::SeqCst) > 0 {
+            futex_wake_all(w);
+        }
     }
 
     /// Waits until rank `r` has published at least `s` on `f`.
@@ -586,10 +586,7 @@ impl Arena {
     pub fn finished(&self, c: u32) {
         let w = self.done_word(self.rank);
         w.store(c, Ordering::Release);
-        wake_check_fence();
-        if self.header().sleepers.load(Ordering::SeqCst) > 0 {
-            futex_wake_all(w);
-        }
+        self.wake_sleepers(w);
     }
 
     /// Fills this rank's mailbox slot for collective `c`: what it calls (`sig`, a size of
@@ -617,10 +614,7 @@ impl Arena {
         h.sig.store(sig, Ordering::Relaxed);
         h.len.store(len, Ordering::Relaxed);
         h.stamp.store(c, Ordering::Release);
-        wake_check_fence();
-        if self.header().sleepers.load(Ordering::SeqCst) > 0 {
-            futex_wake_all(&h.stamp);
-        }
+        self.wake_sleepers(&h.stamp);
         Ok(())
     }
 
