@@ -15,6 +15,8 @@
 #      then distcomm.torch (the torch.distributed backend): torch from PyPI into the cached venv
 #      build/venv-torch (made once; SKIP with a message when torch cannot be installed), the
 #      package into it, python/tests/test_torch.py (Gloo comparisons, DDP, torchrun, dcrun)
+#      with the native backend required (compiled once into build/torch-native), then every
+#      call again on the Python backend alone and as a ProcessGroup subclass
 #   9. scripts/multihost_test.sh: the C tests and Python examples over network-namespace
 #      hosts, and 8 hosts x 16 ranks running every collective (prints SKIP and passes where it
 #      lacks the privileges)
@@ -193,13 +195,22 @@ if [ -x "$TVENV/bin/python" ]; then
   (cd "$TMP" && "$TVENV/bin/python" -c 'import torch, distcomm.torch
 print("torch", torch.__version__, "distcomm.torch from", distcomm.torch.__file__)
 assert "site-packages" in distcomm.torch.__file__, "not the installed package"')
+  # The native backend (distcomm/torch/_native.cpp, compiled against this torch on first use)
+  # is required here: failing to build it fails the tests instead of falling back. Its cache
+  # lives under build/ (rebuilt when the source or torch changes).
+  export DISTCOMM_TORCH_NATIVE_CACHE="$ROOT/build/torch-native"
   # shellcheck disable=SC2086
-  DCRUN="$PREFIX/bin/dcrun" DC_TEST_STRICT=1 DISTCOMM_EXPECT_TORCH=1 \
+  DCRUN="$PREFIX/bin/dcrun" DC_TEST_STRICT=1 DISTCOMM_EXPECT_TORCH=1 DISTCOMM_TORCH_NATIVE=1 \
     "$TVENV/bin/python" -m pytest -p no:cacheprovider -q -rs python/tests/test_torch.py ${PYTEST_ARGS:-} 2>&1 | tee "$TMP/pytest-torch.log"
   [ "${PIPESTATUS[0]}" -eq 0 ]
   torch_tests=$(grep -Eo '[0-9]+ passed' "$TMP/pytest-torch.log" | tail -1 | awk '{ print $1 }')
+  # The Python backend alone (where the native one cannot be built or is turned off): every
+  # call against Gloo again.
+  # shellcheck disable=SC2086
+  DCRUN="$PREFIX/bin/dcrun" DC_TEST_STRICT=1 DISTCOMM_EXPECT_TORCH=1 DISTCOMM_TORCH_NATIVE=0 \
+    "$TVENV/bin/python" -m pytest -p no:cacheprovider -q -rs python/tests/test_torch.py -k every_call ${PYTEST_ARGS:-}
   # The backend as a ProcessGroup subclass, what torch releases without a Python-constructible
-  # c10d Backend (2.11, for one) get: every call against Gloo again.
+  # c10d Backend (2.11, for one) get (no native backend there): every call against Gloo again.
   # shellcheck disable=SC2086
   DCRUN="$PREFIX/bin/dcrun" DC_TEST_STRICT=1 DISTCOMM_EXPECT_TORCH=1 DISTCOMM_TORCH_BASE=processgroup \
     "$TVENV/bin/python" -m pytest -p no:cacheprovider -q -rs python/tests/test_torch.py -k every_call ${PYTEST_ARGS:-}

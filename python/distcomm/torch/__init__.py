@@ -17,6 +17,7 @@ and every rank has a GPU of its own, the one current when the group is made); ot
 refused with a clear error, and ``"cpu:distcomm,cuda:nccl"`` mixes the two.
 """
 
+import ctypes
 import datetime
 from typing import Any, Optional
 
@@ -26,7 +27,8 @@ from torch._C._distributed_c10d import ProcessGroup as _ProcessGroup
 
 from .. import _lib
 from . import _errors
-from ._backend import DistcommBackend
+from . import _native
+from ._backend import _BASE, DistcommBackend
 from ._errors import DistcommError, DistcommInvalidArgument, DistcommTimeoutError, DistcommUnavailableError
 from ._rendezvous import comm_int, init_comm
 from ._work import Work
@@ -52,8 +54,9 @@ def _timeout_ms(timeout: Optional[datetime.timedelta]) -> int:
     return max(1, int(timeout.total_seconds() * 1000))
 
 
-def _create(opts: Any, backend_options: Any = None) -> DistcommBackend:
-    """torch's creator hook (extended API): one distcomm communicator per torch group."""
+def _create(opts: Any, backend_options: Any = None) -> Any:
+    """torch's creator hook (extended API): one distcomm communicator per torch group, as the
+    native backend over the Python one where the native one is available (see _native)."""
     rank, size = int(opts.group_rank), int(opts.group_size)
     name = str(opts.group_id or "default")
     h = init_comm(opts.store, rank, size, _timeout_ms(opts.timeout), f"torch-{name}")
@@ -64,7 +67,11 @@ def _create(opts: Any, backend_options: Any = None) -> DistcommBackend:
     b = DistcommBackend(h, rank, size, opts.timeout or datetime.timedelta(minutes=30), name)
     if isinstance(b, _ProcessGroup):
         b._set_group_name(name)  # torch names the groups it makes itself, not ours
-    return b
+        return b
+    native = _native.module() if _BASE is not _ProcessGroup else None
+    if native is None:
+        return b
+    return native.NativeBackend(b, ctypes.addressof(b._hcell), rank, size)
 
 
 def backend_of(group: Any = None) -> DistcommBackend:
@@ -76,6 +83,7 @@ def backend_of(group: Any = None) -> DistcommBackend:
     if isinstance(pg, DistcommBackend):  # torch releases where the backend is the group itself
         return pg
     b = pg._get_backend(torch.device("cpu"))
+    b = getattr(b, "python", b)  # the native backend wraps the Python one
     if not isinstance(b, DistcommBackend):
         raise _errors.invalid(f"the group's CPU backend is {b.getBackendName() if hasattr(b, 'getBackendName') else type(b).__name__}, not distcomm")
     return b

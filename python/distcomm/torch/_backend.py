@@ -159,6 +159,8 @@ class DistcommBackend(_BASE):  # type: ignore[misc]
     def __init__(self, handle: int, rank: int, size: int, timeout: datetime.timedelta, name: str):
         super().__init__(rank, size)
         self._h: Optional[int] = handle
+        # The handle where the native backend (_native.cpp) reads it on each call; 0 from shutdown on.
+        self._hcell = c_void_p(handle)
         self._lib = _lib.load()
         self._name = name
         self._timeout = timeout
@@ -580,6 +582,7 @@ class DistcommBackend(_BASE):  # type: ignore[misc]
             self._lib.dc_comm_abort(h)
             self._pending.wait_all(5.0)
         self._h = None
+        self._hcell.value = None
         self._lib.dc_comm_destroy(h)
 
 

@@ -2,6 +2,8 @@
 compared with Gloo's results for the same inputs (bitwise: the inputs are small integers or
 halves, so every sum is exact whatever the order of the additions)."""
 
+import os
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -399,6 +401,72 @@ def test_work_future_and_completion(rank, size):
             dist.send(torch.full((3,), 7.0), 0, tag=77)
 
 
+def _native_or_skip(group=None):
+    """The group's C++ backend (distcomm.torch._native): required with DISTCOMM_TORCH_NATIVE=1,
+    absent with 0 (both checked); elsewhere the test skips where it could not be built."""
+    if os.environ.get("DISTCOMM_TORCH_BASE") == "processgroup":
+        pytest.skip("no native backend where the backend is a ProcessGroup subclass")
+    be = (group or dist.group.WORLD)._get_backend(torch.device("cpu"))
+    native = type(be).__name__ == "NativeBackend"
+    want = os.environ.get("DISTCOMM_TORCH_NATIVE")
+    if want == "1":
+        assert native, f"DISTCOMM_TORCH_NATIVE=1 but the group's backend is {type(be).__name__}"
+    elif want == "0":
+        assert isinstance(be, dct.DistcommBackend), type(be)
+    if not native:
+        pytest.skip("the native backend is off or could not be built here")
+    return be
+
+
+def test_native_backend_and_its_work(rank, size):
+    """torch calls the C++ backend; it takes the common forms itself and hands the others, with
+    their checks and errors, to the Python backend it wraps."""
+    be = _native_or_skip()
+    assert be.python is dct.backend_of() and dist.get_backend() == "distcomm"
+    total = float(sum(range(size)))
+    opts = dist.AllreduceOptions()
+    x = torch.full((5,), float(rank))
+    w = be.allreduce([x], opts)
+    assert not isinstance(w, dct.Work)  # started here, not in Python
+    assert w.wait() and w.is_completed() and w.is_success() and w.exception() is None
+    assert x.tolist() == [total] * 5 and w.result()[0] is not None
+    # a future asked for before completion settles without wait(), with the outputs
+    y = torch.full((4,), float(rank + 1))
+    fut = be.allreduce([y], opts).get_future()
+    assert fut.wait()[0].tolist() == [total + size] * 4
+    # Works dropped unwaited are kept (with their tensors) until they finish
+    outs = [torch.full((300,), float(i)) for i in range(40)]
+    for t in outs:
+        be.allreduce([t], opts)
+    be.barrier(dist.BarrierOptions()).wait()
+    dist.barrier()
+    assert all(t.tolist() == [float(i * size)] * 300 for i, t in enumerate(outs))
+    # forms that go to the Python backend (a bool reduction, BXOR on floats: its refusal) and
+    # one that does not (MAX on floats)
+    b = torch.tensor([rank == 0, True, False])
+    be.allreduce([b], opts).wait()
+    assert b.tolist() == [True, True, False]  # a logical or, as the Python backend maps it
+    mopts = dist.AllreduceOptions()
+    mopts.reduceOp = R.MAX
+    m = torch.tensor([float(rank)])
+    be.allreduce([m], mopts).wait()
+    assert m.item() == float(size - 1)
+    with pytest.raises(ValueError, match="integer"):
+        dist.all_reduce(torch.ones(3), op=R.BXOR)
+    # the tensor forms of all-gather and reduce-scatter, and broadcast from every root
+    inp = torch.arange(3, dtype=torch.int64) + 10 * rank
+    out = torch.zeros(3 * size, dtype=torch.int64)
+    dist.all_gather_into_tensor(out, inp)
+    assert out.tolist() == [10 * r + i for r in range(size) for i in range(3)]
+    rs = torch.zeros(2, dtype=torch.float64)
+    dist.reduce_scatter_tensor(rs, torch.arange(2 * size, dtype=torch.float64))
+    assert rs.tolist() == [float(size * (2 * rank + i)) for i in range(2)]
+    for root in range(size):
+        t = torch.full((6,), float(rank), dtype=torch.bfloat16)
+        dist.broadcast(t, root)
+        assert t.tolist() == [float(root)] * 6
+
+
 def test_timeouts(rank, size):
     """A group's timeout from new_group(timeout=...) (init_process_group's takes the same path);
     a receive nobody answers fails with torch's DistBackendError naming the timeout."""
@@ -406,7 +474,21 @@ def test_timeouts(rank, size):
     import time
 
     g = dist.new_group([0, 1], timeout=datetime.timedelta(seconds=2), backend="distcomm")
+    g2 = dist.new_group([0, 1], timeout=datetime.timedelta(seconds=2), backend="distcomm")
     if rank == 0:
+        nb = g2._get_backend(torch.device("cpu"))
+        if type(nb).__name__ == "NativeBackend":
+            # the C++ backend's Work: a bounded wait, then the group's timeout as the same classes
+            # (rank 1 never joins this allreduce), in wait() and in the future
+            w = nb.allreduce([torch.ones(2)], dist.AllreduceOptions())
+            fut = w.get_future()
+            with pytest.raises(dist.DistBackendError, match="still pending"):
+                w.wait(datetime.timedelta(milliseconds=50))
+            with pytest.raises(dct.DistcommTimeoutError, match="(?i)time"):
+                w.wait()
+            assert w.is_completed() and not w.is_success() and w.exception() is not None
+            with pytest.raises(dist.DistBackendError, match="(?i)time"):
+                fut.wait()
         t0 = time.monotonic()
         w = dist.irecv(torch.zeros(2), 1, group=g, tag=1234)
         with pytest.raises(dist.DistBackendError, match="(?i)time"):
@@ -420,6 +502,7 @@ def test_timeouts(rank, size):
         if rank == 0:
             dct.backend_of(g).abort()  # the pending receive: fail it rather than wait at destroy
         dist.destroy_process_group(g)
+        dist.destroy_process_group(g2)
 
 
 def test_bad_input_refused_before_sending(rank, size):
