@@ -12,10 +12,11 @@ the step (compute and DDP's bucket copies), so gloo / free-comm is the most any 
 gain over Gloo on these cores.
 
 Part 2, per-call overhead: a 4-byte all_reduce called --calls times through torch's front end
-on distcomm and on Gloo, async + wait on distcomm, the backend's allreduce() called directly
-(without torch's dispatch into a Python backend), and the library's own dc_allreduce through
-ctypes (distcomm's array API) as the floor of a call from Python. Compare the distcomm numbers
-with dc-bench's for the same size to get the Python backend's own cost:
+on distcomm (the default group: the native backend where it builds; a second group of the same
+ranks on the Python backend alone) and on Gloo, async + wait on distcomm, the Python backend's
+allreduce() called directly (without torch's dispatch into it), and the library's own
+dc_allreduce through ctypes (distcomm's array API) as the floor of a call from Python, in
+interleaved rounds. Compare the distcomm numbers with dc-bench's for the same size:
 
     dcrun -n 2 dc-bench -b 4 -e 4 -o allreduce -n 10000
 
@@ -114,6 +115,15 @@ def main() -> None:
         busy = multiprocessing.get_context("spawn").Process(target=spin, daemon=True)
         busy.start()
 
+    # A group of the same ranks on the Python backend alone (DISTCOMM_TORCH_NATIVE is read as
+    # each group is made), beside the default group's native one.
+    saved = os.environ.get("DISTCOMM_TORCH_NATIVE")
+    os.environ["DISTCOMM_TORCH_NATIVE"] = "0"
+    python_only = dist.new_group(backend="distcomm")
+    if saved is None:
+        del os.environ["DISTCOMM_TORCH_NATIVE"]
+    else:
+        os.environ["DISTCOMM_TORCH_NATIVE"] = saved
     net = mlp(args.width, args.layers)
     params = sum(p.numel() for p in net.parameters())
     # "free comm": DDP whose comm hook returns the bucket as it is (no communication): the
@@ -122,7 +132,7 @@ def main() -> None:
     free = DDP(mlp(args.width, args.layers))
     free.register_comm_hook(None, _no_comm)
     models = {"distcomm": DDP(mlp(args.width, args.layers)), "gloo": DDP(mlp(args.width, args.layers), process_group=gloo),
-              "free comm": free}
+              "free comm": free, "distcomm (Python backend)": DDP(mlp(args.width, args.layers), process_group=python_only)}
     x = torch.randn(args.batch, args.width)
     for m in models.values():
         time_steps(m, x, args.warmup)
@@ -136,10 +146,12 @@ def main() -> None:
               f"{params * 4 / 2**20:.0f} MiB of gradients), batch {args.batch}, {size} ranks, "
               f"{args.rounds} interleaved rounds of {args.steps} steps{', one busy process' if args.busy else ''}:")
         for name, ts in times.items():
-            print(f"  {name:12s} median {statistics.median(ts) * 1e3:8.2f} ms/step  (rounds: "
+            print(f"  {name:26s} median {statistics.median(ts) * 1e3:8.2f} ms/step  (rounds: "
                   + ", ".join(f"{t * 1e3:.1f}" for t in ts) + ")")
         ratios = [g / d for g, d in zip(times["gloo"], times["distcomm"])]
         print(f"  gloo / distcomm: median {statistics.median(ratios):.2f}x")
+        ratios = [p / d for p, d in zip(times["distcomm (Python backend)"], times["distcomm"])]
+        print(f"  distcomm (Python backend) / distcomm: median {statistics.median(ratios):.2f}x")
         bound = [g / c for g, c in zip(times["gloo"], times["free comm"])]
         print(f"  gloo / free comm (the most any backend could gain over Gloo here): median {statistics.median(bound):.2f}x")
 
@@ -147,26 +159,37 @@ def main() -> None:
     backend = distcomm.torch.backend_of()
     opts = dist.AllreduceOptions()
     opts.reduceOp = dist.ReduceOp.SUM
+    native = type(dist.group.WORLD._get_backend(torch.device("cpu"))).__name__ == "NativeBackend"
+    calls = {
+        f"torch all_reduce, distcomm ({'native' if native else 'Python, no native backend'})": lambda: dist.all_reduce(one),
+        "torch all_reduce, distcomm (Python backend)": lambda: dist.all_reduce(one, group=python_only),
+        "torch all_reduce, gloo": lambda: dist.all_reduce(one, group=gloo),
+        "torch all_reduce async+wait, distcomm": lambda: dist.all_reduce(one, async_op=True).wait(),
+        # The Python backend called directly, without torch's dispatch into it.
+        "Python backend allreduce().wait()": lambda: backend.allreduce([one], opts).wait(),
+    }
     dc_world = None
     arr = np.ones(1, dtype=np.float32)
-    res = {
-        "torch all_reduce, distcomm": per_call(lambda: dist.all_reduce(one), args.calls),
-        "torch all_reduce, gloo": per_call(lambda: dist.all_reduce(one, group=gloo), args.calls),
-        "torch all_reduce async+wait, distcomm": per_call(lambda: dist.all_reduce(one, async_op=True).wait(), args.calls),
-        # The backend called directly, without torch's dispatch into a Python backend.
-        "backend allreduce().wait(), distcomm": per_call(lambda: backend.allreduce([one], opts).wait(), args.calls),
-    }
     # The floor: the library called through ctypes by distcomm's array API, on its own world
     # (formed through torch's store address: a second distcomm job of the same ranks).
     try:
         distcomm.init_process_group(init_method=_init_url(), rank=rank, world_size=size)
         dc_world = True
-        res["distcomm.all_reduce (ctypes, numpy)"] = per_call(lambda: distcomm.all_reduce(arr), args.calls)
+        calls["distcomm.all_reduce (ctypes, numpy)"] = lambda: distcomm.all_reduce(arr)
     except distcomm.DistError as e:
         if rank == 0:
             print(f"(no ctypes floor: {e})")
+    # Interleaved rounds (the order reversed every other round); Gloo's calls are slow, so it
+    # makes a tenth of them.
+    samples = {k: [] for k in calls}
+    names = list(calls)
+    for r in range(3):
+        for k in (names if r % 2 == 0 else names[::-1]):
+            samples[k].append(per_call(calls[k], args.calls // 10 if "gloo" in k else args.calls))
+    res = {k: statistics.median(v) for k, v in samples.items()}
     if rank == 0:
-        print(f"per-call time of a 4-byte all_reduce, {size} ranks, {args.calls} calls (slowest rank):")
+        print(f"per-call time of a 4-byte all_reduce, {size} ranks, medians of 3 interleaved rounds of {args.calls} "
+              "calls (slowest rank):")
         for k, v in res.items():
             print(f"  {k:42s} {v:8.2f} us")
         print("  compare with: dcrun -n 2 dc-bench -b 4 -e 4 -o allreduce -n 10000")

@@ -129,3 +129,26 @@ def test_import_registers_the_backend():
     assert "distcomm" in d.Backend.backend_list
     assert d.Backend.backend_capability["distcomm"] == ["cpu", "cuda"]
     assert distcomm.torch.BACKEND_NAME == "distcomm"
+
+
+def test_native_backend_that_cannot_be_built(tmp_path):
+    """Where the native backend cannot be built (here: a compiler that fails), a warning and the
+    Python backend; under DISTCOMM_TORCH_NATIVE=1 an error that says why."""
+    code = "\n".join([
+        "import os, warnings",
+        "import distcomm.torch._native as native",
+        "with warnings.catch_warnings(record=True) as seen:",
+        "    warnings.simplefilter('always')",
+        "    assert native.module() is None",
+        "assert any('could not be built' in str(w.message) for w in seen), [str(w.message) for w in seen]",
+        "os.environ['DISTCOMM_TORCH_NATIVE'] = '1'",
+        "try:",
+        "    native.module()",
+        "except Exception as e:",
+        "    print('refused:', type(e).__name__, e)",
+    ])
+    env = harness.clean_env({"CXX": "false", "DISTCOMM_TORCH_NATIVE_CACHE": str(tmp_path), "DISTCOMM_TORCH_NATIVE": ""})
+    r = subprocess.run([harness.PYTHON, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stdout
+    assert "refused: DistcommUnavailableError" in r.stdout and "compiling" in r.stdout, r.stdout

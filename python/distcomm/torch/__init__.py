@@ -68,7 +68,8 @@ def _create(opts: Any, backend_options: Any = None) -> Any:
     if isinstance(b, _ProcessGroup):
         b._set_group_name(name)  # torch names the groups it makes itself, not ours
         return b
-    native = _native.module() if _BASE is not _ProcessGroup else None
+    # DISTCOMM_TORCH_NATIVE is read as each group is made (a Python-only group beside native ones).
+    native = _native.module() if _BASE is not _ProcessGroup and _native.mode() != "off" else None
     if native is None:
         return b
     return native.NativeBackend(b, ctypes.addressof(b._hcell), rank, size)

@@ -9,9 +9,10 @@ library's call there; everything else goes to the Python ``DistcommBackend`` it 
 The extension is built on first use with the C++ compiler torch's own extensions use
 (``$CXX``, else ``c++``) against this torch's headers, and cached per source, torch and Python
 under ``$DISTCOMM_TORCH_NATIVE_CACHE`` (default ``~/.cache/distcomm/torch-native``); ranks of
-a job that start together build it once (a file lock). ``DISTCOMM_TORCH_NATIVE``: ``0`` never
-uses it (the Python backend alone), ``1`` requires it (an error when it cannot be built),
-unset: used when it builds, else a warning once and the Python backend alone.
+a job that start together build it once (a file lock). ``DISTCOMM_TORCH_NATIVE``, read as
+each group is made: ``0`` gives the group the Python backend alone, ``1`` requires the native
+one (an error when it cannot be built), unset: the native one when it builds, else a warning
+once and the Python backend alone.
 """
 
 import ctypes
@@ -113,27 +114,19 @@ def _load() -> ModuleType:
 
 
 def module() -> Optional[ModuleType]:
-    """The loaded extension, or None where it is off or could not be built (see mode())."""
+    """The loaded extension (built first if needed), or None where it could not be built (an
+    error instead under DISTCOMM_TORCH_NATIVE=1)."""
     global _module, _failure
     with _lock:
-        if _module is not None or _failure is not None:
-            return _module
-        m = mode()
-        if m == "off":
-            _failure = "DISTCOMM_TORCH_NATIVE=0"
-            return None
-        try:
-            _module = _load()
-        except Exception as e:  # no compiler, no headers, another torch ...
-            _failure = f"{type(e).__name__}: {e}"
-            if m == "on":
-                raise _errors.unavailable(f"distcomm.torch: the native backend could not be built ({_failure})") from e
-            warnings.warn(f"distcomm.torch: the native backend could not be built, using the Python backend alone "
-                          f"(about 5 us more per call; DISTCOMM_TORCH_NATIVE=0 silences this): {_failure}", RuntimeWarning,
-                          stacklevel=3)
+        if _module is None and _failure is None:
+            try:
+                _module = _load()
+            except Exception as e:  # no compiler, no headers, another torch ...
+                _failure = f"{type(e).__name__}: {e}"
+                if mode() != "on":
+                    warnings.warn(f"distcomm.torch: the native backend could not be built, using the Python backend "
+                                  f"alone (about 5 us more per call; DISTCOMM_TORCH_NATIVE=0 silences this): {_failure}",
+                                  RuntimeWarning, stacklevel=3)
+        if _module is None and mode() == "on":
+            raise _errors.unavailable(f"distcomm.torch: the native backend could not be built ({_failure})")
         return _module
-
-
-def why_not() -> Optional[str]:
-    """Why module() is None (None while it is available or not yet asked for)."""
-    return _failure
