@@ -1,6 +1,7 @@
 # Sourced by the scripts: ensure_packages CMD... installs the Debian packages that provide the
 # missing commands (apt-get as root, sudo otherwise). Command -> package names are below; the
-# pseudo-commands libclang and pyvenv (python3's venv module with ensurepip) are checked apart.
+# pseudo-commands libclang, pyvenv (python3's venv module with ensurepip) and pyheaders
+# (python3's Python.h) are checked apart.
 package_for() {
   case "$1" in
     cc | gcc) echo gcc ;;
@@ -34,6 +35,10 @@ ensure_packages() {
     elif [ "$cmd" = pyvenv ]; then
       # python3 -m venv needs ensurepip, which Debian ships separately (python3-venv)
       python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
+    elif [ "$cmd" = pyheaders ]; then
+      # Python.h, for extensions built against python3 (distcomm.torch's native backend)
+      python3 -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+        >/dev/null 2>&1 || missing+=(python3-dev)
     elif ! command -v "$cmd" >/dev/null 2>&1; then
       missing+=("$(package_for "$cmd")")
     fi

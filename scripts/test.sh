@@ -45,7 +45,7 @@ banner() {
 # ---------------------------------------------------------------------------------------------
 banner "system packages"
 . scripts/packages.sh
-ensure_packages cmake pkg-config cc c++ make nm readelf git libclang python3 pyvenv valgrind
+ensure_packages cmake pkg-config cc c++ make nm readelf git libclang python3 pyvenv valgrind pyheaders
 # Only the multi-host test needs these; it skips without them.
 ensure_packages ip unshare || echo "note: could not install iproute2/util-linux; the multi-host test will skip"
 cargo --version
