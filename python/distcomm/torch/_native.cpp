@@ -29,6 +29,13 @@ namespace {
 using c10d::OpType;
 using Clock = std::chrono::steady_clock;
 
+// dc_recv_info.
+struct RecvInfo {
+  int32_t source;
+  int32_t tag;
+  size_t count;
+};
+
 // The library's entry points this file calls (signatures from include/distcomm.h).
 struct Lib {
   int (*iallreduce)(const void*, void*, size_t, int32_t, int32_t, void*, void**) = nullptr;
@@ -36,6 +43,9 @@ struct Lib {
   int (*iallgather)(const void*, void*, size_t, int32_t, void*, void**) = nullptr;
   int (*ireduce_scatter)(const void*, void*, size_t, int32_t, int32_t, void*, void**) = nullptr;
   int (*ibarrier)(void*, void**) = nullptr;
+  int (*isend)(const void*, size_t, int32_t, int32_t, int32_t, void*, void**) = nullptr;
+  int (*irecv)(void*, size_t, int32_t, int32_t, int32_t, void*, void**) = nullptr;
+  int (*request_recv_info)(const void*, RecvInfo*) = nullptr;
   int (*request_wait)(void*) = nullptr;
   int (*request_is_completed)(void*, bool*) = nullptr;
   int (*request_free)(void*) = nullptr;
@@ -49,6 +59,8 @@ Lib lib;
 py::object* make_error = nullptr;
 
 constexpr int kU8 = 1;
+constexpr int kMismatch = 5;     // DC_ERR_MISMATCH
+constexpr int32_t kAnySource = -1;  // DC_ANY_SOURCE
 constexpr int kSum = 0, kProd = 1, kMax = 2, kMin = 3, kAvg = 4, kBand = 5, kBor = 6, kBxor = 7;
 
 // torch dtype -> dc_dtype, -1 where the library has no code (as _ops.DTYPES; bool is one byte).
@@ -146,6 +158,16 @@ class NativeWork : public c10d::Work {
 
   void synchronize() override {}
 
+  // A receive of `count` elements: a message of another length fails it (as in the Python
+  // backend), and sourceRank() names the sender.
+  void expect_recv(size_t count) { recv_count_ = static_cast<int64_t>(count); }
+
+  int sourceRank() const override {
+    if (recv_count_ < 0) return c10d::Work::sourceRank();  // torch's refusal
+    std::lock_guard<std::mutex> g(mu_);
+    return source_;
+  }
+
   bool wait(std::chrono::milliseconds timeout) override {
     if (PyGILState_Check()) {  // called from Python with the GIL: others run while this waits
       py::gil_scoped_release nogil;
@@ -211,9 +233,20 @@ class NativeWork : public c10d::Work {
   // another thread may still be in dc_request_wait on it.
   void finish_locked() {
     int st = lib.request_wait(req_);  // done: returns at once, and sets this thread's last error
-    if (st != 0) {
+    RecvInfo info{};
+    if (st == 0 && recv_count_ >= 0 && lib.request_recv_info(req_, &info) == 0) {
+      source_ = info.source;
+      if (static_cast<int64_t>(info.count) != recv_count_) {
+        st = kMismatch;
+        message_ = std::string(what_) + ": received " + std::to_string(info.count) + " elements from rank " +
+                   std::to_string(info.source) + ", the tensor holds " + std::to_string(recv_count_);
+      }
+    }
+    if (st != 0 && message_.empty()) {
       const char* m = lib.last_error();
       message_ = (m != nullptr && *m != '\0') ? m : std::string(what_) + " failed";
+    }
+    if (st != 0) {
       // What the future and exception() carry: torch's DistBackendError, which needs no GIL
       // (a Python exception inside a future crosses threads that do not hold it).
       const char* name = lib.status_name(static_cast<uint32_t>(st));
@@ -250,6 +283,8 @@ class NativeWork : public c10d::Work {
   bool settled_ = false;
   int status_ = 0;
   std::string message_;
+  int64_t recv_count_ = -1;  // a receive's element count (-1: not a receive)
+  int source_ = -1;
   std::exception_ptr eptr_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
@@ -301,11 +336,16 @@ class NativeBackend : public c10d::Backend {
         cell_(reinterpret_cast<void* const*>(handle_cell)) {}
 
   ~NativeBackend() override {
-    if (Py_IsInitialized()) {
+    pending_.clear();  // each waits for its request, if one is still running
+    // The Python backend goes with the GIL held (its last reference may be here); at
+    // interpreter exit it is left as it is.
+    if (Py_IsInitialized() && !_Py_IsFinalizing()) {
       py::gil_scoped_acquire gil;
+      inner_.reset();
       python_ = py::object();
     } else {
-      python_.release();
+      (void)inner_.release();
+      (void)python_.release();
     }
   }
 
@@ -387,6 +427,30 @@ class NativeBackend : public c10d::Backend {
     return inner_->reduce_scatter_single(out, in, opts);
   }
 
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& ts, int dst, int tag) override {
+    void* comm = handle();
+    if (comm != nullptr && ts.size() == 1 && plain(ts[0]) && dst >= 0 && dst < size_ && tag >= 0) {
+      at::Tensor& t = ts[0];
+      auto [code, n] = moved(t);
+      void* req = nullptr;
+      int st = lib.isend(t.data_ptr(), n, code, dst, tag, comm, &req);
+      return started(st, req, OpType::SEND, "send", {}, t);
+    }
+    return inner_->send(ts, dst, tag);
+  }
+
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& ts, int src, int tag) override {
+    if (src >= 0 && src < size_) {
+      if (auto w = start_recv(ts, src, tag)) return w;
+    }
+    return inner_->recv(ts, src, tag);
+  }
+
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& ts, int tag) override {
+    if (auto w = start_recv(ts, kAnySource, tag)) return w;
+    return inner_->recvAnysource(ts, tag);
+  }
+
   // -- everything else: the Python backend --
 
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& ts, const c10d::AllreduceCoalescedOptions& opts) override {
@@ -431,15 +495,6 @@ class NativeBackend : public c10d::Backend {
                                           const c10d::AllToAllOptions& opts) override {
     return inner_->alltoall(outs, ins, opts);
   }
-  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& ts, int dst, int tag) override {
-    return inner_->send(ts, dst, tag);
-  }
-  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& ts, int src, int tag) override {
-    return inner_->recv(ts, src, tag);
-  }
-  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& ts, int tag) override {
-    return inner_->recvAnysource(ts, tag);
-  }
   void setTimeout(std::chrono::milliseconds timeout) override { inner_->setTimeout(timeout); }
   void abort() override { inner_->abort(); }
 
@@ -460,8 +515,20 @@ class NativeBackend : public c10d::Backend {
     return {code, static_cast<size_t>(t.numel())};
   }
 
-  c10::intrusive_ptr<c10d::Work> started(int st, void* req, OpType type, const char* what, std::vector<at::Tensor> outputs,
-                                         at::Tensor input) {
+  // A receive on the fast path, or null where the Python backend takes it.
+  c10::intrusive_ptr<c10d::Work> start_recv(std::vector<at::Tensor>& ts, int32_t src, int tag) {
+    void* comm = handle();
+    if (comm == nullptr || ts.size() != 1 || !plain(ts[0]) || tag < 0) return {};
+    at::Tensor& t = ts[0];
+    auto [code, n] = moved(t);
+    void* req = nullptr;
+    int st = lib.irecv(t.data_ptr(), n, code, src, tag, comm, &req);
+    auto w = started(st, req, src == kAnySource ? OpType::RECVANYSOURCE : OpType::RECV, "recv", {t}, at::Tensor(), n);
+    return w;
+  }
+
+  c10::intrusive_ptr<NativeWork> started(int st, void* req, OpType type, const char* what, std::vector<at::Tensor> outputs,
+                                         at::Tensor input, int64_t recv_count = -1) {
     if (st != 0) {
       const char* m = lib.last_error();
       std::string message = (m != nullptr && *m != '\0') ? m : std::string(what) + " failed";
@@ -469,6 +536,7 @@ class NativeBackend : public c10d::Backend {
       raise(error_for(st, message));
     }
     auto w = c10::make_intrusive<NativeWork>(req, type, what, std::move(outputs), std::move(input));
+    if (recv_count >= 0) w->expect_recv(static_cast<size_t>(recv_count));
     keep(w);
     return w;
   }
@@ -522,6 +590,9 @@ void set_library(const py::dict& fns, py::object error_maker) {
   lib.iallgather = reinterpret_cast<decltype(lib.iallgather)>(get("dc_iallgather"));
   lib.ireduce_scatter = reinterpret_cast<decltype(lib.ireduce_scatter)>(get("dc_ireduce_scatter"));
   lib.ibarrier = reinterpret_cast<decltype(lib.ibarrier)>(get("dc_ibarrier"));
+  lib.isend = reinterpret_cast<decltype(lib.isend)>(get("dc_isend"));
+  lib.irecv = reinterpret_cast<decltype(lib.irecv)>(get("dc_irecv"));
+  lib.request_recv_info = reinterpret_cast<decltype(lib.request_recv_info)>(get("dc_request_recv_info"));
   lib.request_wait = reinterpret_cast<decltype(lib.request_wait)>(get("dc_request_wait"));
   lib.request_is_completed = reinterpret_cast<decltype(lib.request_is_completed)>(get("dc_request_is_completed"));
   lib.request_free = reinterpret_cast<decltype(lib.request_free)>(get("dc_request_free"));

@@ -38,7 +38,8 @@ from . import _errors
 
 _SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_native.cpp")
 _NAME = "_distcomm_torch_native"
-_FUNCTIONS = ("dc_iallreduce", "dc_ibroadcast", "dc_iallgather", "dc_ireduce_scatter", "dc_ibarrier",
+_FUNCTIONS = ("dc_iallreduce", "dc_ibroadcast", "dc_iallgather", "dc_ireduce_scatter", "dc_ibarrier", "dc_isend",
+              "dc_irecv", "dc_request_recv_info",
               "dc_request_wait", "dc_request_is_completed", "dc_request_free", "dc_last_error",
               "dc_status_name")
 

@@ -465,6 +465,19 @@ def test_native_backend_and_its_work(rank, size):
         t = torch.full((6,), float(rank), dtype=torch.bfloat16)
         dist.broadcast(t, root)
         assert t.tolist() == [float(root)] * 6
+    # point to point: send and recv, a receive from any rank (torch asks this Work for the
+    # sender, which a Python backend's Work cannot answer), and a message of another length than
+    # the tensor (a mismatch, as in the Python backend)
+    if rank == 1:
+        dist.send(torch.full((4,), 7.0), 0, tag=41)
+        dist.send(torch.full((4,), 8.0), 0, tag=42)
+        dist.send(torch.full((3,), 9.0), 0, tag=43)
+    elif rank == 0:
+        t = torch.zeros(4)
+        assert dist.recv(t, 1, tag=41) == 1 and t.tolist() == [7.0] * 4
+        assert dist.recv(t, tag=42) == 1 and t.tolist() == [8.0] * 4
+        with pytest.raises(dist.DistBackendError, match="received 3 elements from rank 1, the tensor holds 5"):
+            dist.recv(torch.zeros(5), 1, tag=43)
 
 
 def test_timeouts(rank, size):
