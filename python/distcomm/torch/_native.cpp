@@ -581,23 +581,24 @@ class NativeBackend : public c10d::Backend {
   std::deque<c10::intrusive_ptr<NativeWork>> pending_;
 };
 
-void set_library(const py::dict& fns, py::object error_maker) {
-  auto get = [&fns](const char* name) -> void* {
-    return reinterpret_cast<void*>(fns[name].cast<uintptr_t>());
+// `address_of(name)`: the address of the library's function `name` (from Python's ctypes handle).
+void set_library(const py::function& address_of, py::object error_maker) {
+  auto bind = [&address_of](auto& fn, const char* name) {
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(address_of(name).cast<uintptr_t>());
   };
-  lib.iallreduce = reinterpret_cast<decltype(lib.iallreduce)>(get("dc_iallreduce"));
-  lib.ibroadcast = reinterpret_cast<decltype(lib.ibroadcast)>(get("dc_ibroadcast"));
-  lib.iallgather = reinterpret_cast<decltype(lib.iallgather)>(get("dc_iallgather"));
-  lib.ireduce_scatter = reinterpret_cast<decltype(lib.ireduce_scatter)>(get("dc_ireduce_scatter"));
-  lib.ibarrier = reinterpret_cast<decltype(lib.ibarrier)>(get("dc_ibarrier"));
-  lib.isend = reinterpret_cast<decltype(lib.isend)>(get("dc_isend"));
-  lib.irecv = reinterpret_cast<decltype(lib.irecv)>(get("dc_irecv"));
-  lib.request_recv_info = reinterpret_cast<decltype(lib.request_recv_info)>(get("dc_request_recv_info"));
-  lib.request_wait = reinterpret_cast<decltype(lib.request_wait)>(get("dc_request_wait"));
-  lib.request_is_completed = reinterpret_cast<decltype(lib.request_is_completed)>(get("dc_request_is_completed"));
-  lib.request_free = reinterpret_cast<decltype(lib.request_free)>(get("dc_request_free"));
-  lib.last_error = reinterpret_cast<decltype(lib.last_error)>(get("dc_last_error"));
-  lib.status_name = reinterpret_cast<decltype(lib.status_name)>(get("dc_status_name"));
+  bind(lib.iallreduce, "dc_iallreduce");
+  bind(lib.ibroadcast, "dc_ibroadcast");
+  bind(lib.iallgather, "dc_iallgather");
+  bind(lib.ireduce_scatter, "dc_ireduce_scatter");
+  bind(lib.ibarrier, "dc_ibarrier");
+  bind(lib.isend, "dc_isend");
+  bind(lib.irecv, "dc_irecv");
+  bind(lib.request_recv_info, "dc_request_recv_info");
+  bind(lib.request_wait, "dc_request_wait");
+  bind(lib.request_is_completed, "dc_request_is_completed");
+  bind(lib.request_free, "dc_request_free");
+  bind(lib.last_error, "dc_last_error");
+  bind(lib.status_name, "dc_status_name");
   if (make_error == nullptr) make_error = new py::object(std::move(error_maker));
 }
 
@@ -605,7 +606,7 @@ void set_library(const py::dict& fns, py::object error_maker) {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "distcomm.torch's backend: the common collectives called from C++ (see _native.py)";
-  m.def("set_library", &set_library, "The library's function addresses and the error maker");
+  m.def("set_library", &set_library, "How to find the library's functions, and the error maker");
   py::class_<NativeBackend, c10d::Backend, c10::intrusive_ptr<NativeBackend>>(m, "NativeBackend")
       .def(py::init<py::object, int64_t, int, int>())
       .def_property_readonly("python", &NativeBackend::python, "The group's DistcommBackend (written in Python)");

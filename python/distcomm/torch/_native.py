@@ -38,11 +38,6 @@ from . import _errors
 
 _SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_native.cpp")
 _NAME = "_distcomm_torch_native"
-_FUNCTIONS = ("dc_iallreduce", "dc_ibroadcast", "dc_iallgather", "dc_ireduce_scatter", "dc_ibarrier", "dc_isend",
-              "dc_irecv", "dc_request_recv_info",
-              "dc_request_wait", "dc_request_is_completed", "dc_request_free", "dc_last_error",
-              "dc_status_name")
-
 _lock = threading.Lock()
 _module: Optional[ModuleType] = None
 _failure: Optional[str] = None  # why it is not available (once decided)
@@ -110,7 +105,7 @@ def _load() -> ModuleType:
     mod = importlib.util.module_from_spec(spec)
     loader.exec_module(mod)
     lib = _lib.load()
-    mod.set_library({n: ctypes.cast(getattr(lib, n), ctypes.c_void_p).value for n in _FUNCTIONS}, _errors.for_status)
+    mod.set_library(lambda name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value, _errors.for_status)
     return mod
 
 
