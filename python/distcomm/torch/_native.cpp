@@ -498,10 +498,15 @@ class NativeBackend : public c10d::Backend {
   void setTimeout(std::chrono::milliseconds timeout) override { inner_->setTimeout(timeout); }
   void abort() override { inner_->abort(); }
 
-  // Completes what this side started (aborting after the group's timeout, as the Python
-  // backend does with its own), then lets the Python backend free the communicator.
+  // Completes what this side started (aborting after the group's timeout, at most 30 s, as
+  // the Python backend does with its own), then lets the Python backend free the communicator.
   void shutdown() override {
-    drain();
+    double seconds = 30.0;
+    {
+      py::gil_scoped_acquire gil;
+      seconds = std::min(seconds, python_.attr("_timeout").attr("total_seconds")().cast<double>());
+    }
+    drain(std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000)));
     inner_->shutdown();
   }
 
@@ -550,9 +555,9 @@ class NativeBackend : public c10d::Backend {
     pending_.push_back(w);
   }
 
-  // Waits for the pending Works (up to the group's timeout, at most 30 s), aborting the comm if
-  // they do not finish, as DistcommBackend.shutdown does.
-  void drain() {
+  // Waits up to `limit` for the pending Works, aborting the comm if they do not finish, as
+  // DistcommBackend.shutdown does.
+  void drain(std::chrono::milliseconds limit) {
     auto wait_for = [this](std::chrono::milliseconds limit) {
       auto deadline = Clock::now() + limit;
       std::unique_lock<std::mutex> g(pending_mu_);
@@ -568,7 +573,7 @@ class NativeBackend : public c10d::Backend {
       }
       return true;
     };
-    if (!wait_for(std::chrono::milliseconds(30000))) {
+    if (!wait_for(limit)) {
       inner_->abort();
       wait_for(std::chrono::milliseconds(5000));
     }

@@ -502,6 +502,7 @@ def test_timeouts(rank, size):
             assert w.is_completed() and not w.is_success() and w.exception() is not None
             with pytest.raises(dist.DistBackendError, match="(?i)time"):
                 fut.wait()
+            nb.allreduce([torch.ones(2)], dist.AllreduceOptions())  # dropped: the group's shutdown drains it
         t0 = time.monotonic()
         w = dist.irecv(torch.zeros(2), 1, group=g, tag=1234)
         with pytest.raises(dist.DistBackendError, match="(?i)time"):
@@ -515,7 +516,9 @@ def test_timeouts(rank, size):
         if rank == 0:
             dct.backend_of(g).abort()  # the pending receive: fail it rather than wait at destroy
         dist.destroy_process_group(g)
+        t0 = time.monotonic()
         dist.destroy_process_group(g2)
+        assert time.monotonic() - t0 < 20  # within the group's 2 s timeout and an abort's wait
 
 
 def test_bad_input_refused_before_sending(rank, size):
