@@ -51,6 +51,7 @@ struct Lib {
   int (*request_free)(void*) = nullptr;
   const char* (*last_error)() = nullptr;
   const char* (*status_name)(uint32_t) = nullptr;
+  int (*comm_abort)(void*) = nullptr;
 };
 Lib lib;
 
@@ -134,11 +135,10 @@ class NativeWork : public c10d::Work {
       if (done_) return true;
     }
     bool finished = false;
-    if (lib.request_is_completed(req_, &finished) != 0 || finished) {
-      std::lock_guard<std::mutex> g(mu_);
-      if (!done_) finish_locked();
-    }
-    return finished;
+    if (lib.request_is_completed(req_, &finished) == 0 && !finished) return false;
+    std::lock_guard<std::mutex> g(mu_);
+    if (!done_) finish_locked();
+    return true;
   }
 
   bool isSuccess() const override {
@@ -336,7 +336,14 @@ class NativeBackend : public c10d::Backend {
         cell_(reinterpret_cast<void* const*>(handle_cell)) {}
 
   ~NativeBackend() override {
-    pending_.clear();  // each waits for its request, if one is still running
+    // Torn down without shutdown() (at interpreter exit, say) while operations still run: they
+    // are aborted, as shutdown() would after the timeout, so that freeing them (which waits
+    // for each request) cannot hang.
+    bool running = false;
+    for (auto& w : pending_) running = running || !w->isCompleted();
+    void* comm = handle();
+    if (running && comm != nullptr) lib.comm_abort(comm);
+    pending_.clear();
     // The Python backend goes with the GIL held (its last reference may be here); at
     // interpreter exit it is left as it is.
     if (Py_IsInitialized() && !_Py_IsFinalizing()) {
@@ -604,6 +611,7 @@ void set_library(const py::function& address_of, py::object error_maker) {
   bind(lib.request_free, "dc_request_free");
   bind(lib.last_error, "dc_last_error");
   bind(lib.status_name, "dc_status_name");
+  bind(lib.comm_abort, "dc_comm_abort");
   if (make_error == nullptr) make_error = new py::object(std::move(error_maker));
 }
 
