@@ -43,6 +43,9 @@ struct Lib {
   int (*iallgather)(const void*, void*, size_t, int32_t, void*, void**) = nullptr;
   int (*ireduce_scatter)(const void*, void*, size_t, int32_t, int32_t, void*, void**) = nullptr;
   int (*ibarrier)(void*, void**) = nullptr;
+  int (*ialltoall)(const void*, void*, size_t, int32_t, void*, void**) = nullptr;
+  int (*ialltoallv)(const void*, const size_t*, const size_t*, void*, const size_t*, const size_t*, int32_t, void*,
+                    void**) = nullptr;
   int (*isend)(const void*, size_t, int32_t, int32_t, int32_t, void*, void**) = nullptr;
   int (*irecv)(void*, size_t, int32_t, int32_t, int32_t, void*, void**) = nullptr;
   int (*request_recv_info)(const void*, RecvInfo*) = nullptr;
@@ -434,6 +437,32 @@ class NativeBackend : public c10d::Backend {
     return inner_->reduce_scatter_single(out, in, opts);
   }
 
+  c10::intrusive_ptr<c10d::Work> all_to_all_single(at::Tensor& out, at::Tensor& in, std::vector<int64_t>& out_splits,
+                                                   std::vector<int64_t>& in_splits, const c10d::AllToAllOptions& opts) override {
+    void* comm = handle();
+    if (comm != nullptr && plain(out) && plain(in) && out.scalar_type() == in.scalar_type() && in.dim() > 0 && out.dim() > 0) {
+      auto [code, n_in] = moved(in);
+      size_t scale = n_in / static_cast<size_t>(in.numel());  // bytes per element where moved as bytes, else 1
+      void* req = nullptr;
+      if (in_splits.empty() && out_splits.empty()) {
+        if (in.numel() == out.numel() && in.numel() % size_ == 0) {
+          int st = lib.ialltoall(in.data_ptr(), out.data_ptr(), n_in / size_, code, comm, &req);
+          return started(st, req, OpType::ALLTOALL_BASE, "all_to_all_single", {out}, in);
+        }
+      } else {
+        std::vector<size_t> sc, sd, rc, rd;
+        size_t in_row = static_cast<size_t>(in.numel() / in.size(0)) * scale;
+        size_t out_row = static_cast<size_t>(out.numel() / out.size(0)) * scale;
+        if (in_row == out_row && rows_of(in_splits, in.size(0), in_row, sc, sd) &&
+            rows_of(out_splits, out.size(0), out_row, rc, rd)) {
+          int st = lib.ialltoallv(in.data_ptr(), sc.data(), sd.data(), out.data_ptr(), rc.data(), rd.data(), code, comm, &req);
+          return started(st, req, OpType::ALLTOALL_BASE, "all_to_all_single", {out}, in);
+        }
+      }
+    }
+    return inner_->all_to_all_single(out, in, out_splits, in_splits, opts);
+  }
+
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& ts, int dst, int tag) override {
     void* comm = handle();
     if (comm != nullptr && ts.size() == 1 && plain(ts[0]) && dst >= 0 && dst < size_ && tag >= 0) {
@@ -494,10 +523,6 @@ class NativeBackend : public c10d::Backend {
                                                                  const c10d::ReduceScatterOptions& opts) override {
     return inner_->reduce_scatter_single_coalesced(outs, ins, opts);
   }
-  c10::intrusive_ptr<c10d::Work> all_to_all_single(at::Tensor& out, at::Tensor& in, std::vector<int64_t>& out_splits,
-                                                   std::vector<int64_t>& in_splits, const c10d::AllToAllOptions& opts) override {
-    return inner_->all_to_all_single(out, in, out_splits, in_splits, opts);
-  }
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outs, std::vector<at::Tensor>& ins,
                                           const c10d::AllToAllOptions& opts) override {
     return inner_->alltoall(outs, ins, opts);
@@ -525,6 +550,27 @@ class NativeBackend : public c10d::Backend {
     int code = dtype_code(t.scalar_type());
     if (code < 0) return {kU8, static_cast<size_t>(t.numel()) * t.element_size()};
     return {code, static_cast<size_t>(t.numel())};
+  }
+
+  // Counts and displacements (in the library's units: `row` per row along dim 0) of
+  // all_to_all_single's split sizes (empty: equal); false where they do not fit `rows`
+  // (the Python backend then says why).
+  bool rows_of(const std::vector<int64_t>& splits, int64_t rows, size_t row, std::vector<size_t>& counts,
+               std::vector<size_t>& displs) const {
+    std::vector<int64_t> s = splits;
+    if (s.empty()) {
+      if (rows % size_ != 0) return false;
+      s.assign(size_, rows / size_);
+    }
+    if (static_cast<int>(s.size()) != size_) return false;
+    int64_t sum = 0;
+    for (int64_t x : s) {
+      if (x < 0) return false;
+      counts.push_back(static_cast<size_t>(x) * row);
+      displs.push_back(static_cast<size_t>(sum) * row);
+      sum += x;
+    }
+    return sum == rows;
   }
 
   // A receive on the fast path, or null where the Python backend takes it.
@@ -603,6 +649,8 @@ void set_library(const py::function& address_of, py::object error_maker) {
   bind(lib.iallgather, "dc_iallgather");
   bind(lib.ireduce_scatter, "dc_ireduce_scatter");
   bind(lib.ibarrier, "dc_ibarrier");
+  bind(lib.ialltoall, "dc_ialltoall");
+  bind(lib.ialltoallv, "dc_ialltoallv");
   bind(lib.isend, "dc_isend");
   bind(lib.irecv, "dc_irecv");
   bind(lib.request_recv_info, "dc_request_recv_info");

@@ -465,6 +465,17 @@ def test_native_backend_and_its_work(rank, size):
         t = torch.full((6,), float(rank), dtype=torch.bfloat16)
         dist.broadcast(t, root)
         assert t.tolist() == [float(root)] * 6
+    # all_to_all_single with equal split sizes and with uneven ones (rank j gets j + 1 rows of
+    # two from each rank)
+    inp = torch.arange(2 * size, dtype=torch.float32) + 100 * rank
+    out = torch.zeros(2 * size)
+    dist.all_to_all_single(out, inp)
+    assert out.tolist() == [100.0 * r + 2 * rank + i for r in range(size) for i in range(2)]
+    rows = [1000 * rank + 10 * j + k for j in range(size) for k in range(j + 1)]
+    inp = torch.tensor([[v, v] for v in rows], dtype=torch.int64)
+    out = torch.zeros((rank + 1) * size, 2, dtype=torch.int64)
+    dist.all_to_all_single(out, inp, [rank + 1] * size, [j + 1 for j in range(size)])
+    assert out.tolist() == [[1000 * r + 10 * rank + k] * 2 for r in range(size) for k in range(rank + 1)]
     # point to point: send and recv, a receive from any rank (torch asks this Work for the
     # sender, which a Python backend's Work cannot answer), and a message of another length than
     # the tensor (a mismatch, as in the Python backend)
