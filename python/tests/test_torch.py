@@ -152,3 +152,12 @@ def test_native_backend_that_cannot_be_built(tmp_path):
                        text=True, timeout=120)
     assert r.returncode == 0, r.stdout
     assert "refused: DistcommUnavailableError" in r.stdout and "compiling" in r.stdout, r.stdout
+
+
+def test_native_backend_takes_the_fast_forms_itself():
+    """torch_native_job.py: with the Python backend's methods for the fast forms made to fail,
+    every fast form still runs (DISTCOMM_TORCH_NATIVE=1), at 3 ranks."""
+    results = harness.env_launch(3, [harness.PYTHON, "python/tests/torch_native_job.py"],
+                                 env={"DISTCOMM_TORCH_NATIVE": "1"}, timeout=300)
+    assert all(rc == 0 for rc, _, _ in results), harness.describe(results)
+    assert all(f"rank {r}: every fast form native" in out for r, (_, out, _) in enumerate(results)), harness.describe(results)
