@@ -11,7 +11,7 @@ import torch.distributed as dist
 import distcomm.torch  # noqa: F401  (registers the backend)
 from distcomm.torch._backend import DistcommBackend
 
-FAST = ("allreduce", "broadcast", "barrier", "all_gather_single", "reduce_scatter_single", "all_to_all_single",
+FAST = ("allreduce", "broadcast", "barrier", "allgather", "all_gather_single", "reduce_scatter_single", "all_to_all_single",
         "send", "recv", "recv_anysource")
 
 
@@ -34,6 +34,9 @@ dist.barrier()
 g = torch.zeros(2 * size)
 dist.all_gather_into_tensor(g, torch.full((2,), float(rank)))
 assert g.tolist() == [float(r) for r in range(size) for _ in range(2)]
+lst = [torch.zeros(2) for _ in range(size)]
+dist.all_gather(lst, torch.full((2,), float(rank)))
+assert [t.tolist() for t in lst] == [[float(r)] * 2 for r in range(size)]
 r = torch.zeros(1)
 dist.reduce_scatter_tensor(r, torch.ones(size))
 assert r.item() == float(size)

@@ -21,6 +21,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -64,6 +65,7 @@ py::object* make_error = nullptr;
 
 constexpr int kU8 = 1;
 constexpr int kMismatch = 5;     // DC_ERR_MISMATCH
+constexpr int kInternal = 10;    // DC_ERR_INTERNAL
 constexpr int32_t kAnySource = -1;  // DC_ANY_SOURCE
 constexpr int kSum = 0, kProd = 1, kMax = 2, kMin = 3, kAvg = 4, kBand = 5, kBor = 6, kBxor = 7;
 
@@ -161,6 +163,14 @@ class NativeWork : public c10d::Work {
 
   void synchronize() override {}
 
+  // A step after success (copying a staging buffer into list outputs), and the outputs as
+  // lists of lists for the future (all_gather's shape).
+  void finish_with(std::function<void()> finish, std::vector<std::vector<at::Tensor>> nested) {
+    finish_ = std::move(finish);
+    nested_ = std::move(nested);
+    is_nested_ = true;
+  }
+
   // A receive of `count` elements: a message of another length fails it (as in the Python
   // backend), and sourceRank() names the sender.
   void expect_recv(size_t count) { recv_count_ = static_cast<int64_t>(count); }
@@ -191,7 +201,8 @@ class NativeWork : public c10d::Work {
     {
       std::lock_guard<std::mutex> g(mu_);
       if (future_) return future_;
-      future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+      auto tensors = c10::ListType::create(c10::TensorType::get());
+      future_ = c10::make_intrusive<c10::ivalue::Future>(is_nested_ ? c10::ListType::create(tensors) : tensors);
       pending = !done_;
     }
     if (pending) {
@@ -245,6 +256,15 @@ class NativeWork : public c10d::Work {
                    std::to_string(info.source) + ", the tensor holds " + std::to_string(recv_count_);
       }
     }
+    if (st == 0 && finish_) {
+      try {
+        finish_();
+      } catch (const std::exception& e) {
+        st = kInternal;
+        message_ = std::string(what_) + ": copying into the outputs failed: " + e.what();
+      }
+      finish_ = nullptr;
+    }
     if (st != 0 && message_.empty()) {
       const char* m = lib.last_error();
       message_ = (m != nullptr && *m != '\0') ? m : std::string(what_) + " failed";
@@ -272,6 +292,10 @@ class NativeWork : public c10d::Work {
     }
     if (eptr_) {
       fut->setError(eptr_);
+    } else if (is_nested_) {
+      c10::impl::GenericList lists(c10::ListType::create(c10::TensorType::get()));
+      for (auto& v : nested_) lists.push_back(c10::IValue(v));
+      fut->markCompleted(c10::IValue(lists));
     } else {
       fut->markCompleted(c10::IValue(outputs_));
     }
@@ -287,6 +311,9 @@ class NativeWork : public c10d::Work {
   int status_ = 0;
   std::string message_;
   int64_t recv_count_ = -1;  // a receive's element count (-1: not a receive)
+  std::function<void()> finish_;
+  std::vector<std::vector<at::Tensor>> nested_;
+  bool is_nested_ = false;
   int source_ = -1;
   std::exception_ptr eptr_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
@@ -422,6 +449,41 @@ class NativeBackend : public c10d::Backend {
     return inner_->all_gather_single(out, in, opts);
   }
 
+  // all_gather into a list: straight into the outputs where they are consecutive views of one
+  // buffer (list(flat.chunk(n))), else into a staging buffer copied out on completion.
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outs, std::vector<at::Tensor>& ins,
+                                           const c10d::AllgatherOptions& opts) override {
+    void* comm = handle();
+    if (comm != nullptr && ins.size() == 1 && outs.size() == 1 && plain(ins[0]) &&
+        static_cast<int>(outs[0].size()) == size_) {
+      at::Tensor& in = ins[0];
+      std::vector<at::Tensor>& list = outs[0];
+      bool fits = true, consecutive = true;
+      auto* base = static_cast<char*>(list[0].defined() ? list[0].data_ptr() : nullptr);
+      size_t bytes = static_cast<size_t>(in.numel()) * in.element_size();
+      for (size_t i = 0; i < list.size() && fits; i++) {
+        fits = plain(list[i]) && list[i].scalar_type() == in.scalar_type() && list[i].numel() == in.numel();
+        consecutive = consecutive && fits && static_cast<char*>(list[i].data_ptr()) == base + i * bytes;
+      }
+      if (fits) {
+        auto [code, n] = moved(in);
+        at::Tensor flat = consecutive ? at::Tensor() : at::empty({size_ * in.numel()}, in.options());
+        void* dst = consecutive ? static_cast<void*>(base) : flat.data_ptr();
+        void* req = nullptr;
+        int st = lib.iallgather(in.data_ptr(), dst, n, code, comm, &req);
+        std::function<void()> copy_out;
+        if (!consecutive) {
+          copy_out = [list, flat]() mutable {
+            for (size_t i = 0; i < list.size(); i++) list[i].copy_(flat.narrow(0, i * list[i].numel(), list[i].numel()).view(list[i].sizes()));
+          };
+        }
+        return started(st, req, OpType::ALLGATHER, "allgather", {}, in, -1,
+                       [&](NativeWork& w) { w.finish_with(std::move(copy_out), outs); });
+      }
+    }
+    return inner_->allgather(outs, ins, opts);
+  }
+
   c10::intrusive_ptr<c10d::Work> reduce_scatter_single(at::Tensor& out, at::Tensor& in, const c10d::ReduceScatterOptions& opts) override {
     void* comm = handle();
     if (comm != nullptr && plain(out) && plain(in) && out.scalar_type() == in.scalar_type() &&
@@ -494,10 +556,6 @@ class NativeBackend : public c10d::Backend {
   }
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& ts, const c10d::ReduceOptions& opts) override {
     return inner_->reduce(ts, opts);
-  }
-  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outs, std::vector<at::Tensor>& ins,
-                                           const c10d::AllgatherOptions& opts) override {
-    return inner_->allgather(outs, ins, opts);
   }
   c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outs, std::vector<at::Tensor>& ins,
                                                      const c10d::AllgatherOptions& opts) override {
@@ -585,8 +643,11 @@ class NativeBackend : public c10d::Backend {
     return w;
   }
 
+  // The Work of a call the library took (`st` 0), set up by `prepare` before any other thread
+  // can see it; a refusal raises the Python backend's class for `st`.
   c10::intrusive_ptr<NativeWork> started(int st, void* req, OpType type, const char* what, std::vector<at::Tensor> outputs,
-                                         at::Tensor input, int64_t recv_count = -1) {
+                                         at::Tensor input, int64_t recv_count = -1,
+                                         const std::function<void(NativeWork&)>& prepare = nullptr) {
     if (st != 0) {
       const char* m = lib.last_error();
       std::string message = (m != nullptr && *m != '\0') ? m : std::string(what) + " failed";
@@ -595,6 +656,7 @@ class NativeBackend : public c10d::Backend {
     }
     auto w = c10::make_intrusive<NativeWork>(req, type, what, std::move(outputs), std::move(input));
     if (recv_count >= 0) w->expect_recv(static_cast<size_t>(recv_count));
+    if (prepare) prepare(*w);
     keep(w);
     return w;
   }

@@ -465,6 +465,18 @@ def test_native_backend_and_its_work(rank, size):
         t = torch.full((6,), float(rank), dtype=torch.bfloat16)
         dist.broadcast(t, root)
         assert t.tolist() == [float(root)] * 6
+    # all_gather into a list: separate tensors (staged, copied out), views of one buffer (written
+    # directly), and the future's value as all_gather's lists of lists
+    sep = [torch.zeros(2, 3) for _ in range(size)]
+    dist.all_gather(sep, torch.full((2, 3), float(rank)))
+    assert [t.tolist() for t in sep] == [[[float(r)] * 3] * 2 for r in range(size)]
+    flat = torch.zeros(4 * size)
+    dist.all_gather(list(flat.chunk(size)), torch.full((4,), float(rank + 1)))
+    assert flat.tolist() == [float(r + 1) for r in range(size) for _ in range(4)]
+    outs = [[torch.zeros(1) for _ in range(size)]]
+    opts_ag = torch._C._distributed_c10d.AllgatherOptions()
+    got = be.allgather(outs, [torch.tensor([float(rank)])], opts_ag).get_future().wait()
+    assert [[t.item() for t in lst] for lst in got] == [[float(r) for r in range(size)]]
     # all_to_all_single with equal split sizes and with uneven ones (rank j gets j + 1 rows of
     # two from each rank)
     inp = torch.arange(2 * size, dtype=torch.float32) + 100 * rank
