@@ -80,9 +80,10 @@ def time_steps(model: nn.Module, x: torch.Tensor, steps: int) -> float:
     return (time.perf_counter() - t0) / steps
 
 
-def per_call(fn, calls: int) -> float:
-    """Microseconds per call of fn (after a warm-up), the slowest rank's."""
-    for _ in range(min(200, calls)):
+def per_call(fn, calls: int, warmup: int = 200) -> float:
+    """Microseconds per call of fn (after `warmup` calls, at most `calls`), the slowest rank's
+    (bench/torch_vs_gloo.py times with this too)."""
+    for _ in range(min(warmup, calls)):
         fn()
     dist.barrier()
     t0 = time.perf_counter()

@@ -3,8 +3,9 @@
 Both backends serve groups of the same ranks in the same processes, so the front end's cost is
 the same for both and the rounds interleave (A B B A ...: drift falls on both alike). For each
 op (all_reduce, broadcast, all_gather_into_tensor) and size (bytes of float32 per rank), each
-round times --iters calls on each backend (after --warmup); printed: the medians per backend and
-the median of the per-round ratios distcomm/Gloo (below 1: distcomm faster), slowest rank.
+round times 2000 calls on each backend up to 4 KiB, fewer above (6 at 16 MiB), after a tenth as
+many; printed: the medians per backend and the median of the per-round ratios distcomm/Gloo
+(below 1: distcomm faster), slowest rank.
 
     dcrun -n 2 --rank0-store python bench/torch_vs_gloo.py
     DC_TRANSPORT=socket dcrun -n 4 --rank0-store python bench/torch_vs_gloo.py   # distcomm on sockets
@@ -16,12 +17,15 @@ communicator chose (shared memory on one host unless DC_TRANSPORT=socket).
 import argparse
 import os
 import statistics
-import time
+import sys
 
 import torch
 import torch.distributed as dist
 
 import distcomm.torch  # noqa: F401  registers "distcomm"
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_ddp import per_call  # noqa: E402  (the same timing as the DDP benchmark's per-call part)
 
 OPS = ("all_reduce", "broadcast", "all_gather_into_tensor")
 
@@ -37,18 +41,6 @@ def sizes(text: str):
 
 def label(n: int) -> str:
     return f"{n >> 20}M" if n >= 1 << 20 else f"{n >> 10}K" if n >= 1 << 10 else str(n)
-
-
-def timed(fn, iters: int, warmup: int) -> float:
-    for _ in range(warmup):
-        fn()
-    dist.barrier()
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        fn()
-    t = torch.tensor([(time.perf_counter() - t0) / iters * 1e6])
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return t.item()
 
 
 def main() -> None:
@@ -83,7 +75,7 @@ def main() -> None:
             order = list(groups)
             for r in range(args.rounds):
                 for k in (order if r % 2 == 0 else order[::-1]):
-                    t[k].append(timed(lambda: calls[op](groups[k]), iters, warmup))
+                    t[k].append(per_call(lambda: calls[op](groups[k]), iters, warmup))
             if rank == 0:
                 ratio = statistics.median(a / b for a, b in zip(t["distcomm"], t["gloo"]))
                 print(f"{op:24s} {label(n):>6s} {statistics.median(t['distcomm']):10.1f} "
