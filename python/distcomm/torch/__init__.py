@@ -28,7 +28,7 @@ from torch._C._distributed_c10d import ProcessGroup as _ProcessGroup
 from .. import _lib
 from . import _errors
 from . import _native
-from ._backend import _BASE, DistcommBackend
+from ._backend import DistcommBackend
 from ._errors import DistcommError, DistcommInvalidArgument, DistcommTimeoutError, DistcommUnavailableError
 from ._rendezvous import comm_int, init_comm
 from ._work import Work
@@ -69,7 +69,7 @@ def _create(opts: Any, backend_options: Any = None) -> Any:
         b._set_group_name(name)  # torch names the groups it makes itself, not ours
         return b
     # DISTCOMM_TORCH_NATIVE is read as each group is made (a Python-only group beside native ones).
-    native = _native.module() if _BASE is not _ProcessGroup and _native.mode() != "off" else None
+    native = _native.module() if _native.mode() != "off" else None
     if native is None:
         return b
     return native.NativeBackend(b, ctypes.addressof(b._hcell), rank, size)

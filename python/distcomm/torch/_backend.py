@@ -158,8 +158,8 @@ class DistcommBackend(_BASE):  # type: ignore[misc]
 
     def __init__(self, handle: int, rank: int, size: int, timeout: datetime.timedelta, name: str):
         super().__init__(rank, size)
-        self._h: Optional[int] = handle
-        # The handle where the native backend (_native.cpp) reads it on each call; 0 from shutdown on.
+        # The communicator's handle (None from shutdown on), in a cell where the native backend
+        # (_native.cpp) reads it on each call.
         self._hcell = c_void_p(handle)
         self._lib = _lib.load()
         self._name = name
@@ -216,6 +216,10 @@ class DistcommBackend(_BASE):  # type: ignore[misc]
         return (name.value or b"").decode()
 
     # -- plumbing --
+
+    @property
+    def _h(self) -> Optional[int]:
+        return self._hcell.value
 
     def _handle(self) -> int:
         if self._h is None:
@@ -581,7 +585,6 @@ class DistcommBackend(_BASE):  # type: ignore[misc]
         if self._pending.wait_all(min(self._timeout.total_seconds(), 30.0)):
             self._lib.dc_comm_abort(h)
             self._pending.wait_all(5.0)
-        self._h = None
         self._hcell.value = None
         self._lib.dc_comm_destroy(h)
 

@@ -3,10 +3,10 @@
 // torch calls a backend written in Python through a trampoline that takes the GIL, wraps every
 // tensor and option as a Python object and then wraps the Work that comes back: about 5 us per
 // call before the backend does anything. NativeBackend is a c10d::Backend of its own that
-// torch calls directly. The common forms of the collectives DDP, FSDP and most training code
-// call in a loop (allreduce, broadcast, barrier, all_gather_into_tensor, reduce_scatter_tensor
-// on dense CPU tensors) start the library's dc_i* call here and return a NativeWork over its
-// request; every other call, form and error case goes to the Python backend it wraps
+// torch calls directly. The common forms of what DDP, FSDP, pipeline and expert parallelism
+// call in a loop (see "the fast forms" below: one dense contiguous CPU tensor per argument, a
+// dtype and op the library has) start the library's dc_i* call here and return a NativeWork
+// over its request; every other call, form and error case goes to the Python backend it wraps
 // (DistcommBackend), which checks, converts and reports exactly as before.
 //
 // The library's functions come as addresses from Python's ctypes handle (no header, no link
@@ -17,7 +17,6 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
-#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -113,6 +112,12 @@ bool plain(const at::Tensor& t) {
 // The Python exception for a failed status (GIL held by the caller).
 py::object error_for(int status, const std::string& message) {
   return (*make_error)(status, message);
+}
+
+// The calling thread's last library error, or "`what` failed" where it has none.
+std::string last_error_or(const char* what) {
+  const char* m = lib.last_error();
+  return (m != nullptr && *m != '\0') ? m : std::string(what) + " failed";
 }
 
 [[noreturn]] void raise(const py::object& err) {
@@ -265,10 +270,7 @@ class NativeWork : public c10d::Work {
       }
       finish_ = nullptr;
     }
-    if (st != 0 && message_.empty()) {
-      const char* m = lib.last_error();
-      message_ = (m != nullptr && *m != '\0') ? m : std::string(what_) + " failed";
-    }
+    if (st != 0 && message_.empty()) message_ = last_error_or(what_);
     if (st != 0) {
       // What the future and exception() carry: torch's DistBackendError, which needs no GIL
       // (a Python exception inside a future crosses threads that do not hold it).
@@ -477,7 +479,7 @@ class NativeBackend : public c10d::Backend {
             for (size_t i = 0; i < list.size(); i++) list[i].copy_(flat.narrow(0, i * list[i].numel(), list[i].numel()).view(list[i].sizes()));
           };
         }
-        return started(st, req, OpType::ALLGATHER, "allgather", {}, in, -1,
+        return started(st, req, OpType::ALLGATHER, "allgather", {}, in,
                        [&](NativeWork& w) { w.finish_with(std::move(copy_out), outs); });
       }
     }
@@ -639,23 +641,20 @@ class NativeBackend : public c10d::Backend {
     auto [code, n] = moved(t);
     void* req = nullptr;
     int st = lib.irecv(t.data_ptr(), n, code, src, tag, comm, &req);
-    auto w = started(st, req, src == kAnySource ? OpType::RECVANYSOURCE : OpType::RECV, "recv", {t}, at::Tensor(), n);
-    return w;
+    return started(st, req, src == kAnySource ? OpType::RECVANYSOURCE : OpType::RECV, "recv", {t}, at::Tensor(),
+                   [n = n](NativeWork& w) { w.expect_recv(n); });
   }
 
   // The Work of a call the library took (`st` 0), set up by `prepare` before any other thread
   // can see it; a refusal raises the Python backend's class for `st`.
   c10::intrusive_ptr<NativeWork> started(int st, void* req, OpType type, const char* what, std::vector<at::Tensor> outputs,
-                                         at::Tensor input, int64_t recv_count = -1,
-                                         const std::function<void(NativeWork&)>& prepare = nullptr) {
+                                         at::Tensor input, const std::function<void(NativeWork&)>& prepare = nullptr) {
     if (st != 0) {
-      const char* m = lib.last_error();
-      std::string message = (m != nullptr && *m != '\0') ? m : std::string(what) + " failed";
+      std::string message = last_error_or(what);
       py::gil_scoped_acquire gil;
       raise(error_for(st, message));
     }
     auto w = c10::make_intrusive<NativeWork>(req, type, what, std::move(outputs), std::move(input));
-    if (recv_count >= 0) w->expect_recv(static_cast<size_t>(recv_count));
     if (prepare) prepare(*w);
     keep(w);
     return w;

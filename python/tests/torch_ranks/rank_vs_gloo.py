@@ -401,12 +401,12 @@ def test_work_future_and_completion(rank, size):
             dist.send(torch.full((3,), 7.0), 0, tag=77)
 
 
-def _native_or_skip(group=None):
+def _native_or_skip():
     """The group's C++ backend (distcomm.torch._native): required with DISTCOMM_TORCH_NATIVE=1,
     absent with 0 (both checked); elsewhere the test skips where it could not be built."""
     if os.environ.get("DISTCOMM_TORCH_BASE") == "processgroup":
         pytest.skip("no native backend where the backend is a ProcessGroup subclass")
-    be = (group or dist.group.WORLD)._get_backend(torch.device("cpu"))
+    be = dist.group.WORLD._get_backend(torch.device("cpu"))
     native = type(be).__name__ == "NativeBackend"
     want = os.environ.get("DISTCOMM_TORCH_NATIVE")
     if want == "1":
