@@ -10,7 +10,7 @@ use crate::err::{self, MpiErr, Res};
 use crate::mpi_err;
 use crate::op;
 use crate::request::{self, Req};
-use crate::state::{self, MpiComm};
+use crate::state::{self, CommRef, MpiComm};
 use distcomm::buffer::{ConstBuf, MutBuf};
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::Ordering;
@@ -24,8 +24,8 @@ fn active() -> Res {
 }
 
 /// The communicator behind a handle, MPI being active.
-pub(crate) fn comm(h: MPI_Comm) -> Result<Arc<MpiComm>, MpiErr> {
-    state::check_active()?;
+pub(crate) fn comm(h: MPI_Comm) -> Result<CommRef, MpiErr> {
+    // Before init and after finalize no handle is found, and the error says which it is.
     state::get_comm(h)
 }
 
@@ -388,7 +388,7 @@ pub unsafe fn comm_get_attr(c: MPI_Comm, keyval: c_int, value: *mut c_void, flag
 // ---- point to point ----------------------------------------------------------------------------
 
 pub(crate) struct P2p {
-    pub(crate) mc: Arc<MpiComm>,
+    pub(crate) mc: CommRef,
 }
 
 pub(crate) fn p2p_args(buf: *const c_void, count: i64, dt: MPI_Datatype, peer: c_int, tag: c_int, c: MPI_Comm, recv: bool) -> Result<P2p, MpiErr> {
@@ -400,7 +400,7 @@ pub(crate) fn p2p_args(buf: *const c_void, count: i64, dt: MPI_Datatype, peer: c
 }
 
 /// The communicator of a probe, after checking its source and tag as a receive's.
-pub(crate) fn check_comm_peer(source: c_int, tag: c_int, c: MPI_Comm) -> Result<Arc<MpiComm>, MpiErr> {
+pub(crate) fn check_comm_peer(source: c_int, tag: c_int, c: MPI_Comm) -> Result<CommRef, MpiErr> {
     let mc = comm(c)?;
     check_peer(&mc, source, tag, c, true)?;
     Ok(mc)
@@ -433,7 +433,7 @@ pub(crate) fn start_send(buf: *const c_void, count: i64, dt: MPI_Datatype, dest:
 
 /// `start_send` on the communicator `mc` behind handle `c`, already looked up. The buffer is
 /// checked (count, type, NULL) by `outgoing` before the peer, as `p2p_args` orders the checks.
-pub(crate) fn start_send_on(mc: &Arc<MpiComm>, buf: *const c_void, count: i64, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm) -> Result<Req, MpiErr> {
+pub(crate) fn start_send_on(mc: &CommRef, buf: *const c_void, count: i64, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm) -> Result<Req, MpiErr> {
     let o = crate::packing::outgoing(buf, count, dt).map_err(|e| e.on(c))?;
     check_peer(mc, dest, tag, c, false)?;
     if dest == MPI_PROC_NULL {
@@ -475,7 +475,7 @@ pub(crate) fn start_recv(buf: *mut c_void, count: i64, dt: MPI_Datatype, src: c_
 
 /// `start_recv` on the communicator `mc` behind handle `c`, already looked up (checks ordered
 /// as in `start_send_on`).
-pub(crate) fn start_recv_on(mc: &Arc<MpiComm>, buf: *mut c_void, count: i64, dt: MPI_Datatype, src: c_int, tag: c_int, c: MPI_Comm) -> Result<Req, MpiErr> {
+pub(crate) fn start_recv_on(mc: &CommRef, buf: *mut c_void, count: i64, dt: MPI_Datatype, src: c_int, tag: c_int, c: MPI_Comm) -> Result<Req, MpiErr> {
     let i = crate::packing::incoming(buf, count, dt).map_err(|e| e.on(c))?;
     check_peer(mc, src, tag, c, true)?;
     if src == MPI_PROC_NULL {

@@ -14,12 +14,11 @@ use crate::datatype::{self, Dt};
 use crate::err::{MpiErr, Res};
 use crate::op::{self, Local, Plan};
 use crate::request::{self, Req};
-use crate::state::MpiComm;
+use crate::state::CommRef;
 use distcomm::buffer::{ConstBuf, MutBuf};
 use distcomm::collective::CollArgs;
 use distcomm::DType;
 use std::ffi::{c_int, c_void};
-use std::sync::Arc;
 
 pub(crate) type After = Box<dyn FnOnce() + Send>;
 
@@ -83,7 +82,7 @@ pub(crate) fn own_mut(v: &mut Vec<u8>) -> MutBuf {
 }
 
 pub(crate) struct Coll {
-    pub(crate) mc: Arc<MpiComm>,
+    pub(crate) mc: CommRef,
 }
 
 impl Coll {
@@ -93,7 +92,7 @@ impl Coll {
     }
     /// `new`, or the intercommunicator behind `c` (looked up once: the small collectives
     /// feel every lookup).
-    pub(crate) fn or_inter(c: MPI_Comm) -> Result<Result<Coll, Arc<MpiComm>>, MpiErr> {
+    pub(crate) fn or_inter(c: MPI_Comm) -> Result<Result<Coll, CommRef>, MpiErr> {
         let mc = crate::api::comm(c)?;
         Ok(if mc.inter.get().is_some() { Err(mc) } else { Ok(Coll { mc }) })
     }
@@ -310,12 +309,12 @@ mod direct {
 
     /// Bytes of `count` elements of a dense predefined `dt`.
     fn dense_bytes(dt: MPI_Datatype, count: i64) -> Option<usize> {
-        datatype::predefined(dt).filter(|d| d.dense)?.bytes(count).ok()
+        datatype::predefined_ref(dt).filter(|d| d.dense)?.bytes(count).ok()
     }
 
     /// The engine's type and op for a reduction of `dt` with `o`.
     fn engine_reduction(dt: MPI_Datatype, count: i64, o: MPI_Op) -> Option<(usize, DType, distcomm::ReduceOp)> {
-        let d = datatype::predefined(dt)?;
+        let d = datatype::predefined_ref(dt)?;
         Some((d.bytes(count).ok()?, d.engine()?, op::engine_arithmetic(o)?))
     }
 

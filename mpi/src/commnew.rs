@@ -10,7 +10,7 @@ use crate::api::out;
 use crate::ctxid::{self, CREATE_GROUP, IDUP};
 use crate::err::{MpiErr, Res};
 use crate::request::{self, Req};
-use crate::state::{self, MpiComm};
+use crate::state::{self, CommRef};
 use distcomm::comm::Comm;
 use distcomm::completion::{Completion, Done};
 use std::ffi::c_int;
@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 
 /// A request that completes when `f`, run on a thread of its own, returns (its error fails the
 /// request); `after` runs once it succeeded, in the completion call.
-pub(crate) fn background(mc: &Arc<MpiComm>, f: impl FnOnce() -> Result<(), MpiErr> + Send + 'static, after: Option<Box<dyn FnOnce() + Send>>) -> Result<Req, MpiErr> {
+pub(crate) fn background(mc: &CommRef, f: impl FnOnce() -> Result<(), MpiErr> + Send + 'static, after: Option<Box<dyn FnOnce() + Send>>) -> Result<Req, MpiErr> {
     let comp = Arc::new(Completion::new());
     let done = comp.clone();
     std::thread::Builder::new()

@@ -14,7 +14,7 @@ use crate::abi_gen::*;
 use crate::api::{out, start_recv, start_send};
 use crate::ctxid::mix;
 use crate::err::{MpiErr, Res};
-use crate::state::{self, MpiComm};
+use crate::state::{self, CommRef, MpiComm};
 use distcomm::buffer::{ConstBuf, MutBuf};
 use distcomm::collective::CollArgs;
 use distcomm::comm::Comm;
@@ -56,7 +56,7 @@ pub fn of(mc: &MpiComm) -> Result<&Inter, MpiErr> {
     mc.inter.get().ok_or_else(|| MpiErr::new(MPI_ERR_COMM, "not an intercommunicator").on(mc.handle))
 }
 
-fn intra(c: MPI_Comm) -> Result<Arc<MpiComm>, MpiErr> {
+fn intra(c: MPI_Comm) -> Result<CommRef, MpiErr> {
     state::check_active()?;
     let mc = state::get_comm(c)?;
     if mc.inter.get().is_some() {

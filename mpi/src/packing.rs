@@ -48,7 +48,7 @@ fn count_bytes(count: i64, bytes: impl FnOnce(u64) -> Option<u64>) -> Result<usi
 /// run at `buf`, nothing to pack): answered without looking the type up, which every send and
 /// receive of a basic type would do. None for the other types.
 pub(crate) fn dense_predefined(buf: *const c_void, count: i64, dt: MPI_Datatype) -> Option<Result<usize, MpiErr>> {
-    let d = datatype::predefined(dt).filter(|d| d.dense)?;
+    let d = datatype::predefined_ref(dt).filter(|d| d.dense)?;
     Some(count_bytes(count, |n| crate::typemap::packed_bytes(d.size as u64, n)).and_then(|len| refuse_null(buf, len, "buf").map(|_| len)))
 }
 

@@ -5,22 +5,22 @@ use crate::abi_gen::*;
 use crate::api::{check_comm_peer, out, write_status};
 use crate::err::{MpiErr, Res};
 use crate::request::{self, Req};
-use crate::state::MpiComm;
+use crate::state::CommRef;
 use distcomm::buffer::MutBuf;
 use distcomm::comm::Probed;
 use distcomm::transport::Matched;
 use std::ffi::{c_int, c_void};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 pub const MSG_BASE: usize = 0x3800_0000;
 
-static MESSAGES: Mutex<Vec<Option<(Arc<MpiComm>, MPI_Comm, Matched)>>> = Mutex::new(Vec::new());
+static MESSAGES: Mutex<Vec<Option<(CommRef, MPI_Comm, Matched)>>> = Mutex::new(Vec::new());
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn add(v: (Arc<MpiComm>, MPI_Comm, Matched)) -> MPI_Message {
+fn add(v: (CommRef, MPI_Comm, Matched)) -> MPI_Message {
     let mut s = lock(&MESSAGES);
     let slot = s.iter().position(|x| x.is_none()).unwrap_or_else(|| {
         s.push(None);
@@ -36,7 +36,7 @@ fn comm_of(h: MPI_Message) -> Option<MPI_Comm> {
     h.checked_sub(MSG_BASE).and_then(|i| s.get(i)).and_then(|x| x.as_ref()).map(|m| m.1)
 }
 
-fn take(h: MPI_Message) -> Result<(Arc<MpiComm>, MPI_Comm, Matched), MpiErr> {
+fn take(h: MPI_Message) -> Result<(CommRef, MPI_Comm, Matched), MpiErr> {
     let mut s = lock(&MESSAGES);
     match h.checked_sub(MSG_BASE).and_then(|i| s.get_mut(i)).and_then(|x| x.take()) {
         Some(m) => Ok(m),
@@ -53,7 +53,7 @@ fn status_of(p: &Probed) -> MPI_Status {
 }
 
 /// (source, tag) as the engine takes them, after the checks every probe makes.
-fn probe_args(source: c_int, tag: c_int, c: MPI_Comm) -> Result<(Arc<MpiComm>, Option<usize>, Option<u32>), MpiErr> {
+fn probe_args(source: c_int, tag: c_int, c: MPI_Comm) -> Result<(CommRef, Option<usize>, Option<u32>), MpiErr> {
     let mc = check_comm_peer(source, tag, c)?;
     Ok((mc, (source != MPI_ANY_SOURCE).then_some(source as usize), (tag != MPI_ANY_TAG).then_some(tag as u32)))
 }

@@ -3,10 +3,10 @@
 
 use crate::abi_gen::*;
 use crate::err::{from_engine, MpiErr};
-use crate::state::MpiComm;
+use crate::state::{CommRef, MpiComm};
 use distcomm::comm::P2pOp;
 use std::ffi::c_int;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 pub const REQ_BASE: usize = 0x3000_0000;
@@ -14,10 +14,10 @@ pub const REQ_BASE: usize = 0x3000_0000;
 pub enum Req {
     /// Finished when made (MPI_PROC_NULL): its status.
     Done(MPI_Status),
-    Send { comm: Arc<MpiComm>, op: P2pOp },
-    Recv { comm: Arc<MpiComm>, op: P2pOp },
+    Send { comm: CommRef, op: P2pOp },
+    Recv { comm: CommRef, op: P2pOp },
     /// A non-blocking collective on the engine; `after` runs once it succeeded.
-    Coll { comm: Arc<MpiComm>, req: distcomm::request::Request, after: Option<Box<dyn FnOnce() + Send>> },
+    Coll { comm: CommRef, req: distcomm::request::Request, after: Option<Box<dyn FnOnce() + Send>> },
     /// A persistent request (MPI_Send_init, Recv_init, ...): inactive, or started.
     Persistent(Box<Persistent>),
     /// A receive and a send as one request (MPI_Isendrecv).
@@ -37,7 +37,7 @@ pub struct Pair {
 /// What MPI_Start starts (again and again), and the operation it started last, until a
 /// completion call finishes it (the request then stays, inactive).
 pub struct Persistent {
-    pub comm: Arc<MpiComm>,
+    pub comm: CommRef,
     pub start: Box<dyn Fn() -> Result<Req, MpiErr> + Send>,
     pub active: Option<Box<Req>>,
 }
@@ -156,7 +156,7 @@ fn recv_error(e: distcomm::Error) -> MpiErr {
 }
 
 impl Req {
-    pub fn comm(&self) -> Option<&Arc<MpiComm>> {
+    pub fn comm(&self) -> Option<&CommRef> {
         match self {
             Req::Done(_) => None,
             Req::Send { comm, .. } | Req::Recv { comm, .. } | Req::Coll { comm, .. } => Some(comm),

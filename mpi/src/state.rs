@@ -9,7 +9,7 @@ use crate::err::MpiErr;
 use distcomm::comm::Comm;
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 pub const COMM_BASE: usize = 0x1000_0000;
 
@@ -47,13 +47,36 @@ impl MpiComm {
     }
 }
 
+/// The communicators made by the program (MPI_Comm_dup, split, ...): handle COMM_BASE + slot.
 struct Comms {
-    world: Option<Arc<MpiComm>>,
-    selfc: Option<Arc<MpiComm>>,
     slots: Vec<Option<Arc<MpiComm>>>,
 }
 
-static COMMS: RwLock<Comms> = RwLock::new(Comms { world: None, selfc: None, slots: Vec::new() });
+static COMMS: RwLock<Comms> = RwLock::new(Comms { slots: Vec::new() });
+/// MPI_COMM_WORLD and MPI_COMM_SELF, set by init and kept for the life of the process (MPI is
+/// initialized once): found without the table's lock and without counting a reference, four
+/// atomic read-modify-writes that a 16 B collective feels (see `CommRef`).
+static WORLD: OnceLock<Arc<MpiComm>> = OnceLock::new();
+static SELF: OnceLock<Arc<MpiComm>> = OnceLock::new();
+
+/// A communicator found by its handle: a predefined one borrowed for the process's life, or a
+/// made one held by a reference count (it stays usable if the program frees its handle
+/// meanwhile).
+#[derive(Clone)]
+pub enum CommRef {
+    Predefined(&'static Arc<MpiComm>),
+    Made(Arc<MpiComm>),
+}
+
+impl std::ops::Deref for CommRef {
+    type Target = Arc<MpiComm>;
+    fn deref(&self) -> &Arc<MpiComm> {
+        match self {
+            CommRef::Predefined(c) => c,
+            CommRef::Made(c) => c,
+        }
+    }
+}
 static INITIALIZED: AtomicBool = AtomicBool::new(false);
 static FINALIZED: AtomicBool = AtomicBool::new(false);
 static INIT_LOCK: Mutex<()> = Mutex::new(());
@@ -126,10 +149,8 @@ pub fn init(required: c_int) -> Result<c_int, MpiErr> {
     WORLD_RANK.store(world.rank() as i32, Ordering::Relaxed);
     // MPI_COMM_SELF: a comm of this rank alone (collective over the world, once).
     let me = world.split(world.rank() as i32, 0).map_err(MpiErr::from)?.expect("own color");
-    {
-        let mut c = write();
-        c.world = Some(wrap(world, MPI_COMM_WORLD));
-        c.selfc = Some(wrap(me, MPI_COMM_SELF));
+    if WORLD.set(wrap(world, MPI_COMM_WORLD)).is_err() || SELF.set(wrap(me, MPI_COMM_SELF)).is_err() {
+        return crate::mpi_err!(MPI_ERR_OTHER, "MPI cannot be initialized again after MPI_Finalize");
     }
     *MAIN_THREAD.lock().unwrap_or_else(|p| p.into_inner()) = Some(std::thread::current().id());
     // Every level is offered: the tables here are locked, requests are taken out of theirs
@@ -162,21 +183,17 @@ pub fn finalize() -> Result<(), MpiErr> {
             return Err(MpiErr::from(e).on(MPI_COMM_WORLD));
         }
     }
-    let (w, s, slots) = {
-        let mut c = write();
-        (c.world.take(), c.selfc.take(), std::mem::take(&mut c.slots))
-    };
+    let slots = std::mem::take(&mut write().slots);
     for c in slots.into_iter().flatten() {
         crate::info::delete_all(&c);
         c.destroy();
     }
-    if let Some(s) = s {
-        crate::info::delete_all(&s);
-        s.comm.destroy();
-    }
-    if let Some(w) = w {
-        w.comm.destroy();
-    }
+    let s = get_comm(MPI_COMM_SELF)?;
+    crate::info::delete_all(&s);
+    s.comm.destroy();
+    world.comm.destroy();
+    // The world's handle outlives finalize (see `WORLD`): the job's transport goes now.
+    world.comm.close_world();
     if let Some(p) = crate::pmi::PMI.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
         p.finalize();
     }
@@ -189,23 +206,24 @@ pub fn is_comm_handle(h: MPI_Comm) -> bool {
 }
 
 /// The communicator behind a handle, or MPI_ERR_COMM.
-pub fn get_comm(h: MPI_Comm) -> Result<Arc<MpiComm>, MpiErr> {
-    let c = read();
+pub fn get_comm(h: MPI_Comm) -> Result<CommRef, MpiErr> {
+    let active = || initialized() && !finalized();
     let found = match h {
-        MPI_COMM_WORLD => c.world.clone(),
-        MPI_COMM_SELF => c.selfc.clone(),
-        MPI_COMM_NULL => return crate::mpi_err!(MPI_ERR_COMM, "MPI_COMM_NULL is not a communicator"),
-        h if h >= COMM_BASE => c.slots.get(h - COMM_BASE).cloned().flatten(),
+        MPI_COMM_WORLD => WORLD.get().filter(|_| active()).map(CommRef::Predefined),
+        MPI_COMM_SELF => SELF.get().filter(|_| active()).map(CommRef::Predefined),
+        h if h >= COMM_BASE => read().slots.get(h - COMM_BASE).cloned().flatten().map(CommRef::Made),
         _ => None,
     };
-    drop(c);
     match found {
         Some(x) => Ok(x),
-        None if !initialized() || finalized() => {
+        // Before init and after finalize nothing is found: say which.
+        None => {
             check_active()?;
-            unreachable!()
+            if h == MPI_COMM_NULL {
+                return crate::mpi_err!(MPI_ERR_COMM, "MPI_COMM_NULL is not a communicator");
+            }
+            crate::mpi_err!(MPI_ERR_COMM, "{h:#x} is not a valid communicator (never made, or freed)")
         }
-        None => crate::mpi_err!(MPI_ERR_COMM, "{h:#x} is not a valid communicator (never made, or freed)"),
     }
 }
 

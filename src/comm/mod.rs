@@ -205,6 +205,12 @@ impl Comm {
         });
     }
 
+    /// Ends this process's part in the job (see `World::close`): for a library layer that
+    /// keeps its world comm past the end (MPI_Finalize); every comm of the world fails after.
+    pub fn close_world(&self) {
+        self.world.close();
+    }
+
     /// Lets queued non-blocking collectives finish, then releases the comm's context.
     pub fn destroy(&self) {
         let ex = lock(&self.executor).take();

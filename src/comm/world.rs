@@ -34,8 +34,18 @@ pub enum TransportPolicy {
     Shm,
 }
 
+impl World {
+    /// Ends this process's part in the job now: goodbye to the peers, the progress thread
+    /// stopped, what is kept alive for the job (the store served here) released. Dropping the
+    /// last comm does it otherwise; a second call does nothing.
+    pub fn close(&self) {
+        self.transport.shutdown(Instant::now() + self.shutdown_wait);
+        super::lock(&self.keepalive).clear();
+    }
+}
+
 impl Drop for World {
     fn drop(&mut self) {
-        self.transport.shutdown(Instant::now() + self.shutdown_wait);
+        self.close();
     }
 }
