@@ -22,7 +22,14 @@ pub fn broadcast(link: &dyn Link, buf: &mut [u8], root: usize) -> Result<()> {
     if let Some(hosts) = hier::Hosts::of(link) {
         return hier::broadcast(link, &hosts, buf, root);
     }
-    broadcast_with(link, buf, root, tuning::broadcast(n, buf.len()))
+    let crowded = n > 2 && buf.len() > tuning::BROADCAST_SMALL_BYTES && one_crowded_host(link);
+    broadcast_with(link, buf, root, tuning::broadcast(n, buf.len(), crowded))
+}
+
+/// Whether every member is on this host and it runs more ranks than it has cores. Asked of
+/// the members' shared host only, so that all of them choose alike.
+fn one_crowded_host(link: &dyn Link) -> bool {
+    crate::completion::oversubscribed() && (1..link.size()).all(|p| link.host_of(p) == link.host_of(0))
 }
 
 pub(crate) fn broadcast_with(

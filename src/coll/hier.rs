@@ -170,7 +170,7 @@ fn levels(link: &dyn Link, hosts: &Hosts, buf: &mut [u8], dt: DType, op: ReduceO
         allreduce_with(&across, None, buf, dt, op, algo)?;
     }
     if k > 1 {
-        broadcast_with(&local, buf, 0, tuning::broadcast(k, len))?;
+        broadcast_with(&local, buf, 0, tuning::broadcast(k, len, crate::completion::oversubscribed()))?;
     }
     Ok(())
 }
@@ -189,12 +189,12 @@ pub(crate) fn broadcast(link: &dyn Link, hosts: &Hosts, buf: &mut [u8], root: us
     if leaders.contains(&me) {
         let across = SubLink::new(link, &leaders);
         let aroot = leaders.iter().position(|&l| l == root).expect("the root leads its host");
-        broadcast_with(&across, buf, aroot, tuning::broadcast(hosts.count(), len))?;
+        broadcast_with(&across, buf, aroot, tuning::broadcast(hosts.count(), len, false))?;
     }
     let local = SubLink::new(link, hosts.local());
     if local.size() > 1 {
         let lroot = hosts.local().iter().position(|&p| p == leaders[hosts.mine]).expect("on this host");
-        broadcast_with(&local, buf, lroot, tuning::broadcast(local.size(), len))?;
+        broadcast_with(&local, buf, lroot, tuning::broadcast(local.size(), len, crate::completion::oversubscribed()))?;
     }
     Ok(())
 }

@@ -1133,8 +1133,9 @@ fn tuning_keeps_small_groups_and_switches_large_ones() {
     assert_eq!(tuning::allreduce(256, 1 << 20), allreduce::Algo::Tree);
     assert_eq!(tuning::allreduce(1024, 1 << 20), allreduce::Algo::Tree);
     assert!(matches!(tuning::allreduce(1024, 64 << 20), allreduce::Algo::Ring { .. }));
-    assert_eq!(tuning::broadcast(1024, 4 << 20), broadcast::Algo::Tree);
-    assert!(matches!(tuning::broadcast(8, 4 << 20), broadcast::Algo::Chain { .. }));
+    assert_eq!(tuning::broadcast(1024, 4 << 20, false), broadcast::Algo::Tree);
+    assert!(matches!(tuning::broadcast(8, 4 << 20, false), broadcast::Algo::Chain { .. }));
+    assert_eq!(tuning::broadcast(8, 4 << 20, true), broadcast::Algo::Tree, "a crowded host takes the tree");
     assert_eq!(tuning::allgather(8, 1000), allgather::Algo::Direct);
     assert_eq!(tuning::allgather(9, 1000), allgather::Algo::Bruck);
     assert_eq!(tuning::allgather(1024, ALLGATHER_SMALL_BYTES + 1), allgather::Algo::Ring);
