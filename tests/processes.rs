@@ -83,10 +83,10 @@ fn child_entry() {
         }
         "broadcasts" => {
             // Small broadcasts and reduces with every root (eager, along a tree over the rings,
-            // when ranks outnumber cores), between other collectives and larger broadcasts, back
-            // to back.
+            // when ranks outnumber cores), between other collectives and larger broadcasts (1 MiB:
+            // the root writes pieces into the others' buffers while they read), back to back.
             for round in 0..300usize {
-                for (len, root) in [(1usize, round % size), (700, (round + 1) % size), (2048, 0), (5000, size - 1)] {
+                for (len, root) in [(1usize, round % size), (700, (round + 1) % size), (2048, 0), (5000, size - 1), ((1 << 20) + 3, round % size)] {
                     let mut b: Vec<u8> = if rank == root { (0..len).map(|i| (i + round + root) as u8).collect() } else { vec![0xEE; len] };
                     comm.collective(CollArgs::Broadcast { buf: MutBuf::from_slice(&mut b), dt: DType::Uint8, root }).unwrap();
                     assert!(b.iter().enumerate().all(|(i, &x)| x == (i + round + root) as u8), "round {round}: broadcast of {len} from {root}");

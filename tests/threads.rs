@@ -281,11 +281,12 @@ fn abort_reaches_a_rank_waiting_on_shared_memory() {
 
 #[test]
 fn shared_memory_large_broadcasts_from_every_root() {
-    // From 64 KiB the others read the root's buffer directly; below, it is staged (both sizes,
-    // every root, the buffer's old bytes overwritten everywhere but at the root).
+    // From 64 KiB the others read the root's buffer directly, from 256 KiB with the root
+    // writing pieces too; below, it is staged (every size, every root, the buffer's old bytes
+    // overwritten everywhere but at the root).
     job_on("shm", 3, 20_000, |c| {
         let (n, me) = (c.size(), c.rank());
-        for len in [64 * 1024 - 8, 64 * 1024, 700_001] {
+        for len in [64 * 1024 - 8, 64 * 1024, 256 * 1024 - 1, 256 * 1024, 700_001, (3 << 20) + 1] {
             for root in 0..n {
                 let want: Vec<u8> = (0..len).map(|i| (i * 11 + root * 5 + len) as u8).collect();
                 let mut b = if me == root { want.clone() } else { vec![0xEE; len] };

@@ -219,6 +219,31 @@ pub unsafe fn read(pid: i32, remote: u64, dst: *mut u8, len: usize) -> io::Resul
     Ok(())
 }
 
+/// Writes `len` bytes at `src` to `remote` in process `pid` (the same permission as reading).
+///
+/// # Safety
+/// `src` must be valid for `len` readable bytes.
+pub unsafe fn write(pid: i32, remote: u64, src: *const u8, len: usize) -> io::Result<()> {
+    let mut done = 0usize;
+    while done < len {
+        let local = libc::iovec { iov_base: src.add(done) as *mut libc::c_void, iov_len: len - done };
+        let far = libc::iovec { iov_base: (remote as usize + done) as *mut libc::c_void, iov_len: len - done };
+        let n = libc::process_vm_writev(pid, &local, 1, &far, 1, 0);
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "process_vm_writev wrote nothing"));
+        }
+        done += n as usize;
+    }
+    Ok(())
+}
+
 /// Whether the process behind `advertisement` lets us read its memory; where, if so.
 pub fn probe(advertisement: &str) -> Option<Remote> {
     if threshold() == 0 {

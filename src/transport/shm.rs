@@ -408,6 +408,16 @@ impl Arena {
         unsafe { std::slice::from_raw_parts(self.base().add(off), self.layout.chunk) }
     }
 
+    /// Word `i` of rank `r`'s staging slot for step `s`, for atomic updates by several ranks
+    /// (work counters of a step that everyone published).
+    pub fn stage_word(&self, r: usize, s: u32, i: usize) -> &AtomicU64 {
+        assert!((i + 1) * 8 <= self.layout.chunk, "word {i} is outside the slot");
+        let at = self.stage(r, s).as_ptr() as usize + i * 8;
+        // SAFETY: in bounds (checked), 8-byte aligned (slots start at page multiples), and the
+        // mapping lives as long as `self`; every access to the word is atomic.
+        unsafe { &*(at as *const AtomicU64) }
+    }
+
     /// The shared result slot for step `s`: a disjoint piece per owner is written before
     /// `Result` is published, and read by everyone after all published it.
     pub fn result_ptr(&self, s: u32) -> *mut u8 {
