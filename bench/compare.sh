@@ -1,12 +1,20 @@
 #!/usr/bin/env bash
-# bench/compare.sh: distcomm (dc-bench) against MPI (bench/mpi_bench.c) on this host, side by
-# side and interleaved.
+# bench/compare.sh: distcomm (dc-bench) against MPI (bench/mpi_bench.c), or against Intel oneCCL
+# (bench/oneccl_bench.cpp, --peer oneccl), on this host, side by side and interleaved.
 #
 #   1. installs Open MPI (or MPICH) if missing (apt-get, via scripts/packages.sh)
-#   2. builds bench/mpi_bench.c with mpicc, builds and installs distcomm (release, make install)
-#   3. for every rank count, op and size: ROUNDS rounds, each running dc-bench and mpi_bench on
-#      that one size with a few iterations, the order flipped every round (ABBA...), so slow and
-#      fast phases of the machine hit both alike
+#      (--peer oneccl: oneCCL's CPU library and headers from PyPI into $ONECCL_VENV, default
+#      build/venv-oneccl, and MPICH 5.0.2 from PyPI into $MPICH_VENV, default build/venv-mpich,
+#      each installed if missing; MPICH starts the ranks, hands round oneCCL's key-value-store
+#      address, and brings the libfabric that oneCCL's ofi transport loads)
+#   2. builds bench/mpi_bench.c with mpicc (--peer oneccl: bench/oneccl_bench.cpp with MPICH's
+#      mpicxx against oneCCL), builds and installs distcomm (release, make install)
+#   3. for every rank count, op and size: ROUNDS rounds, each running dc-bench and mpi_bench (or
+#      oneccl_bench) on that one size with a few iterations, the order flipped every round
+#      (ABBA...), so slow and fast phases of the machine hit both alike
+#      (--peer oneccl: oneCCL runs with CCL_WORKER_OFFLOAD=0, its progress on the calling
+#      thread as distcomm's and MPI's is, and the transport of --oneccl-transport: ofi with
+#      libfabric's shm provider by default, ofi:tcp, or mpi through MPICH)
 #      (--mpi mpich-abi --distcomm-mpi: ONE mpi_bench binary, built once against MPICH 5's
 #      standard-ABI header, run on MPICH's libmpi_abi.so.1 by its mpiexec and on distcomm's
 #      libmpi_abi.so.1 by ours: the same program, two libraries, chosen by LD_LIBRARY_PATH)
@@ -17,9 +25,11 @@
 #   4. prints per size the median over rounds of distcomm_time / mpi_time and the resulting bus
 #      bandwidth ratio (median of mpi_time / distcomm_time), and draws an SVG plot (medians);
 #      with --out DIR writes rounds.csv, median.csv, results.md and compare.svg there
+#      (--peer oneccl: oneccl_time in place of mpi_time)
 #
-# Every run checks its results (dc-bench/mpi_bench --check); the table's wrong column is the most
-# wrong elements any round saw. Run it on a quiet machine: the numbers are only as good as that.
+# Every run checks its results (dc-bench/mpi_bench/oneccl_bench --check); the table's wrong column
+# is the most wrong elements any round saw. Run it on a quiet machine: the numbers are only as
+# good as that.
 # Usage: bench/compare.sh [options]   (bench/compare.sh --help)
 set -euo pipefail
 
@@ -42,13 +52,29 @@ usage: bench/compare.sh [options]
   -c, --check N          checked runs per run (default 1; 0 turns checking off)
   --form oop|ip|both     which rows the ratio table shows (default oop: out-of-place; broadcast,
                          alltoall, sendrecv and barrier only have that form)
+  --peer mpi|oneccl      what distcomm is compared with (default mpi: bench/mpi_bench.c on the
+                         MPI of --mpi; oneccl: bench/oneccl_bench.cpp on Intel oneCCL, its
+                         CPU library oneccl-cpu and headers oneccl-cpu-devel from PyPI (plus
+                         libccl.so.2 from the oneccl wheel) in $ONECCL_VENV, default
+                         build/venv-oneccl, version $ONECCL_VERSION (default 2022.2.0),
+                         installed if missing; started by MPICH 5.0.2's mpiexec from PyPI in
+                         $MPICH_VENV, installed if missing; run with CCL_WORKER_OFFLOAD=0)
+  --oneccl-transport T   oneCCL's transport with --peer oneccl (default: $ONECCL_TRANSPORT,
+                         else ofi): ofi or ofi:shm (CCL_ATL_TRANSPORT=ofi CCL_ATL_SHM=1
+                         FI_PROVIDER=shm: libfabric's shared-memory provider), ofi:tcp
+                         (FI_PROVIDER=tcp over loopback), mpi (CCL_ATL_TRANSPORT=mpi: oneCCL's
+                         messages through MPICH, itself run with FI_PROVIDER=shm). Other CCL_*
+                         variables set in the environment reach the ranks (e.g. CCL_LOG_LEVEL).
+                         oneCCL spins while it waits: with more ranks than cores a call takes
+                         milliseconds (about 5-10 ms at 3 ranks on 2 cores)
   --mpi openmpi|mpich|mpich-abi
                          the MPI to compare against (default openmpi; mpich-abi: MPICH 5.0.2
                          from PyPI in $MPICH_VENV, default build/venv-mpich, installed if
                          missing, run with FI_PROVIDER=shm, its best setting here)
   --distcomm-mpi         distcomm's side runs mpi_bench on distcomm's libmpi_abi.so.1 (through
                          its mpiexec) instead of dc-bench; needs --mpi mpich-abi (one binary)
-  --mpi-args "ARGS"      extra mpirun arguments, e.g. --mpi-args "--mca btl tcp,self"
+  --mpi-args "ARGS"      extra mpirun arguments, e.g. --mpi-args "--mca btl tcp,self" (with
+                         --peer oneccl: extra arguments of MPICH's mpiexec, e.g. "-bind-to core")
   --dcrun-args "ARGS"    extra dcrun arguments, e.g. --dcrun-args "--bind none"
   --load N               N busy processes (sh -c 'while :; do :; done') running beside both
                          libraries for the whole comparison, started and stopped by this script
@@ -69,6 +95,8 @@ Examples:
   bench/compare.sh --transport socket --mpi-args "--mca btl tcp,self" -o allreduce --sizes 16M
   bench/compare.sh --out bench/results
   bench/compare.sh --mpi mpich-abi --distcomm-mpi --ranks 2 -o allreduce,sendrecv
+  bench/compare.sh --peer oneccl --ranks 2 -o allreduce,broadcast,allgather --sizes "16 1M 16M"
+  bench/compare.sh --peer oneccl --oneccl-transport mpi --ranks 2 -o allreduce
 EOF
 }
 
@@ -100,6 +128,10 @@ DC_MPI=0
 LOAD=0
 LAUNCHER=dcrun
 MPICH_VENV=${MPICH_VENV:-$ROOT/build/venv-mpich}
+PEER=mpi
+ONECCL_VENV=${ONECCL_VENV:-$ROOT/build/venv-oneccl}
+ONECCL_VERSION=${ONECCL_VERSION:-2022.2.0}
+ONECCL_TRANSPORT=${ONECCL_TRANSPORT:-ofi}
 
 need() { [ $# -ge 2 ] || { echo "compare.sh: $1 needs a value" >&2; exit 2; }; }
 while [ $# -gt 0 ]; do
@@ -119,6 +151,8 @@ while [ $# -gt 0 ]; do
     -c | --check) need "$@"; CHECK="$2"; shift ;;
     --form) need "$@"; FORM="$2"; shift ;;
     --mpi) need "$@"; MPI="$2"; shift ;;
+    --peer) need "$@"; PEER="$2"; shift ;;
+    --oneccl-transport) need "$@"; ONECCL_TRANSPORT="$2"; shift ;;
     --mpi-args) need "$@"; MPI_ARGS="$2"; shift ;;
     --dcrun-args) need "$@"; DCRUN_ARGS="$2"; shift ;;
     --transport) need "$@"; TRANSPORT="$2"; shift ;;
@@ -142,6 +176,23 @@ case "$MPI" in
   *) echo "compare.sh: --mpi is openmpi, mpich or mpich-abi" >&2; exit 2 ;;
 esac
 [ "$DC_MPI" = 0 ] || [ "$MPI" = mpich-abi ] || { echo "compare.sh: --distcomm-mpi needs --mpi mpich-abi (one binary for both libraries)" >&2; exit 2; }
+case "$PEER" in
+  mpi) PEER_NAME=$MPI ;;
+  oneccl) PEER_NAME=oneccl ;;
+  *) echo "compare.sh: --peer is mpi or oneccl" >&2; exit 2 ;;
+esac
+[ "$PEER" = mpi ] || [ "$DC_MPI" = 0 ] || { echo "compare.sh: --distcomm-mpi compares two MPI libraries, not --peer oneccl" >&2; exit 2; }
+# oneCCL's environment for each transport (--peer oneccl). CCL_WORKER_OFFLOAD=0: no worker thread
+# of its own, the collectives progress on the calling thread (2 cores: a spinning worker beside
+# every rank would take a core from the other rank). MPICH's ch4 runs with FI_PROVIDER=shm, as in
+# --mpi mpich-abi; for ofi:shm the same libfabric carries oneCCL's messages (oneCCL refuses
+# FI_PROVIDER=shm unless CCL_ATL_SHM=1 asks for it).
+case "$ONECCL_TRANSPORT" in
+  ofi | ofi:shm) ONECCL_ENV=(CCL_WORKER_OFFLOAD=0 CCL_ATL_TRANSPORT=ofi CCL_ATL_SHM=1 FI_PROVIDER=shm) ;;
+  ofi:tcp) ONECCL_ENV=(CCL_WORKER_OFFLOAD=0 CCL_ATL_TRANSPORT=ofi CCL_ATL_SHM=0 FI_PROVIDER=tcp) ;;
+  mpi) ONECCL_ENV=(CCL_WORKER_OFFLOAD=0 CCL_ATL_TRANSPORT=mpi FI_PROVIDER=shm) ;;
+  *) echo "compare.sh: --oneccl-transport is ofi, ofi:shm, ofi:tcp or mpi" >&2; exit 2 ;;
+esac
 [ "$ROUNDS" -ge 1 ] 2>/dev/null || { echo "compare.sh: --rounds must be >= 1" >&2; exit 2; }
 [ "$LOAD" -ge 0 ] 2>/dev/null || { echo "compare.sh: --load must be a number >= 0" >&2; exit 2; }
 case "$LAUNCHER" in dcrun | plain) ;; *) echo "compare.sh: --launcher is dcrun or plain" >&2; exit 2 ;; esac
@@ -179,28 +230,76 @@ fi
 # ---------------------------------------------------------------------------------------------
 echo "== packages"
 . scripts/packages.sh
-if [ "$MPI" = mpich-abi ]; then
-  ensure_packages make cc python3
+# MPICH 5.0.2 from PyPI (--mpi mpich-abi, and the launcher of --peer oneccl).
+ensure_mpich_venv() {
   if [ ! -x "$MPICH_VENV/bin/mpicc_abi" ]; then
     rm -rf "$MPICH_VENV"
     python3 -m venv "$MPICH_VENV"
     "$MPICH_VENV/bin/python" -m pip install -q --disable-pip-version-check mpich==5.0.2
   fi
+}
+# oneCCL from PyPI (--peer oneccl), without the wheels' dependencies: they ask for `libfabric`,
+# which PyPI does not have (MPICH's wheel brings one, with the shm and tcp providers, that
+# oneCCL loads), and the oneccl wheel for intel-sycl-rt (GPUs). oneccl-cpu holds the CPU build
+# of libccl.so.1 and oneccl-cpu-devel the headers; libccl.so.1 needs libccl.so.2 (Intel runtime
+# helpers), which only the oneccl wheel (the SYCL build) has: that one file is taken from it.
+ensure_oneccl_venv() {
+  [ -f "$ONECCL_VENV/include/oneapi/ccl.hpp" ] && [ -f "$ONECCL_VENV/lib/libccl.so.1" ] &&
+    [ -f "$ONECCL_VENV/lib/libccl.so.2" ] && return 0
+  echo "installing oneCCL $ONECCL_VERSION (oneccl-cpu, oneccl-cpu-devel, libccl.so.2 of oneccl) into $ONECCL_VENV"
+  rm -rf "$ONECCL_VENV"
+  python3 -m venv "$ONECCL_VENV"
+  local py="$ONECCL_VENV/bin/python" wheels="$ONECCL_VENV/wheels"
+  "$py" -m pip install -q --disable-pip-version-check --no-deps \
+    "oneccl-cpu==$ONECCL_VERSION" "oneccl-cpu-devel==$ONECCL_VERSION"
+  "$py" -m pip download -q --disable-pip-version-check --no-deps -d "$wheels" "oneccl==$ONECCL_VERSION"
+  "$py" - "$wheels" "$ONECCL_VENV/lib" <<'PY'
+import glob, os, sys, zipfile
+wheels, lib = sys.argv[1], sys.argv[2]
+wheel = glob.glob(os.path.join(wheels, "oneccl-*.whl"))[0]
+with zipfile.ZipFile(wheel) as z:
+    names = [n for n in z.namelist() if n.endswith("/lib/libccl.so.2")]
+    if not names:
+        sys.exit("compare.sh: no lib/libccl.so.2 in " + os.path.basename(wheel))
+    with open(os.path.join(lib, "libccl.so.2"), "wb") as f:
+        f.write(z.read(names[0]))
+PY
+  rm -rf "$wheels"
+}
+if [ "$PEER" = oneccl ]; then
+  ensure_packages make cc c++ python3 pyvenv
+  ensure_mpich_venv
+  ensure_oneccl_venv
+elif [ "$MPI" = mpich-abi ]; then
+  ensure_packages make cc python3
+  ensure_mpich_venv
 else
   ensure_packages "$MPICC" "$MPIRUN" make cc
 fi
 
 mkdir -p build/bench
 MPI_BENCH="$ROOT/build/bench/mpi_bench.$MPI"
-if [ "$BUILD" = 1 ]; then
+ONECCL_BENCH="$ROOT/build/bench/oneccl_bench"
+PEER_BENCH=$MPI_BENCH
+[ "$PEER" = oneccl ] && PEER_BENCH=$ONECCL_BENCH
+if [ "$BUILD" = 1 ] && [ "$PEER" = oneccl ]; then
+  echo "== building $ONECCL_BENCH with $MPICH_VENV/bin/mpicxx against oneCCL in $ONECCL_VENV"
+  # ld warns that libccl.so.2 "may conflict with libccl.so.1": two different libraries, both needed.
+  "$MPICH_VENV/bin/mpicxx" -O2 -std=c++17 -Wall -I"$ONECCL_VENV/include" -o "$ONECCL_BENCH" bench/oneccl_bench.cpp \
+    -L"$ONECCL_VENV/lib" -lccl -Wl,-rpath,"$ONECCL_VENV/lib" >build/bench/oneccl_build.log 2>&1 ||
+    { cat build/bench/oneccl_build.log; exit 1; }
+  grep -v 'may conflict with libccl' build/bench/oneccl_build.log || true
+elif [ "$BUILD" = 1 ]; then
   echo "== building $MPI_BENCH with $MPICC"
   "$MPICC" -O2 -std=c11 -Wall -o "$MPI_BENCH" bench/mpi_bench.c -lm
+fi
+if [ "$BUILD" = 1 ]; then
   echo "== building and installing distcomm (release) into $PREFIX"
   make install PREFIX="$PREFIX" >build/bench/install.log 2>&1 || { tail -30 build/bench/install.log; exit 1; }
 fi
 DCRUN="$PREFIX/bin/dcrun"
 DCBENCH="$PREFIX/bin/dc-bench"
-for f in "$DCRUN" "$DCBENCH" "$MPI_BENCH"; do
+for f in "$DCRUN" "$DCBENCH" "$PEER_BENCH"; do
   [ -x "$f" ] || { echo "compare.sh: $f is missing (run without --no-build)" >&2; exit 1; }
 done
 
@@ -245,6 +344,8 @@ run_one() {
     cmd=("$ROOT/bench/plain_launch.sh" "$np" env ${TRANSPORT:+DC_TRANSPORT="$TRANSPORT"} "$DCBENCH" "${bench_args[@]}")
   elif [ "$impl" = distcomm ]; then
     cmd=(env ${TRANSPORT:+DC_TRANSPORT="$TRANSPORT"} "$DCRUN" "${EXTRA_DCRUN_ARGS[@]}" -n "$np" "$DCBENCH" "${bench_args[@]}")
+  elif [ "$PEER" = oneccl ]; then
+    cmd=(env "${ONECCL_ENV[@]}" "$MPICH_VENV/bin/mpiexec" "${EXTRA_MPI_ARGS[@]}" -n "$np" "$ONECCL_BENCH" "${bench_args[@]}" --label oneccl)
   elif [ "$MPI" = mpich-abi ]; then
     cmd=(env FI_PROVIDER=shm LD_LIBRARY_PATH="$MPICH_VENV/lib" "$MPIRUN" "${EXTRA_MPI_ARGS[@]}" -n "$np" "$MPI_BENCH" "${bench_args[@]}" --label mpich-abi)
   else
@@ -254,7 +355,7 @@ run_one() {
   fi
   if timeout "$TIMEOUT" "${cmd[@]}" >"$log" 2>&1; then rc=0; else rc=$?; fi
   # Keep the first run's header of each impl for the summary.
-  [ -f "$WORK/header.$impl" ] || grep -m1 '^\(\[0\] \)\?# \(dc-bench\|mpi_bench\):' "$log" >"$WORK/header.$impl" || true
+  [ -f "$WORK/header.$impl" ] || grep -m1 '^\(\[0\] \)\?# \(dc-bench\|mpi_bench\|oneccl_bench\):' "$log" >"$WORK/header.$impl" || true
   if [ "$rc" -ne 0 ] && [ "$rc" -ne 3 ]; then
     echo "compare.sh: FAILED (exit $rc): ${cmd[*]}" >&2
     tail -25 "$log" >&2
@@ -269,8 +370,18 @@ run_one() {
   return 0
 }
 
+if [ "$PEER" = oneccl ]; then
+  PEER_RUN="${ONECCL_ENV[*]} $MPICH_VENV/bin/mpiexec${MPI_ARGS:+ $MPI_ARGS}"
+else
+  PEER_RUN="${MPIRUN_CMD[*]} $MPI_ARGS"
+fi
 echo "== interleaved runs: ranks [$RANKS], ops $OPS, $ROUNDS rounds per size, type $DTYPE, redop $REDOP"
-echo "   distcomm: DC_TRANSPORT=${TRANSPORT:-auto}, launcher $LAUNCHER; $MPI: ${MPIRUN_CMD[*]} $MPI_ARGS; busy processes beside: $LOAD"
+echo "   distcomm: DC_TRANSPORT=${TRANSPORT:-auto}, launcher $LAUNCHER; $PEER_NAME: $PEER_RUN; busy processes beside: $LOAD"
+if [ "$PEER" = oneccl ]; then
+  for np in $RANKS; do
+    [ "$np" -le "$NCPU" ] || echo "   note: $np ranks on $NCPU cores: oneCCL spins while it waits, expect milliseconds per call"
+  done
+fi
 echo "   sizes: $SIZE_LIST"
 START=$(date +%s)
 for np in $RANKS; do
@@ -287,9 +398,9 @@ for np in $RANKS; do
       for ((r = 1; r <= ROUNDS; r++)); do
         if ((r % 2)); then
           run_one distcomm "$np" "$op" "$s" "$it" "$wu" "$r"
-          run_one "$MPI" "$np" "$op" "$s" "$it" "$wu" "$r"
+          run_one "$PEER_NAME" "$np" "$op" "$s" "$it" "$wu" "$r"
         else
-          run_one "$MPI" "$np" "$op" "$s" "$it" "$wu" "$r"
+          run_one "$PEER_NAME" "$np" "$op" "$s" "$it" "$wu" "$r"
           run_one distcomm "$np" "$op" "$s" "$it" "$wu" "$r"
         fi
       done
@@ -305,7 +416,9 @@ RESULTS_MD="$WORK/results.md"
 TABLE_TXT="$WORK/table.txt"
 SVG="$WORK/compare.svg"
 
-awk -v form="$FORM" -v dcimpl=distcomm -v medfile="$MEDIAN_CSV" -v mdfile="$WORK/table.md" '
+PEER_SHORT=mpi
+[ "$PEER" = oneccl ] && PEER_SHORT=ccl
+awk -v form="$FORM" -v dcimpl=distcomm -v pshort="$PEER_SHORT" -v medfile="$MEDIAN_CSV" -v mdfile="$WORK/table.md" '
 function med(a, n,    i, j, t) {
   if (n == 0) return -1
   for (i = 2; i <= n; i++) { t = a[i]; j = i - 1; while (j >= 1 && a[j] > t) { a[j + 1] = a[j]; j-- } a[j + 1] = t }
@@ -339,7 +452,7 @@ END {
   if (mimpl == "") mimpl = "mpi"
   print "op,bytes,count,type,redop,root,inplace,time_us,algbw,busbw,wrong,ranks,impl" > medfile
   hdr = sprintf("%5s  %-14s %-4s %8s  %12s %12s  %9s  %12s %12s  %9s  %6s", "ranks", "op", "form", "size", \
-    "dc time us", "mpi time us", "time d/m", "dc busbw", "mpi busbw", "bw ratio", "wrong")
+    "dc time us", pshort " time us", "time d/" substr(pshort, 1, 1), "dc busbw", pshort " busbw", "bw ratio", "wrong")
   print hdr
   print "| ranks | op | form | size | " dcimpl " time (us) | " mimpl " time (us) | time ratio " dcimpl "/" mimpl \
     " | " dcimpl " busbw (GB/s) | " mimpl " busbw (GB/s) | busbw ratio | wrong |" > mdfile
@@ -379,24 +492,28 @@ END {
 }' "$ROUNDS_CSV" >"$TABLE_TXT"
 
 "$DCBENCH" --no-run --plot "$SVG" --compare "$MEDIAN_CSV" \
-  --title "distcomm (DC_TRANSPORT=${TRANSPORT:-auto}) vs $MPI: medians of $ROUNDS interleaved rounds, $DTYPE $REDOP" >/dev/null
+  --title "distcomm (DC_TRANSPORT=${TRANSPORT:-auto}) vs $PEER_NAME: medians of $ROUNDS interleaved rounds, $DTYPE $REDOP" >/dev/null
 
 GIT_REV=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 DC_HDR=$(sed 's/^\[0\] //' "$WORK/header.distcomm" 2>/dev/null || true)
-MPI_HDR=$(cat "$WORK/header.$MPI" 2>/dev/null || true)
+MPI_HDR=$(sed 's/^\[0\] //' "$WORK/header.$PEER_NAME" 2>/dev/null || true)
 {
-  echo "# distcomm vs $MPI"
+  echo "# distcomm vs $PEER_NAME"
   echo
   echo "Made by \`bench/compare.sh\` on $(date -u '+%Y-%m-%d %H:%M UTC'), distcomm commit $GIT_REV."
   echo
   echo "- machine: $(uname -srm), $NCPU CPUs ($(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1))"
   echo "- distcomm: \`${DC_HDR#\# }\` (DC_TRANSPORT=${TRANSPORT:-auto})"
-  echo "- $MPI: \`${MPI_HDR#\# }\`; mpirun arguments: \`${MPIRUN_CMD[*]:1} $MPI_ARGS\`"
+  if [ "$PEER" = oneccl ]; then
+    echo "- oneccl: \`${MPI_HDR#\# }\`; run as \`$PEER_RUN -n N oneccl_bench\` (oneCCL $ONECCL_VERSION from PyPI, MPICH 5.0.2's mpiexec)"
+  else
+    echo "- $MPI: \`${MPI_HDR#\# }\`; mpirun arguments: \`${MPIRUN_CMD[*]:1} $MPI_ARGS\`"
+  fi
   echo "- load: $LOAD busy processes (sh -c 'while :; do :; done') beside both libraries; distcomm launcher: $LAUNCHER"
-  echo "- ranks: $RANKS; type $DTYPE, redop $REDOP; $ROUNDS rounds per size, distcomm and $MPI alternating (order flipped each round)"
+  echo "- ranks: $RANKS; type $DTYPE, redop $REDOP; $ROUNDS rounds per size, distcomm and $PEER_NAME alternating (order flipped each round)"
   echo "- iterations per run: ${ITERS:-10000 / 500 / 50 / 20 (up to 64K / below 1M / below 16M / above)}, warm-up ${WARMUP:-200 / 20 / 5 / 5}; checked runs per run: $CHECK"
   echo "- time: the slowest rank's average per iteration, median over rounds; time ratio: median over rounds of"
-  echo "  distcomm time / $MPI time (below 1: distcomm faster); busbw ratio: median of $MPI time / distcomm time"
+  echo "  distcomm time / $PEER_NAME time (below 1: distcomm faster); busbw ratio: median of $PEER_NAME time / distcomm time"
   echo "  (above 1: distcomm has more bus bandwidth); wrong: most wrong elements any round saw (must be 0)"
   echo
   cat "$WORK/table.md"
@@ -405,11 +522,11 @@ MPI_HDR=$(cat "$WORK/header.$MPI" 2>/dev/null || true)
 } >"$RESULTS_MD"
 
 echo
-echo "dc = distcomm (DC_TRANSPORT=${TRANSPORT:-auto}), mpi = $MPI; times in us and busbw in GB/s are medians over $ROUNDS rounds"
+echo "dc = distcomm (DC_TRANSPORT=${TRANSPORT:-auto}), $PEER_SHORT = $PEER_NAME; times in us and busbw in GB/s are medians over $ROUNDS rounds"
 cat "$TABLE_TXT"
 echo
-echo "time d/m = median over rounds of distcomm_time / ${MPI}_time (< 1: distcomm faster);"
-echo "bw ratio = median over rounds of ${MPI}_time / distcomm_time (> 1: distcomm has more bus bandwidth)"
+echo "time d/${PEER_SHORT:0:1} = median over rounds of distcomm_time / ${PEER_NAME}_time (< 1: distcomm faster);"
+echo "bw ratio = median over rounds of ${PEER_NAME}_time / distcomm_time (> 1: distcomm has more bus bandwidth)"
 [ "$WRONG_RUNS" -gt 0 ] && echo "WARNING: $WRONG_RUNS runs reported wrong results (see the wrong column)"
 
 if [ -n "$OUT" ]; then
