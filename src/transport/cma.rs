@@ -199,24 +199,7 @@ pub fn advertisement() -> String {
 /// # Safety
 /// `dst` must be valid for `len` writable bytes.
 pub unsafe fn read(pid: i32, remote: u64, dst: *mut u8, len: usize) -> io::Result<()> {
-    let mut done = 0usize;
-    while done < len {
-        let local = libc::iovec { iov_base: dst.add(done) as *mut libc::c_void, iov_len: len - done };
-        let far = libc::iovec { iov_base: (remote as usize + done) as *mut libc::c_void, iov_len: len - done };
-        let n = libc::process_vm_readv(pid, &local, 1, &far, 1, 0);
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        if n == 0 {
-            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "process_vm_readv read nothing"));
-        }
-        done += n as usize;
-    }
-    Ok(())
+    transfer(libc::process_vm_readv, "process_vm_readv", pid, remote, dst, len)
 }
 
 /// Writes `len` bytes at `src` to `remote` in process `pid` (the same permission as reading).
@@ -224,11 +207,20 @@ pub unsafe fn read(pid: i32, remote: u64, dst: *mut u8, len: usize) -> io::Resul
 /// # Safety
 /// `src` must be valid for `len` readable bytes.
 pub unsafe fn write(pid: i32, remote: u64, src: *const u8, len: usize) -> io::Result<()> {
+    transfer(libc::process_vm_writev, "process_vm_writev", pid, remote, src as *mut u8, len)
+}
+
+/// `process_vm_readv` or `process_vm_writev` (the same signature).
+type VmCall = unsafe extern "C" fn(libc::pid_t, *const libc::iovec, libc::c_ulong, *const libc::iovec, libc::c_ulong, libc::c_ulong) -> isize;
+
+/// Moves `len` bytes between `local` here and `remote` in `pid` with `call`, resuming after
+/// short transfers and interruptions.
+unsafe fn transfer(call: VmCall, name: &str, pid: i32, remote: u64, local: *mut u8, len: usize) -> io::Result<()> {
     let mut done = 0usize;
     while done < len {
-        let local = libc::iovec { iov_base: src.add(done) as *mut libc::c_void, iov_len: len - done };
+        let here = libc::iovec { iov_base: local.add(done) as *mut libc::c_void, iov_len: len - done };
         let far = libc::iovec { iov_base: (remote as usize + done) as *mut libc::c_void, iov_len: len - done };
-        let n = libc::process_vm_writev(pid, &local, 1, &far, 1, 0);
+        let n = call(pid, &here, 1, &far, 1, 0);
         if n < 0 {
             let e = io::Error::last_os_error();
             if e.kind() == io::ErrorKind::Interrupted {
@@ -237,7 +229,7 @@ pub unsafe fn write(pid: i32, remote: u64, src: *const u8, len: usize) -> io::Re
             return Err(e);
         }
         if n == 0 {
-            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "process_vm_writev wrote nothing"));
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, format!("{name} moved nothing")));
         }
         done += n as usize;
     }
