@@ -3,8 +3,9 @@
 torch calls a backend written in Python through a trampoline that costs about 5 us per call
 before the backend runs (the GIL, a Python object for every tensor, option and Work). The
 C++ ``NativeBackend`` is what torch calls instead: the common forms of allreduce, broadcast,
-barrier, all_gather_into_tensor and reduce_scatter_tensor on dense CPU tensors start the
-library's call there; everything else goes to the Python ``DistcommBackend`` it wraps.
+barrier, all_gather (into a list or a tensor), reduce_scatter_tensor, all_to_all_single, send,
+recv and recv from any source on dense CPU tensors start the library's call there (see "the
+fast forms" in _native.cpp); everything else goes to the Python ``DistcommBackend`` it wraps.
 
 The extension is built on first use with the C++ compiler torch's own extensions use
 (``$CXX``, else ``c++``) against this torch's headers, and cached per source, torch and Python
