@@ -864,7 +864,10 @@ mod tests {
         args_of: fn(&mut B) -> CollArgs,
         check: fn(usize, &B) -> bool,
     ) -> Vec<Option<bool>> {
-        let path = segment_path(0x6174_7676_0000 ^ ((n * 1000 + chunk) as u64) << 16 ^ std::process::id() as u64);
+        // Tests run in parallel: each call gets its own segment name.
+        static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = segment_path(0x6174_7676_0000_0000 ^ call << 32 ^ ((n * 1000 + chunk) as u64));
         let first = Arc::new(Arena::create(&path, n, chunk, 5).unwrap());
         let arenas: Vec<Arc<Arena>> = (0..n).map(|r| if r == 0 { first.clone() } else { Arc::new(Arena::open(&path, n, chunk, 5, r).unwrap()) }).collect();
         std::fs::remove_file(&path).unwrap();
