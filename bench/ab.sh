@@ -21,7 +21,7 @@ for cond in ${CONDS:-idle busy busy-unbound}; do
   bp=""; if [ $cond != idle ]; then sh -c 'while :; do :; done' & bp=$!; fi
   if [[ $cond == busy2* ]]; then sh -c 'while :; do :; done' & bp="$bp $!"; fi
   for n in $ranks; do for spec in $SPECS; do IFS=: read op size it <<< "$spec"
-    for round in 1 2 3 4 5; do
+    for round in $(seq ${ROUNDS:-5}); do
       order="old new"; [ $((round % 2)) = 0 ] && order="new old"
       for v in $order; do t=$(run $cond $n $op $size $it $v "$args"); echo "$cond,$n,$op,$size,$round,$v,$t" >> $out; done
     done; done; done

@@ -148,7 +148,7 @@ impl Peer {
             dial: Mutex::new(Dial::Idle),
             dialled: Condvar::new(),
             // The staging buffer comes with the connection (see `attach_stream`).
-            rx: Mutex::new(Rx { stage: Box::default(), start: 0, end: 0, dec: Decoder::new(), sink: Sink::Idle }),
+            rx: Mutex::new(Rx { stage: Box::default(), start: 0, end: 0, dec: Decoder::new(), sink: Sink::Idle, header_first: false }),
             tx: Mutex::new(VecDeque::new()),
             tx_busy: AtomicBool::new(false),
             rx_done: AtomicBool::new(false),

@@ -249,6 +249,67 @@ mod tests {
         fake.join().unwrap();
         t.shutdown(Instant::now() + Duration::from_millis(100));
     }
+
+    /// Large and small messages back to back, in one write and in pieces, arrive whole, with
+    /// their receive posted before or only after they came: the reader switches between
+    /// reading a header alone (after a large body) and reading many frames at once.
+    #[test]
+    fn large_and_small_messages_back_to_back_arrive_whole() {
+        use super::super::ops::{CtxState, TagMatch};
+        use crate::completion::WaitOutcome;
+        const SIZES: [usize; 10] = [100_000, 10, 70_000, 0, 50_000, 49_152, 3, 200_000, 64, 65_536];
+        fn body(k: usize, n: usize) -> Vec<u8> {
+            (0..n).map(|i| (i * 13 + k) as u8).collect()
+        }
+        let (go, started) = std::sync::mpsc::channel::<()>();
+        let (done, finished) = std::sync::mpsc::channel::<()>();
+        let (a, fake) = fake_rank0(move |mut s| {
+            started.recv().unwrap();
+            let mut all = Vec::new();
+            for round in 0..2 {
+                for (k, &n) in SIZES.iter().enumerate() {
+                    all.extend_from_slice(&frame(FrameKind::Data, (round * SIZES.len() + k) as u64, n as u64));
+                    all.extend_from_slice(&body(k, n));
+                }
+            }
+            // The first round in one write, the second in uneven pieces.
+            let half = all.len() / 2;
+            s.write_all(&all[..half]).unwrap();
+            for piece in all[half..].chunks(7_777) {
+                s.write_all(piece).unwrap();
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            finished.recv().unwrap();
+        });
+        let t = rank1(a, None);
+        let ctx = CtxState::new(7, None);
+        t.register_ctx(&ctx);
+        let count = 2 * SIZES.len();
+        let mut bufs: Vec<Vec<u8>> = (0..count).map(|k| vec![0xEEu8; SIZES[k % SIZES.len()]]).collect();
+        let post = |k: usize, b: &mut Vec<u8>| t.post_recv(&ctx, Some(0), TagMatch::Exact(k as u64), 0, crate::buffer::MutBuf::from_slice(b)).unwrap();
+        // Every other receive is posted before anything is sent; the rest arrive unexpected.
+        let mut ops: Vec<_> = bufs.iter_mut().enumerate().map(|(k, b)| (k % 2 == 0).then(|| post(k, b))).collect();
+        go.send(()).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        for (k, b) in bufs.iter_mut().enumerate() {
+            if ops[k].is_none() {
+                ops[k] = Some(post(k, b));
+            }
+        }
+        let limit = Instant::now() + Duration::from_secs(10);
+        for (k, op) in ops.iter().enumerate() {
+            match op.as_ref().unwrap().comp.wait(limit, &|| None) {
+                WaitOutcome::Finished(Ok(d)) => assert_eq!(d.bytes, SIZES[k % SIZES.len()], "message {k}"),
+                o => panic!("message {k}: {o:?}"),
+            }
+        }
+        for (k, b) in bufs.iter().enumerate() {
+            assert!(*b == body(k % SIZES.len(), SIZES[k % SIZES.len()]), "message {k} ({} bytes) differs", SIZES[k % SIZES.len()]);
+        }
+        done.send(()).unwrap();
+        fake.join().unwrap();
+        t.shutdown(Instant::now() + Duration::from_millis(100));
+    }
 }
 
 #[cfg(test)]

@@ -218,6 +218,14 @@ impl Decoder {
         }
     }
 
+    /// Bytes of the next header still to come, when one is being read (None: in a body).
+    pub fn header_left(&self) -> Option<usize> {
+        match self.state {
+            State::Header { got, .. } => Some(HEADER_LEN - got),
+            _ => None,
+        }
+    }
+
     /// The shell read `n` more bytes of the current body itself; where the body stands now
     /// (complete when `off == len`; the decoder then waits for the next header).
     ///
