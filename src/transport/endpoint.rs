@@ -294,6 +294,8 @@ pub struct SocketTransport {
     /// progress thread's next heartbeat turn is due.
     pub(super) peer_timeout: Option<Duration>,
     pub(super) next_beat_ms: AtomicU64,
+    /// Buffers for bodies that arrive before their receive (see `spare`).
+    pub(super) spare: super::spare::SpareBodies,
     /// Ourselves, for threads we start (a background dial).
     pub(super) me: Mutex<Weak<SocketTransport>>,
 }
@@ -353,6 +355,7 @@ impl SocketTransport {
             thread: Mutex::new(None),
             peer_timeout: cfg.peer_timeout,
             next_beat_ms: AtomicU64::new(0),
+            spare: Default::default(),
             me: Mutex::new(Weak::new()),
         });
         *lock(&t.me) = Arc::downgrade(&t);

@@ -233,7 +233,7 @@ impl SocketTransport {
     pub(super) fn pulled_sink(&self, peer: &Peer, hdr: Header) -> Sink {
         let (src, cookie, len) = (peer.rank, hdr.tag, hdr.len as usize);
         let mut m = lock(&self.matcher);
-        let into_queue = || Sink::Unexp { data: Vec::with_capacity(len.min(STAGE_LEN)), fills: Some(cookie) };
+        let into_queue = || Sink::Unexp { data: self.spare.take(len, len.min(STAGE_LEN)), fills: Some(cookie) };
         match m.take_pull(src, cookie) {
             Some(Pull::Recv { op, tag, check, offer }) => {
                 // Judged by the length offered; the body is what the receive takes of it.

@@ -152,6 +152,9 @@ impl SocketTransport {
                 self.note_acks(&m);
                 deliver_copy(&op, src, tag, check, &data);
                 drop(m);
+                if let Cow::Owned(body) = data {
+                    self.spare.give(body);
+                }
                 if credit > 0 {
                     self.consumed(self.peer(src), credit);
                 }
@@ -181,8 +184,9 @@ impl SocketTransport {
             if credit > 0 {
                 self.consumed(self.peer(msg.src), credit);
             }
-            if let Content::Bytes(data) = &msg.content {
+            if let Content::Bytes(data) = &mut msg.content {
                 deliver_copy(&op, msg.src, msg.tag, msg.check, data);
+                self.spare.give(std::mem::take(data));
             } else if let Content::Offered { .. } = msg.content {
                 if let Some((cookie, want)) = ask {
                     self.ask_for(msg.src, cookie, want);

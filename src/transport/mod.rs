@@ -18,6 +18,7 @@ mod probe;
 mod tcp;
 mod tcp_io;
 mod ring_wire;
+mod spare;
 mod wire;
 pub mod handshake;
 pub mod shm;

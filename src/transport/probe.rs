@@ -86,13 +86,14 @@ impl SocketTransport {
 
     /// Receives the message a matched probe took into `buf` (its context must be `ctx`).
     pub fn recv_matched(&self, ctx: &Arc<CtxState>, matched: Matched, buf: MutBuf) -> Result<Arc<RecvOp>> {
-        let Matched { ctx: id, msg } = matched;
+        let Matched { ctx: id, mut msg } = matched;
         if id != ctx.id {
             return Err(Error::new(crate::error::Status::InvalidArgument, "the message was probed on another communicator"));
         }
         let op = RecvOp::new(ctx, Some(msg.src), TagMatch::Exact(msg.tag), msg.check, buf);
-        if let Content::Bytes(data) = &msg.content {
+        if let Content::Bytes(data) = &mut msg.content {
             deliver_copy(&op, msg.src, msg.tag, msg.check, data);
+            self.spare.give(std::mem::take(data));
         } else if let Content::Offered { .. } = msg.content {
             self.pull_matched(&op, &msg);
         } else {
