@@ -356,6 +356,28 @@ fn allgather_blocks_around_the_direct_range() {
     });
 }
 
+/// Large allgathers are staged or read directly, whichever rank 0 measured to be faster lately
+/// (the first call stages, the second reads directly, then the faster with the other now and
+/// then): a run of them, out of place and in place, every byte checked.
+#[test]
+fn large_allgathers_either_way_arrive_whole() {
+    job_on("shm", 3, 20_000, |c| {
+        let (n, me) = (c.size(), c.rank());
+        for k in 0..8 {
+            let block = (1 << 20) + 8 * k;
+            let byte = |r: usize, i: usize| (i * 3 + r * 101 + k) as u8;
+            let mine: Vec<u8> = (0..block).map(|i| byte(me, i)).collect();
+            let mut all = vec![0u8; n * block];
+            c.collective(CollArgs::Allgather { send: Some(ConstBuf::from_slice(&mine)), recv: MutBuf::from_slice(&mut all), dt: DType::Uint8 }).unwrap();
+            assert!((0..n * block).all(|x| all[x] == byte(x / block, x % block)), "rank {me}: allgather {k}");
+            let mut inplace = vec![0u8; n * block];
+            inplace[me * block..(me + 1) * block].copy_from_slice(&mine);
+            c.collective(CollArgs::Allgather { send: None, recv: MutBuf::from_slice(&mut inplace), dt: DType::Uint8 }).unwrap();
+            assert!(inplace == all, "rank {me}: in-place allgather {k}");
+        }
+    });
+}
+
 #[test]
 fn shared_memory_large_alltoall_and_allgather() {
     // Large blocks: the alltoall reads them from the peers' memory, the allgather stages them

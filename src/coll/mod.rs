@@ -49,6 +49,7 @@ impl<'a> Pending<'a> {
 }
 
 mod hier;
+mod pick;
 mod util;
 
 pub mod allgather;

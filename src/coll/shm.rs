@@ -35,6 +35,12 @@ const ALLTOALL_DIRECT_MIN: usize = 64 * 1024;
 /// slow mode there), 256 KiB 1.13. With 4 ranks on the 2 cores direct was 1.25-1.87x slower.
 const ALLGATHER_DIRECT_BLOCKS: std::ops::RangeInclusive<usize> = 32 * 1024..=128 * 1024;
 
+/// Allgather blocks of at least this many bytes are staged or read directly, whichever rank 0
+/// measured to be faster lately (see `pick`): on this VM the staged copy is faster by 10-30%
+/// most of the time and 4-6x slower in the minutes its two vCPUs sit far apart. Not smaller
+/// blocks: the choice costs a step, and a 256 KiB block takes only 25-45 us.
+const ALLGATHER_MEASURED_MIN: usize = 1 << 20;
+
 /// A broadcast of at least this many bytes has the others read the root's buffer directly (one
 /// copy) instead of staging it through the arena. Measured (2 ranks, 5 interleaved rounds,
 /// medians of direct/staged time): beside one busy process 0.07-0.36x at 64 KiB, 0.19-0.80x at
@@ -63,6 +69,8 @@ const SHARED_FAILED: usize = 2;
 pub struct Scratch {
     bytes: Vec<u8>,
     inputs: Vec<*const u8>,
+    /// Rank 0's measure of large allgathers: staged (first) or read directly (second).
+    allgather: super::pick::Pick,
 }
 
 // SAFETY: the pointers are only used within one collective call, under the comm's turn.
@@ -206,7 +214,7 @@ impl<'a> ShmRun<'a> {
 
     /// Reduces the inputs set by `set_inputs` into `out`.
     unsafe fn reduce(&mut self, dt: DType, op: ReduceOp, avg_n: usize, out: *mut u8, len: usize) {
-        let Scratch { bytes, inputs } = &mut *self.scratch;
+        let Scratch { bytes, inputs, .. } = &mut *self.scratch;
         reduce_ordered(dt, op, avg_n, inputs, out, len, bytes);
     }
 
@@ -461,9 +469,13 @@ impl<'a> ShmRun<'a> {
                 // in medians: 1 MiB 76 against 52 us, 16 MiB 4.7 against 4.1 ms, though the
                 // staged copy ran 4-7x slower in some runs). Mid-sized blocks read directly
                 // (see `ALLGATHER_DIRECT_BLOCKS`).
-                if ALLGATHER_DIRECT_BLOCKS.contains(&block) && self.pids.is_some() && !crate::completion::oversubscribed() {
+                let spread = self.pids.is_some() && !crate::completion::oversubscribed();
+                if ALLGATHER_DIRECT_BLOCKS.contains(&block) && spread {
                     let (counts, displs) = even_blocks(self.n(), block);
                     return Some(self.allgatherv_direct(*send, *recv, &counts, &displs));
+                }
+                if block >= ALLGATHER_MEASURED_MIN && spread {
+                    return Some(self.allgather_measured(*send, *recv, block));
                 }
                 self.allgather(*send, *recv, block)
             }
@@ -623,9 +635,36 @@ impl<'a> ShmRun<'a> {
 
     /// allgather(v) with one copy: each rank reads every other rank's block from its memory.
     unsafe fn allgatherv_direct(&mut self, send: Option<ConstBuf>, recv: MutBuf, counts: &[usize], displs: &[usize]) -> Result<()> {
+        let mine = send.map_or(recv.as_ptr().add(displs[self.me()]) as *const u8, |b| b.as_slice().as_ptr());
+        let s = self.exchange_words(&[mine as u64])?;
+        self.read_published_blocks(s, send, recv, counts, displs)
+    }
+
+    /// A large allgather staged or read directly, whichever has lately been faster for rank 0,
+    /// which says which in the first step (see `pick`); the staged one costs that step more.
+    unsafe fn allgather_measured(&mut self, send: Option<ConstBuf>, recv: MutBuf, block: usize) -> Result<()> {
+        let (me, started) = (self.me(), Instant::now());
+        let mine = send.map_or(recv.as_ptr().add(me * block) as *const u8, |b| b.as_slice().as_ptr());
+        let direct = me == 0 && self.scratch.allgather.second();
+        let s = self.exchange_words(&[mine as u64, u64::from(direct)])?;
+        let direct = self.word(0, s, 1) == 1;
+        let done = if direct {
+            let (counts, displs) = even_blocks(self.n(), block);
+            self.read_published_blocks(s, send, recv, &counts, &displs)
+        } else {
+            self.allgather(send, recv, block)
+        };
+        if me == 0 && done.is_ok() {
+            self.scratch.allgather.took(direct, recv.len(), started.elapsed());
+        }
+        done
+    }
+
+    /// The rest of a direct allgather(v) once step `s` published every buffer's address: reads
+    /// the others' blocks, copies our own (out of place), and ends the reads.
+    unsafe fn read_published_blocks(&mut self, s: u32, send: Option<ConstBuf>, recv: MutBuf, counts: &[usize], displs: &[usize]) -> Result<()> {
         let me = self.me();
         let mine = send.map_or(recv.as_ptr().add(displs[me]) as *const u8, |b| b.as_slice().as_ptr());
-        let s = self.exchange_words(&[mine as u64])?;
         // Read everything we can, but always take the final step: the ranks must stay in step.
         let mut first_err = None;
         for r in (0..self.n()).filter(|&r| r != me) {
