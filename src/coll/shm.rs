@@ -468,7 +468,8 @@ impl<'a> ShmRun<'a> {
                 // by one, and came out 15-60% slower from 256 KiB blocks (again on 2026-12-02
                 // in medians: 1 MiB 76 against 52 us, 16 MiB 4.7 against 4.1 ms, though the
                 // staged copy ran 4-7x slower in some runs). Mid-sized blocks read directly
-                // (see `ALLGATHER_DIRECT_BLOCKS`).
+                // (see `ALLGATHER_DIRECT_BLOCKS`); from 1 MiB blocks whichever is faster now
+                // (see `ALLGATHER_MEASURED_MIN`).
                 let spread = self.pids.is_some() && !crate::completion::oversubscribed();
                 if ALLGATHER_DIRECT_BLOCKS.contains(&block) && spread {
                     let (counts, displs) = even_blocks(self.n(), block);
