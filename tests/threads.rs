@@ -341,19 +341,24 @@ fn staged_broadcast_roots_run_ahead_without_overwriting_unread_data() {
 #[test]
 fn allgather_blocks_around_the_direct_range() {
     job_on("shm", 3, 20_000, |c| {
-        let (n, me) = (c.size(), c.rank());
         for block in [32 * 1024 - 8, 32 * 1024, 64 * 1024 + 8, 128 * 1024, 128 * 1024 + 8] {
-            let byte = |r: usize, i: usize| (i * 5 + r * 77 + block) as u8;
-            let mine: Vec<u8> = (0..block).map(|i| byte(me, i)).collect();
-            let mut all = vec![0u8; n * block];
-            c.collective(CollArgs::Allgather { send: Some(ConstBuf::from_slice(&mine)), recv: MutBuf::from_slice(&mut all), dt: DType::Uint8 }).unwrap();
-            assert!((0..n * block).all(|k| all[k] == byte(k / block, k % block)), "rank {me}: allgather of {block}-byte blocks");
-            let mut inplace = vec![0u8; n * block];
-            inplace[me * block..(me + 1) * block].copy_from_slice(&mine);
-            c.collective(CollArgs::Allgather { send: None, recv: MutBuf::from_slice(&mut inplace), dt: DType::Uint8 }).unwrap();
-            assert!(inplace == all, "rank {me}: in-place allgather of {block}-byte blocks");
+            allgather_both_ways(&c, block, |r, i| (i * 5 + r * 77 + block) as u8);
         }
     });
+}
+
+/// An allgather of `block`-byte blocks out of place and one in place, every byte checked
+/// (`byte(r, i)`: byte `i` of rank `r`'s block).
+fn allgather_both_ways(c: &Comm, block: usize, byte: impl Fn(usize, usize) -> u8) {
+    let (n, me) = (c.size(), c.rank());
+    let mine: Vec<u8> = (0..block).map(|i| byte(me, i)).collect();
+    let mut all = vec![0u8; n * block];
+    c.collective(CollArgs::Allgather { send: Some(ConstBuf::from_slice(&mine)), recv: MutBuf::from_slice(&mut all), dt: DType::Uint8 }).unwrap();
+    assert!((0..n * block).all(|k| all[k] == byte(k / block, k % block)), "rank {me}: allgather of {block}-byte blocks");
+    let mut inplace = vec![0u8; n * block];
+    inplace[me * block..(me + 1) * block].copy_from_slice(&mine);
+    c.collective(CollArgs::Allgather { send: None, recv: MutBuf::from_slice(&mut inplace), dt: DType::Uint8 }).unwrap();
+    assert!(inplace == all, "rank {me}: in-place allgather of {block}-byte blocks");
 }
 
 /// Large allgathers are staged or read directly, whichever rank 0 measured to be faster lately
@@ -362,18 +367,8 @@ fn allgather_blocks_around_the_direct_range() {
 #[test]
 fn large_allgathers_either_way_arrive_whole() {
     job_on("shm", 3, 20_000, |c| {
-        let (n, me) = (c.size(), c.rank());
         for k in 0..8 {
-            let block = (1 << 20) + 8 * k;
-            let byte = |r: usize, i: usize| (i * 3 + r * 101 + k) as u8;
-            let mine: Vec<u8> = (0..block).map(|i| byte(me, i)).collect();
-            let mut all = vec![0u8; n * block];
-            c.collective(CollArgs::Allgather { send: Some(ConstBuf::from_slice(&mine)), recv: MutBuf::from_slice(&mut all), dt: DType::Uint8 }).unwrap();
-            assert!((0..n * block).all(|x| all[x] == byte(x / block, x % block)), "rank {me}: allgather {k}");
-            let mut inplace = vec![0u8; n * block];
-            inplace[me * block..(me + 1) * block].copy_from_slice(&mine);
-            c.collective(CollArgs::Allgather { send: None, recv: MutBuf::from_slice(&mut inplace), dt: DType::Uint8 }).unwrap();
-            assert!(inplace == all, "rank {me}: in-place allgather {k}");
+            allgather_both_ways(&c, (1 << 20) + 8 * k, |r, i| (i * 3 + r * 101 + k) as u8);
         }
     });
 }
