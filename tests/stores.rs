@@ -1,6 +1,9 @@
 //! Store and rendezvous tests: TCP store (concurrency, waits, token, hostile clients), file store
 //! (locking across processes, stale files, generations), exchange and rendezvous.
 
+mod common;
+
+use common::free_port;
 use distcomm::rendezvous::tcp_store::raw;
 use distcomm::rendezvous::{
     exchange, rendezvous, resolve, FileStore, InitOptions, MemStore, PrefixStore, Store, StoreServer, TcpStore,
@@ -768,9 +771,6 @@ fn env_cfg(pairs: &[(&str, String)], opts: &InitOptions) -> distcomm::rendezvous
     resolve(opts, &move |k: &str| m.get(k).cloned()).unwrap()
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
 
 #[test]
 fn rendezvous_env_rank0_hosts_and_reinit_gets_fresh_keys() {

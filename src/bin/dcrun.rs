@@ -302,13 +302,13 @@ fn random_token() -> std::io::Result<String> {
     Ok(hex(&b))
 }
 
-/// Serves the store on exactly `host:port`.
 /// A port that is free on 127.0.0.1 now, for rank 0 to bind (as torchrun finds one: a short
 /// window in which another process could take it).
 fn free_port() -> std::io::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
+/// Serves the store on exactly `host:port`.
 fn serve_store(host: &str, port: u16, token: &[u8]) -> Result<StoreServer, String> {
     let addrs: Vec<SocketAddr> = (host, port)
         .to_socket_addrs()

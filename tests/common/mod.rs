@@ -7,8 +7,28 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-/// A port that was free a moment ago on 127.0.0.1.
+/// A port that was free a moment ago on 127.0.0.1, for a job's store to listen on. Taken below
+/// the kernel's ephemeral range: a port the kernel handed out (`bind(":0")`) could be handed
+/// out again, to another test's listener or outgoing connection, before the job binds it (CI
+/// once failed on that: "port ... is already in use"). Each call tries the next candidate
+/// from a point that depends on the process, so parallel tests and test binaries spread out.
 pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse::<u32>().ok()))
+        .unwrap_or(32768);
+    if low > 12_000 {
+        let (first, span) = (10_000u32, low - 10_000);
+        let start = std::process::id().wrapping_mul(7919) % span;
+        for _ in 0..span.min(2000) {
+            let port = (first + (start + NEXT.fetch_add(1, Ordering::Relaxed) * 13) % span) as u16;
+            if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return port;
+            }
+        }
+    }
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
