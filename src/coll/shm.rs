@@ -638,7 +638,7 @@ impl<'a> ShmRun<'a> {
     unsafe fn allgatherv_direct(&mut self, send: Option<ConstBuf>, recv: MutBuf, counts: &[usize], displs: &[usize]) -> Result<()> {
         let mine = send.map_or(recv.as_ptr().add(displs[self.me()]) as *const u8, |b| b.as_slice().as_ptr());
         let s = self.exchange_words(&[mine as u64])?;
-        self.read_published_blocks(s, send, recv, counts, displs)
+        self.read_published_blocks(s, mine, send.is_some(), recv, counts, displs)
     }
 
     /// A large allgather staged or read directly, whichever has lately been faster for rank 0,
@@ -651,7 +651,7 @@ impl<'a> ShmRun<'a> {
         let direct = self.word(0, s, 1) == 1;
         let done = if direct {
             let (counts, displs) = even_blocks(self.n(), block);
-            self.read_published_blocks(s, send, recv, &counts, &displs)
+            self.read_published_blocks(s, mine, send.is_some(), recv, &counts, &displs)
         } else {
             self.allgather(send, recv, block)
         };
@@ -662,10 +662,9 @@ impl<'a> ShmRun<'a> {
     }
 
     /// The rest of a direct allgather(v) once step `s` published every buffer's address: reads
-    /// the others' blocks, copies our own (out of place), and ends the reads.
-    unsafe fn read_published_blocks(&mut self, s: u32, send: Option<ConstBuf>, recv: MutBuf, counts: &[usize], displs: &[usize]) -> Result<()> {
+    /// the others' blocks, copies our own block `mine` (when `out_of_place`), and ends the reads.
+    unsafe fn read_published_blocks(&mut self, s: u32, mine: *const u8, out_of_place: bool, recv: MutBuf, counts: &[usize], displs: &[usize]) -> Result<()> {
         let me = self.me();
-        let mine = send.map_or(recv.as_ptr().add(displs[me]) as *const u8, |b| b.as_slice().as_ptr());
         // Read everything we can, but always take the final step: the ranks must stay in step.
         let mut first_err = None;
         for r in (0..self.n()).filter(|&r| r != me) {
@@ -673,7 +672,7 @@ impl<'a> ShmRun<'a> {
                 first_err.get_or_insert(e);
             }
         }
-        if send.is_some() {
+        if out_of_place {
             copy(mine, recv.as_ptr().add(displs[me]), counts[me]);
         }
         self.finish_reads()?;

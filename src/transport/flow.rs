@@ -22,7 +22,7 @@ use super::frame::{FrameKind, Header, RTS_LEN};
 use super::matching::{deliver_copy, verdict, Content, Matcher, Parked, Pull, Unexpected};
 use super::ops::{CtxState, RecvOp, SendOp};
 use super::protocol::Rts;
-use super::tcp_io::{Body, Sink, TxItem, STAGE_LEN};
+use super::tcp_io::{Body, Sink, TxItem};
 use crate::error::Result;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -233,7 +233,7 @@ impl SocketTransport {
     pub(super) fn pulled_sink(&self, peer: &Peer, hdr: Header) -> Sink {
         let (src, cookie, len) = (peer.rank, hdr.tag, hdr.len as usize);
         let mut m = lock(&self.matcher);
-        let into_queue = || Sink::Unexp { data: self.spare.take(len, len.min(STAGE_LEN)), fills: Some(cookie) };
+        let into_queue = || Sink::Unexp { data: self.spare.take(len), fills: Some(cookie) };
         match m.take_pull(src, cookie) {
             Some(Pull::Recv { op, tag, check, offer }) => {
                 // Judged by the length offered; the body is what the receive takes of it.

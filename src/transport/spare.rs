@@ -9,6 +9,7 @@
 //! side's time went to page faults and `madvise`; with trimming turned off for the test the
 //! broadcast took 0.54-0.72x the time.
 
+use super::tcp_io::STAGE_LEN;
 use std::sync::Mutex;
 
 /// Bodies kept, at most, and their bytes: a sender may run ahead by many messages (up to its
@@ -36,8 +37,9 @@ impl SpareBodies {
     }
 
     /// An empty buffer for a body of `len` bytes: a kept one that holds it all (the smallest
-    /// such), else a new one of `first` bytes' capacity (the caller grows it as bytes come).
-    pub(super) fn take(&self, len: usize, first: usize) -> Vec<u8> {
+    /// such), else a new one of at most a stage's capacity, whatever the header claims (the
+    /// caller grows it as bytes come).
+    pub(super) fn take(&self, len: usize) -> Vec<u8> {
         if (KEEP_MIN..=KEEP_MAX).contains(&len) {
             let mut shelf = self.shelf();
             let fit = shelf.bufs.iter().enumerate().filter(|(_, v)| v.capacity() >= len).min_by_key(|(_, v)| v.capacity()).map(|(i, _)| i);
@@ -47,7 +49,7 @@ impl SpareBodies {
                 return v;
             }
         }
-        Vec::with_capacity(first)
+        Vec::with_capacity(len.min(STAGE_LEN))
     }
 
     /// Keeps `body` (its bytes delivered) for a later one, if it is worth keeping and the
@@ -72,7 +74,7 @@ mod tests {
     #[test]
     fn keeps_mid_sized_buffers_up_to_its_limits_and_hands_out_the_smallest_that_fits() {
         let s = SpareBodies::default();
-        assert_eq!(s.take(64 << 10, 100).capacity(), 100, "nothing kept yet: a new buffer");
+        assert_eq!(s.take(64 << 10).capacity(), STAGE_LEN, "nothing kept yet: a new buffer");
         for cap in [8 << 10, 2 << 20, 64 << 10, 512 << 10, 128 << 10] {
             s.give(Vec::with_capacity(cap));
         }
@@ -82,14 +84,14 @@ mod tests {
             c
         };
         assert_eq!(caps(&s), vec![64 << 10, 128 << 10, 512 << 10], "8 KiB and 2 MiB are not kept");
-        let v = s.take(100 << 10, 0);
+        let v = s.take(100 << 10);
         assert!(v.capacity() >= 128 << 10 && v.capacity() < 512 << 10 && v.is_empty());
-        assert_eq!(s.take(600 << 10, 7).capacity(), 7, "none holds it");
-        assert_eq!(s.take(1000, 7).capacity(), 7, "small bodies get their own");
-        let mut used = s.take(300 << 10, 0);
+        assert_eq!(s.take(600 << 10).capacity(), STAGE_LEN, "none holds it: a new one, of a stage at first");
+        assert_eq!(s.take(1000).capacity(), 1000, "small bodies get their own");
+        let mut used = s.take(300 << 10);
         used.extend_from_slice(&[1, 2, 3]);
         s.give(used);
-        assert!(s.take(200 << 10, 0).is_empty(), "a kept buffer comes back empty");
+        assert!(s.take(200 << 10).is_empty(), "a kept buffer comes back empty");
         // At most KEEP_BYTES in all, and at most KEEP buffers.
         for _ in 0..40 {
             s.give(Vec::with_capacity(1 << 20));

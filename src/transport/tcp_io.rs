@@ -613,7 +613,7 @@ impl SocketTransport {
                             self.arriving_unexpected.fetch_add(1, Ordering::Relaxed);
                         }
                         // Never more than a staging buffer up front, whatever the header claims.
-                        Sink::Unexp { data: self.spare.take(len, len.min(STAGE_LEN)), fills: None }
+                        Sink::Unexp { data: self.spare.take(len), fills: None }
                     }
                 };
                 // An empty body (or a receive that takes none of it) is complete already.
