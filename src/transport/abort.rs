@@ -58,7 +58,11 @@ impl SocketTransport {
         }
     }
 
-    pub(super) fn on_remote_abort(&self, ctx_id: u64, from: u32, code: u32) {
+    /// Marks context `ctx_id` aborted by world rank `from`, as soon as its `Abort` frame is read
+    /// (under the connection's lock): a goodbye read after it, perhaps by another thread, then
+    /// finds the context aborted and its waiters report the abort, not a closed connection.
+    /// The pending operations are failed afterwards (`fail_aborted`), outside that lock.
+    pub(super) fn note_remote_abort(&self, ctx_id: u64, from: u32, code: u32) {
         let ctx = lock(&self.ctxs).get(&ctx_id).and_then(|w| w.upgrade());
         let why = match code {
             ABORT_MISMATCH => " after it found mismatched collective arguments (DC_ERR_MISMATCH there)",
@@ -82,7 +86,6 @@ impl SocketTransport {
                 }
             }
         }
-        self.fail_aborted();
     }
 }
 

@@ -204,8 +204,8 @@ impl Peer {
 
 /// Things noticed while reading that must be handled after the connection's lock is released.
 pub(super) enum Event {
-    /// Context, reason code.
-    RemoteAbort(u64, u32),
+    /// A peer aborted a context (marked already, see `note_remote_abort`): fail its operations.
+    RemoteAbort,
     Closed,
     Gone(String),
     /// Tell the peer we are done reading its single-copy message.
@@ -490,7 +490,7 @@ impl SocketTransport {
     pub(super) fn handle_events(&self, peer: &Arc<Peer>, events: &mut Vec<Event>) {
         for ev in events.drain(..) {
             match ev {
-                Event::RemoteAbort(ctx, code) => self.on_remote_abort(ctx, peer.rank, code),
+                Event::RemoteAbort => self.fail_aborted(),
                 Event::SendFin { cookie, ok } => self.release_sender(peer, cookie, ok),
                 Event::Bell => {
                     let _ = self.send_control(peer, Header::control(FrameKind::Bell, 0));
@@ -532,11 +532,13 @@ impl SocketTransport {
     /// Fails everything that waits on a peer that is gone.
     pub(super) fn fail_peer_ops(&self, peer: &Arc<Peer>) {
         let gone = || peer.gone_error().unwrap_or_else(|| Error::new(Status::PeerLost, format!("rank {} is gone", peer.rank)));
-        let err = || Err(gone());
+        // An operation of a context the peer aborted before it went says so (see
+        // `note_remote_abort`): the abort is the cause, the goodbye its consequence.
+        let err = |ctx: &CtxState| Err(ctx.abort_error().unwrap_or_else(gone));
         for (cookie, op) in lock(&peer.awaiting_fin).drain() {
             // Let go of without its Fin: a peer declared lost may still be reading.
             super::cma::revoke(cookie);
-            op.comp.complete(err());
+            op.comp.complete(err(&op.ctx));
         }
         if peer.rx_done.load(Ordering::Acquire) {
             // Nothing more will come from it: every wire gives up what it holds.
@@ -546,7 +548,7 @@ impl SocketTransport {
         }
         let ops = lock(&self.matcher).drain_posted(|op| op.src == Some(peer.rank));
         for op in ops {
-            op.comp.complete(err());
+            op.comp.complete(err(&op.ctx));
         }
     }
 

@@ -310,6 +310,39 @@ mod tests {
         fake.join().unwrap();
         t.shutdown(Instant::now() + Duration::from_millis(100));
     }
+
+    /// A peer that aborts a communicator and then says goodbye: the thread that read the abort
+    /// may not have acted on it yet when another thread reads the goodbye and fails the
+    /// receives from that peer. The context is aborted as the abort is read, so those receives
+    /// report the abort, not a closed connection (CI once saw the latter).
+    #[test]
+    fn an_abort_read_before_a_goodbye_is_what_the_receives_report() {
+        use super::super::endpoint::Event;
+        use super::super::ops::{CtxState, TagMatch};
+        use super::super::protocol::Frame;
+        use super::super::tcp_io::Sink;
+        use crate::completion::WaitOutcome;
+        let (a, fake) = fake_rank0(|s| s);
+        let t = rank1(a, None);
+        let ctx = CtxState::new(7, None);
+        t.register_ctx(&ctx);
+        let mut buf = [0u8; 8];
+        let op = t.post_recv(&ctx, Some(0), TagMatch::AnyUser, 0, crate::buffer::MutBuf::from_slice(&mut buf)).unwrap();
+        let peer = t.peer(0).clone();
+        // The reading thread reads the abort (its events not handled yet) ...
+        let (mut sink, mut read_first) = (Sink::Idle, Vec::new());
+        t.on_frame(&peer, Frame::Abort { ctx: 7, code: 0 }, &mut sink, &mut read_first);
+        assert!(ctx.is_aborted(), "aborted as soon as read");
+        // ... another reads the goodbye and acts on it first.
+        t.handle_events(&peer, &mut vec![Event::Closed]);
+        match op.comp.wait(Instant::now() + Duration::from_secs(5), &|| None) {
+            WaitOutcome::Finished(Err(e)) => assert!(e.status == crate::error::Status::Aborted && e.msg.contains("rank 0 aborted"), "{e}"),
+            o => panic!("the receive did not fail with the abort: {o:?}"),
+        }
+        t.handle_events(&peer, &mut read_first);
+        drop(fake.join().unwrap());
+        t.shutdown(Instant::now() + Duration::from_millis(100));
+    }
 }
 
 #[cfg(test)]

@@ -449,7 +449,7 @@ mod tests {
         let addrs = vec![listener.local_addr().unwrap(), "127.0.0.1:9".parse().unwrap()];
         let t = SocketTransport::start(listener, &addrs, &cfg, Duration::from_secs(5)).unwrap();
         for id in 0..(super::super::abort::MAX_EARLY_ABORTS as u64 + 100) {
-            t.on_remote_abort(1000 + id, 1, 0);
+            t.note_remote_abort(1000 + id, 1, 0);
         }
         assert_eq!(t.early_aborts.lock().unwrap().len(), super::super::abort::MAX_EARLY_ABORTS);
         // One that was kept still reaches its context when it is created.

@@ -577,7 +577,10 @@ impl SocketTransport {
     /// Acts on a frame that came over the socket; a data frame's body goes to the sink set here.
     pub(super) fn on_frame(&self, peer: &Peer, frame: Frame, sink: &mut Sink, events: &mut Vec<Event>) {
         match frame {
-            Frame::Abort { ctx, code } => events.push(Event::RemoteAbort(ctx, code)),
+            Frame::Abort { ctx, code } => {
+                self.note_remote_abort(ctx, peer.rank, code);
+                events.push(Event::RemoteAbort);
+            }
             Frame::Close => {
                 // What the peer put in our ring before its goodbye comes first.
                 self.drain_ring_locked(peer, events);
