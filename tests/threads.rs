@@ -373,6 +373,40 @@ fn large_allgathers_either_way_arrive_whole() {
     });
 }
 
+/// Large allreduces and reduce_scatters are staged or read once, whichever rank 0 measured to
+/// be faster lately (the allgathers' way of choosing): a run of them, in and out of place, each
+/// result the very bits of the inputs summed in rank order, whichever way it went.
+#[test]
+fn large_reductions_either_way_give_the_same_bits() {
+    job_on("shm", 3, 20_000, |c| {
+        let (n, me) = (c.size(), c.rank());
+        let value = |r: usize, i: usize| ((i * 7 + r * 13) % 1000) as f32 * 0.37 + r as f32 * 1e-3;
+        let summed = |i: usize| (1..n).fold(value(0, i), |acc, r| acc + value(r, i));
+        let sum = ReduceOp::Sum;
+        for k in 0..8 {
+            let count = (1 << 18) + 5 * k;
+            let mine = f32_bytes(&(0..count).map(|i| value(me, i)).collect::<Vec<_>>());
+            let want = f32_bytes(&(0..count).map(summed).collect::<Vec<_>>());
+            let mut out = vec![0u8; mine.len()];
+            c.collective(CollArgs::Allreduce { send: Some(ConstBuf::from_slice(&mine)), recv: MutBuf::from_slice(&mut out), dt: DType::Float32, op: sum }).unwrap();
+            assert!(out == want, "rank {me}: allreduce {k} of {count} floats");
+            let mut inplace = mine.clone();
+            c.collective(CollArgs::Allreduce { send: None, recv: MutBuf::from_slice(&mut inplace), dt: DType::Float32, op: sum }).unwrap();
+            assert!(inplace == want, "rank {me}: in-place allreduce {k} of {count} floats");
+
+            let block = ((1 << 18) / n + 1 + k) * 4;
+            let input = f32_bytes(&(0..n * block / 4).map(|i| value(me, i)).collect::<Vec<_>>());
+            let want = f32_bytes(&(me * block / 4..(me + 1) * block / 4).map(summed).collect::<Vec<_>>());
+            let mut out = vec![0u8; block];
+            c.collective(CollArgs::ReduceScatter { send: Some(ConstBuf::from_slice(&input)), recv: MutBuf::from_slice(&mut out), dt: DType::Float32, op: sum }).unwrap();
+            assert!(out == want, "rank {me}: reduce_scatter {k} of {block}-byte blocks");
+            let mut inplace = input.clone();
+            c.collective(CollArgs::ReduceScatter { send: None, recv: MutBuf::from_slice(&mut inplace), dt: DType::Float32, op: sum }).unwrap();
+            assert!(inplace[me * block..(me + 1) * block] == want[..], "rank {me}: in-place reduce_scatter {k} of {block}-byte blocks");
+        }
+    });
+}
+
 #[test]
 fn shared_memory_large_alltoall_and_allgather() {
     // Large blocks: the alltoall reads them from the peers' memory, the allgather stages them

@@ -8,14 +8,20 @@
 //! side by side, 53 of 509 runs slow in both and 451 fast in both, 5 slow in one): the two vCPUs
 //! sit far apart on the host. Which way is faster cannot be known in advance, so it is measured.
 //!
-//! One member (rank 0) chooses and tells the others in the call's first step, so every member
-//! makes the same choice; only its own times count. Used by the shared-memory allgather of
-//! blocks from 1 MiB (staged, or read once): 4 MiB at 2 ranks, 1095 runs of each build
-//! interleaved with the ping-pong: in the far minutes 0.24x the time of staging always (268
-//! against 1128 us), otherwise 1.03x (223 against 215 us: the choosing step and the tries).
+//! One member (rank 0) chooses and tells the others with its stamp, so every member makes the
+//! same choice; only its own times count. Used by the shared-memory allgather of blocks from
+//! 1 MiB, allreduce and reduce_scatter from 1 MiB (staged, or read once). 2 ranks, old build
+//! (always staged) and new interleaved with the ping-pong, medians of new/old time, far minutes
+//! (about 90 runs each) and the rest (about 340): allgather 4 MiB 0.24 (measured when it came)
+//! and 1.00; reduce_scatter 1 and 4 MiB 0.28-0.29 and 1.00-1.01; allreduce 1, 4 and 16 MiB
+//! 0.64-0.71 and 0.99-1.03.
 
 use std::time::Duration;
 
+/// Calls timed each way, alternately, before the first choice (after one cold call each, not
+/// counted); a way's first estimate is its fastest of them, so that one slow try (a page
+/// fault, a preemption) does not send the next 30 calls the slower way.
+const TRIES: u32 = 3;
 /// One call in this many tries the way that looks slower, to notice when the machine changed.
 const EXPLORE_EVERY: u64 = 32;
 /// Weight of the newest time in a way's running estimate: a faster time counts more than a
@@ -45,27 +51,36 @@ struct Way {
 
 impl Way {
     fn took(&mut self, per_byte: f64) {
+        let trying = !self.settled();
         self.timed += 1;
         if self.timed == 1 {
             return;
         }
-        self.estimate = Some(self.estimate.map_or(per_byte, |old| {
-            let w = if per_byte < old { WEIGHT_FASTER } else { WEIGHT_SLOWER };
-            old + (per_byte.min(old * CLIP) - old) * w
-        }));
+        self.estimate = Some(match self.estimate {
+            None => per_byte,
+            Some(old) if trying => old.min(per_byte),
+            Some(old) => {
+                let w = if per_byte < old { WEIGHT_FASTER } else { WEIGHT_SLOWER };
+                old + (per_byte.min(old * CLIP) - old) * w
+            }
+        });
+    }
+
+    /// Whether this way's tries are over (its cold call and `TRIES` more were timed).
+    fn settled(&self) -> bool {
+        self.timed > TRIES
     }
 }
 
 impl Pick {
-    /// Whether to take the second way this time: the first until it has an estimate, then the
-    /// second until it has one, then the faster (see `SECOND_BELOW`), the other tried every
-    /// `EXPLORE_EVERY` calls.
+    /// Whether to take the second way this time: each in turn until both had their tries (see
+    /// `TRIES`), then the faster (see `SECOND_BELOW`), the other tried every `EXPLORE_EVERY`
+    /// calls.
     pub fn second(&mut self) -> bool {
         self.calls += 1;
         match (self.first.estimate, self.second.estimate) {
-            (None, _) => false,
-            (Some(_), None) => true,
-            (Some(a), Some(b)) => (b < a * SECOND_BELOW) != (self.calls % EXPLORE_EVERY == 0),
+            (Some(a), Some(b)) if self.first.settled() && self.second.settled() => (b < a * SECOND_BELOW) != (self.calls % EXPLORE_EVERY == 0),
+            _ => self.second.timed < self.first.timed,
         }
     }
 
@@ -73,6 +88,22 @@ impl Pick {
     pub fn took(&mut self, second: bool, bytes: usize, took: Duration) {
         let per_byte = took.as_nanos() as f64 / bytes.max(1) as f64;
         if second { &mut self.second } else { &mut self.first }.took(per_byte);
+    }
+}
+
+/// A `Pick` for each size class (a power of two from `MIN` bytes, the last one open-ended):
+/// a way's time per byte changes with the size (what stays in cache), and a program that
+/// alternates sizes should not have one size's times choose for another.
+#[derive(Debug, Default)]
+pub struct BySize {
+    classes: [Pick; 8],
+}
+
+impl BySize {
+    /// The `Pick` of calls of `bytes` (at least `min`) bytes.
+    pub fn of(&mut self, bytes: usize, min: usize) -> &mut Pick {
+        let class = (bytes / min.max(1)).max(1).ilog2() as usize;
+        &mut self.classes[class.min(self.classes.len() - 1)]
     }
 }
 
@@ -95,10 +126,9 @@ mod tests {
     #[test]
     fn tries_both_then_keeps_the_faster_and_follows_a_change() {
         let mut p = Pick::default();
-        // Two calls each way (the first of each is cold and not counted).
+        // Four calls each way, in turn (the first of each is cold and not counted).
         assert_eq!(calls(&mut p, 1, 50_000, 90_000), 0);
-        assert_eq!(calls(&mut p, 1, 5000, 90_000), 0);
-        assert_eq!(calls(&mut p, 2, 5000, 9000), 2);
+        assert_eq!(calls(&mut p, 7, 5000, 9000), 4);
         // The first is faster: the second only as exploration.
         assert_eq!(calls(&mut p, 640, 5000, 9000), 20);
         // A near tie keeps the first.
@@ -115,5 +145,34 @@ mod tests {
         let back = calls(&mut p, 400, 4000, 5000);
         assert!(back < 400 - 100, "{back} of 400 still the second way");
         assert_eq!(calls(&mut p, 64, 4000, 5000), 2);
+    }
+
+    #[test]
+    fn one_slow_try_does_not_decide() {
+        let mut p = Pick::default();
+        // The first way's first timed call is 4x slow, its others fast: its fastest counts.
+        let firsts = [50_000, 20_000, 5000, 5000];
+        for (i, t) in firsts.into_iter().enumerate() {
+            assert!(!p.second(), "try {i}");
+            p.took(false, 1000, Duration::from_nanos(t));
+            assert!(p.second(), "try {i}");
+            p.took(true, 1000, Duration::from_nanos(6000));
+        }
+        assert_eq!(calls(&mut p, 31 - 8, 5000, 6000), 0);
+    }
+
+    #[test]
+    fn each_size_class_has_its_own_pick() {
+        let mut by = BySize::default();
+        const MIB: usize = 1 << 20;
+        // Times at 1 MiB do not reach 2 MiB or 3 MiB (the same class).
+        calls(by.of(MIB, MIB), 4, 5000, 9000);
+        assert!(by.of(MIB + 1, MIB).first.estimate.is_some());
+        assert!(by.of(2 * MIB, MIB).first.estimate.is_none());
+        calls(by.of(3 * MIB, MIB), 4, 5000, 9000);
+        assert!(by.of(2 * MIB, MIB).first.estimate.is_some());
+        // Far beyond the last class: the last one.
+        calls(by.of(1 << 40, MIB), 4, 5000, 9000);
+        assert!(by.of(128 * MIB, MIB).first.estimate.is_some());
     }
 }

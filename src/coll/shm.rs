@@ -38,8 +38,19 @@ const ALLGATHER_DIRECT_BLOCKS: std::ops::RangeInclusive<usize> = 32 * 1024..=128
 /// Allgather blocks of at least this many bytes are staged or read directly, whichever rank 0
 /// measured to be faster lately (see `pick`): on this VM the staged copy is faster by 10-30%
 /// most of the time and 4-6x slower in the minutes its two vCPUs sit far apart. Not smaller
-/// blocks: the choice costs a step, and a 256 KiB block takes only 25-45 us.
+/// blocks: reading once is 1.1-1.6x slower there, and a 256 KiB block takes only 25-45 us.
 const ALLGATHER_MEASURED_MIN: usize = 1 << 20;
+
+/// Allreduces and reduce_scatters of at least this many bytes (the whole input) are staged or
+/// read once, whichever rank 0 measured to be faster lately (see `pick`), for the same reason:
+/// read once they took 1.2-1.9x the staged time in the fast state (reduce_scatter 1-16 MiB,
+/// allreduce 1.2-1.6x) and 0.29x (reduce_scatter) and 0.65-0.72x (allreduce) in the far one.
+const REDUCE_MEASURED_MIN: usize = 1 << 20;
+/// Bytes of each other rank's input read at a time when a reduction reads them once: the
+/// pieces and the output stay in the cache for the reduction.
+const READ_PIECE: usize = 128 * 1024;
+/// Words a measured collective posts with its stamp, at most (see `measured`).
+const MEASURED_WORDS: usize = 3;
 
 /// A broadcast of at least this many bytes has the others read the root's buffer directly (one
 /// copy) instead of staging it through the arena. Measured (2 ranks, 5 interleaved rounds,
@@ -69,8 +80,27 @@ const SHARED_FAILED: usize = 2;
 pub struct Scratch {
     bytes: Vec<u8>,
     inputs: Vec<*const u8>,
-    /// Rank 0's measure of large allgathers: staged (first) or read directly (second).
-    allgather: super::pick::Pick,
+    /// The others' parts of a reduction read once (see `reduce_read_once`).
+    remote: Vec<u8>,
+    /// Rank 0's measures of the collectives made two ways: staged (first) or read directly
+    /// (second), indexed by `Measured`.
+    picks: [super::pick::BySize; 3],
+}
+
+/// Where the members' buffer addresses for a read-once collective are: in their staging slots
+/// of a step, or posted with their stamps (see `measured`).
+#[derive(Clone, Copy)]
+enum Published {
+    Step(u32),
+    Posted,
+}
+
+/// The collectives that are staged or read once, whichever rank 0 measured faster lately.
+#[derive(Clone, Copy)]
+enum Measured {
+    Allgather,
+    Allreduce,
+    ReduceScatter,
 }
 
 // SAFETY: the pointers are only used within one collective call, under the comm's turn.
@@ -90,6 +120,8 @@ pub struct ShmRun<'a> {
     /// This collective's number on the comm (the same on every member).
     coll: u32,
     first: bool,
+    /// Our mailbox slot holds this collective's stamp already (see `measured`).
+    posted: bool,
     sig: u32,
     bytes: u64,
 }
@@ -198,7 +230,7 @@ impl<'a> ShmRun<'a> {
         scratch: &'a mut Scratch,
         pids: Option<&'a [i32]>,
     ) -> ShmRun<'a> {
-        ShmRun { arena, steps, deadline, interrupt, scratch, pids, coll, first: true, sig: 0, bytes: 0 }
+        ShmRun { arena, steps, deadline, interrupt, scratch, pids, coll, first: true, posted: false, sig: 0, bytes: 0 }
     }
 
     fn n(&self) -> usize {
@@ -225,7 +257,7 @@ impl<'a> ShmRun<'a> {
     /// Starts a step: returns its number (the caller then fills its staging slot). The first
     /// step of a collective stamps our mailbox slot with what we call, for `staged` to compare.
     fn begin(&mut self) -> Result<u32> {
-        if self.first {
+        if self.first && !self.posted {
             self.post(&[])?;
         }
         let s = self.steps.next();
@@ -444,7 +476,17 @@ impl<'a> ShmRun<'a> {
             Barrier => return None,
             Allreduce { send, recv, dt, op } => {
                 self.bytes = recv.len() as u64;
-                self.allreduce(send.unwrap_or(ConstBuf::new(recv.as_ptr(), recv.len())), Some(*recv), *dt, *op, None)
+                let input = send.unwrap_or(ConstBuf::new(recv.as_ptr(), recv.len()));
+                if recv.len() >= REDUCE_MEASURED_MIN && self.spread() {
+                    let words = [input.as_slice().as_ptr() as u64, recv.as_ptr() as u64];
+                    return Some(self.measured(
+                        Measured::Allreduce,
+                        &words,
+                        |run| run.allreduce(input, Some(*recv), *dt, *op, None),
+                        |run| run.allreduce_read_once(input, *recv, *dt, *op),
+                    ));
+                }
+                self.allreduce(input, Some(*recv), *dt, *op, None)
             }
             Reduce { send, recv, bytes, dt, op, root } => {
                 self.bytes = *bytes as u64;
@@ -470,13 +512,20 @@ impl<'a> ShmRun<'a> {
                 // staged copy ran 4-7x slower in some runs). Mid-sized blocks read directly
                 // (see `ALLGATHER_DIRECT_BLOCKS`); from 1 MiB blocks whichever is faster now
                 // (see `ALLGATHER_MEASURED_MIN`).
-                let spread = self.pids.is_some() && !crate::completion::oversubscribed();
+                let spread = self.spread();
                 if ALLGATHER_DIRECT_BLOCKS.contains(&block) && spread {
                     let (counts, displs) = even_blocks(self.n(), block);
                     return Some(self.allgatherv_direct(*send, *recv, &counts, &displs));
                 }
                 if block >= ALLGATHER_MEASURED_MIN && spread {
-                    return Some(self.allgather_measured(*send, *recv, block));
+                    let mine = send.map_or(recv.as_ptr().add(self.me() * block) as *const u8, |b| b.as_slice().as_ptr());
+                    let (counts, displs) = even_blocks(self.n(), block);
+                    return Some(self.measured(
+                        Measured::Allgather,
+                        &[mine as u64],
+                        |run| run.allgather(*send, *recv, block),
+                        |run| run.read_published_blocks(Published::Posted, mine, send.is_some(), *recv, &counts, &displs),
+                    ));
                 }
                 self.allgather(*send, *recv, block)
             }
@@ -504,6 +553,14 @@ impl<'a> ShmRun<'a> {
                     }
                 };
                 self.bytes = input.len() as u64;
+                if input.len() >= REDUCE_MEASURED_MIN && self.spread() {
+                    return Some(self.measured(
+                        Measured::ReduceScatter,
+                        &[input.as_slice().as_ptr() as u64],
+                        |run| run.reduce_scatter(input, out, *dt, *op),
+                        |run| run.reduce_scatter_read_once(input, out, *dt, *op),
+                    ));
+                }
                 self.reduce_scatter(input, out, *dt, *op)
             }
             Alltoall { send, recv, .. } => {
@@ -638,37 +695,114 @@ impl<'a> ShmRun<'a> {
     unsafe fn allgatherv_direct(&mut self, send: Option<ConstBuf>, recv: MutBuf, counts: &[usize], displs: &[usize]) -> Result<()> {
         let mine = send.map_or(recv.as_ptr().add(displs[self.me()]) as *const u8, |b| b.as_slice().as_ptr());
         let s = self.exchange_words(&[mine as u64])?;
-        self.read_published_blocks(s, mine, send.is_some(), recv, counts, displs)
+        self.read_published_blocks(Published::Step(s), mine, send.is_some(), recv, counts, displs)
     }
 
-    /// A large allgather staged or read directly, whichever has lately been faster for rank 0,
-    /// which says which in the first step (see `pick`); the staged one costs that step more.
-    unsafe fn allgather_measured(&mut self, send: Option<ConstBuf>, recv: MutBuf, block: usize) -> Result<()> {
-        let (me, started) = (self.me(), Instant::now());
-        let mine = send.map_or(recv.as_ptr().add(me * block) as *const u8, |b| b.as_slice().as_ptr());
-        let direct = me == 0 && self.scratch.allgather.second();
-        let s = self.exchange_words(&[mine as u64, u64::from(direct)])?;
-        let direct = self.word(0, s, 1) == 1;
-        let done = if direct {
-            let (counts, displs) = even_blocks(self.n(), block);
-            self.read_published_blocks(s, mine, send.is_some(), recv, &counts, &displs)
-        } else {
-            self.allgather(send, recv, block)
-        };
+    /// Whether collectives may read the others' memory, and the host's cores are not
+    /// outnumbered by its ranks (where reading once came out slower).
+    fn spread(&self) -> bool {
+        self.pids.is_some() && !crate::completion::oversubscribed()
+    }
+
+    /// Runs a collective staged or read once, whichever has lately been faster for rank 0 at
+    /// this size (see `pick`). Rank 0 says which in its mailbox slot, where every member also
+    /// posts `words` (the read-once way's addresses) with its stamp: no step is added, and the
+    /// staged way takes exactly its own steps (one more made it 15-20% slower at 1 MiB).
+    unsafe fn measured(
+        &mut self,
+        what: Measured,
+        words: &[u64],
+        staged: impl FnOnce(&mut Self) -> Result<()>,
+        read_once: impl FnOnce(&mut Self) -> Result<()>,
+    ) -> Result<()> {
+        let (me, bytes, started) = (self.me(), self.bytes as usize, Instant::now());
+        let min = if matches!(what, Measured::Allgather) { ALLGATHER_MEASURED_MIN } else { REDUCE_MEASURED_MIN };
+        let once = me == 0 && self.scratch.picks[what as usize].of(bytes, min).second();
+        let mut posted = [0u8; 8 * MEASURED_WORDS];
+        for (i, w) in words.iter().chain([&u64::from(once)]).enumerate() {
+            posted[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
+        }
+        self.post(&posted[..8 * (words.len() + 1)])?;
+        self.posted = true;
+        let once = self.posted_word(0, words.len())? == 1;
+        let done = if once { read_once(self) } else { staged(self) };
         if me == 0 && done.is_ok() {
-            self.scratch.allgather.took(direct, recv.len(), started.elapsed());
+            self.scratch.picks[what as usize].of(bytes, min).took(once, bytes, started.elapsed());
         }
         done
     }
 
-    /// The rest of a direct allgather(v) once step `s` published every buffer's address: reads
+    /// Word `i` that rank `r` posted with its stamp (see `measured`), once it has.
+    fn posted_word(&self, r: usize, i: usize) -> Result<u64> {
+        let data = self.fetch_agreeing(r)?;
+        let bytes = data.get(i * 8..i * 8 + 8).ok_or_else(|| Error::new(Status::Internal, format!("rank {r} posted no word {i}")))?;
+        Ok(u64::from_le_bytes(bytes.try_into().unwrap()))
+    }
+
+    /// Reduces `len` bytes at offset `at` of every member's input (ours at `own`, the others'
+    /// at the address each posted first) into `out`, in rank order as the staged way does (the
+    /// same bytes either way), reading the others' once, a piece at a time.
+    unsafe fn reduce_read_once(&mut self, own: *const u8, at: usize, len: usize, out: *mut u8, dt: DType, op: ReduceOp) -> Result<()> {
+        let (n, me, es) = (self.n(), self.me(), dt.size());
+        let piece = (READ_PIECE / es * es).max(es);
+        if self.scratch.remote.len() < (n - 1) * piece {
+            self.scratch.remote.resize((n - 1) * piece, 0);
+        }
+        let base = self.scratch.remote.as_mut_ptr();
+        let slot = move |r: usize| base.add((r - usize::from(r > me)) * piece);
+        for (off, p) in pieces(len, piece) {
+            for r in (0..n).filter(|&r| r != me) {
+                self.read_from(r, self.posted_word(r, 0)? + (at + off) as u64, slot(r), p)?;
+            }
+            self.set_inputs(|r| if r == me { own.add(off) } else { slot(r) as *const u8 });
+            self.reduce(dt, op, n, out.add(off), p);
+        }
+        Ok(())
+    }
+
+    /// reduce_scatter read once: each rank reduces its block from everyone's input.
+    unsafe fn reduce_scatter_read_once(&mut self, input: ConstBuf, out: MutBuf, dt: DType, op: ReduceOp) -> Result<()> {
+        let (me, block) = (self.me(), out.len());
+        let reduced = self.reduce_read_once(input.as_slice().as_ptr().add(me * block), me * block, block, out.as_ptr(), dt, op);
+        self.finish_reads()?;
+        reduced
+    }
+
+    /// allreduce read once: each rank reduces its share from everyone's input into its output
+    /// (a reduce_scatter), then reads the others' shares from theirs (an allgather).
+    unsafe fn allreduce_read_once(&mut self, input: ConstBuf, out: MutBuf, dt: DType, op: ReduceOp) -> Result<()> {
+        let (n, me, len, es) = (self.n(), self.me(), out.len(), dt.size());
+        let (at, l) = share(len, es, n, me);
+        let reduced = self.reduce_read_once(input.as_slice().as_ptr().add(at), at, l, out.as_ptr().add(at), dt, op);
+        // Every share is reduced (in place: every input read) before anyone reads the results;
+        // a rank that could not reduce its share says so, or the others would take garbage.
+        let done = self.exchange_words(&[u64::from(reduced.is_err())])?;
+        let mut first_err = reduced.err();
+        if let Some(r) = (0..n).find(|&r| r != me && self.word(r, done, 0) == 1) {
+            first_err.get_or_insert(Error::new(Status::System, format!("rank {r} could not read its share of the allreduce's inputs")));
+        }
+        for r in (0..n).filter(|&r| r != me) {
+            let (at, l) = share(len, es, n, r);
+            if first_err.is_none() {
+                first_err = self.posted_word(r, 1).and_then(|from| self.read_from(r, from + at as u64, out.as_ptr().add(at), l)).err();
+            }
+        }
+        self.finish_reads()?;
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// The rest of a direct allgather(v) once every buffer's address is published (`at`): reads
     /// the others' blocks, copies our own block `mine` (when `out_of_place`), and ends the reads.
-    unsafe fn read_published_blocks(&mut self, s: u32, mine: *const u8, out_of_place: bool, recv: MutBuf, counts: &[usize], displs: &[usize]) -> Result<()> {
+    unsafe fn read_published_blocks(&mut self, at: Published, mine: *const u8, out_of_place: bool, recv: MutBuf, counts: &[usize], displs: &[usize]) -> Result<()> {
         let me = self.me();
         // Read everything we can, but always take the final step: the ranks must stay in step.
         let mut first_err = None;
         for r in (0..self.n()).filter(|&r| r != me) {
-            if let Err(e) = self.read_from(r, self.word(r, s, 0), recv.as_ptr().add(displs[r]), counts[r]) {
+            let from = match at {
+                Published::Step(s) => Ok(self.word(r, s, 0)),
+                Published::Posted => self.posted_word(r, 0),
+            };
+            if let Err(e) = from.and_then(|from| self.read_from(r, from, recv.as_ptr().add(displs[r]), counts[r])) {
                 first_err.get_or_insert(e);
             }
         }
