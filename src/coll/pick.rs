@@ -14,7 +14,7 @@
 //! (always staged) and new interleaved with the ping-pong, medians of new/old time, far minutes
 //! (about 90 runs each) and the rest (about 340): allgather 4 MiB 0.24 (measured when it came)
 //! and 1.00; reduce_scatter 1 and 4 MiB 0.28-0.29 and 1.00-1.01; allreduce 1, 4 and 16 MiB
-//! 0.64-0.71 and 0.99-1.03.
+//! 0.24-0.57 and 0.99-1.03.
 
 use std::time::Duration;
 

@@ -44,7 +44,7 @@ const ALLGATHER_MEASURED_MIN: usize = 1 << 20;
 /// Allreduces and reduce_scatters of at least this many bytes (the whole input) are staged or
 /// read once, whichever rank 0 measured to be faster lately (see `pick`), for the same reason:
 /// read once they took 1.2-1.9x the staged time in the fast state (reduce_scatter 1-16 MiB,
-/// allreduce 1.2-1.6x) and 0.29x (reduce_scatter) and 0.65-0.72x (allreduce) in the far one.
+/// allreduce 1.2-1.6x) and 0.29x (reduce_scatter) and 0.24-0.57x (allreduce) in the far one.
 const REDUCE_MEASURED_MIN: usize = 1 << 20;
 /// Bytes of each other rank's input read at a time when a reduction reads them once: the
 /// pieces and the output stay in the cache for the reduction.
@@ -769,25 +769,25 @@ impl<'a> ShmRun<'a> {
     }
 
     /// allreduce read once: each rank reduces its share from everyone's input into its output
-    /// (a reduce_scatter), then reads the others' shares from theirs (an allgather).
+    /// (a reduce_scatter), then writes it into the others' outputs (`process_vm_writev`) from
+    /// its cache, where reading it from theirs was slow in the VM's far mode (see `pick`: 1 and
+    /// 4 MiB took 0.31-0.33x the time of reading, level otherwise). In place, a share is only
+    /// overwritten in others' buffers after its owner, the only one that reads it, has.
     unsafe fn allreduce_read_once(&mut self, input: ConstBuf, out: MutBuf, dt: DType, op: ReduceOp) -> Result<()> {
         let (n, me, len, es) = (self.n(), self.me(), out.len(), dt.size());
         let (at, l) = share(len, es, n, me);
-        let reduced = self.reduce_read_once(input.as_slice().as_ptr().add(at), at, l, out.as_ptr().add(at), dt, op);
-        // Every share is reduced (in place: every input read) before anyone reads the results;
-        // a rank that could not reduce its share says so, or the others would take garbage.
-        let done = self.exchange_words(&[u64::from(reduced.is_err())])?;
-        let mut first_err = reduced.err();
-        if let Some(r) = (0..n).find(|&r| r != me && self.word(r, done, 0) == 1) {
-            first_err.get_or_insert(Error::new(Status::System, format!("rank {r} could not read its share of the allreduce's inputs")));
-        }
+        let mut first_err = self.reduce_read_once(input.as_slice().as_ptr().add(at), at, l, out.as_ptr().add(at), dt, op).err();
         for r in (0..n).filter(|&r| r != me) {
-            let (at, l) = share(len, es, n, r);
             if first_err.is_none() {
-                first_err = self.posted_word(r, 1).and_then(|from| self.read_from(r, from + at as u64, out.as_ptr().add(at), l)).err();
+                first_err = self.posted_word(r, 1).and_then(|to| self.write_to(r, to + at as u64, out.as_ptr().add(at), l)).err();
             }
         }
-        self.finish_reads()?;
+        // Nobody leaves before every share is everywhere; a rank that could not do its part
+        // says so, or the others would return its share's garbage.
+        let done = self.exchange_words(&[u64::from(first_err.is_some())])?;
+        if let Some(r) = (0..n).find(|&r| r != me && self.word(r, done, 0) == 1) {
+            first_err.get_or_insert(Error::new(Status::System, format!("rank {r} could not reduce its share of the allreduce or hand it out")));
+        }
         first_err.map_or(Ok(()), Err)
     }
 
