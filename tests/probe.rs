@@ -13,7 +13,6 @@ use distcomm::error::Error;
 use distcomm::rendezvous::config::InitOptions;
 use distcomm::Status;
 use std::process::Command;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Large enough to be announced (single-copy or streamed) rather than sent whole.
@@ -187,27 +186,7 @@ fn scenario(c: &Comm) {
 }
 
 fn job_on(backend: &'static str, n: usize, f: fn(&Comm)) {
-    let port = free_port();
-    let handles: Vec<_> = (0..n)
-        .map(|r| {
-            std::thread::spawn(move || {
-                let opts = InitOptions {
-                    init_method: Some(format!("tcp://127.0.0.1:{port}")),
-                    rank: r as i32,
-                    world_size: n as i32,
-                    timeout_ms: 20_000,
-                    backend: Some(backend.into()),
-                    ..Default::default()
-                };
-                let comm: Arc<Comm> = distcomm::init::init(&opts).unwrap_or_else(|e| panic!("rank {r}: init failed: {e}"));
-                f(&comm);
-                comm.destroy();
-            })
-        })
-        .collect();
-    for h in handles {
-        h.join().unwrap();
-    }
+    common::thread_ranks(backend, n, 20_000, move |c| f(&c));
 }
 
 /// The C surface: dc_probe, dc_iprobe (element counts, bad arguments), dc_ssend.

@@ -335,6 +335,17 @@ fn fetch_gathered(store: &dyn Store, base: &str, n: usize, deadline: Instant) ->
 /// Servers hosted by this process, by address, so that several inits share one.
 static SERVERS: Lazy<Mutex<HashMap<SocketAddr, Weak<StoreServer>>>> = Lazy::new(|| Mutex::new(HashMap::new()));
 
+/// Serves a store on `addr` (port 0: one the kernel picks, held from then on) for this
+/// process's inits: a rank 0 whose store address is the server's (`local_addr`) and whose
+/// token it accepts uses it instead of binding one. For jobs of thread ranks that must not
+/// race other processes for a port between choosing it and binding it.
+pub fn serve_store_here(addr: SocketAddr, token: &[u8]) -> Result<Arc<StoreServer>> {
+    let l = tcp_store::bind_listener(addr).map_err(|e| Error::system(format!("cannot serve a store on {addr}"), e))?;
+    let s = Arc::new(StoreServer::from_listener(l, token.to_vec())?);
+    SERVERS.lock().unwrap_or_else(|p| p.into_inner()).insert(s.local_addr(), Arc::downgrade(&s));
+    Ok(s)
+}
+
 /// Serves the store on `host:port` (exactly that address), or returns the server this process
 /// already runs there. `what` words errors ("MASTER_PORT 29500 on 127.0.0.1").
 fn host_store(host: &str, port: u16, token: &[u8], env_names: bool) -> Result<Arc<StoreServer>> {

@@ -103,10 +103,14 @@ pub fn strangers(addr: SocketAddr) -> (Vec<TcpStream>, std::thread::JoinHandle<(
 }
 
 
-/// A job of `n` ranks as threads of this process over `backend` (rendezvous on a free local
-/// port): each runs `f` on its world comm, which is destroyed after; the results in rank order.
+/// A job of `n` ranks as threads of this process over `backend`: each runs `f` on its world
+/// comm, which is destroyed after; the results in rank order. The store is served here first,
+/// on a port the kernel picks and that stays held (a port found free and bound by rank 0
+/// later was taken in between once in CI: "already in use").
 pub fn thread_ranks<T: Send + 'static>(backend: &'static str, n: usize, timeout_ms: i64, f: impl Fn(std::sync::Arc<distcomm::comm::Comm>) -> T + Send + Sync + 'static) -> Vec<T> {
-    let port = free_port();
+    const TOKEN: &str = "thread-ranks-test-token";
+    let store = distcomm::rendezvous::serve_store_here("127.0.0.1:0".parse().unwrap(), TOKEN.as_bytes()).unwrap();
+    let port = store.local_addr().port();
     let f = std::sync::Arc::new(f);
     let handles: Vec<_> = (0..n)
         .map(|r| {
@@ -118,6 +122,7 @@ pub fn thread_ranks<T: Send + 'static>(backend: &'static str, n: usize, timeout_
                     world_size: n as i32,
                     timeout_ms,
                     backend: Some(backend.into()),
+                    token: Some(TOKEN.into()),
                     ..Default::default()
                 };
                 let comm = distcomm::init::init(&opts).unwrap_or_else(|e| panic!("rank {r}: init failed: {e}"));
@@ -127,5 +132,7 @@ pub fn thread_ranks<T: Send + 'static>(backend: &'static str, n: usize, timeout_
             })
         })
         .collect();
-    handles.into_iter().map(|h| h.join().unwrap()).collect()
+    let out = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    drop(store);
+    out
 }
