@@ -340,11 +340,17 @@ impl Backoff {
                     return Pace::Spin;
                 }
                 self.held = 0;
+            }
+            // Yields lately lost the core to work that keeps it (see `placement`): sleep.
+            if crate::placement::yields_lose_the_core() {
+                return self.sleep();
+            }
+            if let Some(w) = waiter {
                 w.yielding(true);
-                std::thread::yield_now();
+                crate::placement::yield_core();
                 w.yielding(false);
             } else {
-                std::thread::yield_now();
+                crate::placement::yield_core();
             }
             self.yielded += 1;
             return if self.yielded % CHECK_EVERY_YIELDS == 0 { Pace::YieldAndCheck } else { Pace::Yield };
@@ -575,6 +581,21 @@ mod tests {
         assert_eq!(b.next_for(Some(&w)), Pace::Yield, "the awaited rank gave its core away: yield at once");
         assert_eq!(w.yields.get(), 2);
         assert_eq!(b.next(), Pace::Yield, "without a waiter, as before");
+    }
+
+    #[test]
+    fn a_waiter_sleeps_instead_of_yielding_while_yields_lose_the_core() {
+        let w = Fake { on_core: Cell::new(false), away: Cell::new(0), yields: Cell::new(0) };
+        let mut b = Backoff::new(Duration::ZERO, 100);
+        assert_eq!(b.next_for(Some(&w)), Pace::Yield, "ranks that outnumber the cores yield");
+        // Two yields handed back only milliseconds later, close together (a busy process).
+        let t = Instant::now();
+        crate::placement::note_yield(t, t + Duration::from_millis(3));
+        crate::placement::note_yield(t + Duration::from_millis(4), t + Duration::from_millis(7));
+        let mut b = Backoff::new(Duration::ZERO, 100);
+        assert_eq!(b.next_for(Some(&w)), Pace::Sleep, "sleep at once: the peer's write wakes us");
+        assert_eq!(Backoff::new(Duration::ZERO, 100).next(), Pace::Sleep, "without a waiter too");
+        assert_eq!(w.yields.get(), 1, "no yield during the spell");
     }
 
     /// Runs a seated wait that never ends until the backoff says sleep: the paces and the time.

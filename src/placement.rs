@@ -158,6 +158,66 @@ pub fn preempted(at: Instant) {
     PREEMPTED_AT.set(Some(at));
 }
 
+/// Yields the core (`sched_yield`), noting whether it was lost: whether we got it back only
+/// after [`LOST_YIELD`] (see [`yields_lose_the_core`]).
+pub fn yield_core() {
+    // Every fourth yield is timed: two clock reads on each made a 16 B exchange of 4 ranks on
+    // the 2 cores 5% slower (they yield at every wait), and lost yields come by the hundred
+    // where they come at all.
+    let n = YIELDS.get().wrapping_add(1);
+    YIELDS.set(n);
+    if n % TIME_EVERY_YIELDS != 0 {
+        std::thread::yield_now();
+        return;
+    }
+    let before = Instant::now();
+    std::thread::yield_now();
+    note_yield(before, Instant::now());
+}
+
+/// A timed yield of this thread left the core at `before` and had it back at `after`.
+pub(crate) fn note_yield(before: Instant, after: Instant) {
+    if after.saturating_duration_since(before) > LOST_YIELD {
+        if LAST_LOST_YIELD.get().is_some_and(|t| after.saturating_duration_since(t) < LOST_YIELDS_WITHIN) {
+            NO_YIELDS_UNTIL.set(Some(after + NO_YIELDS_FOR));
+        }
+        LAST_LOST_YIELD.set(Some(after));
+    }
+}
+
+/// Whether yields of this thread lately lost its core: two of them, close
+/// together, gave it back only after a millisecond or more. Something that does not yield back
+/// then runs beside us (a busy process keeps the core it is handed for its whole time slice),
+/// and a waiter should sleep rather than yield: its peer's write wakes it. Ranks that
+/// outnumber the cores, alone on the host, hand the core back within microseconds (measured, 4
+/// ranks on the 2 cores, 128 KiB ring sendrecv: 11 yields of 3000 exchanges over 0.3 ms, 3
+/// over 1 ms; with one busy process 667 and 585 of 300) and keep yielding. With that busy
+/// process, waits that yield took 750-810 us per 16 B exchange and 1.4-1.5 ms at 128 KiB,
+/// sleeping at once 36-54 and 195-207 us (Open MPI 4, which yields: 940-1120 us at 16 B);
+/// without it, sleeping at once would cost 20x at 16 B (34 against 1.8 us), hence the test.
+pub fn yields_lose_the_core() -> bool {
+    // No clock read unless a spell is on (ranks that outnumber the cores yield at every wait).
+    let Some(until) = NO_YIELDS_UNTIL.get() else { return false };
+    if Instant::now() < until {
+        return true;
+    }
+    NO_YIELDS_UNTIL.set(None);
+    false
+}
+
+/// One yield in this many is timed (see `yield_core`).
+const TIME_EVERY_YIELDS: u32 = 4;
+
+/// A yield that gave the core back only this much later lost it (see `yield_core`).
+const LOST_YIELD: Duration = Duration::from_millis(1);
+
+/// Two lost yields this close together start a spell without yields...
+const LOST_YIELDS_WITHIN: Duration = Duration::from_millis(50);
+
+/// ...this long; the yields after it look again (two lost ones cost a few milliseconds: a few
+/// hundredths of this).
+const NO_YIELDS_FOR: Duration = Duration::from_millis(200);
+
 /// A thread preempted within this long counts as contended (see `core_contended`).
 const CONTENDED_FOR: Duration = Duration::from_millis(100);
 
@@ -188,11 +248,42 @@ thread_local! {
     static CONTENTION: std::cell::RefCell<Contention> = std::cell::RefCell::new(Contention::default());
     /// When a wait of this thread last found itself preempted (see `preempted`).
     pub(crate) static PREEMPTED_AT: Cell<Option<Instant>> = const { Cell::new(None) };
+    /// When a yield of this thread last lost its core, and until when it does not yield (see
+    /// `yield_core`).
+    static LAST_LOST_YIELD: Cell<Option<Instant>> = const { Cell::new(None) };
+    static NO_YIELDS_UNTIL: Cell<Option<Instant>> = const { Cell::new(None) };
+    /// Yields of this thread so far (see `yield_core`).
+    static YIELDS: Cell<u32> = const { Cell::new(0) };
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn two_lost_yields_close_together_stop_yields_for_a_while() {
+        let base = Instant::now();
+        let ms = Duration::from_millis;
+        assert!(!yields_lose_the_core(), "a new thread yields");
+        note_yield(base, base + Duration::from_micros(50));
+        note_yield(base, base + Duration::from_micros(900));
+        assert!(!yields_lose_the_core(), "yields handed back within a millisecond are not lost");
+        note_yield(base, base + ms(2));
+        assert!(!yields_lose_the_core(), "one lost yield is not enough");
+        note_yield(base + ms(60), base + ms(62));
+        assert!(!yields_lose_the_core(), "nor two lost yields far apart");
+        note_yield(base + ms(70), base + ms(72));
+        assert!(yields_lose_the_core(), "two lost yields close together start a spell");
+        assert_eq!(NO_YIELDS_UNTIL.get(), Some(base + ms(72) + NO_YIELDS_FOR), "for NO_YIELDS_FOR");
+        NO_YIELDS_UNTIL.set(Some(Instant::now()));
+        assert!(!yields_lose_the_core(), "the spell ends");
+        assert_eq!(NO_YIELDS_UNTIL.get(), None, "and is forgotten (no clock read while none is on)");
+        // Every TIME_EVERY_YIELDS-th real yield is timed; quick ones start nothing.
+        for _ in 0..2 * TIME_EVERY_YIELDS {
+            yield_core();
+        }
+        assert_eq!(YIELDS.get(), 2 * TIME_EVERY_YIELDS);
+    }
 
     /// Binds the calling thread to `cpu` alone.
     fn pin_to(cpu: usize) {
