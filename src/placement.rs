@@ -192,9 +192,11 @@ pub(crate) fn note_yield(before: Instant, after: Instant) {
 /// outnumber the cores, alone on the host, hand the core back within microseconds (measured, 4
 /// ranks on the 2 cores, 128 KiB ring sendrecv: 11 yields of 3000 exchanges over 0.3 ms, 3
 /// over 1 ms; with one busy process 667 and 585 of 300) and keep yielding. With that busy
-/// process, waits that yield took 750-810 us per 16 B exchange and 1.4-1.5 ms at 128 KiB,
-/// sleeping at once 36-54 and 195-207 us (Open MPI 4, which yields: 940-1120 us at 16 B);
-/// without it, sleeping at once would cost 20x at 16 B (34 against 1.8 us), hence the test.
+/// process and the ranks bound two to a core (dcrun did that then), waits that yield took
+/// 750-810 us per 16 B exchange and 1.4-1.5 ms at 128 KiB, sleeping at once 36-54 and 195-207
+/// us (unbound ranks, which the scheduler moves away from the busy process, do well either
+/// way: 3-7 us); without it, sleeping at once would cost 20x at 16 B (34 against 1.8 us),
+/// hence the test.
 pub fn yields_lose_the_core() -> bool {
     // No clock read unless a spell is on (ranks that outnumber the cores yield at every wait).
     let Some(until) = NO_YIELDS_UNTIL.get() else { return false };
