@@ -759,9 +759,11 @@ impl<'a> ShmRun<'a> {
         }
         let base = self.scratch.remote.as_mut_ptr();
         let slot = move |r: usize| base.add((r - usize::from(r > me)) * piece);
+        // Each member's input address, looked up once (not per piece); ours is not read.
+        let inputs = (0..n).map(|r| if r == me { Ok(0) } else { self.posted_word(r, 0) }).collect::<Result<Vec<u64>>>()?;
         for (off, p) in pieces(len, piece) {
             for r in (0..n).filter(|&r| r != me) {
-                self.read_from(r, self.posted_word(r, 0)? + (at + off) as u64, slot(r), p)?;
+                self.read_from(r, inputs[r] + (at + off) as u64, slot(r), p)?;
             }
             self.set_inputs(|r| if r == me { own.add(off) } else { slot(r) as *const u8 });
             self.reduce(dt, op, n, out.add(off), p);
