@@ -100,41 +100,26 @@ fn backend_auto_without_cuda_uses_the_cpu_transports() {
 fn auto_on_thread_ranks_without_cuda_works() {
     use distcomm::buffer::{ConstBuf, MutBuf};
     use distcomm::collective::CollArgs;
-    use distcomm::rendezvous::config::InitOptions;
-    let port = free_port();
     let n = 2;
-    let hs: Vec<_> = (0..n)
-        .map(|r| {
-            std::thread::spawn(move || {
-                let opts = InitOptions {
-                    init_method: Some(format!("tcp://127.0.0.1:{port}")),
-                    rank: r,
-                    world_size: n,
-                    timeout_ms: 20_000,
-                    backend: Some("auto".into()),
-                    ..Default::default()
-                };
-                let c = distcomm::init::init(&opts).unwrap();
-                // Thread-ranks share one GPU if there is one: "auto" must then stay on the CPU.
-                assert_ne!(c.backend().to_str().unwrap(), "nccl");
-                let send = [r as u8 + 1; 8];
-                let mut recv = [0u8; 8];
-                c.collective(CollArgs::Allreduce {
-                    send: Some(ConstBuf::from_slice(&send)),
-                    recv: MutBuf::from_slice(&mut recv),
-                    dt: distcomm::DType::Uint8,
-                    op: distcomm::ReduceOp::Sum,
-                })
-                .unwrap();
-                let g = c.split(0, -r).unwrap().expect("member");
-                assert_eq!(g.rank(), (n - 1 - r) as usize);
-                g.destroy();
-                c.destroy();
-                recv
-            })
+    let out = common::thread_ranks("auto", n, 20_000, move |c| {
+        let r = c.rank() as i32;
+        // Thread-ranks share one GPU if there is one: "auto" must then stay on the CPU.
+        assert_ne!(c.backend().to_str().unwrap(), "nccl");
+        let send = [r as u8 + 1; 8];
+        let mut recv = [0u8; 8];
+        c.collective(CollArgs::Allreduce {
+            send: Some(ConstBuf::from_slice(&send)),
+            recv: MutBuf::from_slice(&mut recv),
+            dt: distcomm::DType::Uint8,
+            op: distcomm::ReduceOp::Sum,
         })
-        .collect();
-    for h in hs {
-        assert_eq!(h.join().unwrap(), [3u8; 8]);
+        .unwrap();
+        let g = c.split(0, -r).unwrap().expect("member");
+        assert_eq!(g.rank(), (n as i32 - 1 - r) as usize);
+        g.destroy();
+        recv
+    });
+    for recv in out {
+        assert_eq!(recv, [3u8; 8]);
     }
 }
