@@ -15,7 +15,7 @@ use crate::err::{MpiErr, Res};
 use distcomm::buffer::{ConstBuf, MutBuf};
 use distcomm::collective::CollArgs;
 use distcomm::comm::Comm;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const PUT: u8 = 1;
@@ -153,6 +153,18 @@ pub struct Local {
     pub base: usize,
     pub size: usize,
     pub disp_unit: i64,
+    /// Held while a transfer reads or writes this memory: the passive-target server's thread
+    /// and this process's own transfers to itself take turns, so an accumulate is atomic per
+    /// element against the others (MPI's rule; two read-modify-writes at once lost one).
+    pub turns: Arc<Mutex<()>>,
+}
+
+impl Local {
+    /// `f` while no other transfer touches this memory.
+    pub fn in_turn<T>(&self, f: impl FnOnce() -> T) -> T {
+        let _turn = self.turns.lock().unwrap_or_else(|p| p.into_inner());
+        f()
+    }
 }
 
 /// The target byte ranges of one record: (offset in the window, length), in type-map order;
@@ -186,8 +198,13 @@ fn ranges(w: &Local, disp: i64, count: u64, extent: i64, blocks: &[(i64, u64)]) 
     Some(v)
 }
 
-/// Applies the records one origin sent; returns the bytes its gets read.
+/// Applies the records one origin sent, in turn with the other transfers to this memory;
+/// returns the bytes its gets read.
 pub fn apply(w: &Local, recs: &[u8]) -> Result<Vec<u8>, MpiErr> {
+    w.in_turn(|| apply_now(w, recs))
+}
+
+fn apply_now(w: &Local, recs: &[u8]) -> Result<Vec<u8>, MpiErr> {
     let mut r = Reader { b: recs };
     let mut reply = Vec::new();
     let bad = || MpiErr::new(MPI_ERR_INTERN, "a one-sided record from another process is malformed");
@@ -336,7 +353,7 @@ mod tests {
 
     #[test]
     fn ranges_are_merged_and_checked_against_the_window() {
-        let w = Local { base: 0, size: 1 << 23, disp_unit: 1 };
+        let w = Local { base: 0, size: 1 << 23, disp_unit: 1, turns: Default::default() };
         // 4 Mi bytes of a dense type: one range.
         assert_eq!(ranges(&w, 8, 4 << 20, 1, &[(0, 1)]), Some(vec![(8, 4 << 20)]));
         assert_eq!(ranges(&w, 0, 0, 4, &[(0, 4)]), Some(vec![]));
@@ -349,7 +366,7 @@ mod tests {
         assert_eq!(ranges(&w, -1, 1, 1, &[(0, 1)]), None);
         assert_eq!(ranges(&w, 1, 1 << 23, 1, &[(0, 1)]), None);
         assert_eq!(ranges(&w, 0, 3, 1 << 22, &[(0, 4)]), None);
-        let w4 = Local { base: 0, size: 64, disp_unit: 4 };
+        let w4 = Local { base: 0, size: 64, disp_unit: 4, turns: Default::default() };
         assert_eq!(ranges(&w4, 15, 1, 4, &[(0, 4)]), Some(vec![(60, 4)]));
         assert_eq!(ranges(&w4, 16, 1, 4, &[(0, 4)]), None);
     }

@@ -46,6 +46,8 @@ pub struct Win {
     passive: Option<crate::passive::Passive>,
     /// Post / start / complete / wait epochs (pscw.rs).
     epochs: Mutex<crate::pscw::Epochs>,
+    /// Taken by every transfer that reads or writes this process's window memory (rma::Local).
+    turns: Arc<Mutex<()>>,
     errhandler: AtomicUsize,
     name: Mutex<String>,
     attrs: Attrs,
@@ -96,10 +98,11 @@ fn make(base: usize, size: i64, disp_unit: i64, c: MPI_Comm, flavor: c_int, owne
         }
         recv.chunks_exact(16).map(|x| (i64::from_le_bytes(x[..8].try_into().unwrap()), i64::from_le_bytes(x[8..].try_into().unwrap()))).collect()
     };
+    let turns = Arc::new(Mutex::new(()));
     let passive = if comm.size() > 1 {
         let all: Vec<usize> = (0..comm.size()).collect();
         match comm.new_group(&all) {
-            Ok(Some(server)) => Some(crate::passive::Passive::start(server, rma::Local { base, size: size as usize, disp_unit })),
+            Ok(Some(server)) => Some(crate::passive::Passive::start(server, rma::Local { base, size: size as usize, disp_unit, turns: turns.clone() })),
             Ok(None) => None,
             Err(e) => {
                 comm.destroy();
@@ -122,6 +125,7 @@ fn make(base: usize, size: i64, disp_unit: i64, c: MPI_Comm, flavor: c_int, owne
         fenced: AtomicBool::new(false),
         passive,
         epochs: Mutex::new(crate::pscw::Epochs::default()),
+        turns,
         // The standard's default for windows.
         errhandler: AtomicUsize::new(MPI_ERRORS_ARE_FATAL),
         name: Mutex::new(String::new()),
@@ -295,7 +299,7 @@ pub unsafe fn win_fence(assert: c_int, h: MPI_Win) -> Res {
 // ---- post / start / complete / wait (pscw.rs) -------------------------------------------------
 
 fn local(w: &Win) -> rma::Local {
-    rma::Local { base: w.base, size: w.size as usize, disp_unit: w.disp_unit as i64 }
+    rma::Local { base: w.base, size: w.size as usize, disp_unit: w.disp_unit as i64, turns: w.turns.clone() }
 }
 
 /// The window ranks of a group's members, this process left out (its own transfers are done
@@ -541,7 +545,7 @@ pub unsafe fn put_c(oaddr: *const c_void, ocount: MPI_Count, odt: MPI_Datatype, 
         let to = target(w, rank, disp, tcount, tdt)?;
         same_size_as(data.len(), &to, "origin")?;
         match &to {
-            Where::Here(t) => t.write(&data),
+            Where::Here(t) => local(w).in_turn(|| t.write(&data)),
             Where::There { .. } => rma::put(&mut lock(&w.pending), w.comm.size(), &to.remote().expect("remote"), &data),
             Where::Nowhere => {}
         }
@@ -575,7 +579,7 @@ pub unsafe fn get_c(oaddr: *mut c_void, ocount: MPI_Count, odt: MPI_Datatype, ra
             return mpi_err!(MPI_ERR_COUNT, "origin_count {ocount} is negative");
         }
         match target(w, rank, disp, tcount, tdt)? {
-            Where::Here(t) => to_origin(oaddr, ocount, odt, &t.read(), "origin"),
+            Where::Here(t) => to_origin(oaddr, ocount, odt, &local(w).in_turn(|| t.read()), "origin"),
             to @ Where::There { .. } => {
                 let ot = landing(oaddr, ocount, odt, &to, "origin")?;
                 rma::get(&mut lock(&w.pending), w.comm.size(), &to.remote().expect("remote"), None, oaddr as usize, ocount as u64, ot);
@@ -631,11 +635,12 @@ pub unsafe fn accumulate_c(oaddr: *const c_void, ocount: MPI_Count, odt: MPI_Dat
         let to = target(w, rank, disp, tcount, tdt)?;
         same_size_as(data.len(), &to, "origin")?;
         match &to {
-            Where::Here(t) => {
+            Where::Here(t) => local(w).in_turn(|| {
                 let mut cur = t.read();
                 combine(op, t.t.map.basic, &data, &mut cur)?;
                 t.write(&cur);
-            }
+                Ok::<(), MpiErr>(())
+            })?,
             Where::There { t, .. } => {
                 // The op's checks at the origin: the target applies it without a way to answer.
                 combine(op, t.map.basic, &data, &mut data.clone())?;
@@ -685,14 +690,16 @@ pub unsafe fn get_accumulate_c(
             }
             Where::Nowhere => return Ok(()),
         };
-        let mut cur = t.read();
-        to_origin(raddr, rcount, rdt, &cur, "result")?;
-        if op != MPI_NO_OP {
-            same_size(data.len(), &t, "origin")?;
-            combine(op, t.t.map.basic, &data, &mut cur)?;
-            t.write(&cur);
-        }
-        Ok(())
+        local(w).in_turn(|| {
+            let mut cur = t.read();
+            to_origin(raddr, rcount, rdt, &cur, "result")?;
+            if op != MPI_NO_OP {
+                same_size(data.len(), &t, "origin")?;
+                combine(op, t.t.map.basic, &data, &mut cur)?;
+                t.write(&cur);
+            }
+            Ok(())
+        })
     })
 }
 
@@ -733,12 +740,14 @@ pub unsafe fn compare_and_swap(oaddr: *const c_void, caddr: *const c_void, raddr
             }
             Where::Nowhere => return Ok(()),
         };
-        let cur = t.read();
-        to_origin(raddr, 1, dt, &cur, "result")?;
-        if cur == cmp {
-            t.write(&new);
-        }
-        Ok(())
+        local(w).in_turn(|| {
+            let cur = t.read();
+            to_origin(raddr, 1, dt, &cur, "result")?;
+            if cur == cmp {
+                t.write(&new);
+            }
+            Ok(())
+        })
     })
 }
 

@@ -306,6 +306,20 @@ int main(int argc, char **argv) {
     }
     OK(MPI_Barrier(MPI_COMM_WORLD));
     if (rank == 0) CHECK(mem[0] == 20 * size);
+    /* Accumulates are atomic per element, also between the target's own accumulates to itself
+     * and the others' arriving at the same time: each process adds one 300 times to rank 0's
+     * third int under a shared lock_all, flushing each (a lost update shows in the sum). */
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    if (rank == 0) mem[2] = 0;
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    OK(MPI_Win_lock_all(0, lw));
+    for (int i = 0; i < 300; i++) {
+      OK(MPI_Accumulate(&one_, 1, MPI_INT, 0, 2, 1, MPI_INT, MPI_SUM, lw));
+      OK(MPI_Win_flush(0, lw));
+    }
+    OK(MPI_Win_unlock_all(lw));
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    if (rank == 0) CHECK(mem[2] == 300 * size);
     if (expect_distcomm() && size > 1) FAILS(MPI_Put(&v, 1, MPI_INT, right, 0, 1, MPI_INT, lw), MPI_ERR_RMA_SYNC);
     OK(MPI_Win_free(&lw));
   }
