@@ -35,13 +35,12 @@ options:
       --keep-going        a rank that fails does not stop the others (for programs that go on
                           without a failed rank, e.g. under MPI_ERRORS_RETURN); dcrun still
                           exits with the first failed rank's status once every rank has ended
-      --bind MODE         cores (default): give each rank its own equal share of the cores
-                          (keeps ranks that talk through shared memory off one core), and with
-                          more ranks than cores bind them round robin (rank i to core i mod
-                          cores); auto: cores when the ranks are no more than the cores dcrun
-                          may use, else none (as mpirun binds, and not with --oversubscribe:
-                          much faster beside a busy process); none: leave placement to the
-                          scheduler
+      --bind MODE         auto (default): cores when the ranks are no more than the cores dcrun
+                          may use, else none (as mpirun binds, and not with --oversubscribe);
+                          cores: give each rank its own equal share of the cores (keeps ranks
+                          that talk through shared memory off one core), and with more ranks
+                          than cores bind them round robin (rank i to core i mod cores);
+                          none: leave placement to the scheduler
   -h, --help              this text
   -V, --version           the version
 
@@ -83,7 +82,7 @@ enum Bind {
     /// interleaved runs, medians of unbound/bound time: sendrecv 16 B 0.20 (5.2 against 25 us),
     /// 4 KiB 0.28, 128 KiB 0.40, allreduce 16 B / 128 KiB / 1 MiB 0.57 / 0.58 / 0.70, broadcast
     /// 16 B 0.03, allgather 1 MiB 0.58; idle, 154 runs: sendrecv 16 B 1.40 (2.4 against 1.7 us),
-    /// the other points 0.97-1.05). mpirun does the same. Not the default yet (see `parse_args`).
+    /// the other points 0.97-1.05). A busy machine is the normal case; mpirun does the same.
     Auto,
     Cores,
     None,
@@ -156,10 +155,7 @@ fn parse_args(argv: Vec<OsString>) -> Result<Action, String> {
     let mut node_rank = 0usize;
     let mut master = None;
     let mut prefix = true;
-    // Not `Auto` yet: unbound, more ranks than cores run into a race of the MPI layer's
-    // passive-target windows (mpi/tests/t_win.c at 4 ranks, one accumulate lost in 1-2% of
-    // runs, with the library before these changes too; bound 0 of 230), not found yet.
-    let mut bind = Bind::Cores;
+    let mut bind = Bind::Auto;
     let mut rank0_store = false;
     let mut keep_going = false;
     let mut it = argv.into_iter().peekable();
@@ -645,7 +641,7 @@ mod tests {
     use super::share_cpus;
 
     #[test]
-    fn auto_binds_only_ranks_that_fit_the_cores() {
+    fn by_default_only_ranks_that_fit_the_cores_are_bound() {
         use super::Bind;
         assert!(Bind::Auto.binds(2, 2) && Bind::Auto.binds(1, 4));
         assert!(!Bind::Auto.binds(3, 2), "more ranks than cores: the scheduler places them");
