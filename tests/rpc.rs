@@ -12,6 +12,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 
+const TOKEN: &str = "rpc-test-token";
+
 fn opts(port: u16, rank: usize, n: usize, timeout_ms: i64) -> InitOptions {
     InitOptions {
         init_method: Some(format!("tcp://127.0.0.1:{port}")),
@@ -19,18 +21,22 @@ fn opts(port: u16, rank: usize, n: usize, timeout_ms: i64) -> InitOptions {
         world_size: n as i32,
         timeout_ms,
         backend: Some("socket".into()),
+        token: Some(TOKEN.into()),
         ..Default::default()
     }
 }
 
-/// Runs `f(rank, agent)` on one thread per name; `config(rank)` sets each agent's limits.
+/// Runs `f(rank, agent)` on one thread per name; `config(rank)` sets each agent's limits. The
+/// store is served here on a port held from the start (a port found free and bound later may
+/// be taken meanwhile).
 fn workers_with<T: Send + 'static>(
     names: &[&str],
     timeout_ms: i64,
     config: impl Fn(usize) -> RpcConfig + Send + Sync + 'static,
     f: impl Fn(usize, Result<RpcAgent>) -> T + Send + Sync + 'static,
 ) -> Vec<T> {
-    let port = free_port();
+    let store = distcomm::rendezvous::serve_store_here("127.0.0.1:0".parse().unwrap(), TOKEN.as_bytes()).unwrap();
+    let port = store.local_addr().port();
     let n = names.len();
     let (f, config) = (Arc::new(f), Arc::new(config));
     let handles: Vec<_> = names
@@ -41,7 +47,9 @@ fn workers_with<T: Send + 'static>(
             std::thread::spawn(move || f(r, RpcAgent::init_with(&name, &opts(port, r, n, timeout_ms), config(r))))
         })
         .collect();
-    handles.into_iter().map(|h| h.join().unwrap()).collect()
+    let out = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    drop(store);
+    out
 }
 
 fn workers<T: Send + 'static>(names: &[&str], f: impl Fn(usize, RpcAgent) -> T + Send + Sync + 'static) -> Vec<T> {

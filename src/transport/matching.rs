@@ -136,7 +136,7 @@ pub struct Matcher {
     /// Unexpected messages still in their senders' memory.
     parked: usize,
     /// Bytes held per source (see `Unexpected::held`).
-    held: HashMap<u32, usize>,
+    held: PerSource,
     /// Offered messages taken out of the queue, by (source, cookie): where their bytes go.
     pulls: HashMap<(u32, u64), Pull>,
     /// Answers owed to synchronous sends matched here: (context, sender, answer's tag), for the
@@ -195,14 +195,32 @@ fn take_at<T>(q: &mut VecDeque<T>, i: usize) -> Option<T> {
     if i == 0 { q.pop_front() } else { q.remove(i) }
 }
 
+/// A count per source (world rank), indexed directly: every unexpected message is counted in
+/// and out, and hashing the rank cost a small message about 120 instructions.
+#[derive(Debug, Default)]
+struct PerSource(Vec<usize>);
+
+impl PerSource {
+    fn get(&self, src: u32) -> usize {
+        self.0.get(src as usize).copied().unwrap_or(0)
+    }
+    fn entry(&mut self, src: u32) -> &mut usize {
+        let i = src as usize;
+        if i >= self.0.len() {
+            self.0.resize(i + 1, 0);
+        }
+        &mut self.0[i]
+    }
+}
+
 impl Matcher {
     /// Counts `msg` in (`add`) or out of what its source has here.
     fn account(&mut self, msg: &Unexpected, add: bool) {
-        fn adjust(map: &mut HashMap<u32, usize>, src: u32, n: usize, add: bool) {
+        fn adjust(map: &mut PerSource, src: u32, n: usize, add: bool) {
             if n == 0 {
                 return;
             }
-            let v = map.entry(src).or_default();
+            let v = map.entry(src);
             *v = if add { *v + n } else { v.saturating_sub(n) };
         }
         self.parked = if add { self.parked + usize::from(msg.parked().is_some()) } else { self.parked - usize::from(msg.parked().is_some()) };
@@ -211,7 +229,7 @@ impl Matcher {
 
     /// Bytes of unexpected messages from `src` held here (received, or pulled offers).
     pub fn held_from(&self, src: u32) -> usize {
-        self.held.get(&src).copied().unwrap_or(0)
+        self.held.get(src)
     }
 
     /// Notes where the bytes of offer `cookie` of `src` go, now that its entry was taken.
@@ -238,7 +256,7 @@ impl Matcher {
         let before = m.held();
         m.content = Content::Bytes(data);
         let after = m.held();
-        let v = self.held.entry(src).or_default();
+        let v = self.held.entry(src);
         *v = (*v + after).saturating_sub(before);
         None
     }
@@ -283,7 +301,7 @@ impl Matcher {
                 }
             }
         }
-        *self.held.entry(src).or_default() += added;
+        *self.held.entry(src) += added;
         cookies
     }
 
@@ -412,7 +430,7 @@ impl Matcher {
                 if p.since > cutoff {
                     return true;
                 }
-                let h = held.entry(m.src).or_default();
+                let h = held.entry(m.src);
                 match fetch(m.src, p, *h) {
                     Fetched::Bytes(data) => {
                         *parked -= 1;
