@@ -6,7 +6,7 @@ use super::endpoint::{Event, Peer, SocketTransport, lock};
 use super::tcp_io::{Body, Sink, TxItem};
 use super::cma;
 use super::frame::{FrameKind, Header, RTS_LEN};
-use super::matching::{deliver_copy, verdict, Content, Fetched, Matcher, Parked, Unexpected};
+use super::matching::{deliver_copy, verdict, Content, Fetched, Matcher, Parked, Unexpected, SMALL_BODY};
 use super::protocol::Rts;
 use super::stream::StreamIn;
 use super::wire::WIRES;
@@ -159,7 +159,13 @@ impl SocketTransport {
                     self.consumed(self.peer(src), credit);
                 }
             }
-            None => m.push_unexpected(ctx, Unexpected { credit, ..Unexpected::bytes(src, tag, check, data.into_owned()) }),
+            None => {
+                let body = match data {
+                    Cow::Borrowed(b) => m.small_body(b),
+                    Cow::Owned(v) => v,
+                };
+                m.push_unexpected(ctx, Unexpected { credit, ..Unexpected::bytes(src, tag, check, body) })
+            }
         }
     }
 
@@ -178,13 +184,23 @@ impl SocketTransport {
             // An offered message's bytes are to come: where they go is noted before anyone
             // else can see that its entry is gone.
             let ask = self.pull_into(&mut m, &op, &msg);
+            // A small body is copied out here, under the lock, so its buffer is kept at once.
+            let mut delivered = false;
+            if let Content::Bytes(data) = &mut msg.content {
+                if data.len() <= SMALL_BODY {
+                    deliver_copy(&op, msg.src, msg.tag, msg.check, data);
+                    m.keep_small_body(std::mem::take(data));
+                    delivered = true;
+                }
+            }
             drop(m);
             self.send_acks();
             let credit = std::mem::take(&mut msg.credit);
             if credit > 0 {
                 self.consumed(self.peer(msg.src), credit);
             }
-            if let Content::Bytes(data) = &mut msg.content {
+            if delivered {
+            } else if let Content::Bytes(data) = &mut msg.content {
                 deliver_copy(&op, msg.src, msg.tag, msg.check, data);
                 self.spare.give(std::mem::take(data));
             } else if let Content::Offered { .. } = msg.content {
