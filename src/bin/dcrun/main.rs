@@ -5,13 +5,16 @@ use distcomm::rendezvous::config::parse_host_port;
 use distcomm::auth::hex;
 use distcomm::rendezvous::tcp_store::fmt_host_port;
 use distcomm::rendezvous::StoreServer;
+mod placement;
+
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -36,7 +39,9 @@ options:
                           without a failed rank, e.g. under MPI_ERRORS_RETURN); dcrun still
                           exits with the first failed rank's status once every rank has ended
       --bind MODE         auto (default): cores when the ranks are no more than the cores dcrun
-                          may use, else none (as mpirun binds, and not with --oversubscribe);
+                          may use; more ranks than cores are bound round robin while nothing
+                          else runs on the host and unbound while other work does (dcrun
+                          looks every 100 ms: bound, a busy process's core traps them);
                           cores: give each rank its own equal share of the cores (keeps ranks
                           that talk through shared memory off one core), and with more ranks
                           than cores bind them round robin (rank i to core i mod cores);
@@ -75,54 +80,58 @@ fn share_cpus(cpus: &[usize], n: usize) -> Vec<Vec<usize>> {
 /// Where dcrun puts the ranks of its host (`--bind`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Bind {
-    /// `Cores` when the ranks are no more than the cores, else `None`. Round robin binding of
-    /// more ranks than cores is fastest on an idle host, but a busy process beside them takes
-    /// its share of one core, and the ranks bound there cannot leave it while the scheduler
-    /// moves unbound ones away (measured, 4 ranks on the 2 cores, one busy process, 112
-    /// interleaved runs, medians of unbound/bound time: sendrecv 16 B 0.20 (5.2 against 25 us),
-    /// 4 KiB 0.28, 128 KiB 0.40, allreduce 16 B / 128 KiB / 1 MiB 0.57 / 0.58 / 0.70, broadcast
-    /// 16 B 0.03, allgather 1 MiB 0.58; idle, 154 runs: sendrecv 16 B 1.40 (2.4 against 1.7 us),
-    /// the other points 0.97-1.05). A busy machine is the normal case; mpirun does the same.
+    /// `Cores` when the ranks are no more than the cores; more ranks than cores are bound
+    /// round robin while nothing else runs on the host and left to the scheduler while other
+    /// work does (see placement.rs).
     Auto,
     Cores,
     None,
 }
 
+/// How the ranks of a host are placed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    Bound,
+    /// Bound while the host is otherwise quiet (placement.rs).
+    Adaptive,
+    Free,
+}
+
 impl Bind {
-    /// Whether `n` ranks on a host where dcrun may use `cores` cores get bound.
-    fn binds(self, n: usize, cores: usize) -> bool {
+    /// How `n` ranks on a host where dcrun may use `cores` cores are placed.
+    fn place(self, n: usize, cores: usize) -> Place {
         match self {
-            Bind::Auto => n <= cores,
-            Bind::Cores => true,
-            Bind::None => false,
+            Bind::Auto if n > cores => Place::Adaptive,
+            Bind::Auto | Bind::Cores => Place::Bound,
+            Bind::None => Place::Free,
         }
     }
 }
 
-/// `share_cpus` of the cores dcrun may use, as affinity masks; None if there are none or
-/// `bind` leaves `n` ranks unbound.
-fn core_shares(n: usize, bind: Bind) -> Option<Vec<libc::cpu_set_t>> {
+/// The ranks' placement: how, each rank's share of the cores dcrun may use (`share_cpus`) as an
+/// affinity mask, and all of them. None where the mask cannot be read or nothing is bound.
+fn core_shares(n: usize, bind: Bind) -> Option<(Place, Vec<libc::cpu_set_t>, libc::cpu_set_t)> {
     // SAFETY: cpu_set_t is plain data; sched_getaffinity fills it.
     let mut all: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut all) } != 0 {
         return None;
     }
     let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &all) }).collect();
-    if n == 0 || cpus.is_empty() || !bind.binds(n, cpus.len()) {
+    let place = bind.place(n, cpus.len());
+    if n == 0 || cpus.is_empty() || place == Place::Free {
         return None;
     }
-    Some(
-        share_cpus(&cpus, n)
-            .iter()
-            .map(|share| {
-                let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-                for &c in share {
-                    unsafe { libc::CPU_SET(c, &mut set) };
-                }
-                set
-            })
-            .collect(),
-    )
+    let shares = share_cpus(&cpus, n)
+        .iter()
+        .map(|share| {
+            let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+            for &c in share {
+                unsafe { libc::CPU_SET(c, &mut set) };
+            }
+            set
+        })
+        .collect();
+    Some((place, shares, all))
 }
 
 /// How long ranks get between SIGTERM and SIGKILL when the job is torn down.
@@ -475,8 +484,16 @@ fn run(args: Args) -> i32 {
     let mut pumps = 0usize;
     let mut alive: HashMap<libc::pid_t, usize> = HashMap::new();
     let mut spawn_error: Option<(i32, String)> = None;
+    let mut pids: Vec<libc::pid_t> = Vec::new();
 
-    let shares = core_shares(args.nproc, args.bind);
+    let placement = core_shares(args.nproc, args.bind);
+    // More ranks than cores start bound only if the host is quiet now (a look of 50 ms).
+    let start_bound = match &placement {
+        Some((Place::Adaptive, ..)) => !placement::host_busy_now(Duration::from_millis(50)),
+        Some(_) => true,
+        None => false,
+    };
+    let shares = placement.as_ref().filter(|_| start_bound).map(|(_, s, _)| s.clone());
     let host_cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     for local in 0..args.nproc {
         let rank = args.node_rank * args.nproc + local;
@@ -514,6 +531,7 @@ fn run(args: Args) -> i32 {
         match cmd.spawn() {
             Ok(mut child) => {
                 alive.insert(child.id() as libc::pid_t, rank);
+                pids.push(child.id() as libc::pid_t);
                 for (pipe, to_stderr) in [
                     (child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>), false),
                     (child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>), true),
@@ -540,6 +558,11 @@ fn run(args: Args) -> i32 {
         }
     }
     drop(done_tx);
+    let stop_watch = Arc::new(AtomicBool::new(false));
+    if let (Some((Place::Adaptive, shares, all)), None) = (placement, &spawn_error) {
+        let stop = stop_watch.clone();
+        let _ = std::thread::Builder::new().name("dcrun-placement".into()).spawn(move || placement::watch(pids, shares, all, start_bound, stop));
+    }
 
     let mut result: Option<i32> = None;
     let mut kill_at: Option<Instant> = None;
@@ -619,6 +642,7 @@ fn run(args: Args) -> i32 {
         }
     }
 
+    stop_watch.store(true, Ordering::Relaxed);
     // Let the output pumps drain (briefly: a rank's leftover helper may keep a pipe open).
     let drain_until = Instant::now() + Duration::from_secs(2);
     for _ in 0..pumps {
@@ -641,12 +665,12 @@ mod tests {
     use super::share_cpus;
 
     #[test]
-    fn by_default_only_ranks_that_fit_the_cores_are_bound() {
-        use super::Bind;
-        assert!(Bind::Auto.binds(2, 2) && Bind::Auto.binds(1, 4));
-        assert!(!Bind::Auto.binds(3, 2), "more ranks than cores: the scheduler places them");
-        assert!(Bind::Cores.binds(8, 2), "asked for: round robin");
-        assert!(!Bind::None.binds(1, 2));
+    fn by_default_more_ranks_than_cores_are_placed_by_the_hosts_load() {
+        use super::{Bind, Place};
+        assert!(Bind::Auto.place(2, 2) == Place::Bound && Bind::Auto.place(1, 4) == Place::Bound);
+        assert_eq!(Bind::Auto.place(3, 2), Place::Adaptive, "more ranks than cores: bound while the host is quiet");
+        assert_eq!(Bind::Cores.place(8, 2), Place::Bound, "asked for: round robin");
+        assert_eq!(Bind::None.place(1, 2), Place::Free);
     }
 
     #[test]
