@@ -108,6 +108,7 @@ struct Layout {
 impl Layout {
     fn new(ranks: usize, chunk: usize) -> Layout {
         let eager = eager_slots(ranks);
+        assert!(eager.is_power_of_two(), "mailbox slots are masked (see `slot`)");
         let flags_off = HEADER_BYTES;
         let done_off = flags_off + ranks * 2 * LINE;
         let mailbox_off = done_off + ranks * LINE;
@@ -585,8 +586,10 @@ impl Arena {
     }
 
     fn slot(&self, r: usize, c: u32) -> (&SlotHeader, *mut u8) {
+        // `eager_slots` is a power of two: a mask, not a division (every small collective
+        // looks at a slot of each member).
         let eager = self.layout.eager;
-        let off = self.layout.mailbox_off + (r * eager + c as usize % eager) * EAGER_STRIDE;
+        let off = self.layout.mailbox_off + (r * eager + (c as usize & (eager - 1))) * EAGER_STRIDE;
         // SAFETY: in bounds; the header is atomics only, the data follows it.
         unsafe { (&*(self.base().add(off) as *const SlotHeader), self.base().add(off + SLOT_HEADER)) }
     }
