@@ -37,9 +37,11 @@ const ALLGATHER_DIRECT_BLOCKS: std::ops::RangeInclusive<usize> = 32 * 1024..=128
 
 /// Allgather blocks of at least this many bytes are staged or read directly, whichever rank 0
 /// measured to be faster lately (see `pick`): on this VM the staged copy is faster by 10-30%
-/// most of the time and 4-6x slower in the minutes its two vCPUs sit far apart. Not smaller
-/// blocks: reading once is 1.1-1.6x slower there, and a 256 KiB block takes only 25-45 us.
-const ALLGATHER_MEASURED_MIN: usize = 1 << 20;
+/// most of the time and 4-6x slower in the minutes its two vCPUs sit far apart (a 1 MiB
+/// allgather of 2 ranks, 512 KiB blocks: 42 us, then 254-344 us for minutes, while Open MPI's
+/// single copy stayed at 43). Blocks below it are read directly (`ALLGATHER_DIRECT_BLOCKS`)
+/// or staged; the pick's one call in 32 the slower way costs about 1% here.
+const ALLGATHER_MEASURED_MIN: usize = 256 * 1024;
 
 /// Allreduces and reduce_scatters of at least this many bytes (the whole input) are staged or
 /// read once, whichever rank 0 measured to be faster lately (see `pick`), for the same reason:
