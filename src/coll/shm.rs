@@ -47,7 +47,11 @@ const ALLGATHER_MEASURED_MIN: usize = 256 * 1024;
 /// read once, whichever rank 0 measured to be faster lately (see `pick`), for the same reason:
 /// read once they took 1.2-1.9x the staged time in the fast state (reduce_scatter 1-16 MiB,
 /// allreduce 1.2-1.6x) and 0.29x (reduce_scatter) and 0.24-0.57x (allreduce) in the far one.
-const REDUCE_MEASURED_MIN: usize = 128 * 1024;
+/// Against always staged (2 ranks, interleaved, the ping-pong probe telling the states apart):
+/// allreduce 64 / 128 / 512 KiB 1.02 / 0.89 / 1.01 near and 0.32 / 0.25 / 0.25 far,
+/// reduce_scatter 64 / 256 / 512 KiB 1.03 / 1.00 / 1.00 and 0.36 / 0.25 / 0.27. Not below: 32
+/// KiB was 1.05 near (the pick's own cost shows on a 5 us call) and 0.43 far.
+const REDUCE_MEASURED_MIN: usize = 64 * 1024;
 /// Bytes of each other rank's input read at a time when a reduction reads them once: the
 /// pieces and the output stay in the cache for the reduction (32 KiB pieces were 1.15-1.2x
 /// slower at 4-16 MiB; 512 KiB 0.89-0.96x in 3 rounds, not taken up yet), and all pieces of a
