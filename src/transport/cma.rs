@@ -202,6 +202,16 @@ pub unsafe fn read(pid: i32, remote: u64, dst: *mut u8, len: usize) -> io::Resul
     transfer(libc::process_vm_readv, "process_vm_readv", pid, remote, dst, len)
 }
 
+/// Whether collectives may write into the other processes' memory (`write`). Not under
+/// valgrind's memcheck (its preload library is in `LD_PRELOAD`): bytes another process writes
+/// are invisible to it, so it would call the results uninitialised (CI's C tests under memcheck
+/// did once allreduces from 64 KiB could write their results). Then they read instead, which
+/// `process_vm_readv`'s checked wrapper sees. Every process of a checked job should run under it.
+pub fn writes_to_peers() -> bool {
+    static OK: once_cell::sync::Lazy<bool> = once_cell::sync::Lazy::new(|| !std::env::var("LD_PRELOAD").is_ok_and(|p| p.contains("vgpreload_memcheck")));
+    *OK
+}
+
 /// Writes `len` bytes at `src` to `remote` in process `pid` (the same permission as reading).
 ///
 /// # Safety
