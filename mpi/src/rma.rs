@@ -148,7 +148,9 @@ impl Reader<'_> {
     }
 }
 
-/// This process's window memory, as the target of the records.
+/// This process's window memory, as the target of the records (the window's and its
+/// passive-target server's copies share `turns`).
+#[derive(Clone)]
 pub struct Local {
     pub base: usize,
     pub size: usize,

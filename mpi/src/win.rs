@@ -46,8 +46,9 @@ pub struct Win {
     passive: Option<crate::passive::Passive>,
     /// Post / start / complete / wait epochs (pscw.rs).
     epochs: Mutex<crate::pscw::Epochs>,
-    /// Taken by every transfer that reads or writes this process's window memory (rma::Local).
-    turns: Arc<Mutex<()>>,
+    /// This process's window memory as transfers see it; its `in_turn` is taken by every
+    /// transfer that reads or writes it (the passive-target server's too).
+    local: rma::Local,
     errhandler: AtomicUsize,
     name: Mutex<String>,
     attrs: Attrs,
@@ -98,11 +99,11 @@ fn make(base: usize, size: i64, disp_unit: i64, c: MPI_Comm, flavor: c_int, owne
         }
         recv.chunks_exact(16).map(|x| (i64::from_le_bytes(x[..8].try_into().unwrap()), i64::from_le_bytes(x[8..].try_into().unwrap()))).collect()
     };
-    let turns = Arc::new(Mutex::new(()));
+    let local = rma::Local { base, size: size as usize, disp_unit, turns: Default::default() };
     let passive = if comm.size() > 1 {
         let all: Vec<usize> = (0..comm.size()).collect();
         match comm.new_group(&all) {
-            Ok(Some(server)) => Some(crate::passive::Passive::start(server, rma::Local { base, size: size as usize, disp_unit, turns: turns.clone() })),
+            Ok(Some(server)) => Some(crate::passive::Passive::start(server, local.clone())),
             Ok(None) => None,
             Err(e) => {
                 comm.destroy();
@@ -125,7 +126,7 @@ fn make(base: usize, size: i64, disp_unit: i64, c: MPI_Comm, flavor: c_int, owne
         fenced: AtomicBool::new(false),
         passive,
         epochs: Mutex::new(crate::pscw::Epochs::default()),
-        turns,
+        local,
         // The standard's default for windows.
         errhandler: AtomicUsize::new(MPI_ERRORS_ARE_FATAL),
         name: Mutex::new(String::new()),
@@ -287,7 +288,7 @@ pub unsafe fn win_fence(assert: c_int, h: MPI_Win) -> Res {
         check_assert(assert)?;
         let r = if w.comm.size() > 1 {
             let p = std::mem::take(&mut *lock(&w.pending));
-            rma::fence(&w.comm, &local(w), p)
+            rma::fence(&w.comm, &w.local, p)
         } else {
             Ok(())
         };
@@ -297,10 +298,6 @@ pub unsafe fn win_fence(assert: c_int, h: MPI_Win) -> Res {
 }
 
 // ---- post / start / complete / wait (pscw.rs) -------------------------------------------------
-
-fn local(w: &Win) -> rma::Local {
-    rma::Local { base: w.base, size: w.size as usize, disp_unit: w.disp_unit as i64, turns: w.turns.clone() }
-}
 
 /// The window ranks of a group's members, this process left out (its own transfers are done
 /// at their calls).
@@ -342,13 +339,13 @@ pub unsafe fn win_complete(h: MPI_Win) -> Res {
 }
 
 pub unsafe fn win_wait(h: MPI_Win) -> Res {
-    with_win(h, |w| crate::pscw::wait(&w.comm, &local(w), &mut lock(&w.epochs), w.comm.timeout_ms()))
+    with_win(h, |w| crate::pscw::wait(&w.comm, &w.local, &mut lock(&w.epochs), w.comm.timeout_ms()))
 }
 
 pub unsafe fn win_test(h: MPI_Win, flag: *mut c_int) -> Res {
     with_win(h, |w| {
         let f = out(flag, "flag")?;
-        *f = crate::pscw::test(&w.comm, &local(w), &mut lock(&w.epochs), w.comm.timeout_ms())? as c_int;
+        *f = crate::pscw::test(&w.comm, &w.local, &mut lock(&w.epochs), w.comm.timeout_ms())? as c_int;
         Ok(())
     })
 }
@@ -545,7 +542,7 @@ pub unsafe fn put_c(oaddr: *const c_void, ocount: MPI_Count, odt: MPI_Datatype, 
         let to = target(w, rank, disp, tcount, tdt)?;
         same_size_as(data.len(), &to, "origin")?;
         match &to {
-            Where::Here(t) => local(w).in_turn(|| t.write(&data)),
+            Where::Here(t) => w.local.in_turn(|| t.write(&data)),
             Where::There { .. } => rma::put(&mut lock(&w.pending), w.comm.size(), &to.remote().expect("remote"), &data),
             Where::Nowhere => {}
         }
@@ -579,7 +576,7 @@ pub unsafe fn get_c(oaddr: *mut c_void, ocount: MPI_Count, odt: MPI_Datatype, ra
             return mpi_err!(MPI_ERR_COUNT, "origin_count {ocount} is negative");
         }
         match target(w, rank, disp, tcount, tdt)? {
-            Where::Here(t) => to_origin(oaddr, ocount, odt, &local(w).in_turn(|| t.read()), "origin"),
+            Where::Here(t) => to_origin(oaddr, ocount, odt, &w.local.in_turn(|| t.read()), "origin"),
             to @ Where::There { .. } => {
                 let ot = landing(oaddr, ocount, odt, &to, "origin")?;
                 rma::get(&mut lock(&w.pending), w.comm.size(), &to.remote().expect("remote"), None, oaddr as usize, ocount as u64, ot);
@@ -635,7 +632,7 @@ pub unsafe fn accumulate_c(oaddr: *const c_void, ocount: MPI_Count, odt: MPI_Dat
         let to = target(w, rank, disp, tcount, tdt)?;
         same_size_as(data.len(), &to, "origin")?;
         match &to {
-            Where::Here(t) => local(w).in_turn(|| {
+            Where::Here(t) => w.local.in_turn(|| {
                 let mut cur = t.read();
                 combine(op, t.t.map.basic, &data, &mut cur)?;
                 t.write(&cur);
@@ -690,7 +687,7 @@ pub unsafe fn get_accumulate_c(
             }
             Where::Nowhere => return Ok(()),
         };
-        local(w).in_turn(|| {
+        w.local.in_turn(|| {
             let mut cur = t.read();
             to_origin(raddr, rcount, rdt, &cur, "result")?;
             if op != MPI_NO_OP {
@@ -740,7 +737,7 @@ pub unsafe fn compare_and_swap(oaddr: *const c_void, caddr: *const c_void, raddr
             }
             Where::Nowhere => return Ok(()),
         };
-        local(w).in_turn(|| {
+        w.local.in_turn(|| {
             let cur = t.read();
             to_origin(raddr, 1, dt, &cur, "result")?;
             if cur == cmp {
