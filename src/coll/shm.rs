@@ -911,9 +911,8 @@ impl<'a> ShmRun<'a> {
         if me == root {
             // Round after round, a piece of every reader that has some left (none where writes
             // are hidden from a memory checker, see `cma::writes_to_peers`: the readers read it
-            // all). A write that
-            // fails for another reason than a lost reader is left to the reader (see below),
-            // and that reader gets no more help.
+            // all). A write that fails for another reason than a lost reader is left to the
+            // reader (see below), and that reader gets no more help.
             let mut open: Vec<usize> = if crate::transport::cma::writes_to_peers() { (0..n).filter(|&r| r != root).collect() } else { Vec::new() };
             while !open.is_empty() && first_err.is_none() {
                 open.retain(|&r| {

@@ -185,13 +185,10 @@ impl SocketTransport {
             // else can see that its entry is gone.
             let ask = self.pull_into(&mut m, &op, &msg);
             // A small body is copied out here, under the lock, so its buffer is kept at once.
-            let mut delivered = false;
-            if let Content::Bytes(data) = &mut msg.content {
-                if data.len() <= SMALL_BODY {
-                    deliver_copy(&op, msg.src, msg.tag, msg.check, data);
-                    m.keep_small_body(std::mem::take(data));
-                    delivered = true;
-                }
+            let small = matches!(&msg.content, Content::Bytes(data) if data.len() <= SMALL_BODY);
+            if let (true, Content::Bytes(data)) = (small, &mut msg.content) {
+                deliver_copy(&op, msg.src, msg.tag, msg.check, data);
+                m.keep_small_body(std::mem::take(data));
             }
             drop(m);
             self.send_acks();
@@ -199,19 +196,23 @@ impl SocketTransport {
             if credit > 0 {
                 self.consumed(self.peer(msg.src), credit);
             }
-            if delivered {
-            } else if let Content::Bytes(data) = &mut msg.content {
-                deliver_copy(&op, msg.src, msg.tag, msg.check, data);
-                self.spare.give(std::mem::take(data));
-            } else if let Content::Offered { .. } = msg.content {
-                if let Some((cookie, want)) = ask {
-                    self.ask_for(msg.src, cookie, want);
+            match msg.content {
+                Content::Bytes(_) if small => {}
+                Content::Bytes(ref mut data) => {
+                    deliver_copy(&op, msg.src, msg.tag, msg.check, data);
+                    self.spare.give(std::mem::take(data));
                 }
-            } else {
-                // Still in the sender's memory: its wire brings it (streamed through a ring,
-                // or copied single-copy).
-                let peer = self.peer(msg.src);
-                self.wire(peer).fetch(self, peer, op.clone(), msg);
+                Content::Offered { .. } => {
+                    if let Some((cookie, want)) = ask {
+                        self.ask_for(msg.src, cookie, want);
+                    }
+                }
+                _ => {
+                    // Still in the sender's memory: its wire brings it (streamed through a
+                    // ring, or copied single-copy).
+                    let peer = self.peer(msg.src);
+                    self.wire(peer).fetch(self, peer, op.clone(), msg);
+                }
             }
             return Ok(op);
         }

@@ -1,12 +1,12 @@
 //! `dcrun`: starts the ranks of a distcomm job on this host, serving their rendezvous store.
 //! See `dcrun --help`.
 
+mod placement;
+
 use distcomm::rendezvous::config::parse_host_port;
 use distcomm::auth::hex;
 use distcomm::rendezvous::tcp_store::fmt_host_port;
 use distcomm::rendezvous::StoreServer;
-mod placement;
-
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
