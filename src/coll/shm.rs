@@ -806,9 +806,19 @@ impl<'a> ShmRun<'a> {
         // says so, or the others would return its share's garbage.
         let done = self.exchange_words(&[u64::from(first_err.is_some())])?;
         if let Some(r) = (0..n).find(|&r| r != me && self.word(r, done, 0) == 1) {
-            first_err.get_or_insert(Error::new(Status::System, format!("rank {r} could not reduce its share of the allreduce or hand it out")));
+            first_err.get_or_insert_with(|| self.member_failed(r, "could not reduce its share of the allreduce or hand it out"));
         }
         first_err.map_or(Ok(()), Err)
+    }
+
+    /// The error for member `r`, which said it could not do its part (`what`): where a member
+    /// was found lost, that loss is the cause the caller must see (say rank 0 failed reading a
+    /// rank that died after handing everyone else its part), else `r`'s failure.
+    fn member_failed(&self, r: usize, what: &str) -> Error {
+        match self.arena.lost_member().filter(|&x| x != self.me()) {
+            Some(x) => Error::new(Status::PeerLost, format!("rank {x} is lost: rank {r} {what}")),
+            None => Error::new(Status::System, format!("rank {r} {what}")),
+        }
     }
 
     /// The rest of a direct allgather(v) once every buffer's address is published (`at`): reads
@@ -1058,6 +1068,30 @@ mod tests {
         args_of: fn(&mut B) -> CollArgs,
         check: fn(usize, &B) -> bool,
     ) -> Vec<Option<bool>> {
+        calls_on_threads(n, chunk, 1, pids_of, make, args_of)
+            .into_iter()
+            .enumerate()
+            .map(|(me, (mut results, bufs))| {
+                results.pop().unwrap().map(|r| {
+                    r.unwrap();
+                    check(me, &bufs)
+                })
+            })
+            .collect()
+    }
+
+    /// Runs `calls` collectives `args_of(me)` one after another on `n` ranks (threads), as
+    /// `on_threads` does. Per rank: each call's result (None when the arena left it to the
+    /// link), and the buffers.
+    #[allow(clippy::type_complexity)]
+    fn calls_on_threads<B: Send + 'static>(
+        n: usize,
+        chunk: usize,
+        calls: u32,
+        pids_of: impl Fn(usize) -> Vec<i32>,
+        make: impl Fn(usize) -> B,
+        args_of: fn(&mut B) -> CollArgs,
+    ) -> Vec<(Vec<Option<Result<()>>>, B)> {
         // Tests run in parallel: each call gets its own segment name.
         static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -1074,15 +1108,17 @@ mod tests {
                     let (steps, mut scratch) = (Steps::default(), Scratch::default());
                     let far = Instant::now() + Duration::from_secs(30);
                     let (deadline, interrupt) = (move || far, |_| None);
-                    let args = args_of(&mut bufs);
-                    let mut run = ShmRun::new(&a, &steps, 1, &deadline, &interrupt, &mut scratch, Some(&pids));
-                    // SAFETY: the buffers outlive the call.
-                    let done = unsafe { run.run_eager(&args) }.or_else(|| unsafe { run.run(&args) });
-                    a.finished(1);
-                    done.map(|r| {
-                        r.unwrap();
-                        check(me, &bufs)
-                    })
+                    let results = (1..=calls)
+                        .map(|coll| {
+                            let args = args_of(&mut bufs);
+                            let mut run = ShmRun::new(&a, &steps, coll, &deadline, &interrupt, &mut scratch, Some(&pids));
+                            // SAFETY: the buffers outlive the call.
+                            let done = unsafe { run.run_eager(&args) }.or_else(|| unsafe { run.run(&args) });
+                            a.finished(coll);
+                            done
+                        })
+                        .collect();
+                    (results, bufs)
                 })
             })
             .collect();
@@ -1160,6 +1196,28 @@ mod tests {
         let _ = child.kill();
         let _ = child.wait();
         assert_eq!(got, vec![Some(true); 3]);
+    }
+
+    #[test]
+    fn a_read_once_allreduce_names_the_member_lost_behind_another_members_failure() {
+        // Rank 0 sees a process that is gone behind rank 2's pid: its reads of rank 2 fail as
+        // they would had rank 2 died after handing the others its part. Rank 1, which did its
+        // part, must not blame rank 0 (a live member) but report rank 2 lost, as rank 0 does.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let gone = child.id() as i32;
+        child.wait().unwrap();
+        let us = std::process::id() as i32;
+        const LEN: usize = 256 * 1024;
+        let got = calls_on_threads(3, 64 * 1024, 2, move |me| if me == 0 { vec![us, us, gone] } else { vec![us; 3] }, |_| vec![1u8; LEN], |b: &mut Vec<u8>| {
+            CollArgs::Allreduce { send: None, recv: MutBuf::from_slice(b), dt: crate::dtype::DType::Uint8, op: ReduceOp::Max }
+        });
+        // The first call of the size is staged (it does not read), the second reads once.
+        assert!(got.iter().all(|(results, _)| matches!(results[0], Some(Ok(())))));
+        let second: Vec<Error> = got.into_iter().map(|(mut results, _)| results.pop().unwrap().unwrap().unwrap_err()).collect();
+        for (r, e) in second.iter().enumerate().take(2) {
+            assert_eq!(e.status, Status::PeerLost, "rank {r}: {e:?}");
+            assert!(e.to_string().contains("rank 2"), "rank {r}: {e}");
+        }
     }
 
     #[test]
