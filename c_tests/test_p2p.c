@@ -92,6 +92,42 @@ int main(void) {
     free(in);
   }
 
+  /* dc_sendrecv around the ring: small and large (a large send that waited for its receiver
+   * before the receive was started would deadlock every rank), and to oneself. */
+  for (int round = 0; round < 50; round++) {
+    int64_t v = rank * 100 + round, got = -1;
+    dc_recv_info info;
+    CHECK(dc_sendrecv(&v, 1, DC_INT64, next, 21, &got, 1, DC_INT64, prev, 21, w, &info));
+    EXPECT(got == prev * 100 + round, "sendrecv round %d from %d: %lld", round, prev, (long long)got);
+    EXPECT(info.source == prev && info.tag == 21 && info.count == 1, "sendrecv info %d %d %zu", info.source, info.tag, info.count);
+  }
+  {
+    size_t n = 4u << 20;
+    uint8_t *out = xmalloc(n), *in = xmalloc(n);
+    for (size_t i = 0; i < n; i++) out[i] = (uint8_t)(i * 5 + (size_t)rank);
+    dc_recv_info info;
+    CHECK(dc_sendrecv(out, n, DC_UINT8, next, 22, in, n / 4, DC_FLOAT32, DC_ANY_SOURCE, DC_ANY_TAG, w, &info));
+    EXPECT(info.source == prev && info.tag == 22 && info.count == n / 4, "large sendrecv info %d %d %zu", info.source, info.tag, info.count);
+    for (size_t i = 0; i < n; i += 4099) EXPECT(in[i] == (uint8_t)(i * 5 + (size_t)prev), "large sendrecv byte %zu", i);
+    double x = 2.5, y = 0;
+    CHECK(dc_sendrecv(&x, 1, DC_FLOAT64, rank, 23, &y, 1, DC_FLOAT64, rank, 23, w, NULL));
+    EXPECT(y == 2.5, "sendrecv to oneself: %g", y);
+    free(out);
+    free(in);
+  }
+  /* A sendrecv with a bad send starts nothing: its receive is not left waiting to take the
+   * next message on its tag, which the following call must get. */
+  {
+    int32_t v = rank, stray = -1, got = -1;
+    CHECK_STATUS(dc_sendrecv(&v, 1, DC_INT32, size, 24, &stray, 1, DC_INT32, prev, 24, w, NULL), DC_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(dc_sendrecv(&v, 1, DC_INT32, next, -2, &stray, 1, DC_INT32, prev, 24, w, NULL), DC_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(dc_sendrecv(&v, 1, DC_INT32, next, 24, NULL, 1, DC_INT32, prev, 24, w, NULL), DC_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(dc_sendrecv(&v, 1, 42, next, 24, &stray, 1, DC_INT32, prev, 24, w, NULL), DC_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(dc_sendrecv(&v, 1, DC_INT32, next, 24, &stray, 1, DC_INT32, prev, 24, NULL, NULL), DC_ERR_INVALID_ARGUMENT);
+    CHECK(dc_sendrecv(&v, 1, DC_INT32, next, 24, &got, 1, DC_INT32, prev, 24, w, NULL));
+    EXPECT(got == prev && stray == -1, "after the failed sendrecvs: got %d, stray %d", got, stray);
+  }
+
   /* Self-send. */
   {
     double v = 3.5, got = 0;

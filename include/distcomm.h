@@ -623,6 +623,27 @@ enum dc_status dc_recv(void *buf,
                        struct dc_recv_info *info);
 
 /**
+ * Sends to `dst` (as dc_send) and receives from `src` (as dc_recv) in one call, as
+ * MPI_Sendrecv: the receive is started first and neither waits for the other, so ranks that
+ * exchange with each other (a ring, a pair) do not deadlock whatever the sizes. The buffers
+ * must not overlap. Every argument is checked before anything starts. Returns once both
+ * finished; the receive's failure is reported before the send's. Statuses: as dc_send and
+ * dc_recv.
+ */
+enum dc_status dc_sendrecv(const void *sendbuf,
+                           size_t sendcount,
+                           dc_dtype sendtype,
+                           int32_t dst,
+                           int32_t sendtag,
+                           void *recvbuf,
+                           size_t recvcount,
+                           dc_dtype recvtype,
+                           int32_t src,
+                           int32_t recvtag,
+                           struct dc_comm *comm,
+                           struct dc_recv_info *info);
+
+/**
  * Starts a send (see dc_send) and returns at once with a request in `*req`; the buffer must
  * stay untouched until the request completes. Free the request with dc_request_free.
  */

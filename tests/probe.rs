@@ -191,7 +191,7 @@ fn job_on(backend: &'static str, n: usize, f: fn(&Comm)) {
 
 /// The C surface: dc_probe, dc_iprobe (element counts, bad arguments), dc_ssend.
 fn c_surface(c: &Comm) {
-    use distcomm::ffi::p2p::{dc_iprobe, dc_probe, dc_recv, dc_recv_info, dc_ssend};
+    use distcomm::ffi::p2p::{dc_iprobe, dc_probe, dc_recv, dc_recv_info, dc_sendrecv, dc_ssend};
     use distcomm::ffi::types::{dc_status, DC_ANY_SOURCE, DC_ANY_TAG};
     let p = c as *const Comm as *mut Comm;
     let (me, other) = (c.rank(), 1 - c.rank());
@@ -218,6 +218,22 @@ fn c_surface(c: &Comm) {
             assert_eq!(dc_recv(got.as_mut_ptr().cast(), 10, f32_dt, other as i32, 4, p, &mut info), ok);
             assert_eq!(got, [1.5f32; 10]);
         }
+        // dc_sendrecv between the two, small and large (each sends before the other's receive
+        // is known to be there), with a bad call before that must leave no receive behind.
+        let u8_dt = distcomm::ffi::types::DC_UINT8;
+        let mut stray = [0u8; 4];
+        let bad = dc_sendrecv(stray.as_ptr().cast(), 4, u8_dt, other as i32, 8, stray.as_mut_ptr().cast(), 4, u8_dt, other as i32, -3, p, std::ptr::null_mut());
+        assert_eq!(bad, dc_status::DC_ERR_INVALID_ARGUMENT, "negative receive tag (not DC_ANY_TAG)");
+        for len in [4usize, BIG] {
+            let out = pattern(me, len, len);
+            let mut got = vec![0u8; len];
+            let mut info = dc_recv_info::default();
+            let st = dc_sendrecv(out.as_ptr().cast(), len, u8_dt, other as i32, 8, got.as_mut_ptr().cast(), len, u8_dt, DC_ANY_SOURCE, 8, p, &mut info);
+            assert_eq!(st, ok);
+            assert_eq!((info.source, info.tag, info.count), (other as i32, 8, len));
+            assert!(got == pattern(other, len, len), "{len} bytes from rank {other}");
+        }
+        assert_eq!(stray, [0u8; 4]);
     }
     c.collective(CollArgs::Barrier).unwrap();
 }

@@ -97,6 +97,7 @@ SIGNATURES = {
     "dc_probe": (_ST, [c_int32, c_int32, c_int32, _P, POINTER(RecvInfo)]),
     "dc_iprobe": (_ST, [c_int32, c_int32, c_int32, _P, POINTER(c_bool), POINTER(RecvInfo)]),
     "dc_ssend": (_ST, _BLOCKING["dc_send"]),
+    "dc_sendrecv": (_ST, [_P, c_size_t, c_int32, c_int32, c_int32, _P, c_size_t, c_int32, c_int32, c_int32, _P, POINTER(RecvInfo)]),
 }
 for _name, _args in _BLOCKING.items():
     SIGNATURES[_name] = (_ST, _args)

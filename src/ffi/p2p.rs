@@ -29,20 +29,46 @@ fn user_tag(tag: i32, any_ok: bool) -> Result<Option<u32>> {
     }
 }
 
-unsafe fn start_send(buf: *const libc::c_void, count: usize, dt: dc_dtype, dst: i32, tag: i32, c: &Comm) -> Result<(P2pOp, i32)> {
+/// A send's checked arguments: the buffer, the destination's rank and the tag.
+type SendArgs = (crate::buffer::ConstBuf, usize, u32);
+/// A receive's checked arguments: the buffer, the source (None: any), the tag (None: any) and
+/// the element size.
+type RecvArgs = (crate::buffer::MutBuf, Option<usize>, Option<u32>, usize);
+
+unsafe fn send_args(buf: *const libc::c_void, count: usize, dt: dc_dtype, dst: i32, tag: i32, c: &Comm) -> Result<SendArgs> {
     let dt = checks::dtype(dt)?;
     let dst_r = checks::rank_in(dst, c.size(), "dst")?;
     let tag = user_tag(tag, false)?.unwrap_or(0);
-    let b = checks::src_buf(buf, checks::bytes(count, dt, "count")?, "buf")?;
+    Ok((checks::src_buf(buf, checks::bytes(count, dt, "count")?, "buf")?, dst_r, tag))
+}
+
+unsafe fn recv_args(buf: *mut libc::c_void, count: usize, dt: dc_dtype, src: i32, tag: i32, c: &Comm) -> Result<RecvArgs> {
+    let dt = checks::dtype(dt)?;
+    let src_r = if src == DC_ANY_SOURCE { None } else { Some(checks::rank_in(src, c.size(), "src")?) };
+    let tag = user_tag(tag, true)?;
+    Ok((checks::dst_buf(buf, checks::bytes(count, dt, "count")?, "buf")?, src_r, tag, dt.size()))
+}
+
+unsafe fn start_send(buf: *const libc::c_void, count: usize, dt: dc_dtype, dst: i32, tag: i32, c: &Comm) -> Result<(P2pOp, i32)> {
+    let (b, dst_r, tag) = send_args(buf, count, dt, dst, tag, c)?;
     Ok((c.post_send(b, dst_r, tag)?, dst))
 }
 
 unsafe fn start_recv(buf: *mut libc::c_void, count: usize, dt: dc_dtype, src: i32, tag: i32, c: &Comm) -> Result<(P2pOp, usize)> {
-    let dt = checks::dtype(dt)?;
-    let src_r = if src == DC_ANY_SOURCE { None } else { Some(checks::rank_in(src, c.size(), "src")?) };
-    let tag = user_tag(tag, true)?;
-    let b = checks::dst_buf(buf, checks::bytes(count, dt, "count")?, "buf")?;
-    Ok((c.post_recv(b, src_r, tag)?, dt.size()))
+    let (b, src_r, tag, esize) = recv_args(buf, count, dt, src, tag, c)?;
+    Ok((c.post_recv(b, src_r, tag)?, esize))
+}
+
+/// What a blocking receive from `src` waits for, for its error text.
+fn receiving_from(src: i32) -> String {
+    if src < 0 { "receiving from any rank".to_string() } else { format!("receiving from rank {src}") }
+}
+
+/// Writes what a finished receive got into `info` (may be NULL).
+unsafe fn write_info(info: *mut dc_recv_info, c: &Comm, d: crate::completion::Done, esize: usize) {
+    if let Some(i) = info.as_mut() {
+        *i = dc_recv_info { source: c.comm_rank_of(d.source), tag: d.tag as i32, count: d.bytes / esize };
+    }
 }
 
 /// Sends `count` elements of `dt` to rank `dst` with `tag` (>= 0). Blocks until the data is
@@ -86,14 +112,55 @@ pub unsafe extern "C" fn dc_recv(
         let c = checks::comm(comm)?;
         on_rank(c, || {
             let (mut op, esize) = start_recv(buf, count, dt, src, tag, c)?;
-            let what = || if src < 0 { "receiving from any rank".to_string() } else { format!("receiving from rank {src}") };
-            let d = c.wait_p2p_started(&op, &what);
+            let d = c.wait_p2p_started(&op, &|| receiving_from(src));
             op.release();
-            let d = d?;
-            if let Some(i) = info.as_mut() {
-                *i = dc_recv_info { source: c.comm_rank_of(d.source), tag: d.tag as i32, count: d.bytes / esize };
-            }
+            write_info(info, c, d?, esize);
             Ok(())
+        })
+    })
+}
+
+/// Sends to `dst` (as dc_send) and receives from `src` (as dc_recv) in one call, as
+/// MPI_Sendrecv: the receive is started first and neither waits for the other, so ranks that
+/// exchange with each other (a ring, a pair) do not deadlock whatever the sizes. The buffers
+/// must not overlap. Every argument is checked before anything starts. Returns once both
+/// finished; the receive's failure is reported before the send's. Statuses: as dc_send and
+/// dc_recv.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn dc_sendrecv(
+    sendbuf: *const libc::c_void,
+    sendcount: usize,
+    sendtype: dc_dtype,
+    dst: i32,
+    sendtag: i32,
+    recvbuf: *mut libc::c_void,
+    recvcount: usize,
+    recvtype: dc_dtype,
+    src: i32,
+    recvtag: i32,
+    comm: *mut Comm,
+    info: *mut dc_recv_info,
+) -> dc_status {
+    guard("dc_sendrecv", || {
+        let c = checks::comm(comm)?;
+        on_rank(c, || {
+            let (sb, dst_r, stag) = send_args(sendbuf, sendcount, sendtype, dst, sendtag, c)?;
+            let (rb, src_r, rtag, esize) = recv_args(recvbuf, recvcount, recvtype, src, recvtag, c)?;
+            let mut recv = c.post_recv(rb, src_r, rtag)?;
+            let send = match c.post_send(sb, dst_r, stag) {
+                Ok(s) => s,
+                Err(e) => {
+                    c.cancel_p2p(&recv, || Error::new(Status::Aborted, "withdrawn: dc_sendrecv's send failed to start"));
+                    recv.release();
+                    return Err(e);
+                }
+            };
+            let sent = c.wait_p2p_started(&send, &|| format!("sending to rank {dst}"));
+            let got = c.wait_p2p_started(&recv, &|| receiving_from(src));
+            recv.release();
+            write_info(info, c, got?, esize);
+            sent.map(|_| ())
         })
     })
 }

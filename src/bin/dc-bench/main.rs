@@ -18,8 +18,7 @@ use args::{Args, Parsed};
 use csv::Row;
 use data::{Data, Dt, Gen, Op, Redop};
 use distcomm::comm::Comm;
-use distcomm::ffi::{self, coll, comm as fcomm, dc_status, p2p, request};
-use distcomm::request::Request;
+use distcomm::ffi::{self, coll, comm as fcomm, dc_status, p2p};
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::ffi::{c_void, CStr};
 use std::io::Write;
@@ -195,19 +194,7 @@ impl Bench {
                 (Op::Sendrecv, _) => {
                     let next = ((self.rank + 1) % self.n) as i32;
                     let prev = ((self.rank + self.n - 1) % self.n) as i32;
-                    let mut req: *mut Request = std::ptr::null_mut();
-                    let st = p2p::dc_irecv(recv, c.shape.count, dt, prev, 0, comm, &mut req);
-                    if st != dc_status::DC_SUCCESS {
-                        return st;
-                    }
-                    let st = p2p::dc_send(send, c.shape.count, dt, next, 0, comm);
-                    let wst = request::dc_request_wait(req);
-                    request::dc_request_free(req);
-                    if st != dc_status::DC_SUCCESS {
-                        st
-                    } else {
-                        wst
-                    }
+                    p2p::dc_sendrecv(send, c.shape.count, dt, next, 0, recv, c.shape.count, dt, prev, 0, comm, std::ptr::null_mut())
                 }
                 (Op::Barrier, _) => coll::dc_barrier(comm),
             }
