@@ -15,7 +15,7 @@ use crate::collective::{describe, CollArgs};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result, Status};
 use crate::reduce;
-use crate::transport::shm::{Arena, Flag, Steps, EAGER_BYTES};
+use crate::transport::shm::{Arena, Flag, Steps, EAGER_BYTES, IN_STAMP_LINE};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -422,6 +422,10 @@ impl<'a> ShmRun<'a> {
         self.post(&[])?;
         let data = self.fetch_agreeing(root)?;
         copy(data.as_ptr(), buf.as_ptr(), data.len());
+        // Small broadcasts often come in runs whose root is ahead (see `Arena::prefetch_slot`).
+        if data.len() <= IN_STAMP_LINE {
+            self.arena.prefetch_slot(root, self.coll.wrapping_add(1));
+        }
         Ok(())
     }
 
