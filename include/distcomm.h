@@ -627,8 +627,9 @@ enum dc_status dc_recv(void *buf,
  * MPI_Sendrecv: the receive is started first and neither waits for the other, so ranks that
  * exchange with each other (a ring, a pair) do not deadlock whatever the sizes. The buffers
  * must not overlap. Every argument is checked before anything starts. Returns once both
- * finished; the receive's failure is reported before the send's. Statuses: as dc_send and
- * dc_recv.
+ * finished, within the comm's timeout for the whole call; a failed send withdraws the
+ * receive if it is still open, and the receive's failure, if it has one, is returned before
+ * the send's. Statuses: as dc_send and dc_recv.
  */
 enum dc_status dc_sendrecv(const void *sendbuf,
                            size_t sendcount,

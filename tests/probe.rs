@@ -234,6 +234,20 @@ fn c_surface(c: &Comm) {
             assert!(got == pattern(other, len, len), "{len} bytes from rank {other}");
         }
         assert_eq!(stray, [0u8; 4]);
+        // A receive nobody sends to: the call times out once and leaves no receive open to
+        // take the next message on its tag.
+        c.set_timeout_ms(300);
+        let mut got = [0u8; 4];
+        let t = Instant::now();
+        let st = dc_sendrecv([7u8; 4].as_ptr().cast(), 4, u8_dt, other as i32, 30, got.as_mut_ptr().cast(), 4, u8_dt, other as i32, 31, p, std::ptr::null_mut());
+        assert_eq!(st, dc_status::DC_ERR_TIMEOUT);
+        assert!(t.elapsed() < Duration::from_millis(1500), "took {:?}", t.elapsed());
+        c.set_timeout_ms(20_000);
+        c.collective(CollArgs::Barrier).unwrap();
+        assert_eq!(dc_recv(got.as_mut_ptr().cast(), 4, u8_dt, other as i32, 30, p, std::ptr::null_mut()), ok);
+        let mine = [me as u8 + 10; 4];
+        let st = dc_sendrecv(mine.as_ptr().cast(), 4, u8_dt, other as i32, 31, got.as_mut_ptr().cast(), 4, u8_dt, other as i32, 31, p, std::ptr::null_mut());
+        assert_eq!((st, got), (ok, [other as u8 + 10; 4]));
     }
     c.collective(CollArgs::Barrier).unwrap();
 }

@@ -124,8 +124,9 @@ pub unsafe extern "C" fn dc_recv(
 /// MPI_Sendrecv: the receive is started first and neither waits for the other, so ranks that
 /// exchange with each other (a ring, a pair) do not deadlock whatever the sizes. The buffers
 /// must not overlap. Every argument is checked before anything starts. Returns once both
-/// finished; the receive's failure is reported before the send's. Statuses: as dc_send and
-/// dc_recv.
+/// finished, within the comm's timeout for the whole call; a failed send withdraws the
+/// receive if it is still open, and the receive's failure, if it has one, is returned before
+/// the send's. Statuses: as dc_send and dc_recv.
 #[no_mangle]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn dc_sendrecv(
@@ -156,8 +157,15 @@ pub unsafe extern "C" fn dc_sendrecv(
                     return Err(e);
                 }
             };
-            let sent = c.wait_p2p_started(&send, &|| format!("sending to rank {dst}"));
-            let got = c.wait_p2p_started(&recv, &|| receiving_from(src));
+            // One deadline for both: the call as a whole honours the timeout.
+            let deadline = crate::completion::LazyDeadline::new(c.timeout_ms());
+            let by = || deadline.get();
+            let sent = c.wait_p2p_by(&send, &by, &|| format!("sending to rank {dst}"));
+            if let Err(e) = &sent {
+                // A receive left open would take a later message meant for another call.
+                c.cancel_p2p(&recv, || e.clone());
+            }
+            let got = c.wait_p2p_by(&recv, &by, &|| receiving_from(src));
             recv.release();
             write_info(info, c, got?, esize);
             sent.map(|_| ())
