@@ -580,13 +580,22 @@ fn sendrecv_direct(
             return engine_err(e);
         }
     };
-    // As in `finish_recv_and_send`: both waited for, the receive's error first.
-    let sent = request::finish_send(mc, s);
-    Some(request::finish_recv(mc, r).and_then(|got| {
-        sent?;
-        write_status(st, got);
-        Ok(())
-    }))
+    // Both within one timeout. A failed send withdraws the receive if it is still open (it
+    // would take a later message) and is the error reported (not the withdrawal); otherwise,
+    // as in `finish_recv_and_send`, the receive's.
+    let deadline = distcomm::completion::LazyDeadline::new(mc.comm.timeout_ms());
+    let sent = request::finish_send_by(mc, s, &deadline);
+    if sent.is_err() {
+        request::withdraw_recv(mc, &r);
+    }
+    let got = request::finish_recv_by(mc, r, &deadline);
+    Some(match (got, sent) {
+        (Ok(got), Ok(())) => {
+            write_status(st, got);
+            Ok(())
+        }
+        (_, Err(e)) | (Err(e), Ok(())) => Err(e),
+    })
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -5,6 +5,7 @@ use crate::abi_gen::*;
 use crate::err::{from_engine, MpiErr};
 use crate::state::{CommRef, MpiComm};
 use distcomm::comm::P2pOp;
+use distcomm::completion::LazyDeadline;
 use std::ffi::c_int;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -265,15 +266,25 @@ impl Req {
 }
 
 /// Waits for a send started on `comm` (up to its timeout).
-pub fn finish_send(comm: &MpiComm, mut op: P2pOp) -> Result<(), MpiErr> {
-    let r = comm.comm.wait_p2p_started(&op, &|| "MPI send".to_string());
+pub fn finish_send(comm: &MpiComm, op: P2pOp) -> Result<(), MpiErr> {
+    finish_send_by(comm, op, &LazyDeadline::new(comm.comm.timeout_ms()))
+}
+
+/// `finish_send` up to `deadline` (one call's, shared by its operations).
+pub fn finish_send_by(comm: &MpiComm, mut op: P2pOp, deadline: &LazyDeadline) -> Result<(), MpiErr> {
+    let r = comm.comm.wait_p2p_by(&op, &|| deadline.get(), &|| "MPI send".to_string());
     op.release();
     r.map(|_| ()).map_err(|e| from_engine(&e).on(comm.handle))
 }
 
 /// Waits for a receive started on `comm` (up to its timeout); its status.
-pub fn finish_recv(comm: &MpiComm, mut op: P2pOp) -> Result<MPI_Status, MpiErr> {
-    let r = comm.comm.wait_p2p_started(&op, &|| "MPI receive".to_string());
+pub fn finish_recv(comm: &MpiComm, op: P2pOp) -> Result<MPI_Status, MpiErr> {
+    finish_recv_by(comm, op, &LazyDeadline::new(comm.comm.timeout_ms()))
+}
+
+/// `finish_recv` up to `deadline` (one call's, shared by its operations).
+pub fn finish_recv_by(comm: &MpiComm, mut op: P2pOp, deadline: &LazyDeadline) -> Result<MPI_Status, MpiErr> {
+    let r = comm.comm.wait_p2p_by(&op, &|| deadline.get(), &|| "MPI receive".to_string());
     op.release();
     let d = r.map_err(|e| recv_error(e).on(comm.handle))?;
     let mut st = empty_status();
