@@ -54,13 +54,13 @@ int main(void) {
 
   CHECK(dc_barrier(w)); /* nothing else may match rank 0's wildcard receives */
 
-  /* Truncation and short messages between ranks 0 and 1. */
-  if (rank == 1) {
+  /* Truncation and short messages between ranks 0 and 1 (a job of one rank has no rank 1). */
+  if (size > 1 && rank == 1) {
     int32_t ten[10];
     for (int i = 0; i < 10; i++) ten[i] = i + 1;
     CHECK(dc_send(ten, 10, DC_INT32, 0, 5, w));
     CHECK(dc_send(ten, 3, DC_INT32, 0, 6, w));
-  } else if (rank == 0) {
+  } else if (size > 1 && rank == 0) {
     int32_t buf[10];
     for (int i = 0; i < 10; i++) buf[i] = -1;
     CHECK_STATUS(dc_recv(buf, 5, DC_INT32, 1, 5, w, NULL), DC_ERR_INVALID_ARGUMENT);
