@@ -12,6 +12,7 @@
 #      installed mpiexec at 1 to 4 ranks, and t_env/t_coll as singletons (no launcher);
 #      DC_DEBUG=WARN names an unsupported function; ERRORS_ARE_FATAL and MPI_Abort end the job;
 #      a rank that dies gives the others MPIX_ERR_PROC_FAILED (t_proc_failed, ours only);
+#      a sendrecv with a stopped peer ends within one timeout (t_timeout, ours only);
 #      mpiexec's host placement (-hosts, -host, hostfiles: -dry-run plans and errors) and two
 #      dcruns in its multi-node form on this machine (-launcher fork)
 #   6. the same sources built with MPICH's mpicc_abi, run on our library (LD_LIBRARY_PATH) by
@@ -98,7 +99,7 @@ MPICC_CC="$PREFIX/bin/mpicc" timeout 60 "$PREFIX/bin/mpicc" -c "$TMP/cc_env.c" -
 step "C tests built with the installed mpicc"
 TESTS=(t_env t_comm t_comm2 t_intercomm t_p2p t_coll t_coll2 t_misc t_errors t_probe t_threads t_dtype t_win t_file t_session t_ops2)
 mkdir -p "$TMP/ours" "$TMP/mpich"
-for t in "${TESTS[@]}" t_fatal t_proc_failed; do
+for t in "${TESTS[@]}" t_fatal t_proc_failed t_timeout; do
   "$PREFIX/bin/mpicc" -std=c11 -Wall -Wextra -Werror -O1 -g -pthread "mpi/tests/$t.c" -o "$TMP/ours/$t"
 done
 "$PREFIX/bin/mpicxx" -Wall -Werror -x c++ "mpi/tests/t_env.c" -o "$TMP/ours/t_env_cxx"
@@ -209,6 +210,10 @@ set -e
 echo "ok t_proc_failed -n 3 (rank 1 killed, -disable-auto-cleanup: exit 137)"
 echo "(t_proc_failed is not built by MPICH's mpicc_abi nor run on MPICH: MPIX_ERR_PROC_FAILED is"
 echo " distcomm's extension, not in MPICH's standard-ABI mpi_abi.h)"
+
+step "timeouts: a sendrecv with a stopped peer ends within one DC_TIMEOUT_MS (distcomm only)"
+# Rank 1 stops itself (SIGSTOP) and rank 0 continues it after its sendrecvs timed out.
+run "t_timeout -n 2" 2 env EXPECT_DISTCOMM=1 DC_TIMEOUT_MS=1000 "$PREFIX/bin/mpiexec" -n 2 "$TMP/ours/t_timeout"
 
 step "standard-ABI binaries built by MPICH's mpicc_abi, run on distcomm's library"
 for t in "${TESTS[@]}"; do

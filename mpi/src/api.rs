@@ -12,6 +12,7 @@ use crate::op;
 use crate::request::{self, Req};
 use crate::state::{self, CommRef, MpiComm};
 use distcomm::buffer::{ConstBuf, MutBuf};
+use distcomm::completion::LazyDeadline;
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -459,13 +460,11 @@ pub(crate) fn start_recv_then_send(recv: Result<Req, MpiErr>, send: impl FnOnce(
     }
 }
 
-/// Waits for both halves of a send-receive (the receive's error first) and writes the
-/// receive's status.
+/// Waits for both halves of a send-receive within the comm's timeout (`request::finish_pair`)
+/// and writes the receive's status.
 fn finish_recv_and_send(r: Req, s: Req, st: *mut MPI_Status) -> Res {
-    let sent = s.finish();
-    let got = r.finish()?;
-    sent?;
-    write_status(st, got);
+    let timeout_ms = r.comm().or(s.comm()).map_or(0, |c| c.comm.timeout_ms());
+    write_status(st, request::finish_pair(r, s, &LazyDeadline::new(timeout_ms))?);
     Ok(())
 }
 
@@ -583,7 +582,7 @@ fn sendrecv_direct(
     // Both within one timeout. A failed send withdraws the receive if it is still open (it
     // would take a later message) and is the error reported (not the withdrawal); otherwise,
     // as in `finish_recv_and_send`, the receive's.
-    let deadline = distcomm::completion::LazyDeadline::new(mc.comm.timeout_ms());
+    let deadline = LazyDeadline::new(mc.comm.timeout_ms());
     let sent = request::finish_send_by(mc, s, &deadline);
     if sent.is_err() {
         request::withdraw_recv(mc, &r);

@@ -231,28 +231,32 @@ impl Req {
 
     /// Waits (up to the comm's timeout) and gives the status, or the error routed to the comm.
     pub fn finish(self) -> Result<MPI_Status, MpiErr> {
+        let deadline = LazyDeadline::new(self.comm().map_or(0, |c| c.comm.timeout_ms()));
+        self.finish_by(&deadline)
+    }
+
+    /// `finish`, every wait up to `deadline` (one call's, shared by all it waits for).
+    pub fn finish_by(self, deadline: &LazyDeadline) -> Result<MPI_Status, MpiErr> {
         let st = empty_status();
         match self {
             Req::Done(s) => return Ok(s),
-            Req::Persistent(p) => return p.active.map_or(Ok(st), |r| r.finish()),
+            Req::Persistent(p) => return p.active.map_or(Ok(st), |r| r.finish_by(deadline)),
             Req::Pair(p) => {
                 let Pair { recv, send, keep } = *p;
-                let sent = send.finish();
-                let got = recv.finish();
+                let r = finish_pair(recv, send, deadline);
                 drop(keep);
-                sent?;
-                return got;
+                return r;
             }
             Req::Packed(p) => {
                 let crate::packing::Packed { inner, buf, unpack } = *p;
-                let st = inner.finish()?;
+                let st = inner.finish_by(deadline)?;
                 if let Some(u) = unpack {
                     u.run(&buf[..(count_of(&st) as usize).min(buf.len())]);
                 }
                 return Ok(st);
             }
-            Req::Send { comm, op } => finish_send(&comm, op)?,
-            Req::Recv { comm, op } => return finish_recv(&comm, op),
+            Req::Send { comm, op } => finish_send_by(&comm, op, deadline)?,
+            Req::Recv { comm, op } => return finish_recv_by(&comm, op, deadline),
             Req::Coll { comm, req, after } => {
                 req.wait().map_err(|e| from_engine(&e).on(comm.handle))?;
                 drop(req);
@@ -265,24 +269,15 @@ impl Req {
     }
 }
 
-/// Waits for a send started on `comm` (up to its timeout).
-pub fn finish_send(comm: &MpiComm, op: P2pOp) -> Result<(), MpiErr> {
-    finish_send_by(comm, op, &LazyDeadline::new(comm.comm.timeout_ms()))
-}
-
-/// `finish_send` up to `deadline` (one call's, shared by its operations).
+/// Waits for a send started on `comm` up to `deadline` (one call's, shared by its operations).
 pub fn finish_send_by(comm: &MpiComm, mut op: P2pOp, deadline: &LazyDeadline) -> Result<(), MpiErr> {
     let r = comm.comm.wait_p2p_by(&op, &|| deadline.get(), &|| "MPI send".to_string());
     op.release();
     r.map(|_| ()).map_err(|e| from_engine(&e).on(comm.handle))
 }
 
-/// Waits for a receive started on `comm` (up to its timeout); its status.
-pub fn finish_recv(comm: &MpiComm, op: P2pOp) -> Result<MPI_Status, MpiErr> {
-    finish_recv_by(comm, op, &LazyDeadline::new(comm.comm.timeout_ms()))
-}
-
-/// `finish_recv` up to `deadline` (one call's, shared by its operations).
+/// Waits for a receive started on `comm` up to `deadline` (one call's, shared by its
+/// operations); its status.
 pub fn finish_recv_by(comm: &MpiComm, mut op: P2pOp, deadline: &LazyDeadline) -> Result<MPI_Status, MpiErr> {
     let r = comm.comm.wait_p2p_by(&op, &|| deadline.get(), &|| "MPI receive".to_string());
     op.release();
@@ -299,15 +294,33 @@ pub fn withdraw_recv(comm: &MpiComm, op: &P2pOp) {
     comm.comm.cancel_p2p(op, || distcomm::Error::new(distcomm::Status::Aborted, "withdrawn: the call failed"));
 }
 
+/// Both halves of a send-receive within one deadline. A failed send withdraws the receive if it
+/// is still open (it would take a later message) and is the error reported; otherwise the
+/// receive's error or status.
+pub fn finish_pair(recv: Req, send: Req, deadline: &LazyDeadline) -> Result<MPI_Status, MpiErr> {
+    let sent = send.finish_by(deadline);
+    if sent.is_err() {
+        recv.withdraw();
+    }
+    let got = recv.finish_by(deadline);
+    sent.and(got)
+}
+
 impl Req {
-    /// Withdraws a receive that was just started, for a call that fails after starting it.
-    pub fn cancel_now(self) {
+    /// Withdraws a receive still open, for a call that fails after starting it (the request
+    /// still has to be finished or dropped).
+    pub fn withdraw(&self) {
         match self {
-            Req::Recv { comm, op } => withdraw_recv(&comm, &op),
-            // The packed buffer goes after the receive into it is withdrawn.
-            Req::Packed(p) => p.inner.cancel_now(),
+            Req::Recv { comm, op } => withdraw_recv(comm, op),
+            Req::Packed(p) => p.inner.withdraw(),
             _ => {}
         }
+    }
+
+    /// Withdraws a receive that was just started and drops it (the packed buffer goes after
+    /// the receive into it is withdrawn).
+    pub fn cancel_now(self) {
+        self.withdraw();
     }
 }
 

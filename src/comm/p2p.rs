@@ -7,7 +7,7 @@ use crate::collective::CollArgs;
 use crate::completion::{Completion, Done, WaitOutcome};
 use crate::error::{Error, Result, Status};
 use crate::transport::ops::COLL_TAG_BIT;
-use crate::transport::{RecvOp, SendOp, TagMatch};
+use crate::transport::{RecvOp, SendOp, TagMatch, WITHDRAW_GRACE_MAX};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -111,7 +111,7 @@ impl Comm {
         match tr.post_send(&self.ctx, w, crate::transport::ops::sync_tag(seq, tag), 0, buf) {
             Ok(send) => Ok(P2pOp::Sync(send, ack)),
             Err(e) => {
-                tr.cancel_recv(&ack, e.clone());
+                tr.cancel_recv(&ack, e.clone(), self.withdraw_grace());
                 Err(e)
             }
         }
@@ -210,7 +210,7 @@ impl Comm {
         if let P2pOp::Sync(s, a) = op {
             let sent = self.wait_any(&P2pOp::Send(s.clone()), deadline, what, coll);
             if let Err(e) = &sent {
-                tr.cancel_recv(a, e.clone());
+                tr.cancel_recv(a, e.clone(), self.withdraw_grace());
             }
             let d = sent?;
             let answer = || format!("{} (for the receiver's match of a synchronous send)", what());
@@ -287,8 +287,8 @@ impl Comm {
             (None, None) => None,
         };
         match op {
-            P2pOp::Send(s) => wait_op(&s.comp, deadline, t, &interrupt, &lost, &|e| tr.cancel_send(s, e), what, Some(&idle), poll),
-            P2pOp::Recv(r) => wait_op(&r.comp, deadline, t, &interrupt, &lost, &|e| tr.cancel_recv(r, e), what, Some(&idle), poll),
+            P2pOp::Send(s) => wait_op(&s.comp, deadline, t, &interrupt, &lost, &|e| tr.cancel_send(s, e, self.withdraw_grace()), what, Some(&idle), poll),
+            P2pOp::Recv(r) => wait_op(&r.comp, deadline, t, &interrupt, &lost, &|e| tr.cancel_recv(r, e, self.withdraw_grace()), what, Some(&idle), poll),
             #[cfg(feature = "nccl")]
             P2pOp::Device(d) => d.wait(self, deadline(), what),
             P2pOp::Done(d) => Ok(*d),
@@ -334,16 +334,25 @@ impl Comm {
         lock(&self.acked_lost).clone()
     }
 
+    /// How long withdrawing an op waits for a peer in the middle of its message (a receiver
+    /// reading our memory, a sender streaming to us): a tenth of the comm's timeout, from 10 ms
+    /// to 2 s, so a call that timed out ends soon after its timeout even when that peer is
+    /// stopped (the message is then revoked or dropped, never delivered torn).
+    pub(crate) fn withdraw_grace(&self) -> Duration {
+        let tenth = Duration::from_millis(self.timeout_ms().max(0) as u64 / 10);
+        tenth.clamp(Duration::from_millis(10), WITHDRAW_GRACE_MAX)
+    }
+
     /// Withdraws an unfinished op, failing it with `e()` (no-op when finished: the error is
     /// only built for an op that is withdrawn, not for every finished op dropped).
     pub fn cancel_p2p(&self, op: &P2pOp, e: impl FnOnce() -> Error) {
         match op {
-            P2pOp::Send(s) if !s.comp.is_done() => self.transport().cancel_send(s, e()),
-            P2pOp::Recv(r) if !r.comp.is_done() => self.transport().cancel_recv(r, e()),
+            P2pOp::Send(s) if !s.comp.is_done() => self.transport().cancel_send(s, e(), self.withdraw_grace()),
+            P2pOp::Recv(r) if !r.comp.is_done() => self.transport().cancel_recv(r, e(), self.withdraw_grace()),
             P2pOp::Sync(s, a) if !(s.comp.is_done() && a.comp.is_done()) => {
                 let e = e();
-                self.transport().cancel_send(s, e.clone());
-                self.transport().cancel_recv(a, e);
+                self.transport().cancel_send(s, e.clone(), self.withdraw_grace());
+                self.transport().cancel_recv(a, e, self.withdraw_grace());
             }
             #[cfg(feature = "nccl")]
             P2pOp::Device(d) => d.cancel(self, e()),

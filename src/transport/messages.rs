@@ -35,9 +35,10 @@ pub(super) fn park_limit() -> Duration {
 /// (see `fetch_overdue`) is looked at again.
 const OVER_BOUND_RECHECK: Duration = Duration::from_millis(100);
 
-/// How long a withdrawn receive waits for the rest of a message already being streamed to it
-/// (see `SocketTransport::finish_stream_for`).
-pub(super) const STREAM_CANCEL_GRACE: Duration = Duration::from_secs(2);
+/// A withdrawal waits this long at most for a peer that is in the middle of a message with us
+/// (see `SocketTransport::finish_stream_for` and `withdraw_single_copy`); a comm with a short
+/// timeout gives less (`Comm::withdraw_grace`).
+pub const WITHDRAW_GRACE_MAX: Duration = Duration::from_secs(2);
 
 
 /// A receive and the parked message it matched.
@@ -234,8 +235,9 @@ impl SocketTransport {
     }
 
     /// Withdraws a receive (timeout, abort, drop). On return the transport no longer touches its
-    /// buffer; the op is completed with `err` unless it had already finished.
-    pub fn cancel_recv(&self, op: &Arc<RecvOp>, err: Error) {
+    /// buffer; the op is completed with `err` unless it had already finished. A sender in the
+    /// middle of streaming to it is given `grace` to finish.
+    pub fn cancel_recv(&self, op: &Arc<RecvOp>, err: Error, grace: Duration) {
         let withdrawn = {
             let mut m = lock(&self.matcher);
             m.remove_posted(op) || m.remove_probe(op)
@@ -270,18 +272,18 @@ impl SocketTransport {
                     }
                 }
             }
-            self.finish_stream_for(op, from);
+            self.finish_stream_for(op, from, grace);
         }
     }
 
     /// A receive being withdrawn that a peer streams to: the message was taken from the
     /// queue and asked for, so it cannot go back; the receive gets it, as if it had completed
-    /// just before (we read our ring until it has). Only if the sender stops sending for
-    /// [`STREAM_CANCEL_GRACE`] is the receive failed and the rest of the message dropped.
-    /// Returns at once if `op` is not being streamed to.
-    pub(super) fn finish_stream_for(&self, op: &Arc<RecvOp>, from: u32) {
+    /// just before (we read our ring until it has). Only if the sender has not finished within
+    /// `grace` is the receive failed and the rest of the message dropped. Returns at once if
+    /// `op` is not being streamed to.
+    pub(super) fn finish_stream_for(&self, op: &Arc<RecvOp>, from: u32, grace: Duration) {
         let peer = self.peer(from);
-        let give_up = Instant::now() + STREAM_CANCEL_GRACE;
+        let give_up = Instant::now() + grace;
         loop {
             {
                 let mut streams = lock(&peer.streams_in);
@@ -304,12 +306,13 @@ impl SocketTransport {
 
     /// Withdraws a send: not yet started, it is dropped; half written, the rest is copied so
     /// the stream stays well-formed; announced single-copy, the receiver lets go of it first
-    /// (see `withdraw_single_copy`). The op is completed with `err` unless already finished.
-    /// On return the transport no longer touches its buffer, and no peer reads it.
-    pub fn cancel_send(&self, op: &Arc<SendOp>, err: Error) {
+    /// (see `withdraw_single_copy`, within `grace`). The op is completed with `err` unless
+    /// already finished. On return the transport no longer touches its buffer, and no peer
+    /// reads it.
+    pub fn cancel_send(&self, op: &Arc<SendOp>, err: Error, grace: Duration) {
         if op.dst != self.rank {
             let peer = self.peer(op.dst);
-            self.withdraw_single_copy(peer, op);
+            self.withdraw_single_copy(peer, op, grace);
             for w in WIRES {
                 w.withdraw_send(self, peer, op);
             }
@@ -319,18 +322,18 @@ impl SocketTransport {
 
     /// A single-copy send its receiver may be reading: asks the receiver to drop it, or to
     /// finish the read under way, and waits for its `Fin` (a round trip), so the caller may
-    /// free the buffer on return. A receiver lost, or silent for [`STREAM_CANCEL_GRACE`]
-    /// (stopped), is not waited for: the message is revoked first (`cma::revoke`), so a read
-    /// of it that ends later is discarded there instead of delivered from freed memory.
-    fn withdraw_single_copy(&self, peer: &Arc<Peer>, op: &Arc<SendOp>) {
+    /// free the buffer on return. A receiver lost, or silent for `grace` (stopped), is not
+    /// waited for: the message is revoked first (`cma::revoke`), so a read of it that ends
+    /// later is discarded there instead of delivered from freed memory.
+    fn withdraw_single_copy(&self, peer: &Arc<Peer>, op: &Arc<SendOp>, grace: Duration) {
         let Some(cookie) = self.ask_withdraw(peer, op) else { return };
-        let give_up = Instant::now() + STREAM_CANCEL_GRACE;
+        let give_up = Instant::now() + grace;
         let mut idle_polls = 0u32;
         while lock(&peer.awaiting_fin).contains_key(&cookie) {
             if Instant::now() >= give_up {
                 if lock(&peer.awaiting_fin).remove(&cookie).is_some() {
                     cma::revoke(cookie);
-                    dc_log!(Level::Warn, Some(self.rank as usize), "rank {} did not answer the withdrawal of a message it may be reading from our memory within {STREAM_CANCEL_GRACE:?}; the message is revoked (a read of it that ends later is discarded there)", peer.rank);
+                    dc_log!(Level::Warn, Some(self.rank as usize), "rank {} did not answer the withdrawal of a message it may be reading from our memory within {grace:?}; the message is revoked (a read of it that ends later is discarded there)", peer.rank);
                 }
                 return;
             }
