@@ -13,7 +13,9 @@
 //!   within about a second of the death.
 //! - SIGSTOP of one rank of 3 (shared memory and sockets): the others fail with PEER_LOST
 //!   naming it as stopped after the peer timeout (DC_PEER_TIMEOUT_MS); a rank that only sleeps
-//!   that long is not lost.
+//!   that long is not lost. With the peer timeout off and a 1 s operation timeout, the calls
+//!   that need it (a 4 MiB sendrecv, single-copy or over sockets; an allreduce) end with
+//!   TIMEOUT within 1.5 s (a send it may be reading is revoked after a tenth of the timeout).
 //! - dc_comm_abort from another thread while blocked in each kind of call.
 //! - a job with a missing rank fails init with DC_ERR_TIMEOUT naming it.
 //! - strangers (garbage, silence, huge lengths, wrong token, slow senders, a flood) at the
@@ -37,7 +39,7 @@ use std::collections::HashMap;
 use std::ffi::{c_void, CStr};
 use std::fs::File;
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -298,6 +300,7 @@ impl Bufs {
             "alltoall" => (2048 * n, 2048 * n),
             "alltoallv" => (64 * n * n, 64 * n * n),
             "sendrecv" => (4096 * n, 4096 * n),
+            "sendrecv_large" => (1 << 20, 1 << 20),
             "recv_any" => (0, 1024),
             "barrier" => (0, 0),
             other => panic!("unknown op {other}"),
@@ -371,6 +374,11 @@ impl Bufs {
                     c,
                 ),
                 "barrier" => dc_barrier(c),
+                // 4 MiB to the next rank, from the previous one (single-copy on one host).
+                "sendrecv_large" => {
+                    let len = self.send.len();
+                    dc_sendrecv(s, len, DC_FLOAT32, ((rank + 1) % n) as i32, 8, r, len, DC_FLOAT32, ((rank + n - 1) % n) as i32, 8, c, std::ptr::null_mut())
+                }
                 // Nobody sends: only a lost member can end it (it could have been the sender).
                 "recv_any" => dc_recv(self.recv.as_mut_ptr() as *mut c_void, 1024, DC_FLOAT32, distcomm::ffi::types::DC_ANY_SOURCE, 11, c, std::ptr::null_mut()),
                 "sendrecv" => {
@@ -593,6 +601,14 @@ fn child_stop() -> i32 {
     let (rank, n) = rank_size(c);
     let mut bufs = Bufs::new(&op, rank, n);
     assert_eq!(unsafe { dc_barrier(c) }, OK, "{}", last_error());
+    if let Ok(ms) = std::env::var("DC_TEST_OP_TIMEOUT_MS") {
+        // After init, which keeps the job's longer timeout; the calls start once the victim
+        // is stopped (while it runs it could take a message that its receive is not posted for).
+        assert_eq!(unsafe { dc_comm_set_timeout(c, ms.parse().unwrap()) }, OK, "{}", last_error());
+        if rank != victim {
+            wait_until_stopped(&PathBuf::from(env("DC_TEST_DIR")).join("stopping"));
+        }
+    }
     if rank == victim {
         if slow {
             std::thread::sleep(Duration::from_millis(3 * PEER_TIMEOUT_MS));
@@ -601,6 +617,7 @@ fn child_stop() -> i32 {
             Command::new("sh").args(["-c", &format!("sleep 12; kill -KILL {me}")]).spawn().unwrap();
             std::thread::sleep(Duration::from_millis(200));
             println!("FAULT what=stopping at={}", now_ms());
+            std::fs::write(PathBuf::from(env("DC_TEST_DIR")).join("stopping"), me.to_string()).unwrap();
             unsafe { libc::raise(libc::SIGSTOP) };
             std::thread::sleep(Duration::from_secs(60));
         }
@@ -628,6 +645,21 @@ fn child_stop() -> i32 {
     report("all_ok", &[], None);
     assert_eq!(unsafe { dc_comm_destroy(c) }, OK, "{}", last_error());
     0
+}
+
+/// Waits (up to 10 s) until the process whose pid the victim wrote to `file` is stopped.
+fn wait_until_stopped(file: &Path) {
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(10) {
+        if let Ok(pid) = std::fs::read_to_string(file) {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            if stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('T')) {
+                return;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    panic!("the victim did not stop within 10 s");
 }
 
 /// A stopped rank of 3 is lost after the peer timeout: the survivors fail with PEER_LOST
@@ -684,6 +716,40 @@ fn a_stopped_rank_is_lost_after_the_peer_timeout_on_shared_memory() {
 fn a_stopped_rank_is_lost_after_the_peer_timeout_on_sockets() {
     check_stop("allreduce_large", "socket", 0);
     check_stop("sendrecv", "socket", 1);
+}
+
+/// The operation timeout of `check_stop_timeout` (the peer timeout is off there).
+const OP_TIMEOUT_MS: u64 = 1000;
+
+/// With the peer timeout off, a stopped rank of 3 makes the calls that need it fail with
+/// DC_ERR_TIMEOUT soon after the operation timeout: a large same-host send the stopped rank
+/// may be reading is given a tenth of the timeout to be let go of (then revoked), not more.
+fn check_stop_timeout(op: &str, transport: &str, victim: usize) {
+    let n = 3;
+    let ctx = format!("op {op}, transport {transport}, victim {victim}, timeout {OP_TIMEOUT_MS} ms");
+    let o = Job::new("stop", n, 30_000)
+        .env("DC_TEST_OP", op)
+        .env("DC_TEST_VICTIM", victim)
+        .env("DC_TRANSPORT", transport)
+        .env("DC_PEER_TIMEOUT_MS", 0)
+        .env("DC_TEST_OP_TIMEOUT_MS", OP_TIMEOUT_MS)
+        .start_all()
+        .wait(Duration::from_secs(40));
+    for r in (0..n).filter(|&r| r != victim) {
+        assert_eq!(o.codes[&r], Some(0), "{ctx}: rank {r} exit code\n{}", o.logs);
+        let l = o.one(r, "result");
+        assert_eq!(l.status(), TIMEOUT, "{ctx}: rank {r}: {}\n{}", l.msg(), o.logs);
+        let took = l.num("call_ms");
+        let bound = OP_TIMEOUT_MS + OP_TIMEOUT_MS / 10 + 400;
+        assert!(took >= OP_TIMEOUT_MS - 50 && took < bound, "{ctx}: rank {r}'s call took {took} ms (bound {bound}): {}\n{}", l.msg(), o.logs);
+    }
+}
+
+#[test]
+fn a_stopped_rank_makes_calls_time_out_on_time() {
+    check_stop_timeout("sendrecv_large", "auto", 1);
+    check_stop_timeout("allreduce_small", "auto", 2);
+    check_stop_timeout("sendrecv_large", "socket", 0);
 }
 
 // ---- abort from another thread ---------------------------------------------------------------

@@ -330,7 +330,7 @@ impl<'a> ShmRun<'a> {
             Some((sig, len)) => self.disagreement(r, sig, len).map_or(Ok(()), Err),
             None => Err(Error::new(
                 Status::Mismatch,
-                format!("rank {r} is at another collective than rank {}'s collective #{} ({} on {} bytes): a rank skipped or added a call", self.me(), self.coll, describe(self.sig), self.bytes),
+                format!("rank {r} is at another collective than rank {}'s ({} on {} bytes): a rank skipped or added a call", self.me(), describe(self.sig), self.bytes),
             )),
         }
     }

@@ -500,7 +500,7 @@ impl Arena {
                 if let Some(e) = (0..self.layout.ranks).filter(|&q| q != self.rank && q != r && !self.has_left(q)).find_map(interrupt) {
                     return Err(e);
                 }
-                return Err(Error::new(Status::Timeout, late()));
+                return Err(Error::new(Status::Timeout, format!("timed out: {}", late())));
             }
             if pace == Pace::YieldAndCheck {
                 continue;
@@ -660,7 +660,7 @@ impl Arena {
     /// this rank says it `finished` collective `c`.
     pub fn fetch(&self, r: usize, c: u32, deadline: &dyn Fn() -> Instant, interrupt: &dyn Fn(usize) -> Option<Error>) -> Result<(u32, u64, &[u8])> {
         let (h, at) = self.slot(r, c);
-        self.wait_word(&h.stamp, c, r, deadline, interrupt, &|| format!("rank {r} did not reach collective #{c} on shared memory"))?;
+        self.wait_word(&h.stamp, c, r, deadline, interrupt, &|| format!("rank {r} did not reach this collective on shared memory"))?;
         let len = h.len.load(Ordering::Relaxed);
         // SAFETY: stamped (acquired above) and not reused before we finish `c`.
         Ok((h.sig.load(Ordering::Relaxed), len, unsafe { std::slice::from_raw_parts(at, (len as usize).min(EAGER_BYTES)) }))
