@@ -70,7 +70,9 @@ usage: bench/compare.sh [options]
   --mpi openmpi|mpich|mpich-abi
                          the MPI to compare against (default openmpi; mpich-abi: MPICH 5.0.2
                          from PyPI in $MPICH_VENV, default build/venv-mpich, installed if
-                         missing, run with FI_PROVIDER=shm, its best setting here)
+                         missing, run with FI_PROVIDER=shm, its best setting here; with
+                         more ranks than cores also MPIR_CVAR_CH4_PROGRESS_THROTTLE=1 and
+                         its NO_PROGRESS_COUNT=1, without which a call takes milliseconds)
   --distcomm-mpi         distcomm's side runs mpi_bench on distcomm's libmpi_abi.so.1 (through
                          its mpiexec) instead of dc-bench; needs --mpi mpich-abi (one binary)
   --mpi-args "ARGS"      extra mpirun arguments, e.g. --mpi-args "--mca btl tcp,self" (with
@@ -347,7 +349,12 @@ run_one() {
   elif [ "$PEER" = oneccl ]; then
     cmd=(env "${ONECCL_ENV[@]}" "$MPICH_VENV/bin/mpiexec" "${EXTRA_MPI_ARGS[@]}" -n "$np" "$ONECCL_BENCH" "${bench_args[@]}" --label oneccl)
   elif [ "$MPI" = mpich-abi ]; then
-    cmd=(env FI_PROVIDER=shm LD_LIBRARY_PATH="$MPICH_VENV/lib" "$MPIRUN" "${EXTRA_MPI_ARGS[@]}" -n "$np" "$MPI_BENCH" "${bench_args[@]}" --label mpich-abi)
+    # More ranks than cores: MPICH polls and yields, and takes milliseconds per call (8 ms for
+    # a 16 B allreduce of 4 ranks on 2 cores); a usleep(1) after each poll that found nothing
+    # is its best setting there (19 us; after 8 empty polls 24, after 64 160).
+    local throttle=()
+    [ "$np" -gt "$NCPU" ] && throttle=(MPIR_CVAR_CH4_PROGRESS_THROTTLE=1 MPIR_CVAR_CH4_PROGRESS_THROTTLE_NO_PROGRESS_COUNT=1)
+    cmd=(env FI_PROVIDER=shm "${throttle[@]}" LD_LIBRARY_PATH="$MPICH_VENV/lib" "$MPIRUN" "${EXTRA_MPI_ARGS[@]}" -n "$np" "$MPI_BENCH" "${bench_args[@]}" --label mpich-abi)
   else
     local over=()
     [ "$MPI" = openmpi ] && [ "$np" -gt "$NCPU" ] && over=(--oversubscribe)
