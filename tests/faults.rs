@@ -662,19 +662,22 @@ fn wait_until_stopped(file: &Path) {
     panic!("the victim did not stop within 10 s");
 }
 
+/// Runs a stop job of 3 ranks (see `child_stop`) with `env` added; its outcome.
+fn stop_job(op: &str, transport: &str, victim: usize, env: &[(&str, String)]) -> Outcome {
+    let mut job = Job::new("stop", 3, 30_000).env("DC_TEST_OP", op).env("DC_TEST_VICTIM", victim).env("DC_TRANSPORT", transport);
+    for (k, v) in env {
+        job = job.env(k, v);
+    }
+    job.start_all().wait(Duration::from_secs(40))
+}
+
 /// A stopped rank of 3 is lost after the peer timeout: the survivors fail with PEER_LOST
 /// naming it as stopped (or, for one that only waits on a survivor, with what that one did),
 /// long before the operation timeout; the same job with a slow victim finishes every call.
 fn check_stop(op: &str, transport: &str, victim: usize) {
     let n = 3;
     let ctx = format!("op {op}, transport {transport}, victim {victim}");
-    let o = Job::new("stop", n, 30_000)
-        .env("DC_TEST_OP", op)
-        .env("DC_TEST_VICTIM", victim)
-        .env("DC_TRANSPORT", transport)
-        .env("DC_PEER_TIMEOUT_MS", PEER_TIMEOUT_MS)
-        .start_all()
-        .wait(Duration::from_secs(40));
+    let o = stop_job(op, transport, victim, &[("DC_PEER_TIMEOUT_MS", PEER_TIMEOUT_MS.to_string())]);
     assert_eq!(o.codes[&victim], None, "{ctx}: the victim should have been killed at last\n{}", o.logs);
     let stopped = o.one(victim, "stopping").num("at") as i64;
     let mut named = 0;
@@ -692,14 +695,7 @@ fn check_stop(op: &str, transport: &str, victim: usize) {
     }
     assert!(named > 0, "{ctx}: no survivor said rank {victim} is stopped\n{}", o.logs);
 
-    let o = Job::new("stop", n, 30_000)
-        .env("DC_TEST_OP", op)
-        .env("DC_TEST_VICTIM", victim)
-        .env("DC_TEST_MODE", "slow")
-        .env("DC_TRANSPORT", transport)
-        .env("DC_PEER_TIMEOUT_MS", PEER_TIMEOUT_MS)
-        .start_all()
-        .wait(Duration::from_secs(40));
+    let o = stop_job(op, transport, victim, &[("DC_TEST_MODE", "slow".to_string()), ("DC_PEER_TIMEOUT_MS", PEER_TIMEOUT_MS.to_string())]);
     for r in 0..n {
         assert_eq!(o.codes[&r], Some(0), "{ctx}, slow victim: rank {r} exit code\n{}", o.logs);
         o.one(r, "all_ok");
@@ -727,14 +723,7 @@ const OP_TIMEOUT_MS: u64 = 1000;
 fn check_stop_timeout(op: &str, transport: &str, victim: usize) {
     let n = 3;
     let ctx = format!("op {op}, transport {transport}, victim {victim}, timeout {OP_TIMEOUT_MS} ms");
-    let o = Job::new("stop", n, 30_000)
-        .env("DC_TEST_OP", op)
-        .env("DC_TEST_VICTIM", victim)
-        .env("DC_TRANSPORT", transport)
-        .env("DC_PEER_TIMEOUT_MS", 0)
-        .env("DC_TEST_OP_TIMEOUT_MS", OP_TIMEOUT_MS)
-        .start_all()
-        .wait(Duration::from_secs(40));
+    let o = stop_job(op, transport, victim, &[("DC_PEER_TIMEOUT_MS", "0".to_string()), ("DC_TEST_OP_TIMEOUT_MS", OP_TIMEOUT_MS.to_string())]);
     for r in (0..n).filter(|&r| r != victim) {
         assert_eq!(o.codes[&r], Some(0), "{ctx}: rank {r} exit code\n{}", o.logs);
         let l = o.one(r, "result");

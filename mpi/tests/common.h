@@ -43,6 +43,14 @@ static inline int expect_distcomm(void) {
   return e && strcmp(e, "1") == 0;
 }
 
+/* MPI_Init, this process's rank and the size of MPI_COMM_WORLD (t_rank set for the checks). */
+static inline void t_init(int *argc, char ***argv, int *rank, int *size) {
+  OK(MPI_Init(argc, argv));
+  OK(MPI_Comm_rank(MPI_COMM_WORLD, rank));
+  OK(MPI_Comm_size(MPI_COMM_WORLD, size));
+  t_rank = *rank;
+}
+
 static inline void t_done(const char *name) {
   int size;
   MPI_Comm_size(MPI_COMM_WORLD, &size);

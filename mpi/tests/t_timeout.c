@@ -59,10 +59,7 @@ static void sendrecv_times_out_once(const void *out, int count, MPI_Datatype typ
 
 int main(int argc, char **argv) {
   int rank, size;
-  OK(MPI_Init(&argc, &argv));
-  OK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-  OK(MPI_Comm_size(MPI_COMM_WORLD, &size));
-  t_rank = rank;
+  t_init(&argc, &argv, &rank, &size);
   CHECK(size == 2);
   const char *t = getenv("DC_TIMEOUT_MS");
   CHECK(t && strcmp(t, "1000") == 0);
