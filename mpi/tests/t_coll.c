@@ -21,10 +21,7 @@ static void mat_of(int r, int m[4]) {
 }
 
 int main(int argc, char **argv) {
-  OK(MPI_Init(&argc, &argv));
-  OK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-  OK(MPI_Comm_size(MPI_COMM_WORLD, &size));
-  t_rank = rank;
+  t_init(&argc, &argv, &rank, &size);
   OK(MPI_Barrier(MPI_COMM_WORLD));
 
   /* Bcast from every root. */

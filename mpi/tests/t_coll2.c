@@ -5,10 +5,7 @@
 static int rank, size;
 
 int main(int argc, char **argv) {
-  OK(MPI_Init(&argc, &argv));
-  OK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-  OK(MPI_Comm_size(MPI_COMM_WORLD, &size));
-  t_rank = rank;
+  t_init(&argc, &argv, &rank, &size);
   int n = size, total = size * (size + 1) / 2; /* rank i contributes i+1 elements */
   int *counts = malloc(sizeof(int) * n), *displs = malloc(sizeof(int) * n);
   for (int i = 0, off = 0; i < n; i++) {

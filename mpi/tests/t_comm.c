@@ -3,10 +3,7 @@
 
 int main(int argc, char **argv) {
   int rank, size, r, s, res;
-  OK(MPI_Init(&argc, &argv));
-  OK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-  OK(MPI_Comm_size(MPI_COMM_WORLD, &size));
-  t_rank = rank;
+  t_init(&argc, &argv, &rank, &size);
 
   MPI_Comm dup;
   OK(MPI_Comm_dup(MPI_COMM_WORLD, &dup));

@@ -11,10 +11,7 @@ static void check_congruent(MPI_Comm a, MPI_Comm b) {
 
 int main(int argc, char **argv) {
   int rank, size, s, r;
-  OK(MPI_Init(&argc, &argv));
-  OK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-  OK(MPI_Comm_size(MPI_COMM_WORLD, &size));
-  t_rank = rank;
+  t_init(&argc, &argv, &rank, &size);
   OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
 
   /* Split types. One rank alone asks for its host's comm while the others pass UNDEFINED. */

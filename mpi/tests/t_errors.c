@@ -24,10 +24,7 @@ static void nested_handler(MPI_Comm *comm, int *code, ...) {
 
 int main(int argc, char **argv) {
   int rank, size, x = 1, y = 0;
-  OK(MPI_Init(&argc, &argv));
-  OK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-  OK(MPI_Comm_size(MPI_COMM_WORLD, &size));
-  t_rank = rank;
+  t_init(&argc, &argv, &rank, &size);
   MPI_Errhandler eh;
   OK(MPI_Comm_get_errhandler(MPI_COMM_WORLD, &eh));
   CHECK(eh == MPI_ERRORS_ARE_FATAL);

@@ -14,10 +14,7 @@ static void file_handler(MPI_File *f, int *code, ...) {
 
 int main(int argc, char **argv) {
   int rank, size, amode;
-  OK(MPI_Init(&argc, &argv));
-  OK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-  OK(MPI_Comm_size(MPI_COMM_WORLD, &size));
-  t_rank = rank;
+  t_init(&argc, &argv, &rank, &size);
   OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
 
   /* The default handler of files is MPI_ERRORS_RETURN: a failing open returns its class. */

@@ -18,10 +18,7 @@ static int delete_fn(MPI_Comm c, int k, void *val, void *extra) {
 
 int main(int argc, char **argv) {
   int rank, size, r, s, res, flag;
-  OK(MPI_Init(&argc, &argv));
-  OK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-  OK(MPI_Comm_size(MPI_COMM_WORLD, &size));
-  t_rank = rank;
+  t_init(&argc, &argv, &rank, &size);
 
   /* Groups: the world's, reversed, the even ranks; translation and comparison. */
   MPI_Group world, rev, even, empty;

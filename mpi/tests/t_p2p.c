@@ -31,10 +31,7 @@ static void ring(int n) {
 }
 
 int main(int argc, char **argv) {
-  OK(MPI_Init(&argc, &argv));
-  OK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-  OK(MPI_Comm_size(MPI_COMM_WORLD, &size));
-  t_rank = rank;
+  t_init(&argc, &argv, &rank, &size);
 
   /* Rings of several sizes (the last one above any eager threshold). */
   ring(1);

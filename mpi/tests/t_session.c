@@ -12,10 +12,7 @@ static void session_handler(MPI_Session *s, int *code, ...) {
 
 int main(int argc, char **argv) {
   int rank, size, n, len, flag;
-  OK(MPI_Init(&argc, &argv));
-  OK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-  OK(MPI_Comm_size(MPI_COMM_WORLD, &size));
-  t_rank = rank;
+  t_init(&argc, &argv, &rank, &size);
   OK(MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN));
   OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
 

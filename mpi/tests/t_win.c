@@ -36,10 +36,7 @@ static void win_handler(MPI_Win *w, int *code, ...) {
 
 int main(int argc, char **argv) {
   int rank, size, flag;
-  OK(MPI_Init(&argc, &argv));
-  OK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-  OK(MPI_Comm_size(MPI_COMM_WORLD, &size));
-  t_rank = rank;
+  t_init(&argc, &argv, &rank, &size);
   OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
   OK(MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN));
 
