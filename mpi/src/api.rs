@@ -579,22 +579,16 @@ fn sendrecv_direct(
             return engine_err(e);
         }
     };
-    // Both within one timeout. A failed send withdraws the receive if it is still open (it
-    // would take a later message) and is the error reported (not the withdrawal); otherwise,
-    // as in `finish_recv_and_send`, the receive's.
+    // As `request::finish_pair`, on the operations themselves (no requests): both within one
+    // timeout; a failed send withdraws the receive if it is still open (it would take a later
+    // message) and is the error reported, otherwise the receive's.
     let deadline = LazyDeadline::new(mc.comm.timeout_ms());
     let sent = request::finish_send_by(mc, s, &deadline);
     if sent.is_err() {
         request::withdraw_recv(mc, &r);
     }
     let got = request::finish_recv_by(mc, r, &deadline);
-    Some(match (got, sent) {
-        (Ok(got), Ok(())) => {
-            write_status(st, got);
-            Ok(())
-        }
-        (_, Err(e)) | (Err(e), Ok(())) => Err(e),
-    })
+    Some(sent.and(got).map(|got| write_status(st, got)))
 }
 
 #[allow(clippy::too_many_arguments)]
