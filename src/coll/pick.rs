@@ -8,9 +8,10 @@
 //! side by side, 53 of 509 runs slow in both and 451 fast in both, 5 slow in one): the two vCPUs
 //! sit far apart on the host. Which way is faster cannot be known in advance, so it is measured.
 //!
-//! One member (rank 0) chooses and tells the others with its stamp, so every member makes the
-//! same choice; only its own times count. Used by the shared-memory allgather of blocks from
-//! 256 KiB, allreduce and reduce_scatter from 1 MiB (staged, or read once). 2 ranks, old build
+//! One member (rank 0; a broadcast's root) chooses and tells the others with its stamp, so every
+//! member makes the same choice; only its own times count. Used by the shared-memory allgather
+//! of blocks from 256 KiB, allreduce and reduce_scatter from 1 MiB (staged, or read once), and
+//! broadcast from 64 to 256 KiB (staged, or read directly). 2 ranks, old build
 //! (always staged) and new interleaved with the ping-pong, medians of new/old time, far minutes
 //! (about 90 runs each) and the rest (about 340): allgather 4 MiB 0.24 (measured when it came)
 //! and 1.00; reduce_scatter 1 and 4 MiB 0.28-0.29 and 1.00-1.01; allreduce 1, 4 and 16 MiB

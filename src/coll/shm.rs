@@ -61,12 +61,14 @@ const READ_PIECES_MAX: usize = 1 << 20;
 /// Words a measured collective posts with its stamp, at most (see `measured`).
 const MEASURED_WORDS: usize = 3;
 
-/// A broadcast of at least this many bytes has the others read the root's buffer directly (one
-/// copy) instead of staging it through the arena. Measured (2 ranks, 5 interleaved rounds,
-/// medians of direct/staged time): beside one busy process 0.07-0.36x at 64 KiB, 0.19-0.80x at
-/// 1 MiB, 0.22-0.67x at 4 MiB under dcrun and a plain launcher (the staged copy has a mode 3-5x
-/// slower that the direct one does not show); idle level or ahead from 64 KiB; behind at 16 KiB.
-const BROADCAST_DIRECT_MIN: usize = 64 * 1024;
+/// A broadcast of at least this many bytes is staged through the arena or read directly from
+/// the root's buffer (one copy), whichever has lately been faster for the root (see `pick`).
+/// Neither wins everywhere: idle, staged took half the direct time at 64 and 128 KiB (MPI
+/// layer, 2 ranks: 3.6 against 7.3 us, MPICH 3.6; the root stages and goes on while the
+/// reader copies out the step before, where a direct read keeps the root until the reader is
+/// done); beside one busy process direct took 0.07-0.36x the staged time at 64 KiB (dcrun and
+/// a plain launcher), and staged copies have a mode 3-5x slower that direct reads do not show.
+const BROADCAST_MEASURED_MIN: usize = 64 * 1024;
 
 /// A broadcast of at least this many bytes is copied by the root and the readers together
 /// (see `broadcast_shared`), in pieces of a quarter of it (64 KiB to `BROADCAST_SHARED_PIECE`)
@@ -93,7 +95,7 @@ pub struct Scratch {
     remote: Vec<u8>,
     /// Rank 0's measures of the collectives made two ways: staged (first) or read directly
     /// (second), indexed by `Measured`.
-    picks: [super::pick::BySize; 3],
+    picks: [super::pick::BySize; 4],
 }
 
 /// Where the members' buffer addresses for a read-once collective are: in their staging slots
@@ -110,6 +112,8 @@ enum Measured {
     Allgather,
     Allreduce,
     ReduceScatter,
+    /// Staged (first) or read directly; the root's times.
+    Broadcast,
 }
 
 // SAFETY: the pointers are only used within one collective call, under the comm's turn.
@@ -880,11 +884,15 @@ impl<'a> ShmRun<'a> {
         if buf.len() >= BROADCAST_SHARED_MIN && self.pids.is_some() {
             return self.broadcast_shared(buf, root);
         }
-        if buf.len() >= BROADCAST_DIRECT_MIN && self.pids.is_some() {
-            return self.broadcast_direct(buf, root);
+        if buf.len() >= BROADCAST_MEASURED_MIN && self.pids.is_some() {
+            return self.broadcast_measured(buf, root);
         }
-        // The root stages each piece and goes on (the next step waits until the readers are
-        // done with the slot it reuses), as an eager send would.
+        self.broadcast_staged(buf, root)
+    }
+
+    /// The root stages each piece and goes on (the next step waits until the readers are done
+    /// with the slot it reuses), as an eager send would.
+    unsafe fn broadcast_staged(&mut self, buf: MutBuf, root: usize) -> Result<()> {
         let me = self.me();
         for (off, p) in pieces(buf.len(), self.arena.chunk()) {
             let s = self.begin()?;
@@ -899,11 +907,31 @@ impl<'a> ShmRun<'a> {
         Ok(())
     }
 
-    /// broadcast with one copy: the root publishes its buffer's address, the others read it.
-    unsafe fn broadcast_direct(&mut self, buf: MutBuf, root: usize) -> Result<()> {
-        let s = self.exchange_words(&[buf.as_ptr() as u64])?;
+    /// broadcast staged or with one copy (the readers read the root's buffer), as the root's
+    /// own times lately say (see `BROADCAST_MEASURED_MIN`). The root posts its buffer's address
+    /// and its choice with its stamp and does not wait for the readers' stamps, so a staged
+    /// root still runs a step ahead.
+    unsafe fn broadcast_measured(&mut self, buf: MutBuf, root: usize) -> Result<()> {
+        let (len, started) = (buf.len(), Instant::now());
+        if self.me() == root {
+            let direct = self.scratch.picks[Measured::Broadcast as usize].of(len, BROADCAST_MEASURED_MIN).second();
+            let mut posted = [0u8; 16];
+            posted[..8].copy_from_slice(&(buf.as_ptr() as u64).to_le_bytes());
+            posted[8..].copy_from_slice(&u64::from(direct).to_le_bytes());
+            self.post(&posted)?;
+            self.posted = true;
+            // The readers are done once everyone has reached the final step.
+            let done = if direct { self.finish_reads() } else { self.broadcast_staged(buf, root) };
+            if done.is_ok() {
+                self.scratch.picks[Measured::Broadcast as usize].of(len, BROADCAST_MEASURED_MIN).took(direct, len, started.elapsed());
+            }
+            return done;
+        }
+        if self.posted_word(root, 1)? == 0 {
+            return self.broadcast_staged(buf, root);
+        }
         // Read if we can, but always take the final step: the ranks must stay in step.
-        let read = if self.me() == root { Ok(()) } else { self.read_from(root, self.word(root, s, 0), buf.as_ptr(), buf.len()) };
+        let read = self.posted_word(root, 0).and_then(|from| self.read_from(root, from, buf.as_ptr(), len));
         self.finish_reads()?;
         read
     }
@@ -1200,6 +1228,39 @@ mod tests {
         let _ = child.kill();
         let _ = child.wait();
         assert_eq!(got, vec![Some(true); 3]);
+    }
+
+    #[test]
+    fn measured_broadcasts_arrive_whole_staged_and_read_directly() {
+        // 30 broadcasts of 64 KiB + 5, the root turning round: each root's pick takes the two
+        // ways in turn for its first 8 calls (see `pick`), so both ways run from every root.
+        // Each rank checks the broadcast before it as it fills its buffer for the next.
+        const LEN: usize = BROADCAST_MEASURED_MIN + 5;
+        struct Bufs {
+            me: usize,
+            call: usize,
+            buf: Vec<u8>,
+            wrong: usize,
+        }
+        fn want(call: usize, i: usize) -> u8 {
+            (i * 7 + call * 13 + 3) as u8
+        }
+        fn args(b: &mut Bufs) -> CollArgs {
+            if b.call > 0 && b.buf.iter().enumerate().any(|(i, &x)| x != want(b.call - 1, i)) {
+                b.wrong += 1;
+            }
+            let root = b.call % 3;
+            for (i, x) in b.buf.iter_mut().enumerate() {
+                *x = if b.me == root { want(b.call, i) } else { 0xEE };
+            }
+            b.call += 1;
+            CollArgs::Broadcast { buf: MutBuf::from_slice(&mut b.buf), dt: crate::dtype::DType::Uint8, root }
+        }
+        for (me, (results, mut b)) in calls_on_threads(3, 64 * 1024, 30, our_pids(3), |me| Bufs { me, call: 0, buf: vec![0; LEN], wrong: 0 }, args).into_iter().enumerate() {
+            assert!(results.into_iter().all(|r| matches!(r, Some(Ok(())))), "rank {me}");
+            args(&mut b);
+            assert_eq!(b.wrong, 0, "rank {me}: broadcasts that arrived wrong");
+        }
     }
 
     #[test]
