@@ -738,12 +738,10 @@ impl<'a> ShmRun<'a> {
         // from a memory checker (see `cma::writes_to_peers`).
         let may = !matches!(what, Measured::Allreduce) || crate::transport::cma::writes_to_peers();
         let once = me == 0 && may && self.scratch.picks[what as usize].of(bytes, min).second();
-        let mut posted = [0u8; 8 * MEASURED_WORDS];
-        for (i, w) in words.iter().chain([&u64::from(once)]).enumerate() {
-            posted[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
-        }
-        self.post(&posted[..8 * (words.len() + 1)])?;
-        self.posted = true;
+        let mut posted = [0u64; MEASURED_WORDS];
+        posted[..words.len()].copy_from_slice(words);
+        posted[words.len()] = u64::from(once);
+        self.post_words(&posted[..words.len() + 1])?;
         // Every member's stamp is compared before anyone goes on: one that calls something
         // else must not leave on seeing rank 0's alone, or the others would see it gone rather
         // than the mismatch (every member posts before it looks, so each finds the others').
@@ -756,6 +754,18 @@ impl<'a> ShmRun<'a> {
             self.scratch.picks[what as usize].of(bytes, min).took(once, bytes, started.elapsed());
         }
         done
+    }
+
+    /// Posts this collective's stamp with `words` (at most `MEASURED_WORDS`), read by the others
+    /// with `posted_word`; the collective's first step then posts nothing more.
+    fn post_words(&mut self, words: &[u64]) -> Result<()> {
+        let mut bytes = [0u8; 8 * MEASURED_WORDS];
+        for (i, w) in words.iter().enumerate() {
+            bytes[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
+        }
+        self.post(&bytes[..8 * words.len()])?;
+        self.posted = true;
+        Ok(())
     }
 
     /// Word `i` that rank `r` posted with its stamp (see `measured`), once it has.
@@ -915,11 +925,7 @@ impl<'a> ShmRun<'a> {
         let (len, started) = (buf.len(), Instant::now());
         if self.me() == root {
             let direct = self.scratch.picks[Measured::Broadcast as usize].of(len, BROADCAST_MEASURED_MIN).second();
-            let mut posted = [0u8; 16];
-            posted[..8].copy_from_slice(&(buf.as_ptr() as u64).to_le_bytes());
-            posted[8..].copy_from_slice(&u64::from(direct).to_le_bytes());
-            self.post(&posted)?;
-            self.posted = true;
+            self.post_words(&[buf.as_ptr() as u64, u64::from(direct)])?;
             // The readers are done once everyone has reached the final step.
             let done = if direct { self.finish_reads() } else { self.broadcast_staged(buf, root) };
             if done.is_ok() {
