@@ -337,13 +337,17 @@ impl SocketTransport {
     }
 }
 
-/// Bodies up to this size always travel inside the ring; larger ones (up to the ring's
-/// `inline_max`) only where they would not be read single-copy, or where ranks outnumber the
-/// cores. Measured (dc-bench sendrecv, 5-7 interleaved rounds, medians of single-copy/inline
-/// time): 2 ranks 12 KiB 1.66, 24 KiB 1.10-1.17, 32 KiB 1.04-1.07, 40 KiB 0.92, 48 KiB 0.87,
-/// 64 KiB 0.75 idle and 0.58 beside a busy process (the inline copies, two per message, fall
-/// into a mode 3-4x slower at times); 4 ranks on 2 cores 40 KiB 1.66, 64 KiB 1.17.
-const ALWAYS_INLINE_MAX: usize = 32 * 1024;
+/// Bodies up to this size always travel inside the ring (with 256 KiB rings: every body the
+/// ring takes); larger ones (up to the ring's `inline_max`) only where they would not be read
+/// single-copy, or where ranks outnumber the cores. Measured on 2026-12-06 (dc-bench sendrecv,
+/// 2 ranks, 5 interleaved rounds, medians of inline/single-copy time): 40 / 48 / 64 KiB 0.53 /
+/// 0.58 / 0.66 idle, 0.62 / 0.67 / 0.77 beside a busy process (dcrun), 0.68 / 0.73 / 0.75 under
+/// a plain launcher; in 15 idle rounds 64 KiB 0.74 in medians and 0.94 in means, but with 3
+/// rounds of 18-25 us where single-copy's worst was 15.5 (the copies' slow mode). (Days
+/// before, with slower rings, single-copy had won from 40 KiB: 64
+/// KiB 0.75 of the inline time idle, 0.58 beside a busy process, the inline copies falling into
+/// a mode 3-4x slower at times; 4 ranks on 2 cores 40 KiB 1.66, 64 KiB 1.17.)
+const ALWAYS_INLINE_MAX: usize = 64 * 1024;
 
 /// Whether a body of `len` bytes goes inside a ring that takes bodies up to `inline_max`.
 fn goes_inline(peer: &Peer, inline_max: usize, len: usize) -> bool {
