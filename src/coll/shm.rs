@@ -66,8 +66,11 @@ const MEASURED_WORDS: usize = 3;
 /// Neither wins everywhere: idle, staged took half the direct time at 64 and 128 KiB (MPI
 /// layer, 2 ranks: 3.6 against 7.3 us, MPICH 3.6; the root stages and goes on while the
 /// reader copies out the step before, where a direct read keeps the root until the reader is
-/// done); beside one busy process direct took 0.07-0.36x the staged time at 64 KiB (dcrun and
-/// a plain launcher), and staged copies have a mode 3-5x slower that direct reads do not show.
+/// done), while staged copies have a mode 3-5x slower that direct reads do not show (direct
+/// took 0.07-0.36x the staged time at 64 KiB beside a busy process in an earlier run). Against
+/// always direct (2026-12-06, dc-bench, 5 interleaved rounds): 64 / 128 KiB 0.47 / 0.52 idle,
+/// 0.43 / 0.57 beside a busy process (dcrun), 0.51 / 0.54 under a plain launcher; 4 ranks on
+/// the 2 cores 0.37 / 0.46.
 const BROADCAST_MEASURED_MIN: usize = 64 * 1024;
 
 /// A broadcast of at least this many bytes is copied by the root and the readers together
@@ -93,8 +96,8 @@ pub struct Scratch {
     inputs: Vec<*const u8>,
     /// The others' parts of a reduction read once (see `reduce_read_once`).
     remote: Vec<u8>,
-    /// Rank 0's measures of the collectives made two ways: staged (first) or read directly
-    /// (second), indexed by `Measured`.
+    /// Rank 0's (a broadcast's root's) measures of the collectives made two ways: staged
+    /// (first) or read directly (second), indexed by `Measured`.
     picks: [super::pick::BySize; 4],
 }
 

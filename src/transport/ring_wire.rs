@@ -343,10 +343,10 @@ impl SocketTransport {
 /// 2 ranks, 5 interleaved rounds, medians of inline/single-copy time): 40 / 48 / 64 KiB 0.53 /
 /// 0.58 / 0.66 idle, 0.62 / 0.67 / 0.77 beside a busy process (dcrun), 0.68 / 0.73 / 0.75 under
 /// a plain launcher; in 15 idle rounds 64 KiB 0.74 in medians and 0.94 in means, but with 3
-/// rounds of 18-25 us where single-copy's worst was 15.5 (the copies' slow mode). (Days
-/// before, with slower rings, single-copy had won from 40 KiB: 64
-/// KiB 0.75 of the inline time idle, 0.58 beside a busy process, the inline copies falling into
-/// a mode 3-4x slower at times; 4 ranks on 2 cores 40 KiB 1.66, 64 KiB 1.17.)
+/// rounds of 18-25 us where single-copy's worst was 15.5 (the copies' slow mode). (An earlier
+/// run had single-copy ahead from 40 KiB: 64 KiB 0.75 of the inline time idle, 0.58 beside a
+/// busy process, the inline copies falling into a mode 3-4x slower at times; with 4 ranks on 2
+/// cores 40 KiB 1.66, 64 KiB 1.17, where bodies go inline whatever their size.)
 const ALWAYS_INLINE_MAX: usize = 64 * 1024;
 
 /// Whether a body of `len` bytes goes inside a ring that takes bodies up to `inline_max`.
