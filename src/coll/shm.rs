@@ -119,6 +119,17 @@ enum Measured {
     Broadcast,
 }
 
+impl Measured {
+    /// The smallest call measured: the first size class of its picks.
+    fn min_bytes(self) -> usize {
+        match self {
+            Measured::Allgather => ALLGATHER_MEASURED_MIN,
+            Measured::Allreduce | Measured::ReduceScatter => REDUCE_MEASURED_MIN,
+            Measured::Broadcast => BROADCAST_MEASURED_MIN,
+        }
+    }
+}
+
 // SAFETY: the pointers are only used within one collective call, under the comm's turn.
 unsafe impl Send for Scratch {}
 
@@ -736,11 +747,10 @@ impl<'a> ShmRun<'a> {
         read_once: impl FnOnce(&mut Self) -> Result<()>,
     ) -> Result<()> {
         let (me, bytes, started) = (self.me(), self.bytes as usize, Instant::now());
-        let min = if matches!(what, Measured::Allgather) { ALLGATHER_MEASURED_MIN } else { REDUCE_MEASURED_MIN };
         // The read-once allreduce writes into the others' outputs: not where that is hidden
         // from a memory checker (see `cma::writes_to_peers`).
         let may = !matches!(what, Measured::Allreduce) || crate::transport::cma::writes_to_peers();
-        let once = me == 0 && may && self.scratch.picks[what as usize].of(bytes, min).second();
+        let once = me == 0 && may && self.pick(what, bytes).second();
         let mut posted = [0u64; MEASURED_WORDS];
         posted[..words.len()].copy_from_slice(words);
         posted[words.len()] = u64::from(once);
@@ -754,9 +764,14 @@ impl<'a> ShmRun<'a> {
         let once = self.posted_word(0, words.len())? == 1;
         let done = if once { read_once(self) } else { staged(self) };
         if me == 0 && done.is_ok() {
-            self.scratch.picks[what as usize].of(bytes, min).took(once, bytes, started.elapsed());
+            self.pick(what, bytes).took(once, bytes, started.elapsed());
         }
         done
+    }
+
+    /// The pick (rank 0's, or a broadcast root's) of `what` for calls of `bytes`.
+    fn pick(&mut self, what: Measured, bytes: usize) -> &mut super::pick::Pick {
+        self.scratch.picks[what as usize].of(bytes, what.min_bytes())
     }
 
     /// Posts this collective's stamp with `words` (at most `MEASURED_WORDS`), read by the others
@@ -927,12 +942,12 @@ impl<'a> ShmRun<'a> {
     unsafe fn broadcast_measured(&mut self, buf: MutBuf, root: usize) -> Result<()> {
         let (len, started) = (buf.len(), Instant::now());
         if self.me() == root {
-            let direct = self.scratch.picks[Measured::Broadcast as usize].of(len, BROADCAST_MEASURED_MIN).second();
+            let direct = self.pick(Measured::Broadcast, len).second();
             self.post_words(&[buf.as_ptr() as u64, u64::from(direct)])?;
             // The readers are done once everyone has reached the final step.
             let done = if direct { self.finish_reads() } else { self.broadcast_staged(buf, root) };
             if done.is_ok() {
-                self.scratch.picks[Measured::Broadcast as usize].of(len, BROADCAST_MEASURED_MIN).took(direct, len, started.elapsed());
+                self.pick(Measured::Broadcast, len).took(direct, len, started.elapsed());
             }
             return done;
         }
