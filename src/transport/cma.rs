@@ -181,7 +181,7 @@ pub fn threshold() -> usize {
 
 /// Between ranks with shared-memory rings, messages at least this large are read single-copy
 /// once announced (see `messages::ring_message_single_copy`): `DC_CMA_MIN` when set, else
-/// every message that does not go inline in the ring (over 64 KiB, `ring_wire::goes_inline`;
+/// every message that does not go inline in the ring (over a quarter of it, `ring_wire::goes_inline`;
 /// measured here, sendrecv 72 KiB and 160 KiB against streaming them: 0.13x the time idle,
 /// 0.38-0.44x beside a busy process under a plain launcher).
 pub fn ring_threshold() -> usize {
