@@ -6,8 +6,11 @@
 //! At step `s` a rank writes its staging slot `s % SLOTS`, publishes `stage = s`, and waits until
 //! every rank has published at least `s`; two-phase steps then publish `result = s` likewise.
 //! A rank that reached step `s` has finished step `s - 1`, so with two slots nobody overwrites
-//! data that a peer may still read. The algorithms live in `coll::shm`; this file knows only
-//! memory, flags and waiting.
+//! data that a peer may still read. A step whose staging fits a part of a slot may take part
+//! `(s / SLOTS) % PARTS` of slot `s % SLOTS` instead (`my_part`): a part is reused only every
+//! `SLOTS * PARTS` steps, so its writer runs that many steps ahead of its readers unless a whole
+//! slot of that parity was used since (see `Steps::part_needs`). The algorithms live in
+//! `coll::shm`; this file knows only memory, flags and waiting.
 //!
 //! Eager mailboxes: small collectives do not step. Each rank has `E` mailbox slots (see Size),
 //! used round-robin by collective number; a writer (the root of a broadcast, the contributors
@@ -53,6 +56,9 @@ use std::time::{Duration, Instant};
 
 /// Double buffering is enough (see the module comment).
 pub const SLOTS: usize = 2;
+/// Parts of a staging slot that steps staging little (a small broadcast) take in turn, so that
+/// a writer may run up to `SLOTS * PARTS - 1` steps ahead of its readers (see `Steps`).
+pub const PARTS: usize = 16;
 const MAGIC: u64 = 0x4443_5348_4d31_0001; // "DCSHM1"
 const LINE: usize = 128;
 const HEADER_BYTES: usize = 4096;
@@ -410,6 +416,30 @@ impl Arena {
         unsafe { std::slice::from_raw_parts(self.base().add(off), self.layout.chunk) }
     }
 
+    /// This rank's part of its staging slot for a step that stages at most `part_bytes` (see
+    /// the module comment); writable until it publishes `s`.
+    #[allow(clippy::mut_from_ref)]
+    pub fn my_part(&self, s: u32) -> &mut [u8] {
+        let (at, len) = self.part_of(s);
+        &mut self.my_stage(s)[at..at + len]
+    }
+
+    /// Rank `r`'s part of its staging slot for step `s` (see `my_part`).
+    pub fn part(&self, r: usize, s: u32) -> &[u8] {
+        let (at, len) = self.part_of(s);
+        &self.stage(r, s)[at..at + len]
+    }
+
+    /// Bytes of a part of a staging slot.
+    pub fn part_bytes(&self) -> usize {
+        self.layout.chunk / PARTS / 64 * 64
+    }
+
+    fn part_of(&self, s: u32) -> (usize, usize) {
+        let len = self.part_bytes();
+        ((s as usize / SLOTS) % PARTS * len, len)
+    }
+
     /// Word `i` of rank `r`'s staging slot for step `s`, for atomic updates by several ranks
     /// (work counters of a step that everyone published).
     pub fn stage_word(&self, r: usize, s: u32, i: usize) -> &AtomicU64 {
@@ -673,6 +703,8 @@ pub struct Steps {
     taken: AtomicU64,
     /// The latest step every rank is known to have reached (see `all_reached`).
     everyone: AtomicU32,
+    /// The latest step of each parity that staged in whole slots (see `part_needs`).
+    whole: [AtomicU32; SLOTS],
 }
 
 impl Steps {
@@ -691,6 +723,23 @@ impl Steps {
     /// Every rank has reached step `s`.
     pub fn everyone_reached(&self, s: u32) {
         self.everyone.store(s, Ordering::Relaxed);
+    }
+
+    /// Step `s` stages in whole slots.
+    pub fn staged_whole(&self, s: u32) {
+        self.whole[s as usize % SLOTS].store(s, Ordering::Relaxed);
+    }
+
+    /// The step every rank must have reached before we write our part of a slot at step `s`
+    /// (see `Arena::my_part`): its readers are done with the step that last used that part,
+    /// `SLOTS * PARTS` steps back, and with the last step that used the whole slot. Never later
+    /// than the `s - 1` a whole slot needs.
+    pub fn part_needs(&self, s: u32) -> u32 {
+        let cycle = s.wrapping_sub((SLOTS * PARTS) as u32 - 1);
+        let whole = self.whole[s as usize % SLOTS].load(Ordering::Relaxed).wrapping_add(1);
+        let need = if reached(whole, cycle) { whole } else { cycle };
+        let before = s.wrapping_sub(1);
+        if reached(need, before) { before } else { need }
     }
 }
 
