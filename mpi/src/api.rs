@@ -13,6 +13,7 @@ use crate::request::{self, Req};
 use crate::state::{self, CommRef, MpiComm};
 use distcomm::buffer::{ConstBuf, MutBuf};
 use distcomm::completion::LazyDeadline;
+use distcomm::transport::waits_at_once;
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -488,8 +489,9 @@ pub(crate) fn start_recv_on(mc: &CommRef, buf: *mut c_void, count: i64, dt: MPI_
     Ok(crate::packing::wrap_recv(Req::Recv { comm: mc.clone(), op }, i.tmp))
 }
 
+// The blocking calls wait for what they start at once (see `distcomm::transport::waits_at_once`).
 pub unsafe fn send_c(buf: *const c_void, count: MPI_Count, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm) -> Res {
-    start_send(buf, count, dt, dest, tag, c)?.finish().map(|_| ())
+    waits_at_once(|| start_send(buf, count, dt, dest, tag, c)?.finish().map(|_| ()))
 }
 
 pub unsafe fn send(buf: *const c_void, count: c_int, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm) -> Res {
@@ -497,7 +499,7 @@ pub unsafe fn send(buf: *const c_void, count: c_int, dt: MPI_Datatype, dest: c_i
 }
 
 pub unsafe fn recv_c(buf: *mut c_void, count: MPI_Count, dt: MPI_Datatype, src: c_int, tag: c_int, c: MPI_Comm, st: *mut MPI_Status) -> Res {
-    let s = start_recv(buf, count, dt, src, tag, c)?.finish()?;
+    let s = waits_at_once(|| start_recv(buf, count, dt, src, tag, c)?.finish())?;
     write_status(st, s);
     Ok(())
 }
@@ -542,11 +544,13 @@ pub unsafe fn sendrecv_c(
     st: *mut MPI_Status,
 ) -> Res {
     let mc = comm(c)?;
-    if let Some(r) = sendrecv_direct(&mc, (sbuf, scount, sdt, dest, stag), (rbuf, rcount, rdt, src, rtag), st) {
-        return r;
-    }
-    let (r, s) = start_recv_then_send(start_recv_on(&mc, rbuf, rcount, rdt, src, rtag, c), || start_send_on(&mc, sbuf, scount, sdt, dest, stag, c))?;
-    finish_recv_and_send(r, s, st)
+    waits_at_once(|| {
+        if let Some(r) = sendrecv_direct(&mc, (sbuf, scount, sdt, dest, stag), (rbuf, rcount, rdt, src, rtag), st) {
+            return r;
+        }
+        let (r, s) = start_recv_then_send(start_recv_on(&mc, rbuf, rcount, rdt, src, rtag, c), || start_send_on(&mc, sbuf, scount, sdt, dest, stag, c))?;
+        finish_recv_and_send(r, s, st)
+    })
 }
 
 /// `MPI_Sendrecv` in its commonest form (dense predefined types, valid buffers, peers and tags,

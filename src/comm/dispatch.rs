@@ -112,7 +112,7 @@ impl Comm {
     fn execute_link(&self, args: &CollArgs, seq: u64, deadline: Instant) -> Result<()> {
         let link = CollLink { comm: self, tag: COLL_TAG_BIT | seq, sig: args.signature(), seq, deadline };
         // SAFETY: buffers were validated by the C surface and stay valid until we return.
-        let r = unsafe { args.run(&link) };
+        let r = crate::transport::waits_at_once(|| unsafe { args.run(&link) });
         if let Err(e) = &r {
             if e.status == Status::Mismatch {
                 // Only some ranks see a mismatch in the data (e.g. the receiver of a short

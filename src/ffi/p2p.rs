@@ -81,10 +81,10 @@ unsafe fn write_info(info: *mut dc_recv_info, c: &Comm, d: crate::completion::Do
 pub unsafe extern "C" fn dc_send(buf: *const libc::c_void, count: usize, dt: dc_dtype, dst: i32, tag: i32, comm: *mut Comm) -> dc_status {
     guard("dc_send", || {
         let c = checks::comm(comm)?;
-        on_rank(c, || {
+        on_rank(c, || crate::transport::waits_at_once(|| {
             let (op, _) = start_send(buf, count, dt, dst, tag, c)?;
             c.wait_p2p_started(&op, &|| format!("sending to rank {dst}")).map(|_| ())
-        })
+        }))
     })
 }
 
@@ -110,13 +110,13 @@ pub unsafe extern "C" fn dc_recv(
 ) -> dc_status {
     guard("dc_recv", || {
         let c = checks::comm(comm)?;
-        on_rank(c, || {
+        on_rank(c, || crate::transport::waits_at_once(|| {
             let (mut op, esize) = start_recv(buf, count, dt, src, tag, c)?;
             let d = c.wait_p2p_started(&op, &|| receiving_from(src));
             op.release();
             write_info(info, c, d?, esize);
             Ok(())
-        })
+        }))
     })
 }
 
@@ -145,7 +145,7 @@ pub unsafe extern "C" fn dc_sendrecv(
 ) -> dc_status {
     guard("dc_sendrecv", || {
         let c = checks::comm(comm)?;
-        on_rank(c, || {
+        on_rank(c, || crate::transport::waits_at_once(|| {
             let (sb, dst_r, stag) = send_args(sendbuf, sendcount, sendtype, dst, sendtag, c)?;
             let (rb, src_r, rtag, esize) = recv_args(recvbuf, recvcount, recvtype, src, recvtag, c)?;
             let mut recv = c.post_recv(rb, src_r, rtag)?;
@@ -169,7 +169,7 @@ pub unsafe extern "C" fn dc_sendrecv(
             recv.release();
             write_info(info, c, got?, esize);
             sent.map(|_| ())
-        })
+        }))
     })
 }
 

@@ -75,6 +75,28 @@ pub(super) fn cma_failed(rank: u32, e: io::Error) -> Error {
 /// buffers until their receive is waited for or tested.
 const PROGRESS_AT_ONCE_BYTES: usize = 64 * 1024;
 
+thread_local! {
+    /// Set while this thread runs a call that waits for what it starts (see `waits_at_once`).
+    static WAITS_AT_ONCE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f`, a call that waits for the operations it starts as soon as it has started them (a
+/// blocking send, receive or exchange, a collective): the large messages it starts do not wake
+/// the progress thread, since the waiter reads the sockets itself (and, where ranks outnumber
+/// cores, sleeps in a poll on them). The wake only made the progress thread and the waiter
+/// take turns on the sockets and the cores: 2 ranks over sockets, 5 interleaved rounds,
+/// without/with it, sendrecv 64 KiB 0.63-0.70 of the time, 256 KiB 0.80, allreduce 64 KiB 0.55.
+pub fn waits_at_once<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            WAITS_AT_ONCE.with(|w| w.set(self.0));
+        }
+    }
+    let _restore = Restore(WAITS_AT_ONCE.with(|w| w.replace(true)));
+    f()
+}
+
 impl SocketTransport {
     /// Takes the first posted receive that accepts a message from `src` with `tag` on `ctx`,
     /// marked as being filled from `src` before the caller releases the matcher: a canceller
@@ -85,6 +107,14 @@ impl SocketTransport {
         op.filling_from.store(src, Ordering::Release);
         self.note_acks(m);
         Some(op)
+    }
+
+    /// A message of `len` bytes starts: a large one makes sure the progress thread watches the
+    /// sockets unless its caller waits for it at once (see `waits_at_once`).
+    fn large_start(&self, len: usize) {
+        if len >= PROGRESS_AT_ONCE_BYTES && !WAITS_AT_ONCE.with(|w| w.get()) {
+            self.want_progress();
+        }
     }
 
     /// Starts sending `buf` to world rank `dst`. Completes when the bytes are handed to the kernel.
@@ -98,9 +128,7 @@ impl SocketTransport {
             op.comp.complete(Ok(Done { bytes: buf.len(), source: dst, tag }));
             return Ok(op);
         }
-        if buf.len() >= PROGRESS_AT_ONCE_BYTES {
-            self.want_progress();
-        }
+        self.large_start(buf.len());
         let peer = self.peer(dst);
         self.wire(peer).send(self, peer, ctx, tag, check, op)
     }
@@ -175,9 +203,7 @@ impl SocketTransport {
         if let Some(e) = ctx.abort_error() {
             return Err(e);
         }
-        if buf.len() >= PROGRESS_AT_ONCE_BYTES {
-            self.want_progress();
-        }
+        self.large_start(buf.len());
         let op = RecvOp::new(ctx, src, tag, check, buf);
         let mut m = lock(&self.matcher);
         if let Some(mut msg) = m.take_unexpected(&op) {
@@ -537,5 +563,29 @@ impl SocketTransport {
     /// Sends a control frame that needs no order (`Fin`, `Cts`) over the peer's wire.
     pub(super) fn reply(&self, peer: &Arc<Peer>, hdr: Header) {
         self.wire(peer).reply(self, peer, hdr)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn waiting_at_once() -> bool {
+        WAITS_AT_ONCE.with(|w| w.get())
+    }
+
+    #[test]
+    fn waits_at_once_holds_for_its_call_only_nested_or_unwinding() {
+        assert!(!waiting_at_once());
+        waits_at_once(|| {
+            assert!(waiting_at_once());
+            waits_at_once(|| assert!(waiting_at_once()));
+            assert!(waiting_at_once(), "an inner call ended the outer one's");
+        });
+        assert!(!waiting_at_once(), "left set after the call");
+        let _ = std::panic::catch_unwind(|| waits_at_once(|| panic!("inside")));
+        assert!(!waiting_at_once(), "left set after a panic");
+        // Another thread's calls are its own.
+        waits_at_once(|| std::thread::spawn(|| assert!(!waiting_at_once())).join().unwrap());
     }
 }
