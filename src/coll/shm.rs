@@ -293,10 +293,7 @@ impl<'a> ShmRun<'a> {
     /// Starts a step: returns its number (the caller then fills its staging slot). The first
     /// step of a collective stamps our mailbox slot with what we call, for `staged` to compare.
     fn begin(&mut self) -> Result<u32> {
-        if self.first && !self.posted {
-            self.post(&[])?;
-        }
-        let s = self.steps.next();
+        let s = self.next_step()?;
         self.steps.staged_whole(s);
         // Our staging slot for `s` was last read at step s - 2; everyone reaching s - 1 says
         // that is over. Only a step that did not wait for everyone (`staged_from`) leaves it open.
@@ -308,14 +305,20 @@ impl<'a> ShmRun<'a> {
     /// if `writes`, and nothing otherwise: a writer waits only until its readers are done with
     /// that part (`Steps::part_needs`), so it may run many steps ahead of them.
     fn begin_part(&mut self, writes: bool) -> Result<u32> {
-        if self.first && !self.posted {
-            self.post(&[])?;
-        }
-        let s = self.steps.next();
+        let s = self.next_step()?;
         if writes {
             self.everyone_past(self.steps.part_needs(s))?;
         }
         Ok(s)
+    }
+
+    /// Takes the next step's number; the collective's first step stamps our mailbox slot with
+    /// what we call first (unless `measured` posted it already).
+    fn next_step(&mut self) -> Result<u32> {
+        if self.first && !self.posted {
+            self.post(&[])?;
+        }
+        Ok(self.steps.next())
     }
 
     /// Waits until every rank has reached step `s`, unless that is known already.
