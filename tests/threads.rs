@@ -577,6 +577,72 @@ fn ring_messages_keep_order_in_both_directions() {
     large_p2p::keep_order_in_both_directions();
 }
 
+/// A blocking receive takes a small message straight from its ring only where MPI's order
+/// allows: a receive posted before it gets the first message, a message filed as unexpected
+/// comes before one still in the ring, a synchronous send's message is matched (and answered)
+/// the usual way, and a message too long for the buffer is a clean truncation. The later
+/// message is sent just as the receive starts (the ring's first look sees it arrive), many
+/// times over; each case fails if it is taken regardless (checked by breaking
+/// `Matcher::clear_for` and the tag test).
+#[test]
+fn blocking_receives_taken_from_the_ring_keep_mpi_order() {
+    job_on("shm", 2, 20_000, |c| {
+        let send = |b: &[u8], tag: u32| {
+            let op = c.post_send(ConstBuf::from_slice(b), 1 - c.rank(), tag).unwrap();
+            c.wait_p2p(&op, c.op_deadline(), &|| "send".into()).unwrap();
+        };
+        let recv = |tag: u32| -> Result<u8, distcomm::Error> {
+            let mut b = [0u8; 4];
+            let by = c.op_deadline();
+            c.recv_blocking(MutBuf::from_slice(&mut b), Some(1 - c.rank()), Some(tag), &|| by, &|| "recv".into()).map(|_| b[0])
+        };
+        for k in 0..100u8 {
+            let k = k * 2;
+            if c.rank() == 0 {
+                // A receive posted first takes the first message.
+                let mut early = [0u8; 4];
+                let posted = c.post_recv(MutBuf::from_slice(&mut early), Some(1), Some(5)).unwrap();
+                send(&[k], 1);
+                assert_eq!(recv(5).unwrap(), k + 1, "round {k}: the blocking receive took the posted receive's message");
+                c.wait_p2p(&posted, c.op_deadline(), &|| "posted".into()).unwrap();
+                assert_eq!(early[0], k);
+                // A message filed as unexpected (the receive of tag 9 read past it) comes first.
+                assert_eq!(recv(9).unwrap(), 90);
+                send(&[k], 1);
+                assert_eq!(recv(5).unwrap(), k, "round {k}: a message still in the ring overtook an unexpected one");
+                assert_eq!(recv(5).unwrap(), k + 1);
+                // A synchronous send's message is matched and answered as usual.
+                send(&[k], 1);
+                assert_eq!(recv(5).unwrap(), k, "round {k}: the synchronous send's message was passed over");
+                assert_eq!(recv(5).unwrap(), k + 1);
+                // Too long for the buffer: truncated, and the next message is intact.
+                send(&[k], 1);
+                let mut small = [0u8; 2];
+                let by = c.op_deadline();
+                let e = c.recv_blocking(MutBuf::from_slice(&mut small), Some(1), Some(5), &|| by, &|| "recv".into()).unwrap_err();
+                assert_eq!(e.status, Status::InvalidArgument, "{e}");
+                assert_eq!(recv(5).unwrap(), k + 1);
+            } else {
+                recv(1).unwrap();
+                send(&[k; 4], 5);
+                send(&[k + 1; 4], 5);
+                send(&[k; 4], 5);
+                send(&[90; 4], 9);
+                recv(1).unwrap();
+                send(&[k + 1; 4], 5);
+                recv(1).unwrap();
+                let sync = c.post_ssend(ConstBuf::from_slice(&[k; 4]), 0, 5).unwrap();
+                send(&[k + 1; 4], 5);
+                c.wait_p2p(&sync, c.op_deadline(), &|| "ssend".into()).unwrap();
+                recv(1).unwrap();
+                send(&[k; 4], 5);
+                send(&[k + 1; 4], 5);
+            }
+        }
+        c.collective(CollArgs::Barrier).unwrap();
+    });
+}
+
 /// Over sockets a waiting thread reads and writes the connections itself while it spins, and
 /// the progress thread stands aside: data that another thread of the rank queued (a send
 /// larger than the socket buffer) must still go out while this one waits, and after it stops.

@@ -499,9 +499,27 @@ pub unsafe fn send(buf: *const c_void, count: c_int, dt: MPI_Datatype, dest: c_i
 }
 
 pub unsafe fn recv_c(buf: *mut c_void, count: MPI_Count, dt: MPI_Datatype, src: c_int, tag: c_int, c: MPI_Comm, st: *mut MPI_Status) -> Res {
-    let s = waits_at_once(|| start_recv(buf, count, dt, src, tag, c)?.finish())?;
+    let mc = comm(c)?;
+    let s = waits_at_once(|| match recv_direct(&mc, buf, count, dt, src, tag) {
+        Some(r) => r,
+        None => start_recv_on(&mc, buf, count, dt, src, tag, c)?.finish(),
+    })?;
     write_status(st, s);
     Ok(())
+}
+
+/// `MPI_Recv` in its commonest form (a dense predefined type, a valid buffer, source and tag,
+/// not MPI_PROC_NULL) straight on the engine, without a request. None: the general path,
+/// which also reports every error.
+fn recv_direct(mc: &MpiComm, buf: *mut c_void, count: MPI_Count, dt: MPI_Datatype, src: c_int, tag: c_int) -> Option<Result<MPI_Status, MpiErr>> {
+    let len = crate::packing::dense_predefined(buf, count, dt)?.ok()?;
+    if !peer_ok(mc, src, true) || src == MPI_PROC_NULL || !tag_ok(tag, true) {
+        return None;
+    }
+    // SAFETY: checked above; the caller's buffer stays until the receive is waited for.
+    let b = unsafe { MutBuf::new(buf as *mut u8, len) };
+    let deadline = LazyDeadline::new(mc.comm.timeout_ms());
+    Some(request::recv_blocking(mc, b, (src != MPI_ANY_SOURCE).then_some(src as usize), (tag != MPI_ANY_TAG).then_some(tag as u32), &deadline))
 }
 
 pub unsafe fn recv(buf: *mut c_void, count: c_int, dt: MPI_Datatype, src: c_int, tag: c_int, c: MPI_Comm, st: *mut MPI_Status) -> Res {
@@ -572,7 +590,17 @@ fn sendrecv_direct(
     // SAFETY: checked above; the caller's buffers stay until both operations are waited for.
     let (sb, rb) = unsafe { (ConstBuf::new(sbuf as *const u8, slen), MutBuf::new(rbuf as *mut u8, rlen)) };
     let engine_err = |e: distcomm::Error| Some(Err(err::from_engine(&e).on(mc.handle)));
-    let r = match mc.comm.post_recv(rb, (src != MPI_ANY_SOURCE).then_some(src as usize), (rtag != MPI_ANY_TAG).then_some(rtag as u32)) {
+    let (from, tag) = ((src != MPI_ANY_SOURCE).then_some(src as usize), (rtag != MPI_ANY_TAG).then_some(rtag as u32));
+    // A send done at once (a small one to a peer of our host) needs no receive posted first:
+    // the answer may then be taken straight from our ring (see `Comm::recv_blocking`).
+    if let Some(sent) = mc.comm.send_inline(sb, dest as usize, stag as u32) {
+        if let Err(e) = sent {
+            return engine_err(e);
+        }
+        let deadline = LazyDeadline::new(mc.comm.timeout_ms());
+        return Some(request::recv_blocking(mc, rb, from, tag, &deadline).map(|got| write_status(st, got)));
+    }
+    let r = match mc.comm.post_recv(rb, from, tag) {
         Ok(r) => r,
         Err(e) => return engine_err(e),
     };

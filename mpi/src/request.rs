@@ -281,12 +281,23 @@ pub fn finish_send_by(comm: &MpiComm, mut op: P2pOp, deadline: &LazyDeadline) ->
 pub fn finish_recv_by(comm: &MpiComm, mut op: P2pOp, deadline: &LazyDeadline) -> Result<MPI_Status, MpiErr> {
     let r = comm.comm.wait_p2p_by(&op, &|| deadline.get(), &|| "MPI receive".to_string());
     op.release();
+    recv_status(comm, r)
+}
+
+/// A receive's status, or its error through `comm`'s handle.
+fn recv_status(comm: &MpiComm, r: distcomm::Result<distcomm::completion::Done>) -> Result<MPI_Status, MpiErr> {
     let d = r.map_err(|e| recv_error(e).on(comm.handle))?;
     let mut st = empty_status();
     st.MPI_SOURCE = comm.comm.comm_rank_of(d.source);
     st.MPI_TAG = d.tag as c_int;
     set_count(&mut st, d.bytes);
     Ok(st)
+}
+
+/// A blocking receive on `comm` up to `deadline` (see `Comm::recv_blocking`: a small message
+/// from a peer of our host may be taken straight from its ring); its status.
+pub fn recv_blocking(comm: &MpiComm, buf: distcomm::buffer::MutBuf, src: Option<usize>, tag: Option<u32>, deadline: &LazyDeadline) -> Result<MPI_Status, MpiErr> {
+    recv_status(comm, comm.comm.recv_blocking(buf, src, tag, &|| deadline.get(), &|| "MPI receive".to_string()))
 }
 
 /// Withdraws a receive started on `comm`, for a call that fails after starting it.

@@ -11,6 +11,11 @@ use crate::transport::{RecvOp, SendOp, TagMatch, WITHDRAW_GRACE_MAX};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// How many times `Comm::recv_now` looks at an empty ring before the receive is posted: a
+/// message a peer sends at the same time as we do arrives within them (a few microseconds),
+/// and the usual wait, which also spins first, takes over after.
+const RECV_NOW_POLLS: u32 = 64;
+
 /// Waits for a transport op, cancelling it on timeout or interruption (abort; for collectives
 /// also a lost member) so its buffer is released. A timeout names lost members, if any. `idle`:
 /// see `Completion::wait_with`.
@@ -94,6 +99,35 @@ impl Comm {
         Ok(P2pOp::Send(self.transport().post_send(&self.ctx, self.members[dst], tag as u64, 0, buf)?))
     }
 
+    /// A send to comm rank `dst` that its wire takes whole at once (a small one to a peer of
+    /// our host), done when this returns. None: not such a send (or a comm that carries device
+    /// memory): post it.
+    pub fn send_inline(&self, buf: ConstBuf, dst: usize, tag: u32) -> Option<Result<Done>> {
+        #[cfg(feature = "nccl")]
+        if self.device.get().is_some() {
+            return None;
+        }
+        if let Err(e) = self.check_usable() {
+            return Some(Err(e));
+        }
+        self.transport().send_inline(&self.ctx, self.members[dst], tag as u64, 0, buf)
+    }
+
+    /// A blocking receive from comm rank `src` (None: any) with `tag` (None: any), within
+    /// the comm's timeout (`deadline`). A message from one rank with one tag is first looked
+    /// for in its ring (see `recv_now`); otherwise the receive is posted and waited for.
+    pub fn recv_blocking(&self, buf: MutBuf, src: Option<usize>, tag: Option<u32>, deadline: &dyn Fn() -> Instant, what: &dyn Fn() -> String) -> Result<Done> {
+        if let (Some(s), Some(t)) = (src, tag) {
+            if let Some(d) = self.recv_now(buf, s, t) {
+                return Ok(d);
+            }
+        }
+        let mut op = self.post_recv(buf, src, tag)?;
+        let got = self.wait_p2p_by(&op, deadline, what);
+        op.release();
+        got
+    }
+
     /// Starts a synchronous send to comm rank `dst`: it completes once the bytes are out and a
     /// receive on `dst` matched the message (its answer came). Host memory only.
     pub fn post_ssend(&self, buf: ConstBuf, dst: usize, tag: u32) -> Result<P2pOp> {
@@ -132,6 +166,24 @@ impl Comm {
         let tag = tag.map_or(TagMatch::AnyUser, |t| TagMatch::Exact(t as u64));
         let src = src.map(|s| self.members[s]);
         Ok(P2pOp::Recv(self.transport().post_recv(&self.ctx, src, tag, 0, buf)?))
+    }
+
+    /// A blocking receive's first look: the message from comm rank `src` with `tag`, taken
+    /// straight from the ring of a peer of our host if it is there already or arrives within
+    /// a few polls (see `SocketTransport::take_inline_now`). None: post the receive and wait
+    /// (also on comms that carry device memory, and on an aborted one, whose error the usual
+    /// path reports).
+    pub fn recv_now(&self, buf: MutBuf, src: usize, tag: u32) -> Option<Done> {
+        #[cfg(feature = "nccl")]
+        if self.device.get().is_some() {
+            return None;
+        }
+        if self.ctx.abort_error().is_some() {
+            return None;
+        }
+        // With more ranks than cores the sender may need our core: one look, no spin.
+        let polls = if crate::completion::oversubscribed() { 0 } else { RECV_NOW_POLLS };
+        self.transport().take_inline_now(&self.ctx, *self.members.get(src)?, tag as u64, 0, buf, polls)
     }
 
     /// Starts a send with a full 64-bit tag (below the collective tags), for protocols the

@@ -347,6 +347,15 @@ impl Matcher {
         Some(op)
     }
 
+    /// Whether a message from `src` with `tag` on `ctx` may go straight into a receive that
+    /// was never posted here (see `SocketTransport::take_inline_now`): no posted receive or
+    /// waiting probe would take it, and no unexpected message from `src` is queued on `ctx`
+    /// (one could come before it).
+    pub fn clear_for(&self, ctx: u64, src: u32, tag: u64) -> bool {
+        let Some(q) = self.ctxs.get(&ctx) else { return true };
+        q.probes.is_empty() && !q.posted.iter().any(|op| op.matches(ctx, src, tag)) && !q.unexpected.iter().any(|m| m.src == src)
+    }
+
     /// Takes the first complete unexpected message that `op` accepts.
     pub fn take_unexpected(&mut self, op: &RecvOp) -> Option<Unexpected> {
         self.take_matching(&op.ctx, op.src, op.tag)

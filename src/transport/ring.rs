@@ -306,6 +306,20 @@ impl RingSegment {
     /// Consumes every record of ring `i` in order, handing each (without its length word) to
     /// `f`; a record's space is released once `f` returns. The caller is the only reader.
     pub fn drain(&self, i: usize, mut f: impl FnMut(&[u8])) -> usize {
+        let mut n = 0;
+        while self.take_next(i, |rec| {
+            f(rec);
+            true
+        }) {
+            n += 1;
+        }
+        n
+    }
+
+    /// Hands the next record of ring `i` (without its length word) to `take` and consumes it
+    /// if `take` says so (padding before it is consumed either way); whether it was consumed
+    /// (false also when the ring is empty). The caller is the only reader.
+    pub fn take_next(&self, i: usize, take: impl FnOnce(&[u8]) -> bool) -> bool {
         let h = self.ring_header(i);
         if h.bell.load(Ordering::Relaxed) != 0 {
             // A doorbell is pending: clear it before looking, so a writer that comes after the
@@ -315,29 +329,31 @@ impl RingSegment {
         }
         let (data, ring) = (self.data(i), self.ring_bytes);
         let mut head = h.head.load(Ordering::Relaxed);
-        let mut n = 0;
-        loop {
+        let (off, size) = loop {
             let off = head as usize & (ring - 1);
             // SAFETY: off is 64-aligned and below the ring's size.
             let word = unsafe { self.len_word(data, off) }.load(Ordering::Acquire);
             if word == 0 {
-                return n;
+                return false;
             }
             let size = (word & !PAD) as usize;
             // Every record, padding included, is a positive multiple of ALIGN.
             if size > ring - off || size % ALIGN != 0 || size == 0 {
                 // Only a broken writer produces this: stop reading this ring rather than misread.
-                return n;
+                return false;
             }
             if word & PAD == 0 {
-                // SAFETY: the record lies within the ring (checked) and stays until head moves.
-                let rec = unsafe { std::slice::from_raw_parts(data.add(off + LEN_WORD), size - LEN_WORD) };
-                f(rec);
-                n += 1;
+                break (off, size);
             }
             head += size as u64;
             h.head.store(head, Ordering::Release);
+        };
+        // SAFETY: the record lies within the ring (checked) and stays until head moves.
+        if !take(unsafe { std::slice::from_raw_parts(data.add(off + LEN_WORD), size - LEN_WORD) }) {
+            return false;
         }
+        h.head.store(head + size as u64, Ordering::Release);
+        true
     }
 
     /// A thread of ours is about to sleep in a wait: writers ring from now on. The caller
