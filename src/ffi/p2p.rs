@@ -121,8 +121,9 @@ pub unsafe extern "C" fn dc_recv(
 }
 
 /// Sends to `dst` (as dc_send) and receives from `src` (as dc_recv) in one call, as
-/// MPI_Sendrecv: the receive is started first and neither waits for the other, so ranks that
-/// exchange with each other (a ring, a pair) do not deadlock whatever the sizes. The buffers
+/// MPI_Sendrecv: the receive is started before any send that cannot finish at once, and
+/// neither waits for the other, so ranks that exchange with each other (a ring, a pair) do not
+/// deadlock whatever the sizes. The buffers
 /// must not overlap. Every argument is checked before anything starts. Returns once both
 /// finished, within the comm's timeout for the whole call; a failed send withdraws the
 /// receive if it is still open, and the receive's failure, if it has one, is returned before
