@@ -591,9 +591,8 @@ fn sendrecv_direct(
     let (sb, rb) = unsafe { (ConstBuf::new(sbuf as *const u8, slen), MutBuf::new(rbuf as *mut u8, rlen)) };
     let engine_err = |e: distcomm::Error| Some(Err(err::from_engine(&e).on(mc.handle)));
     let (from, tag) = ((src != MPI_ANY_SOURCE).then_some(src as usize), (rtag != MPI_ANY_TAG).then_some(rtag as u32));
-    // A send done at once (a small one to a peer of our host) needs no receive posted first:
-    // the answer may then be taken straight from our ring (see `Comm::recv_blocking`).
-    if let Some(sent) = mc.comm.send_inline(sb, dest as usize, stag as u32) {
+    // A small send done at once needs no receive posted first (see `Comm::send_first`).
+    if let Some(sent) = mc.comm.send_first(sb, dest as usize, stag as u32) {
         if let Err(e) = sent {
             return engine_err(e);
         }

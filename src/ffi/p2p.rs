@@ -149,9 +149,8 @@ pub unsafe extern "C" fn dc_sendrecv(
         on_rank(c, || crate::transport::waits_at_once(|| {
             let (sb, dst_r, stag) = send_args(sendbuf, sendcount, sendtype, dst, sendtag, c)?;
             let (rb, src_r, rtag, esize) = recv_args(recvbuf, recvcount, recvtype, src, recvtag, c)?;
-            // A send done at once (a small one to a peer of our host) needs no receive posted
-            // first: the answer may then be taken straight from our ring.
-            if let Some(sent) = c.send_inline(sb, dst_r, stag) {
+            // A small send done at once needs no receive posted first (see `Comm::send_first`).
+            if let Some(sent) = c.send_first(sb, dst_r, stag) {
                 sent?;
                 let deadline = crate::completion::LazyDeadline::new(c.timeout_ms());
                 let got = c.recv_blocking(rb, src_r, rtag, &|| deadline.get(), &|| receiving_from(src))?;
