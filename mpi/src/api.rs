@@ -425,6 +425,11 @@ fn peer_ok(mc: &MpiComm, peer: c_int, recv: bool) -> bool {
     (0..mc.comm.size() as c_int).contains(&peer) || peer == MPI_PROC_NULL || (recv && peer == MPI_ANY_SOURCE)
 }
 
+/// A receive's checked source and tag as the engine takes them (None: any).
+pub(crate) fn engine_source_tag(src: c_int, tag: c_int) -> (Option<usize>, Option<u32>) {
+    ((src != MPI_ANY_SOURCE).then_some(src as usize), (tag != MPI_ANY_TAG).then_some(tag as u32))
+}
+
 fn tag_ok(tag: c_int, recv: bool) -> bool {
     (0..=TAG_UB).contains(&tag) || (recv && tag == MPI_ANY_TAG)
 }
@@ -483,8 +488,7 @@ pub(crate) fn start_recv_on(mc: &CommRef, buf: *mut c_void, count: i64, dt: MPI_
     }
     // SAFETY: the bytes (the caller's buffer, or our packed one) stay until the receive completes.
     let b = unsafe { MutBuf::new(i.ptr, i.len) };
-    let src = (src != MPI_ANY_SOURCE).then_some(src as usize);
-    let tag = (tag != MPI_ANY_TAG).then_some(tag as u32);
+    let (src, tag) = engine_source_tag(src, tag);
     let op = mc.comm.post_recv(b, src, tag).map_err(|e| MpiErr::from(e).on(c))?;
     Ok(crate::packing::wrap_recv(Req::Recv { comm: mc.clone(), op }, i.tmp))
 }
@@ -519,7 +523,8 @@ fn recv_direct(mc: &MpiComm, buf: *mut c_void, count: MPI_Count, dt: MPI_Datatyp
     // SAFETY: checked above; the caller's buffer stays until the receive is waited for.
     let b = unsafe { MutBuf::new(buf as *mut u8, len) };
     let deadline = LazyDeadline::new(mc.comm.timeout_ms());
-    Some(request::recv_blocking(mc, b, (src != MPI_ANY_SOURCE).then_some(src as usize), (tag != MPI_ANY_TAG).then_some(tag as u32), &deadline))
+    let (src, tag) = engine_source_tag(src, tag);
+    Some(request::recv_blocking(mc, b, src, tag, &deadline))
 }
 
 pub unsafe fn recv(buf: *mut c_void, count: c_int, dt: MPI_Datatype, src: c_int, tag: c_int, c: MPI_Comm, st: *mut MPI_Status) -> Res {
@@ -590,7 +595,7 @@ fn sendrecv_direct(
     // SAFETY: checked above; the caller's buffers stay until both operations are waited for.
     let (sb, rb) = unsafe { (ConstBuf::new(sbuf as *const u8, slen), MutBuf::new(rbuf as *mut u8, rlen)) };
     let engine_err = |e: distcomm::Error| Some(Err(err::from_engine(&e).on(mc.handle)));
-    let (from, tag) = ((src != MPI_ANY_SOURCE).then_some(src as usize), (rtag != MPI_ANY_TAG).then_some(rtag as u32));
+    let (from, tag) = engine_source_tag(src, rtag);
     // A small send done at once needs no receive posted first (see `Comm::send_first`).
     if let Some(sent) = mc.comm.send_first(sb, dest as usize, stag as u32) {
         if let Err(e) = sent {

@@ -2,7 +2,7 @@
 //! (MSG_BASE + slot) for messages a matched probe took, each received exactly once.
 
 use crate::abi_gen::*;
-use crate::api::{check_comm_peer, out, write_status};
+use crate::api::{check_comm_peer, engine_source_tag, out, write_status};
 use crate::err::{MpiErr, Res};
 use crate::request::{self, Req};
 use crate::state::CommRef;
@@ -55,7 +55,8 @@ fn status_of(p: &Probed) -> MPI_Status {
 /// (source, tag) as the engine takes them, after the checks every probe makes.
 fn probe_args(source: c_int, tag: c_int, c: MPI_Comm) -> Result<(CommRef, Option<usize>, Option<u32>), MpiErr> {
     let mc = check_comm_peer(source, tag, c)?;
-    Ok((mc, (source != MPI_ANY_SOURCE).then_some(source as usize), (tag != MPI_ANY_TAG).then_some(tag as u32)))
+    let (source, tag) = engine_source_tag(source, tag);
+    Ok((mc, source, tag))
 }
 
 pub unsafe fn probe(source: c_int, tag: c_int, c: MPI_Comm, st: *mut MPI_Status) -> Res {

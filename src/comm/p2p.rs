@@ -113,11 +113,7 @@ impl Comm {
     /// outnumber the cores, or a comm that carries device memory: post the receive, then the
     /// send.
     pub fn send_first(&self, buf: ConstBuf, dst: usize, tag: u32) -> Option<Result<Done>> {
-        if buf.len() > SEND_FIRST_MAX || crate::completion::oversubscribed() {
-            return None;
-        }
-        #[cfg(feature = "nccl")]
-        if self.device.get().is_some() {
+        if buf.len() > SEND_FIRST_MAX || crate::completion::oversubscribed() || self.carries_device() {
             return None;
         }
         if let Err(e) = self.check_usable() {
@@ -181,17 +177,23 @@ impl Comm {
         Ok(P2pOp::Recv(self.transport().post_recv(&self.ctx, src, tag, 0, buf)?))
     }
 
+    /// Whether the comm has a device engine (NCCL): the shortcuts for small host messages
+    /// (`send_first`, `recv_now`) leave its calls to the usual path, which keeps host and
+    /// device work in order.
+    fn carries_device(&self) -> bool {
+        #[cfg(feature = "nccl")]
+        return self.device.get().is_some();
+        #[cfg(not(feature = "nccl"))]
+        false
+    }
+
     /// A blocking receive's first look: the message from comm rank `src` with `tag`, taken
     /// straight from the ring of a peer of our host if it is there already or arrives within
     /// a few polls (see `SocketTransport::take_inline_now`). None: post the receive and wait
     /// (also on comms that carry device memory, and on an aborted one, whose error the usual
     /// path reports).
     pub fn recv_now(&self, buf: MutBuf, src: usize, tag: u32) -> Option<Done> {
-        #[cfg(feature = "nccl")]
-        if self.device.get().is_some() {
-            return None;
-        }
-        if self.ctx.abort_error().is_some() {
+        if self.carries_device() || self.ctx.abort_error().is_some() {
             return None;
         }
         // With more ranks than cores the sender may need our core: one look, no spin.

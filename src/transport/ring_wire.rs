@@ -277,9 +277,7 @@ impl SocketTransport {
         let Some(rings) = self.rings_in.get() else { return false };
         let Some(i) = rings.index.get(peer.rank as usize).copied().flatten() else { return false };
         let n = rings.seg.drain(i, |rec| self.on_ring_frame(peer, rec, events));
-        // The writer waits for room: ring it back unless one of its threads spins (and so
-        // sends on by itself; the ring costs a system call here and a wake-up there).
-        if rings.seg.take_waiting(i) && !peer.ring_out.get().is_some_and(|o| o.seg.owner_spins()) {
+        if ring_back_due(rings, i, peer) {
             events.push(Event::Bell);
         }
         n > 0
@@ -353,8 +351,7 @@ impl SocketTransport {
             _ => false,
         });
         drop(m);
-        // As after a drain: a writer waiting for room is rung back unless it spins.
-        let ring_back = got.is_some() && rings.seg.take_waiting(i) && !peer.ring_out.get().is_some_and(|o| o.seg.owner_spins());
+        let ring_back = got.is_some() && ring_back_due(rings, i, peer);
         drop(rx);
         if ring_back {
             self.handle_events(peer, &mut vec![Event::Bell]);
@@ -377,6 +374,13 @@ impl SocketTransport {
         self.poll_rings();
         Some(RingSpin { t: self, rings, awaited })
     }
+}
+
+/// After records of `peer`'s ring `i` were consumed: whether to ring the writer back. It waits
+/// for room, unless one of its threads spins (and so sends on by itself; the ring costs a
+/// system call here and a wake-up there). Clears the writer's mark.
+fn ring_back_due(rings: &RingsIn, i: usize, peer: &Peer) -> bool {
+    rings.seg.take_waiting(i) && !peer.ring_out.get().is_some_and(|o| o.seg.owner_spins())
 }
 
 /// Whether a body of `len` bytes goes inside a ring that takes bodies up to `inline_max` (a
