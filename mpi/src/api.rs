@@ -13,7 +13,7 @@ use crate::request::{self, Req};
 use crate::state::{self, CommRef, MpiComm};
 use distcomm::buffer::{ConstBuf, MutBuf};
 use distcomm::completion::LazyDeadline;
-use distcomm::transport::waits_at_once;
+use distcomm::transport::{waits_at_once, waits_at_once_up_to};
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -504,10 +504,10 @@ pub unsafe fn send(buf: *const c_void, count: c_int, dt: MPI_Datatype, dest: c_i
 
 pub unsafe fn recv_c(buf: *mut c_void, count: MPI_Count, dt: MPI_Datatype, src: c_int, tag: c_int, c: MPI_Comm, st: *mut MPI_Status) -> Res {
     let mc = comm(c)?;
-    let s = waits_at_once(|| match recv_direct(&mc, buf, count, dt, src, tag) {
+    let s = match recv_direct(&mc, buf, count, dt, src, tag) {
         Some(r) => r,
-        None => start_recv_on(&mc, buf, count, dt, src, tag, c)?.finish(),
-    })?;
+        None => waits_at_once(|| start_recv_on(&mc, buf, count, dt, src, tag, c)?.finish()),
+    }?;
     write_status(st, s);
     Ok(())
 }
@@ -516,7 +516,7 @@ pub unsafe fn recv_c(buf: *mut c_void, count: MPI_Count, dt: MPI_Datatype, src: 
 /// not MPI_PROC_NULL) straight on the engine, without a request. None: the general path,
 /// which also reports every error.
 fn recv_direct(mc: &MpiComm, buf: *mut c_void, count: MPI_Count, dt: MPI_Datatype, src: c_int, tag: c_int) -> Option<Result<MPI_Status, MpiErr>> {
-    let len = crate::packing::dense_predefined(buf, count, dt)?.ok()?;
+    let len = crate::packing::dense_run(buf as *const c_void, count, dt)?;
     if !peer_ok(mc, src, true) || src == MPI_PROC_NULL || !tag_ok(tag, true) {
         return None;
     }
@@ -524,7 +524,7 @@ fn recv_direct(mc: &MpiComm, buf: *mut c_void, count: MPI_Count, dt: MPI_Datatyp
     let b = unsafe { MutBuf::new(buf as *mut u8, len) };
     let deadline = LazyDeadline::new(mc.comm.timeout_ms());
     let (src, tag) = engine_source_tag(src, tag);
-    Some(request::recv_blocking(mc, b, src, tag, &deadline))
+    Some(waits_at_once_up_to(len, || request::recv_blocking(mc, b, src, tag, &deadline)))
 }
 
 pub unsafe fn recv(buf: *mut c_void, count: c_int, dt: MPI_Datatype, src: c_int, tag: c_int, c: MPI_Comm, st: *mut MPI_Status) -> Res {
@@ -552,6 +552,7 @@ pub unsafe fn irecv(buf: *mut c_void, count: c_int, dt: MPI_Datatype, src: c_int
 }
 
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 pub unsafe fn sendrecv_c(
     sbuf: *const c_void,
     scount: MPI_Count,
@@ -567,48 +568,66 @@ pub unsafe fn sendrecv_c(
     st: *mut MPI_Status,
 ) -> Res {
     let mc = comm(c)?;
-    waits_at_once(|| {
-        if let Some(r) = sendrecv_direct(&mc, (sbuf, scount, sdt, dest, stag), (rbuf, rcount, rdt, src, rtag), st) {
-            return r;
-        }
-        let (r, s) = start_recv_then_send(start_recv_on(&mc, rbuf, rcount, rdt, src, rtag, c), || start_send_on(&mc, sbuf, scount, sdt, dest, stag, c))?;
-        finish_recv_and_send(r, s, st)
-    })
+    match sendrecv_direct(&mc, (sbuf, scount, sdt, dest, stag), (rbuf, rcount, rdt, src, rtag), st) {
+        Some(r) => r,
+        None => waits_at_once(|| sendrecv_general(&mc, (sbuf, scount, sdt, dest, stag), (rbuf, rcount, rdt, src, rtag), c, st)),
+    }
+}
+
+/// `MPI_Sendrecv` through requests: every form, and every error reported. Out of line, so that
+/// the shortcut's path through the export stays small.
+#[inline(never)]
+fn sendrecv_general(
+    mc: &CommRef,
+    (sbuf, scount, sdt, dest, stag): (*const c_void, MPI_Count, MPI_Datatype, c_int, c_int),
+    (rbuf, rcount, rdt, src, rtag): (*mut c_void, MPI_Count, MPI_Datatype, c_int, c_int),
+    c: MPI_Comm,
+    st: *mut MPI_Status,
+) -> Res {
+    let (r, s) = start_recv_then_send(start_recv_on(mc, rbuf, rcount, rdt, src, rtag, c), || start_send_on(mc, sbuf, scount, sdt, dest, stag, c))?;
+    finish_recv_and_send(r, s, st)
 }
 
 /// `MPI_Sendrecv` in its commonest form (dense predefined types, valid buffers, peers and tags,
 /// neither peer MPI_PROC_NULL) straight on the engine's operations, without requests (it
 /// costs about 250 instructions less per call). None: the general path, which also reports
 /// every error.
+#[inline(always)]
 fn sendrecv_direct(
     mc: &MpiComm,
     (sbuf, scount, sdt, dest, stag): (*const c_void, MPI_Count, MPI_Datatype, c_int, c_int),
     (rbuf, rcount, rdt, src, rtag): (*mut c_void, MPI_Count, MPI_Datatype, c_int, c_int),
     st: *mut MPI_Status,
 ) -> Option<Res> {
-    let slen = crate::packing::dense_predefined(sbuf, scount, sdt)?.ok()?;
-    let rlen = crate::packing::dense_predefined(rbuf, rcount, rdt)?.ok()?;
+    let slen = crate::packing::dense_run(sbuf, scount, sdt)?;
+    let rlen = crate::packing::dense_run(rbuf as *const c_void, rcount, rdt)?;
     let peers = peer_ok(mc, dest, false) && peer_ok(mc, src, true) && dest != MPI_PROC_NULL && src != MPI_PROC_NULL;
     if !peers || !tag_ok(stag, false) || !tag_ok(rtag, true) {
         return None;
     }
     // SAFETY: checked above; the caller's buffers stay until both operations are waited for.
     let (sb, rb) = unsafe { (ConstBuf::new(sbuf as *const u8, slen), MutBuf::new(rbuf as *mut u8, rlen)) };
-    let engine_err = |e: distcomm::Error| Some(Err(err::from_engine(&e).on(mc.handle)));
     let (from, tag) = engine_source_tag(src, rtag);
+    Some(waits_at_once_up_to(slen.max(rlen), || exchange(mc, (sb, dest as usize, stag as u32), (rb, from, tag), st)))
+}
+
+/// `sendrecv_direct`'s exchange on the engine, its arguments checked.
+#[inline(always)]
+fn exchange(mc: &MpiComm, (sb, dest, stag): (ConstBuf, usize, u32), (rb, from, tag): (MutBuf, Option<usize>, Option<u32>), st: *mut MPI_Status) -> Res {
+    let engine_err = |e: distcomm::Error| Err(err::from_engine(&e).on(mc.handle));
     // A small send done at once needs no receive posted first (see `Comm::send_first`).
-    if let Some(sent) = mc.comm.send_first(sb, dest as usize, stag as u32) {
+    if let Some(sent) = mc.comm.send_first(sb, dest, stag) {
         if let Err(e) = sent {
             return engine_err(e);
         }
         let deadline = LazyDeadline::new(mc.comm.timeout_ms());
-        return Some(request::recv_blocking(mc, rb, from, tag, &deadline).map(|got| write_status(st, got)));
+        return request::recv_blocking(mc, rb, from, tag, &deadline).map(|got| write_status(st, got));
     }
     let r = match mc.comm.post_recv(rb, from, tag) {
         Ok(r) => r,
         Err(e) => return engine_err(e),
     };
-    let s = match mc.comm.post_send(sb, dest as usize, stag as u32) {
+    let s = match mc.comm.post_send(sb, dest, stag) {
         Ok(s) => s,
         Err(e) => {
             request::withdraw_recv(mc, &r);
@@ -624,10 +643,11 @@ fn sendrecv_direct(
         request::withdraw_recv(mc, &r);
     }
     let got = request::finish_recv_by(mc, r, &deadline);
-    Some(sent.and(got).map(|got| write_status(st, got)))
+    sent.and(got).map(|got| write_status(st, got))
 }
 
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 pub unsafe fn sendrecv(
     sbuf: *const c_void,
     scount: c_int,

@@ -309,13 +309,13 @@ mod direct {
 
     /// Bytes of `count` elements of a dense predefined `dt`.
     fn dense_bytes(dt: MPI_Datatype, count: i64) -> Option<usize> {
-        datatype::predefined_ref(dt).filter(|d| d.dense)?.bytes(count).ok()
+        datatype::predefined_ref(dt).filter(|d| d.dense)?.bytes_if_valid(count)
     }
 
     /// The engine's type and op for a reduction of `dt` with `o`.
     fn engine_reduction(dt: MPI_Datatype, count: i64, o: MPI_Op) -> Option<(usize, DType, distcomm::ReduceOp)> {
         let d = datatype::predefined_ref(dt)?;
-        Some((d.bytes(count).ok()?, d.engine()?, op::engine_arithmetic(o)?))
+        Some((d.bytes_if_valid(count)?, d.engine()?, op::engine_arithmetic(o)?))
     }
 
     fn missing(p: *const c_void, n: usize) -> bool {
@@ -366,18 +366,17 @@ mod direct {
         run(k, CollArgs::ReduceScatter { send: Some(cb(sbuf, total)), recv: mb(rbuf, n), dt: edt, op: eop })
     }
 
-    /// The receive buffer's bytes (size x block) where it is dense and, unless the send is in
-    /// place, the send block is dense and of the same size.
-    fn blocks(k: &Coll, sbuf: *const c_void, scount: i64, sdt: MPI_Datatype, rbuf: *mut c_void, rcount: i64, rdt: MPI_Datatype) -> Option<usize> {
+    /// A block's bytes and the receive buffer's (size x block) where it is dense and, unless the
+    /// send is in place, the send block is dense and of the same size.
+    fn blocks(k: &Coll, sbuf: *const c_void, scount: i64, sdt: MPI_Datatype, rbuf: *mut c_void, rcount: i64, rdt: MPI_Datatype) -> Option<(usize, usize)> {
         let rb = dense_bytes(rdt, rcount)?;
         let total = rb.checked_mul(k.size())?;
         let send_fits = in_place(sbuf) || dense_bytes(sdt, scount) == Some(rb);
-        (send_fits && !missing(rbuf, total)).then_some(total)
+        (send_fits && !missing(rbuf, total)).then_some((rb, total))
     }
 
     pub(super) fn allgather(k: &Coll, sbuf: *const c_void, scount: i64, sdt: MPI_Datatype, rbuf: *mut c_void, rcount: i64, rdt: MPI_Datatype) -> Option<Res> {
-        let total = blocks(k, sbuf, scount, sdt, rbuf, rcount, rdt)?;
-        let block = total / k.size();
+        let (block, total) = blocks(k, sbuf, scount, sdt, rbuf, rcount, rdt)?;
         let inplace = in_place(sbuf);
         if !inplace && missing(sbuf, block) {
             return None;
@@ -390,7 +389,7 @@ mod direct {
         if in_place(sbuf) {
             return None;
         }
-        let total = blocks(k, sbuf, scount, sdt, rbuf, rcount, rdt)?;
+        let (_, total) = blocks(k, sbuf, scount, sdt, rbuf, rcount, rdt)?;
         if missing(sbuf, total) {
             return None;
         }
@@ -417,36 +416,47 @@ mod direct {
     }
 }
 
+/// A blocking collective: its shortcut (`direct`) where the call is in the commonest form, else
+/// the intercommunicator's or the general path. The shortcut is inlined into the export and the
+/// other paths are not: a 16 B call feels every frame it passes through.
+#[inline(always)]
+fn blocking(
+    c: MPI_Comm,
+    shortcut: impl FnOnce(&Coll) -> Option<Res>,
+    inter: impl FnOnce(&CommRef) -> Res,
+    build: impl FnOnce(&Coll) -> Result<Built, MpiErr>,
+) -> Res {
+    let k = match Coll::or_inter(c)? {
+        Ok(k) => k,
+        Err(mc) => return not_inlined(|| inter(&mc)),
+    };
+    match shortcut(&k) {
+        Some(r) => r,
+        None => not_inlined(|| {
+            let b = build(&k)?;
+            k.go(b, None)
+        }),
+    }
+}
+
+/// Runs `f` out of line (keeps a caller's hot path small).
+#[inline(never)]
+fn not_inlined<T>(f: impl FnOnce() -> T) -> T {
+    f()
+}
+
 macro_rules! reduction_forms {
     // The blocking forms try `direct::$blocking` first; None takes the general path.
     ($build:ident, $blocking:ident, $blocking_c:ident, $nb:ident, $nb_c:ident, ($($a:ident: $t:ty),*), ($($ac:ident: $tc:ty),*)) => {
         #[allow(clippy::too_many_arguments)]
+        #[inline(always)]
         pub unsafe fn $blocking_c($($ac: $tc,)* c: MPI_Comm) -> Res {
-            let k = match Coll::or_inter(c)? {
-                Ok(k) => k,
-                Err(mc) => {
-                    return crate::inter::$blocking(&mc, $($ac as _),*);
-                }
-            };
-            if let Some(r) = direct::$blocking(&k, $($ac as _),*) {
-                return r;
-            }
-            let b = $build(&k, $($ac as _),*)?;
-            k.go(b, None)
+            blocking(c, |k| direct::$blocking(k, $($ac as _),*), |mc| crate::inter::$blocking(mc, $($ac as _),*), |k| $build(k, $($ac as _),*))
         }
         #[allow(clippy::too_many_arguments)]
+        #[inline(always)]
         pub unsafe fn $blocking($($a: $t,)* c: MPI_Comm) -> Res {
-            let k = match Coll::or_inter(c)? {
-                Ok(k) => k,
-                Err(mc) => {
-                    return crate::inter::$blocking(&mc, $($a as _),*);
-                }
-            };
-            if let Some(r) = direct::$blocking(&k, $($a as _),*) {
-                return r;
-            }
-            let b = $build(&k, $($a as _),*)?;
-            k.go(b, None)
+            blocking(c, |k| direct::$blocking(k, $($a as _),*), |mc| crate::inter::$blocking(mc, $($a as _),*), |k| $build(k, $($a as _),*))
         }
         #[allow(clippy::too_many_arguments)]
         pub unsafe fn $nb_c($($ac: $tc,)* c: MPI_Comm, r: *mut MPI_Request) -> Res {
@@ -766,32 +776,19 @@ pub(crate) fn build_alltoall(k: &Coll, sbuf: *const c_void, scount: i64, sdt: MP
 macro_rules! move_forms {
     ($build:ident, $blocking:ident, $blocking_c:ident, $nb:ident, $nb_c:ident, ($($a:ident),*), ($($post:ident: $qt:ty),*)) => {
         #[allow(clippy::too_many_arguments)]
+        #[inline(always)]
         pub unsafe fn $blocking_c(sbuf: *const c_void, scount: MPI_Count, sdt: MPI_Datatype, rbuf: *mut c_void, rcount: MPI_Count, rdt: MPI_Datatype, $($post: $qt,)* c: MPI_Comm) -> Res {
-            let k = match Coll::or_inter(c)? {
-                Ok(k) => k,
-                Err(mc) => {
-                    return crate::inter::$blocking(&mc, sbuf, scount, sdt, rbuf, rcount, rdt $(, $post)*);
-                }
-            };
-            if let Some(r) = direct::$blocking(&k, sbuf, scount, sdt, rbuf, rcount, rdt $(, $a)*) {
-                return r;
-            }
-            let b = $build(&k, sbuf, scount, sdt, rbuf, rcount, rdt $(, $a)*)?;
-            k.go(b, None)
+            blocking(c, |k| direct::$blocking(k, sbuf, scount, sdt, rbuf, rcount, rdt $(, $a)*),
+                |mc| crate::inter::$blocking(mc, sbuf, scount, sdt, rbuf, rcount, rdt $(, $post)*),
+                |k| $build(k, sbuf, scount, sdt, rbuf, rcount, rdt $(, $a)*))
         }
         #[allow(clippy::too_many_arguments)]
+        #[inline(always)]
         pub unsafe fn $blocking(sbuf: *const c_void, scount: c_int, sdt: MPI_Datatype, rbuf: *mut c_void, rcount: c_int, rdt: MPI_Datatype, $($post: $qt,)* c: MPI_Comm) -> Res {
-            let k = match Coll::or_inter(c)? {
-                Ok(k) => k,
-                Err(mc) => {
-                    return crate::inter::$blocking(&mc, sbuf, scount as i64, sdt, rbuf, rcount as i64, rdt $(, $post)*);
-                }
-            };
-            if let Some(r) = direct::$blocking(&k, sbuf, scount as i64, sdt, rbuf, rcount as i64, rdt $(, $a)*) {
-                return r;
-            }
-            let b = $build(&k, sbuf, scount as i64, sdt, rbuf, rcount as i64, rdt $(, $a)*)?;
-            k.go(b, None)
+            let (scount, rcount) = (scount as i64, rcount as i64);
+            blocking(c, |k| direct::$blocking(k, sbuf, scount, sdt, rbuf, rcount, rdt $(, $a)*),
+                |mc| crate::inter::$blocking(mc, sbuf, scount, sdt, rbuf, rcount, rdt $(, $post)*),
+                |k| $build(k, sbuf, scount, sdt, rbuf, rcount, rdt $(, $a)*))
         }
         #[allow(clippy::too_many_arguments)]
         pub unsafe fn $nb_c(sbuf: *const c_void, scount: MPI_Count, sdt: MPI_Datatype, rbuf: *mut c_void, rcount: MPI_Count, rdt: MPI_Datatype, $($post: $qt,)* c: MPI_Comm, r: *mut MPI_Request) -> Res {

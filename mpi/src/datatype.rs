@@ -138,16 +138,25 @@ pub fn predefined(h: MPI_Datatype) -> Option<Dt> {
 }
 
 /// `predefined` without copying the summary out (the direct paths of 16 B calls feel it).
+#[inline]
 pub fn predefined_ref(h: MPI_Datatype) -> Option<&'static Dt> {
-    static TABLE: std::sync::LazyLock<[Option<Dt>; PREDEF_SPAN]> =
-        std::sync::LazyLock::new(|| std::array::from_fn(|i| predefined_by_match(PREDEF_FIRST + i)));
+    // Built at compile time: no first-use check on every call.
+    static TABLE: [Option<Dt>; PREDEF_SPAN] = {
+        let mut t = [None; PREDEF_SPAN];
+        let mut i = 0;
+        while i < PREDEF_SPAN {
+            t[i] = predefined_by_match(PREDEF_FIRST + i);
+            i += 1;
+        }
+        t
+    };
     match h.wrapping_sub(PREDEF_FIRST) {
         i if i < PREDEF_SPAN => TABLE[i].as_ref(),
         _ => None,
     }
 }
 
-fn predefined_by_match(h: MPI_Datatype) -> Option<Dt> {
+const fn predefined_by_match(h: MPI_Datatype) -> Option<Dt> {
     use Kind::*;
     match h {
         MPI_AINT => dt!(h, 8, 8, I64, "MPI_AINT"),
@@ -637,11 +646,13 @@ impl Dt {
         if count < 0 {
             return crate::mpi_err!(MPI_ERR_COUNT, "count {count} is negative");
         }
-        (count as u64)
-            .checked_mul(self.extent as u64)
-            .filter(|&b| b <= isize::MAX as u64)
-            .map(|b| b as usize)
-            .ok_or_else(|| MpiErr::new(MPI_ERR_COUNT, format!("count {count} of {} overflows", self.name)))
+        self.bytes_if_valid(count).ok_or_else(|| MpiErr::new(MPI_ERR_COUNT, format!("count {count} of {} overflows", self.name)))
+    }
+
+    /// `bytes` without the error (for the shortcuts, which leave every error to the general path).
+    #[inline]
+    pub fn bytes_if_valid(&self, count: i64) -> Option<usize> {
+        u64::try_from(count).ok()?.checked_mul(self.extent as u64).filter(|&b| b <= isize::MAX as u64).map(|b| b as usize)
     }
 
     /// The engine's element type for this datatype, where it has one.

@@ -44,6 +44,15 @@ fn count_bytes(count: i64, bytes: impl FnOnce(u64) -> Option<u64>) -> Result<usi
     bytes(count as u64).map(|b| b as usize).ok_or_else(|| MpiErr::new(MPI_ERR_COUNT, format!("count {count} overflows")))
 }
 
+/// The bytes of `count` elements of a dense predefined `dt` at `buf` where the call is valid
+/// (count, buffer); None for any other type and for every error, which the general path then
+/// reports. For the shortcuts of the commonest calls: no error is built on their way.
+#[inline]
+pub(crate) fn dense_run(buf: *const c_void, count: i64, dt: MPI_Datatype) -> Option<usize> {
+    let n = datatype::predefined_ref(dt).filter(|d| d.dense)?.bytes_if_valid(count)?;
+    (n == 0 || !buf.is_null()).then_some(n)
+}
+
 /// The caller's bytes of `count` elements of `dt` where `dt` is a dense predefined type (one
 /// run at `buf`, nothing to pack): answered without looking the type up, which every send and
 /// receive of a basic type would do. None for the other types.

@@ -285,6 +285,7 @@ pub fn finish_recv_by(comm: &MpiComm, mut op: P2pOp, deadline: &LazyDeadline) ->
 }
 
 /// A receive's status, or its error through `comm`'s handle.
+#[inline(always)]
 fn recv_status(comm: &MpiComm, r: distcomm::Result<distcomm::completion::Done>) -> Result<MPI_Status, MpiErr> {
     let d = r.map_err(|e| recv_error(e).on(comm.handle))?;
     let mut st = empty_status();
@@ -296,6 +297,7 @@ fn recv_status(comm: &MpiComm, r: distcomm::Result<distcomm::completion::Done>) 
 
 /// A blocking receive on `comm` up to `deadline` (see `Comm::recv_blocking`: a small message
 /// from a peer of our host may be taken straight from its ring); its status.
+#[inline(always)]
 pub fn recv_blocking(comm: &MpiComm, buf: distcomm::buffer::MutBuf, src: Option<usize>, tag: Option<u32>, deadline: &LazyDeadline) -> Result<MPI_Status, MpiErr> {
     recv_status(comm, comm.comm.recv_blocking(buf, src, tag, &|| deadline.get(), &|| "MPI receive".to_string()))
 }

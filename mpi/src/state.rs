@@ -205,8 +205,23 @@ pub fn is_comm_handle(h: MPI_Comm) -> bool {
     h == MPI_COMM_WORLD || h == MPI_COMM_SELF || get_comm(h).is_ok()
 }
 
-/// The communicator behind a handle, or MPI_ERR_COMM.
+/// The communicator behind a handle, or MPI_ERR_COMM. MPI_COMM_WORLD and MPI_COMM_SELF of an
+/// active library are found inline (every call on them asks); the rest out of line.
+#[inline]
 pub fn get_comm(h: MPI_Comm) -> Result<CommRef, MpiErr> {
+    let predefined = match h {
+        MPI_COMM_WORLD => WORLD.get(),
+        MPI_COMM_SELF => SELF.get(),
+        _ => None,
+    };
+    match predefined {
+        Some(c) if initialized() && !finalized() => Ok(CommRef::Predefined(c)),
+        _ => find_comm(h),
+    }
+}
+
+#[inline(never)]
+fn find_comm(h: MPI_Comm) -> Result<CommRef, MpiErr> {
     let active = || initialized() && !finalized();
     let found = match h {
         MPI_COMM_WORLD => WORLD.get().filter(|_| active()).map(CommRef::Predefined),

@@ -81,10 +81,13 @@ unsafe fn write_info(info: *mut dc_recv_info, c: &Comm, d: crate::completion::Do
 pub unsafe extern "C" fn dc_send(buf: *const libc::c_void, count: usize, dt: dc_dtype, dst: i32, tag: i32, comm: *mut Comm) -> dc_status {
     guard("dc_send", || {
         let c = checks::comm(comm)?;
-        on_rank(c, || crate::transport::waits_at_once(|| {
-            let (op, _) = start_send(buf, count, dt, dst, tag, c)?;
-            c.wait_p2p_started(&op, &|| format!("sending to rank {dst}")).map(|_| ())
-        }))
+        on_rank(c, || {
+            let (b, dst_r, tag) = send_args(buf, count, dt, dst, tag, c)?;
+            crate::transport::waits_at_once_up_to(b.len(), || {
+                let op = c.post_send(b, dst_r, tag)?;
+                c.wait_p2p_started(&op, &|| format!("sending to rank {dst}")).map(|_| ())
+            })
+        })
     })
 }
 
@@ -110,13 +113,15 @@ pub unsafe extern "C" fn dc_recv(
 ) -> dc_status {
     guard("dc_recv", || {
         let c = checks::comm(comm)?;
-        on_rank(c, || crate::transport::waits_at_once(|| {
+        on_rank(c, || {
             let (b, src_r, tag, esize) = recv_args(buf, count, dt, src, tag, c)?;
-            let deadline = crate::completion::LazyDeadline::new(c.timeout_ms());
-            let d = c.recv_blocking(b, src_r, tag, &|| deadline.get(), &|| receiving_from(src))?;
-            write_info(info, c, d, esize);
-            Ok(())
-        }))
+            crate::transport::waits_at_once_up_to(b.len(), || {
+                let deadline = crate::completion::LazyDeadline::new(c.timeout_ms());
+                let d = c.recv_blocking(b, src_r, tag, &|| deadline.get(), &|| receiving_from(src))?;
+                write_info(info, c, d, esize);
+                Ok(())
+            })
+        })
     })
 }
 
@@ -146,39 +151,41 @@ pub unsafe extern "C" fn dc_sendrecv(
 ) -> dc_status {
     guard("dc_sendrecv", || {
         let c = checks::comm(comm)?;
-        on_rank(c, || crate::transport::waits_at_once(|| {
+        on_rank(c, || {
             let (sb, dst_r, stag) = send_args(sendbuf, sendcount, sendtype, dst, sendtag, c)?;
             let (rb, src_r, rtag, esize) = recv_args(recvbuf, recvcount, recvtype, src, recvtag, c)?;
-            // A small send done at once needs no receive posted first (see `Comm::send_first`).
-            if let Some(sent) = c.send_first(sb, dst_r, stag) {
-                sent?;
-                let deadline = crate::completion::LazyDeadline::new(c.timeout_ms());
-                let got = c.recv_blocking(rb, src_r, rtag, &|| deadline.get(), &|| receiving_from(src))?;
-                write_info(info, c, got, esize);
-                return Ok(());
-            }
-            let mut recv = c.post_recv(rb, src_r, rtag)?;
-            let send = match c.post_send(sb, dst_r, stag) {
-                Ok(s) => s,
-                Err(e) => {
-                    c.cancel_p2p(&recv, || Error::new(Status::Aborted, "withdrawn: dc_sendrecv's send failed to start"));
-                    recv.release();
-                    return Err(e);
+            crate::transport::waits_at_once_up_to(sb.len().max(rb.len()), || {
+                // A small send done at once needs no receive posted first (see `Comm::send_first`).
+                if let Some(sent) = c.send_first(sb, dst_r, stag) {
+                    sent?;
+                    let deadline = crate::completion::LazyDeadline::new(c.timeout_ms());
+                    let got = c.recv_blocking(rb, src_r, rtag, &|| deadline.get(), &|| receiving_from(src))?;
+                    write_info(info, c, got, esize);
+                    return Ok(());
                 }
-            };
-            // One deadline for both: the call as a whole honours the timeout.
-            let deadline = crate::completion::LazyDeadline::new(c.timeout_ms());
-            let by = || deadline.get();
-            let sent = c.wait_p2p_by(&send, &by, &|| format!("sending to rank {dst}"));
-            if let Err(e) = &sent {
-                // A receive left open would take a later message meant for another call.
-                c.cancel_p2p(&recv, || e.clone());
-            }
-            let got = c.wait_p2p_by(&recv, &by, &|| receiving_from(src));
-            recv.release();
-            write_info(info, c, got?, esize);
-            sent.map(|_| ())
-        }))
+                let mut recv = c.post_recv(rb, src_r, rtag)?;
+                let send = match c.post_send(sb, dst_r, stag) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        c.cancel_p2p(&recv, || Error::new(Status::Aborted, "withdrawn: dc_sendrecv's send failed to start"));
+                        recv.release();
+                        return Err(e);
+                    }
+                };
+                // One deadline for both: the call as a whole honours the timeout.
+                let deadline = crate::completion::LazyDeadline::new(c.timeout_ms());
+                let by = || deadline.get();
+                let sent = c.wait_p2p_by(&send, &by, &|| format!("sending to rank {dst}"));
+                if let Err(e) = &sent {
+                    // A receive left open would take a later message meant for another call.
+                    c.cancel_p2p(&recv, || e.clone());
+                }
+                let got = c.wait_p2p_by(&recv, &by, &|| receiving_from(src));
+                recv.release();
+                write_info(info, c, got?, esize);
+                sent.map(|_| ())
+            })
+        })
     })
 }
 

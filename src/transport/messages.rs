@@ -97,6 +97,18 @@ pub fn waits_at_once<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// `waits_at_once` for a call none of whose buffers exceeds `bytes`: where none is large enough
+/// for the mark to matter (see `large_start`), `f` runs without it. In a shared library each
+/// look at a thread-local is a call into the dynamic linker, two per call, which a 16 B
+/// exchange feels.
+pub fn waits_at_once_up_to<R>(bytes: usize, f: impl FnOnce() -> R) -> R {
+    if bytes < PROGRESS_AT_ONCE_BYTES {
+        f()
+    } else {
+        waits_at_once(f)
+    }
+}
+
 impl SocketTransport {
     /// Takes the first posted receive that accepts a message from `src` with `tag` on `ctx`,
     /// marked as being filled from `src` before the caller releases the matcher: a canceller
@@ -587,5 +599,14 @@ mod tests {
         assert!(!waiting_at_once(), "left set after a panic");
         // Another thread's calls are its own.
         waits_at_once(|| std::thread::spawn(|| assert!(!waiting_at_once())).join().unwrap());
+    }
+
+    #[test]
+    fn waits_at_once_up_to_marks_only_calls_with_a_large_buffer() {
+        // Below the size that consults the mark, it is not set (and an outer call's stays).
+        waits_at_once_up_to(PROGRESS_AT_ONCE_BYTES - 1, || assert!(!waiting_at_once()));
+        waits_at_once(|| waits_at_once_up_to(16, || assert!(waiting_at_once())));
+        waits_at_once_up_to(PROGRESS_AT_ONCE_BYTES, || assert!(waiting_at_once()));
+        assert!(!waiting_at_once());
     }
 }

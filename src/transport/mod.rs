@@ -28,5 +28,5 @@ pub mod stream;
 pub mod accept;
 
 pub use ops::{CtxState, RecvOp, SendOp, TagMatch};
-pub use messages::{waits_at_once, WITHDRAW_GRACE_MAX};
+pub use messages::{waits_at_once, waits_at_once_up_to, WITHDRAW_GRACE_MAX};
 pub use probe::Matched;
