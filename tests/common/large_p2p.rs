@@ -92,10 +92,12 @@ pub fn an_abort_ends_a_large_message() {
 
 /// Point-to-point between ranks of one host goes through shared-memory rings: a stream of
 /// messages larger than a ring holds (so frames wait in the sender for room), of every size
-/// class (inline, and single-copy above 64 KiB), in both directions at once, arrives whole and
-/// in order; a receive from any source takes ring traffic too.
+/// class (inline; single-copy above 64 KiB, or above 24 KiB where ranks outnumber cores), in
+/// both directions at once, arrives whole and in order; a receive from any source takes ring
+/// traffic too.
 pub fn keep_order_in_both_directions() {
-    let sizes = [0usize, 1, 100, 4096, 65_536, 65_537, 300_000];
+    // Around the limits of inline bodies (24 KiB where ranks outnumber cores, else 64 KiB).
+    let sizes = [0usize, 1, 100, 4096, 24_576, 24_577, 40_000, 65_536, 65_537, 300_000];
     let msg = move |from: usize, k: usize| -> Vec<u8> { (0..sizes[k % sizes.len()]).map(|i| (i + from * 7 + k * 13) as u8).collect() };
     job_on("shm", 2, 30_000, move |c| {
         let me = c.rank();
