@@ -385,8 +385,8 @@ fn ring_back_due(rings: &RingsIn, i: usize, peer: &Peer) -> bool {
 
 /// Whether a body of `len` bytes goes inside a ring that takes bodies up to `inline_max` (a
 /// quarter of the ring, 64 KiB at most): every body it takes does, larger ones are announced
-/// (read single-copy or streamed), and where the host is crowded (see `crowded`) every body
-/// over `CROWDED_INLINE_MAX`. Inline against single-copy, measured on 2026-12-06 (dc-bench
+/// (read single-copy or streamed), and so is every body over `crowded_inline_max` where ranks
+/// outnumber the cores. Inline against single-copy, measured on 2026-12-06 (dc-bench
 /// sendrecv, 2 ranks, 5 interleaved rounds, medians of inline/single-copy time): 40 / 48 / 64
 /// KiB 0.53 / 0.58 / 0.66 idle, 0.62 / 0.67 / 0.77 beside a busy process (dcrun), 0.68 / 0.73 /
 /// 0.75 under a plain launcher; in 15 idle rounds 64 KiB 0.74 in medians and 0.94 in means, but
@@ -394,24 +394,31 @@ fn ring_back_due(rings: &RingsIn, i: usize, peer: &Peer) -> bool {
 /// earlier run had single-copy ahead from 40 KiB: 64 KiB 0.75 of the inline time idle, 0.58
 /// beside a busy process, the inline copies falling into a mode 3-4x slower at times.)
 fn goes_inline(inline_max: usize, len: usize) -> bool {
-    len <= inline_max.min(CROWDED_INLINE_MAX) || (len <= inline_max && !crowded())
+    len <= inline_max && (len <= crowded_inline_max() || crate::placement::yields_lose_the_core())
 }
 
-/// Where ranks outnumber the cores, bodies over this size are read single-copy: each rank
-/// copies once where inline it copies twice, and the cores are what the ranks wait for.
-/// Measured (dc-bench sendrecv, 5 interleaved rounds, medians of single-copy/inline time, 4 /
-/// 8 ranks on 2 cores): 16 KiB 1.40 / 1.46, 24 KiB 1.07 / 0.75, 32 KiB 0.71 / 0.47, 64 KiB 0.51
-/// / 0.43 idle; beside a busy process under a plain launcher 16 KiB 1.65 / 2.30, 24 KiB 1.59 /
-/// 1.04, 32 KiB 0.58-0.97 / 0.72-0.84, 64 KiB 0.41-0.74 / 0.83-1.07.
-const CROWDED_INLINE_MAX: usize = 24 * 1024;
-
-/// Ranks outnumber this host's cores, and this thread's yields have not lately lost its core
-/// (a busy process beside us keeps the cores it is handed, so every hand-off of a single-copy
-/// exchange, announce, read and answer, can wait for a time slice; inline, the sender is done
-/// at once). With and without that second test, beside a busy process, single-copy/inline
-/// time was level (0.97-1.03 at 4 ranks, 0.88-1.27 at 8).
-fn crowded() -> bool {
-    crate::completion::oversubscribed() && !crate::placement::yields_lose_the_core()
+/// Where ranks outnumber the cores, the largest body that goes inline: larger ones are read
+/// single-copy (each rank copies once where inline it copies twice, and the cores are what the
+/// ranks wait for), unless the sender's yields lately lost its core (a busy process beside
+/// us keeps the cores it is handed, so every hand-off of a single-copy exchange, announce,
+/// read and answer, can wait for a time slice; inline, the sender is done at once). No limit
+/// (beyond the ring's) otherwise. Measured (dc-bench sendrecv, 5-7 interleaved rounds, medians
+/// of single-copy/inline time) at 4 / 8 ranks on 2 cores: 16 KiB 1.40 / 1.46, 24 KiB 1.07 /
+/// 0.75, 32 KiB 1.19 / 0.47-0.54, 48 KiB 0.77 / 0.44, 64 KiB 0.51-0.83 / 0.43-0.65 idle; beside
+/// a busy process under a plain launcher 16 KiB 1.65 / 2.30, 24 KiB 1.59 / 1.04, 64 KiB
+/// 0.41-0.74 / 0.83-1.07. Hence 32 KiB up to two ranks a core and 24 KiB beyond. (Beside the
+/// busy process, with and without the yields' test, single-copy/inline was level: 0.97-1.03
+/// at 4 ranks, 0.88-1.27 at 8.)
+fn crowded_inline_max() -> usize {
+    static MAX: once_cell::sync::Lazy<usize> = once_cell::sync::Lazy::new(|| {
+        let (local, cores) = (crate::params::get().local_world_size.unwrap_or(1), crate::completion::host_cores());
+        match local {
+            l if l <= cores => usize::MAX,
+            l if l <= 2 * cores => 32 * 1024,
+            _ => 24 * 1024,
+        }
+    });
+    *MAX
 }
 
 /// The wire through our ring in a same-host peer's segment (set up at init for pairs that
