@@ -12,6 +12,7 @@ use crate::op;
 use crate::request::{self, Req};
 use crate::state::{self, CommRef, MpiComm};
 use distcomm::buffer::{ConstBuf, MutBuf};
+use distcomm::comm::Exchanged;
 use distcomm::completion::LazyDeadline;
 use distcomm::transport::{waits_at_once, waits_at_once_up_to};
 use std::ffi::{c_char, c_int, c_void};
@@ -611,39 +612,20 @@ fn sendrecv_direct(
     Some(waits_at_once_up_to(slen.max(rlen), || exchange(mc, (sb, dest as usize, stag as u32), (rb, from, tag), st)))
 }
 
-/// `sendrecv_direct`'s exchange on the engine, its arguments checked.
+/// `sendrecv_direct`'s exchange on the engine, its arguments checked: a send that failed is
+/// the error reported, otherwise the receive's error or status.
 #[inline(always)]
-fn exchange(mc: &MpiComm, (sb, dest, stag): (ConstBuf, usize, u32), (rb, from, tag): (MutBuf, Option<usize>, Option<u32>), st: *mut MPI_Status) -> Res {
-    let engine_err = |e: distcomm::Error| Err(err::from_engine(&e).on(mc.handle));
-    // A small send done at once needs no receive posted first (see `Comm::send_first`).
-    if let Some(sent) = mc.comm.send_first(sb, dest, stag) {
-        if let Err(e) = sent {
-            return engine_err(e);
-        }
-        let deadline = LazyDeadline::new(mc.comm.timeout_ms());
-        return request::recv_blocking(mc, rb, from, tag, &deadline).map(|got| write_status(st, got));
-    }
-    let r = match mc.comm.post_recv(rb, from, tag) {
-        Ok(r) => r,
-        Err(e) => return engine_err(e),
-    };
-    let s = match mc.comm.post_send(sb, dest, stag) {
-        Ok(s) => s,
-        Err(e) => {
-            request::withdraw_recv(mc, &r);
-            return engine_err(e);
-        }
-    };
-    // As `request::finish_pair`, on the operations themselves (no requests): both within one
-    // timeout; a failed send withdraws the receive if it is still open (it would take a later
-    // message) and is the error reported, otherwise the receive's.
+fn exchange(mc: &MpiComm, send: (ConstBuf, usize, u32), recv: (MutBuf, Option<usize>, Option<u32>), st: *mut MPI_Status) -> Res {
     let deadline = LazyDeadline::new(mc.comm.timeout_ms());
-    let sent = request::finish_send_by(mc, s, &deadline);
-    if sent.is_err() {
-        request::withdraw_recv(mc, &r);
+    let what = (&|| "MPI send".to_string(), &|| "MPI receive".to_string());
+    match mc.comm.sendrecv(send, recv, &|| deadline.get(), (&what.0, &what.1)) {
+        Exchanged::Failed(e) => Err(err::from_engine(&e).on(mc.handle)),
+        Exchanged::Both { sent, got } => {
+            sent.map_err(|e| err::from_engine(&e).on(mc.handle))?;
+            write_status(st, request::recv_status(mc, got)?);
+            Ok(())
+        }
     }
-    let got = request::finish_recv_by(mc, r, &deadline);
-    sent.and(got).map(|got| write_status(st, got))
 }
 
 #[allow(clippy::too_many_arguments)]

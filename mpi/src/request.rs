@@ -286,7 +286,7 @@ pub fn finish_recv_by(comm: &MpiComm, mut op: P2pOp, deadline: &LazyDeadline) ->
 
 /// A receive's status, or its error through `comm`'s handle.
 #[inline(always)]
-fn recv_status(comm: &MpiComm, r: distcomm::Result<distcomm::completion::Done>) -> Result<MPI_Status, MpiErr> {
+pub fn recv_status(comm: &MpiComm, r: distcomm::Result<distcomm::completion::Done>) -> Result<MPI_Status, MpiErr> {
     let d = r.map_err(|e| recv_error(e).on(comm.handle))?;
     let mut st = empty_status();
     st.MPI_SOURCE = comm.comm.comm_rank_of(d.source);

@@ -22,7 +22,7 @@ mod probe;
 mod shm;
 mod world;
 
-pub use p2p::P2pOp;
+pub use p2p::{Exchanged, P2pOp};
 pub use probe::Probed;
 pub use world::{TransportPolicy, World};
 

@@ -63,6 +63,15 @@ fn sync_result(s: &SendOp, a: &RecvOp) -> Option<Result<Done>> {
     }
 }
 
+/// What a blocking send-receive (`Comm::sendrecv`) came to.
+pub enum Exchanged {
+    /// Nothing was waited for: the receive could not be posted, or the send failed to start
+    /// (the receive, if posted, withdrawn).
+    Failed(Error),
+    /// Both halves were waited for; a send that failed withdrew the receive if it was open.
+    Both { sent: Result<()>, got: Result<Done> },
+}
+
 /// A pending transport send or receive, owned by whoever waits for it.
 pub enum P2pOp {
     Send(Arc<SendOp>),
@@ -135,6 +144,50 @@ impl Comm {
         let got = self.wait_p2p_by(&op, deadline, what);
         op.release();
         got
+    }
+
+    /// A blocking send to comm rank `dst` and receive from `src` (None: any) with `rtag` (None:
+    /// any), neither waiting for the other (so ranks that exchange with each other do not
+    /// deadlock, whatever the sizes), within one `deadline` for both. A small send that goes at
+    /// once goes first and the answer may then be taken from the ring (`send_first`,
+    /// `recv_blocking`); otherwise the receive is posted before the send. A send that fails
+    /// withdraws the receive if it is still open (it would take a later message meant for
+    /// another call). Both outcomes come back: the C and MPI surfaces report them in their own
+    /// order and terms. `what` names the send and the receive for timeout texts.
+    #[inline]
+    pub fn sendrecv(
+        &self,
+        (sb, dst, stag): (ConstBuf, usize, u32),
+        (rb, src, rtag): (MutBuf, Option<usize>, Option<u32>),
+        deadline: &dyn Fn() -> Instant,
+        what: (&dyn Fn() -> String, &dyn Fn() -> String),
+    ) -> Exchanged {
+        if let Some(sent) = self.send_first(sb, dst, stag) {
+            return match sent {
+                Ok(_) => Exchanged::Both { sent: Ok(()), got: self.recv_blocking(rb, src, rtag, deadline, what.1) },
+                Err(e) => Exchanged::Failed(e),
+            };
+        }
+        let mut recv = match self.post_recv(rb, src, rtag) {
+            Ok(r) => r,
+            Err(e) => return Exchanged::Failed(e),
+        };
+        let mut send = match self.post_send(sb, dst, stag) {
+            Ok(s) => s,
+            Err(e) => {
+                self.cancel_p2p(&recv, || e.clone());
+                recv.release();
+                return Exchanged::Failed(e);
+            }
+        };
+        let sent = self.wait_p2p_by(&send, deadline, what.0).map(|_| ());
+        if let Err(e) = &sent {
+            self.cancel_p2p(&recv, || e.clone());
+        }
+        let got = self.wait_p2p_by(&recv, deadline, what.1);
+        send.release();
+        recv.release();
+        Exchanged::Both { sent, got }
     }
 
     /// Starts a synchronous send to comm rank `dst`: it completes once the bytes are out and a

@@ -3,7 +3,7 @@
 use super::boundary::guard;
 use super::checks::{self, on_rank};
 use super::types::{dc_dtype, dc_status, DC_ANY_SOURCE, DC_ANY_TAG};
-use crate::comm::{Comm, P2pOp};
+use crate::comm::{Comm, Exchanged, P2pOp};
 use crate::completion::Stamp;
 use crate::error::{Error, Result, Status};
 use crate::request::Request;
@@ -155,35 +155,17 @@ pub unsafe extern "C" fn dc_sendrecv(
             let (sb, dst_r, stag) = send_args(sendbuf, sendcount, sendtype, dst, sendtag, c)?;
             let (rb, src_r, rtag, esize) = recv_args(recvbuf, recvcount, recvtype, src, recvtag, c)?;
             crate::transport::waits_at_once_up_to(sb.len().max(rb.len()), || {
-                // A small send done at once needs no receive posted first (see `Comm::send_first`).
-                if let Some(sent) = c.send_first(sb, dst_r, stag) {
-                    sent?;
-                    let deadline = crate::completion::LazyDeadline::new(c.timeout_ms());
-                    let got = c.recv_blocking(rb, src_r, rtag, &|| deadline.get(), &|| receiving_from(src))?;
-                    write_info(info, c, got, esize);
-                    return Ok(());
-                }
-                let mut recv = c.post_recv(rb, src_r, rtag)?;
-                let send = match c.post_send(sb, dst_r, stag) {
-                    Ok(s) => s,
-                    Err(e) => {
-                        c.cancel_p2p(&recv, || Error::new(Status::Aborted, "withdrawn: dc_sendrecv's send failed to start"));
-                        recv.release();
-                        return Err(e);
-                    }
-                };
                 // One deadline for both: the call as a whole honours the timeout.
                 let deadline = crate::completion::LazyDeadline::new(c.timeout_ms());
-                let by = || deadline.get();
-                let sent = c.wait_p2p_by(&send, &by, &|| format!("sending to rank {dst}"));
-                if let Err(e) = &sent {
-                    // A receive left open would take a later message meant for another call.
-                    c.cancel_p2p(&recv, || e.clone());
+                let what = (&|| format!("sending to rank {dst}"), &|| receiving_from(src));
+                match c.sendrecv((sb, dst_r, stag), (rb, src_r, rtag), &|| deadline.get(), (&what.0, &what.1)) {
+                    Exchanged::Failed(e) => Err(e),
+                    // The receive's failure, if it has one, before the send's.
+                    Exchanged::Both { sent, got } => {
+                        write_info(info, c, got?, esize);
+                        sent
+                    }
                 }
-                let got = c.wait_p2p_by(&recv, &by, &|| receiving_from(src));
-                recv.release();
-                write_info(info, c, got?, esize);
-                sent.map(|_| ())
             })
         })
     })
