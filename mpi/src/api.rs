@@ -496,7 +496,28 @@ pub(crate) fn start_recv_on(mc: &CommRef, buf: *mut c_void, count: i64, dt: MPI_
 
 // The blocking calls wait for what they start at once (see `distcomm::transport::waits_at_once`).
 pub unsafe fn send_c(buf: *const c_void, count: MPI_Count, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm) -> Res {
-    waits_at_once(|| start_send(buf, count, dt, dest, tag, c)?.finish().map(|_| ()))
+    let mc = comm(c)?;
+    match send_direct(&mc, buf, count, dt, dest, tag) {
+        Some(r) => r,
+        None => waits_at_once(|| start_send_on(&mc, buf, count, dt, dest, tag, c)?.finish().map(|_| ())),
+    }
+}
+
+/// `MPI_Send` in its commonest form (a dense predefined type, a valid buffer, peer and tag,
+/// not MPI_PROC_NULL) straight on the engine, without a request (as `recv_direct`). None:
+/// the general path, which also reports every error.
+fn send_direct(mc: &MpiComm, buf: *const c_void, count: MPI_Count, dt: MPI_Datatype, dest: c_int, tag: c_int) -> Option<Res> {
+    let len = crate::packing::dense_run(buf, count, dt)?;
+    if !peer_ok(mc, dest, false) || dest == MPI_PROC_NULL || !tag_ok(tag, false) {
+        return None;
+    }
+    // SAFETY: checked above; the caller's buffer stays until the send is waited for.
+    let b = unsafe { ConstBuf::new(buf as *const u8, len) };
+    let sent = waits_at_once_up_to(len, || {
+        let op = mc.comm.post_send(b, dest as usize, tag as u32)?;
+        mc.comm.wait_p2p_started(&op, &|| "MPI send".to_string())
+    });
+    Some(sent.map(|_| ()).map_err(|e| err::from_engine(&e).on(mc.handle)))
 }
 
 pub unsafe fn send(buf: *const c_void, count: c_int, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm) -> Res {
