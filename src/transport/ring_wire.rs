@@ -123,7 +123,7 @@ impl SocketTransport {
         if let Some(e) = peer.gone_error() {
             return Err(e);
         }
-        if peer.ring_out.get().is_some_and(|o| goes_inline(o.seg.inline_max(), op.buf.len())) {
+        if peer.ring_out.get().is_some_and(|o| goes_inline(peer, o.seg.inline_max(), op.buf.len())) {
             op.comp.complete(Ok(self.write_inline(peer, ctx.id, tag, check, op.buf)));
         } else {
             let (_, hdr, body) = self.rts_frame(peer, ctx, tag, check, &op);
@@ -386,15 +386,18 @@ fn ring_back_due(rings: &RingsIn, i: usize, peer: &Peer) -> bool {
 /// Whether a body of `len` bytes goes inside a ring that takes bodies up to `inline_max` (a
 /// quarter of the ring, 64 KiB at most): every body it takes does, larger ones are announced
 /// (read single-copy or streamed), and so is every body over `crowded_inline_max` where ranks
-/// outnumber the cores. Inline against single-copy, measured on 2026-12-06 (dc-bench
+/// outnumber the cores and it would be read single-copy (`ring_message_single_copy`: we may
+/// read the peer's memory, so it may read ours, the same probe and rules; otherwise it would be
+/// streamed, two copies and more steps than inline).
+/// Inline against single-copy, measured on 2026-12-06 (dc-bench
 /// sendrecv, 2 ranks, 5 interleaved rounds, medians of inline/single-copy time): 40 / 48 / 64
 /// KiB 0.53 / 0.58 / 0.66 idle, 0.62 / 0.67 / 0.77 beside a busy process (dcrun), 0.68 / 0.73 /
 /// 0.75 under a plain launcher; in 15 idle rounds 64 KiB 0.74 in medians and 0.94 in means, but
 /// with 3 rounds of 18-25 us where single-copy's worst was 15.5 (the copies' slow mode). (An
 /// earlier run had single-copy ahead from 40 KiB: 64 KiB 0.75 of the inline time idle, 0.58
 /// beside a busy process, the inline copies falling into a mode 3-4x slower at times.)
-fn goes_inline(inline_max: usize, len: usize) -> bool {
-    len <= inline_max && (len <= crowded_inline_max() || crate::placement::yields_lose_the_core())
+fn goes_inline(peer: &Peer, inline_max: usize, len: usize) -> bool {
+    len <= inline_max && (len <= crowded_inline_max() || !super::messages::ring_message_single_copy(peer, len) || crate::placement::yields_lose_the_core())
 }
 
 /// Where ranks outnumber the cores, the largest body that goes inline: larger ones are read
@@ -437,7 +440,7 @@ impl Wire for RingWire {
     /// Up to the ring's `inline_max()` bytes (see `goes_inline`): appended to the ring at once
     /// (or queued, in order, for room).
     fn send_inline(&self, t: &SocketTransport, peer: &Arc<Peer>, ctx: &CtxState, tag: u64, check: u32, buf: ConstBuf) -> Option<Result<Done>> {
-        if !goes_inline(peer.ring_out.get()?.seg.inline_max(), buf.len()) {
+        if !goes_inline(peer, peer.ring_out.get()?.seg.inline_max(), buf.len()) {
             return None;
         }
         if let Some(e) = ctx.abort_error().or_else(|| peer.gone_error()) {
