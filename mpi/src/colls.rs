@@ -306,11 +306,7 @@ pub(crate) fn build_reduce(k: &Coll, sbuf: *const c_void, rbuf: *mut c_void, cou
 /// decides, errors included.
 mod direct {
     use super::*;
-
-    /// Bytes of `count` elements of a dense predefined `dt`.
-    fn dense_bytes(dt: MPI_Datatype, count: i64) -> Option<usize> {
-        datatype::predefined_ref(dt).filter(|d| d.dense)?.bytes_if_valid(count)
-    }
+    use crate::packing::dense_bytes;
 
     /// The engine's type and op for a reduction of `dt` with `o`.
     fn engine_reduction(dt: MPI_Datatype, count: i64, o: MPI_Op) -> Option<(usize, DType, distcomm::ReduceOp)> {

@@ -49,8 +49,15 @@ fn count_bytes(count: i64, bytes: impl FnOnce(u64) -> Option<u64>) -> Result<usi
 /// reports. For the shortcuts of the commonest calls: no error is built on their way.
 #[inline]
 pub(crate) fn dense_run(buf: *const c_void, count: i64, dt: MPI_Datatype) -> Option<usize> {
-    let n = datatype::predefined_ref(dt).filter(|d| d.dense)?.bytes_if_valid(count)?;
+    let n = dense_bytes(dt, count)?;
     (n == 0 || !buf.is_null()).then_some(n)
+}
+
+/// Bytes of `count` elements of a dense predefined `dt` (None: another type, or a count that
+/// is negative or too large), without building an error.
+#[inline]
+pub(crate) fn dense_bytes(dt: MPI_Datatype, count: i64) -> Option<usize> {
+    datatype::predefined_ref(dt).filter(|d| d.dense)?.bytes_if_valid(count)
 }
 
 /// The caller's bytes of `count` elements of `dt` where `dt` is a dense predefined type (one

@@ -414,12 +414,11 @@ fn goes_inline(peer: &Peer, inline_max: usize, len: usize) -> bool {
 /// at 4 ranks, 0.88-1.27 at 8.)
 fn crowded_inline_max() -> usize {
     static MAX: once_cell::sync::Lazy<usize> = once_cell::sync::Lazy::new(|| {
-        let (local, cores) = (crate::params::get().local_world_size.unwrap_or(1), crate::completion::host_cores());
-        match local {
-            l if l <= cores => usize::MAX,
-            l if l <= 2 * cores => 32 * 1024,
-            _ => 24 * 1024,
+        if !crate::completion::oversubscribed() {
+            return usize::MAX;
         }
+        let (local, cores) = (crate::params::get().local_world_size.unwrap_or(1), crate::completion::host_cores());
+        if local <= 2 * cores { 32 * 1024 } else { 24 * 1024 }
     });
     *MAX
 }
