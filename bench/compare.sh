@@ -46,9 +46,14 @@ usage: bench/compare.sh [options]
       --redop OP         reduction op (default sum; avg is sum + a division for MPI)
   --rounds R             alternations per size (default 5; odd numbers keep the two ratios
                          exact reciprocals)
-  -n, --iters N          timed iterations per run (default by size: 1000 up to 64K, 200 below
-                         1M, 50 below 16M, else 5)
-  -w, --warmup N         warm-up iterations per run (default by size: 50, 10, 5, 1)
+  -n, --iters N          timed iterations per run (default by size: 10000 up to 64K, 500 below
+                         1M, 50 below 16M, else 20)
+  --min-run-ms T         more iterations where a run would be shorter than T ms: one untimed
+                         distcomm run per point measures the time per call, and both libraries
+                         then run the count that lasts T ms at that speed (with --load: runs
+                         shorter than a few time slices measure whether a slice ends inside
+                         them rather than the speed a job sees; 0, the default: off)
+  -w, --warmup N         warm-up iterations per run (default by size: 200, 20, 5, 5)
   -c, --check N          checked runs per run (default 1; 0 turns checking off)
   --form oop|ip|both     which rows the ratio table shows (default oop: out-of-place; broadcast,
                          alltoall, sendrecv and barrier only have that form)
@@ -115,6 +120,7 @@ DTYPE=float
 REDOP=sum
 ROUNDS=5
 ITERS=""
+MIN_RUN_MS=0
 WARMUP=""
 CHECK=1
 FORM=oop
@@ -149,6 +155,7 @@ while [ $# -gt 0 ]; do
     --redop) need "$@"; REDOP="$2"; shift ;;
     --rounds) need "$@"; ROUNDS="$2"; shift ;;
     -n | --iters) need "$@"; ITERS="$2"; shift ;;
+    --min-run-ms) need "$@"; MIN_RUN_MS="$2"; shift ;;
     -w | --warmup | --warmup_iters) need "$@"; WARMUP="$2"; shift ;;
     -c | --check) need "$@"; CHECK="$2"; shift ;;
     --form) need "$@"; FORM="$2"; shift ;;
@@ -197,6 +204,7 @@ case "$ONECCL_TRANSPORT" in
 esac
 [ "$ROUNDS" -ge 1 ] 2>/dev/null || { echo "compare.sh: --rounds must be >= 1" >&2; exit 2; }
 [ "$LOAD" -ge 0 ] 2>/dev/null || { echo "compare.sh: --load must be a number >= 0" >&2; exit 2; }
+[ "$MIN_RUN_MS" -ge 0 ] 2>/dev/null || { echo "compare.sh: --min-run-ms must be a number >= 0" >&2; exit 2; }
 case "$LAUNCHER" in dcrun | plain) ;; *) echo "compare.sh: --launcher is dcrun or plain" >&2; exit 2 ;; esac
 [ "$LAUNCHER" = dcrun ] || [ "$DC_MPI" = 0 ] || { echo "compare.sh: --launcher plain starts dc-bench, not --distcomm-mpi's mpiexec" >&2; exit 2; }
 [ "$OPS" = all ] && OPS="allreduce,broadcast,reduce,allgather,reduce_scatter,alltoall,sendrecv,barrier"
@@ -373,8 +381,19 @@ run_one() {
     WRONG_RUNS=$((WRONG_RUNS + 1))
     echo "compare.sh: WRONG RESULTS: ${cmd[*]}" >&2
   fi
-  [ -f "$csv" ] && tail -n +2 "$csv" | sed "s/^/$round,/" >>"$ROUNDS_CSV"
+  [ "$round" = calibration ] || { [ -f "$csv" ] && tail -n +2 "$csv" | sed "s/^/$round,/" >>"$ROUNDS_CSV"; }
   return 0
+}
+
+# iters_for_min_run NP OP SIZE ITERS WARMUP: ITERS, or more where a run of ITERS would last less
+# than MIN_RUN_MS at the time per call of one untimed distcomm run (its result is not kept).
+iters_for_min_run() {
+  run_one distcomm "$1" "$2" "$3" "$4" "$5" calibration
+  local per_call_us
+  per_call_us=$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "time_us") c = i } NR == 2 { print $c }' "$WORK/run.csv")
+  awk -v it="$4" -v t="$per_call_us" -v ms="$MIN_RUN_MS" 'BEGIN {
+    need = (t > 0) ? int(ms * 1000 / t) + 1 : it; if (need > 10000000) need = 10000000
+    print (need > it) ? need : it }'
 }
 
 if [ "$PEER" = oneccl ]; then
@@ -402,6 +421,7 @@ for np in $RANKS; do
       # after 5 warm-ups from 16 MiB, as nccl-tests runs by default).
       if [ -n "$ITERS" ]; then it=$ITERS; elif [ "$s" -le 65536 ]; then it=10000; elif [ "$s" -lt 1048576 ]; then it=500; elif [ "$s" -lt 16777216 ]; then it=50; else it=20; fi
       if [ -n "$WARMUP" ]; then wu=$WARMUP; elif [ "$s" -le 65536 ]; then wu=200; elif [ "$s" -lt 1048576 ]; then wu=20; elif [ "$s" -lt 16777216 ]; then wu=5; else wu=5; fi
+      if [ "$MIN_RUN_MS" -gt 0 ]; then it=$(iters_for_min_run "$np" "$op" "$s" "$it" "$wu"); fi
       for ((r = 1; r <= ROUNDS; r++)); do
         if ((r % 2)); then
           run_one distcomm "$np" "$op" "$s" "$it" "$wu" "$r"
@@ -411,7 +431,7 @@ for np in $RANKS; do
           run_one distcomm "$np" "$op" "$s" "$it" "$wu" "$r"
         fi
       done
-      printf '   %d ranks  %-15s %10s bytes: %d rounds done (%ds)\n' "$np" "$op" "$s" "$ROUNDS" $(($(date +%s) - START))
+      printf '   %d ranks  %-15s %10s bytes: %d rounds of %d iterations done (%ds)\n' "$np" "$op" "$s" "$ROUNDS" "$it" $(($(date +%s) - START))
     done
   done
 done
@@ -519,6 +539,7 @@ MPI_HDR=$(sed 's/^\[0\] //' "$WORK/header.$PEER_NAME" 2>/dev/null || true)
   echo "- load: $LOAD busy processes (sh -c 'while :; do :; done') beside both libraries; distcomm launcher: $LAUNCHER"
   echo "- ranks: $RANKS; type $DTYPE, redop $REDOP; $ROUNDS rounds per size, distcomm and $PEER_NAME alternating (order flipped each round)"
   echo "- iterations per run: ${ITERS:-10000 / 500 / 50 / 20 (up to 64K / below 1M / below 16M / above)}, warm-up ${WARMUP:-200 / 20 / 5 / 5}; checked runs per run: $CHECK"
+  [ "$MIN_RUN_MS" -gt 0 ] && echo "- runs of at least $MIN_RUN_MS ms (--min-run-ms): more iterations where distcomm's untimed first run said a run would be shorter; both libraries ran the same count"
   echo "- time: the slowest rank's average per iteration, median over rounds; time ratio: median over rounds of"
   echo "  distcomm time / $PEER_NAME time (below 1: distcomm faster); busbw ratio: median of $PEER_NAME time / distcomm time"
   echo "  (above 1: distcomm has more bus bandwidth); wrong: most wrong elements any round saw (must be 0)"
