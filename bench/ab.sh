@@ -4,7 +4,7 @@
 #   OLD=/path/to/old/target/release [NEW=...] [CONDS="idle busy busy-unbound"] [SPECS="op:size:iters ..."] [RANKS="4 8"] bench/ab.sh
 # Conditions: idle (2 and 4 ranks), busy (one spinning process; 2 ranks) bound and unbound
 # (dcrun --bind none), busy-plain (bench/plain_launch.sh: env:// variables only, as torchrun),
-# busy2-plain (two spinning processes, plain).
+# busy2 and busy2-plain (two spinning processes; dcrun's binding, or plain).
 OLD=${OLD:?set OLD to the target/release folder of the old build}; NEW=${NEW:-$(cd "$(dirname "$0")/.." && pwd)/target/release}
 out=${OUT:-/tmp/ab.csv}; echo "cond,ranks,op,size,round,version,time_us" > $out
 run() { # cond ranks op size iters version dcrun-args
