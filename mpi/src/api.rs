@@ -435,6 +435,14 @@ fn tag_ok(tag: c_int, recv: bool) -> bool {
     (0..=TAG_UB).contains(&tag) || (recv && tag == MPI_ANY_TAG)
 }
 
+/// Whether a shortcut to the engine may take this peer and tag: both valid, and the peer a real
+/// one (not `MPI_PROC_NULL`, which the general path completes at once). `recv`: the wildcards
+/// are allowed.
+#[inline]
+fn direct_target(mc: &MpiComm, peer: c_int, tag: c_int, recv: bool) -> bool {
+    peer != MPI_PROC_NULL && peer_ok(mc, peer, recv) && tag_ok(tag, recv)
+}
+
 pub(crate) fn start_send(buf: *const c_void, count: i64, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm) -> Result<Req, MpiErr> {
     start_send_on(&comm(c)?, buf, count, dt, dest, tag, c)
 }
@@ -508,7 +516,7 @@ pub unsafe fn send_c(buf: *const c_void, count: MPI_Count, dt: MPI_Datatype, des
 /// the general path, which also reports every error.
 fn send_direct(mc: &MpiComm, buf: *const c_void, count: MPI_Count, dt: MPI_Datatype, dest: c_int, tag: c_int) -> Option<Res> {
     let len = crate::packing::dense_run(buf, count, dt)?;
-    if !peer_ok(mc, dest, false) || dest == MPI_PROC_NULL || !tag_ok(tag, false) {
+    if !direct_target(mc, dest, tag, false) {
         return None;
     }
     // SAFETY: checked above; the caller's buffer stays until the send is waited for.
@@ -539,7 +547,7 @@ pub unsafe fn recv_c(buf: *mut c_void, count: MPI_Count, dt: MPI_Datatype, src: 
 /// which also reports every error.
 fn recv_direct(mc: &MpiComm, buf: *mut c_void, count: MPI_Count, dt: MPI_Datatype, src: c_int, tag: c_int) -> Option<Result<MPI_Status, MpiErr>> {
     let len = crate::packing::dense_run(buf as *const c_void, count, dt)?;
-    if !peer_ok(mc, src, true) || src == MPI_PROC_NULL || !tag_ok(tag, true) {
+    if !direct_target(mc, src, tag, true) {
         return None;
     }
     // SAFETY: checked above; the caller's buffer stays until the receive is waited for.
@@ -623,8 +631,7 @@ fn sendrecv_direct(
 ) -> Option<Res> {
     let slen = crate::packing::dense_run(sbuf, scount, sdt)?;
     let rlen = crate::packing::dense_run(rbuf as *const c_void, rcount, rdt)?;
-    let peers = peer_ok(mc, dest, false) && peer_ok(mc, src, true) && dest != MPI_PROC_NULL && src != MPI_PROC_NULL;
-    if !peers || !tag_ok(stag, false) || !tag_ok(rtag, true) {
+    if !direct_target(mc, dest, stag, false) || !direct_target(mc, src, rtag, true) {
         return None;
     }
     // SAFETY: checked above; the caller's buffers stay until both operations are waited for.
