@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # bench/busy_table.sh: the busy-machine table of the README (issue 15) in one go: bench/compare.sh
-# against Open MPI at 2 ranks with 0, 1 and 2 busy processes beside both libraries, each with
+# against Open MPI (or the MPI that `-- --mpi ...` names) at 2 ranks with 0, 1 and 2 busy
+# processes beside both libraries, each with
 # dcrun's binding (against mpirun's default) and with the plain env:// launcher (against
 # `--bind-to none`), then one markdown table of the six columns (median over the rounds of
 # distcomm time / Open MPI time, and the range over the rounds) and, per column, in how many
@@ -51,7 +52,7 @@ def name(b):
         if b >= n and b % n == 0:
             return f"{b // n}{unit}"
     return str(b)
-ratios, spreads, points = {}, {}, []
+ratios, spreads, points, peers = {}, {}, [], set()
 for col in cols:
     runs = collections.defaultdict(dict)       # (op, bytes, round) -> impl -> time
     times = collections.defaultdict(lambda: collections.defaultdict(list))
@@ -60,16 +61,19 @@ for col in cols:
             continue
         key, t = (row["op"], int(row["bytes"])), float(row["time_us"])
         runs[key + (row["round"],)][row["impl"]] = t
+        peers.add(row["impl"])
         times[key][row["impl"]].append(t)
         if key not in points:
             points.append(key)
+    # The peer is whatever compare.sh compared with (Open MPI unless `-- --mpi ...` said otherwise).
+    peer = next(iter(peers - {"distcomm"}), "openmpi")
     r = collections.defaultdict(list)
     for (op, b, _), v in runs.items():
-        if "distcomm" in v and v.get("openmpi", 0) > 0:
-            r[(op, b)].append(v["distcomm"] / v["openmpi"])
+        if "distcomm" in v and v.get(peer, 0) > 0:
+            r[(op, b)].append(v["distcomm"] / v[peer])
     ratios[col] = r
-    spreads[col] = {k: (max(v["distcomm"]) / min(v["distcomm"]), max(v["openmpi"]) / min(v["openmpi"]))
-                    for k, v in times.items() if v.get("distcomm") and v.get("openmpi") and min(v["distcomm"]) > 0 and min(v["openmpi"]) > 0}
+    spreads[col] = {k: (max(v["distcomm"]) / min(v["distcomm"]), max(v[peer]) / min(v[peer]))
+                    for k, v in times.items() if v.get("distcomm") and v.get(peer) and min(v["distcomm"]) > 0 and min(v[peer]) > 0}
 print("| op | size | " + " | ".join(f"load {l}, {x}" for l, x in cols) + " |")
 print("|---|---:|" + "---:|" * len(cols))
 above = 0
@@ -85,9 +89,9 @@ for op, b in points:
         cells.append((f"**{m:.2f}**" if m > 1 else f"{m:.2f}") + f" ({min(v):.2f}-{max(v):.2f})")
     print(f"| {op} | {name(b)} | " + " | ".join(cells) + " |")
 print()
-print(f"Cells with the median above 1 (distcomm slower): {above}.")
-print("Spread (slowest / fastest round), cells where distcomm's is no wider than Open MPI's, per column: "
+print(f"Time ratios distcomm / {peer}. Cells with the median above 1 (distcomm slower): {above}.")
+print(f"Spread (slowest / fastest round), cells where distcomm's is no wider than {peer}'s, per column: "
       + ", ".join(f"load {l} {x}: {sum(a <= o for a, o in spreads[(l, x)].values())}/{len(spreads[(l, x)])}"
-                  f" (ours at most {max(a for a, _ in spreads[(l, x)].values()):.1f}x, Open MPI's {max(o for _, o in spreads[(l, x)].values()):.1f}x)"
+                  f" (ours at most {max(a for a, _ in spreads[(l, x)].values()):.1f}x, {peer}'s {max(o for _, o in spreads[(l, x)].values()):.1f}x)"
                   for l, x in cols if spreads[(l, x)]) + ".")
 PY
