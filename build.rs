@@ -5,7 +5,7 @@
 //! - writes `$OUT_DIR/abi_layouts.rs`, the Rust side of the struct-layout check in `tests/abi.rs`;
 //! - writes `python/distcomm/_status.py`, the Python package's table of `dc_status` values, from
 //!   the header's enum (so the Rust enum is the one place a status is defined);
-//! - on Linux, gives the shared library its soname and the version script that exports `dc_*` only.
+//! (The shared library's soname and version script: capi/build.rs.)
 
 #[path = "build_support/header.rs"]
 mod header;
@@ -18,17 +18,10 @@ use std::path::{Path, PathBuf};
 fn main() {
     let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
     let out_dir = PathBuf::from(std::env::var("OUT_DIR").unwrap());
-    for p in ["build.rs", "build_support", "src", "cbindgen.toml", "src/ffi/exports.map"] {
+    for p in ["build.rs", "build_support", "src", "cbindgen.toml"] {
         println!("cargo:rerun-if-changed={p}");
     }
     println!("cargo:rerun-if-env-changed=DC_HEADER_STRICT");
-
-    if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux") {
-        let major = std::env::var("CARGO_PKG_VERSION_MAJOR").unwrap();
-        println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libdistcomm.so.{major}");
-        let map = manifest_dir.join("src/ffi/exports.map");
-        println!("cargo:rustc-cdylib-link-arg=-Wl,--version-script={}", map.display());
-    }
 
     let scanned = scan::scan_crate(&manifest_dir.join("src/lib.rs"));
     write_if_changed(&out_dir.join("abi_layouts.rs"), &layout_table(&manifest_dir, &scanned));

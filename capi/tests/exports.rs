@@ -4,7 +4,7 @@
 //! `nm -D --defined-only` and `readelf -d` (binutils). Without them the test prints SKIPPED,
 //! or fails under DC_TEST_STRICT=1 (scripts/test.sh).
 
-#[path = "../build_support/scan.rs"]
+#[path = "../../build_support/scan.rs"]
 mod scan;
 
 use std::collections::BTreeSet;
@@ -19,9 +19,9 @@ fn skip_or_fail(what: &str, why: &str) {
     let _ = writeln!(std::io::stderr(), "SKIPPED {what}: {why}");
 }
 
-/// The `libdistcomm.so` built by the same rustc run as the rlib this test links: it sits beside
-/// this test in target/<profile>/deps/ (cargo copies it up to target/<profile>/ only for
-/// `cargo build`, which is what gets installed, from the same compilation).
+/// The `libdistcomm.so` of this package (capi/): it sits beside this test in
+/// target/<profile>/deps/ (cargo copies it up to target/<profile>/ only for `cargo build`,
+/// which is what gets installed, from the same compilation).
 fn shared_lib() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let deps = exe.parent().unwrap();
@@ -64,7 +64,7 @@ fn only_dc_symbols_are_exported() {
     );
 
     // Every exported Rust function is in the .so, and nothing else is.
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/lib.rs");
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../src/lib.rs");
     let scan = scan::scan_crate(&root).expect("sources parse");
     let expected: BTreeSet<String> = scan.functions.iter().map(|f| f.name.clone()).collect();
     let missing: Vec<&String> = expected.difference(&names).collect();
@@ -79,7 +79,8 @@ fn only_dc_symbols_are_exported() {
 fn soname_is_major_versioned() {
     let lib = shared_lib();
     let Some(out) = run("readelf", &["-d", lib.to_str().unwrap()]) else { return };
-    let want = format!("[libdistcomm.so.{}]", env!("CARGO_PKG_VERSION_MAJOR"));
+    let major = env!("DISTCOMM_VERSION").split('.').next().unwrap();
+    let want = format!("[libdistcomm.so.{major}]");
     let soname = out.lines().find(|l| l.contains("(SONAME)"));
     assert!(
         soname.is_some_and(|l| l.contains(&want)),
