@@ -64,6 +64,9 @@ banner "cargo test --release"
 # Without the release profile's whole-program optimisation (Cargo.toml): it would be redone for
 # every test binary. What is installed below (make install) and tested from C, MPI and Python
 # is built with it.
+# `cargo test` does not build capi's libdistcomm.so (a cdylib and staticlib only), which
+# capi/tests/exports.rs reads: built here first, the same way.
+CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 cargo build --release -p distcomm-c
 # shellcheck disable=SC2086
 CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \
   DC_TEST_STRICT=1 cargo test --release ${CARGO_TEST_ARGS:-} 2>&1 | tee "$TMP/cargo.log"
