@@ -52,17 +52,15 @@ pub(super) struct Claimed {
 /// (one copy, `cma`) rather than streamed to us through the ring (two copies, see `stream`).
 /// Measured here (sendrecv, interleaved against streaming, 2 ranks): 0.09-0.17x the time from
 /// 256 KiB to 16 MiB idle, 0.13-0.70x beside a busy process (see `cma::ring_threshold` for
-/// smaller ones). With more ranks than cores only below `OVERSUBSCRIBED_SINGLE_COPY_BELOW`.
+/// smaller ones). Also where ranks outnumber cores: there streaming was kept from 4 MiB until
+/// 2026-12-06 (single-copy 0.90x at 4 MiB but 1.19x at 16 MiB with 4 ranks on 2 cores, 1.07x
+/// at 4 MiB with 8), but in the VM's slow state, where a line's transfer between the cores
+/// costs most, the stream's hand-offs double its time and the single copy's do not: 4 ranks 4 /
+/// 16 MiB 0.47 / 0.65, 8 ranks 0.55-0.70 / 0.55-0.75, 4 ranks beside a busy process 0.5-0.7 /
+/// 0.5-0.97 (5 interleaved rounds each), level with MPICH's single copy.
 pub(super) fn ring_message_single_copy(peer: &Peer, len: usize) -> bool {
-    peer.cma.is_some() && cma::threshold() > 0 && len >= cma::ring_threshold() && (len < OVERSUBSCRIBED_SINGLE_COPY_BELOW || !crate::completion::oversubscribed())
+    peer.cma.is_some() && cma::threshold() > 0 && len >= cma::ring_threshold()
 }
-
-/// With more ranks than cores, announced messages below this size are still read single-copy
-/// and larger ones streamed. Measured (dc-bench sendrecv, 3-5 interleaved rounds, single-copy/
-/// streamed time): 4 ranks on 2 cores 128 KiB 0.78, 256 KiB 0.75, 1 and 2 MiB 0.13 (the stream
-/// was in its slow mode, 1.6 ms for 1 MiB; 0.6-0.8x in an earlier measurement), 4 MiB 0.90,
-/// 16 MiB 1.19; 8 ranks 256 KiB 1.00, 1 MiB 0.94, 4 MiB 1.07 (1.03-1.18 earlier).
-const OVERSUBSCRIBED_SINGLE_COPY_BELOW: usize = 4 << 20;
 
 pub(super) fn cma_failed(rank: u32, e: io::Error) -> Error {
     let status = if e.raw_os_error() == Some(libc::ESRCH) { Status::PeerLost } else { Status::System };
