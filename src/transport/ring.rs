@@ -26,7 +26,7 @@
 //! one reader at a time (the owner serialises its threads).
 
 use crate::error::{Error, Result, Status};
-use super::shm::{create_segment_file, map_segment, open_segment_file};
+use super::shm::{create_segment_file, map_segment, open_segment_file, prefetch_line};
 use memmap2::MmapMut;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
@@ -49,18 +49,6 @@ const LEN_WORD: usize = 8;
 const ALIGN: usize = 64;
 /// The largest record whose lines `has_records` asks for ahead.
 const PREFETCH_MAX: usize = 10 * ALIGN;
-
-/// Asks the cache for the line at `p` (a hint; no effect where the target has none).
-#[inline(always)]
-fn prefetch(p: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch never faults and changes no memory.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch(p as *const i8, std::arch::x86_64::_MM_HINT_T0)
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
-}
 
 #[repr(C)]
 struct SegHeader {
@@ -324,7 +312,7 @@ impl RingSegment {
             // Not padding (its bit is above PREFETCH_MAX); within the ring (checked).
             let end = off + (word as usize).min(ring - off);
             // SAFETY: [off, end) lies within the ring; a prefetch reads nothing.
-            (off + ALIGN..end).step_by(ALIGN).for_each(|at| prefetch(unsafe { data.add(at) }));
+            (off + ALIGN..end).step_by(ALIGN).for_each(|at| prefetch_line(unsafe { data.add(at) }));
         }
         word != 0
     }

@@ -276,6 +276,19 @@ pub fn show_bytes(b: u64) -> String {
     format!("{:.1} MiB ({b} bytes)", b as f64 / (1u64 << 20) as f64)
 }
 
+/// Asks the CPU to bring the cache line at `p` into our cache without waiting for it (a hint:
+/// it never faults, and does nothing where the target has no such instruction).
+#[inline(always)]
+pub(super) fn prefetch_line(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch changes no memory and never faults, whatever the address.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p as *const i8)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 /// Creates a new segment file of `len` bytes that only we may open (0600, never an existing
 /// one), with all of its pages reserved now (`posix_fallocate`): a file system too small for it
 /// (a full or small /dev/shm, as in a container) fails here, with an error saying how much is
@@ -670,13 +683,7 @@ impl Arena {
     /// data lines too made 1-2 KiB broadcasts 8-15% slower: lines the writer has yet to fill.)
     pub fn prefetch_slot(&self, r: usize, c: u32) {
         let (h, _) = self.slot(r, c);
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: a prefetch is a hint; the address is in the mapping either way.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(h as *const SlotHeader as *const i8)
-        };
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = h;
+        prefetch_line(h as *const SlotHeader as *const u8);
     }
 
     /// Rank `r`'s stamp for collective `c` (signature, size), if it has posted it.
