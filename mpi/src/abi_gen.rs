@@ -461,38 +461,38 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Add_error_string", true),
     ("MPI_Allgather", true),
     ("MPI_Allgather_c", true),
-    ("MPI_Allgather_init", false),
-    ("MPI_Allgather_init_c", false),
+    ("MPI_Allgather_init", true),
+    ("MPI_Allgather_init_c", true),
     ("MPI_Allgatherv", true),
     ("MPI_Allgatherv_c", true),
-    ("MPI_Allgatherv_init", false),
-    ("MPI_Allgatherv_init_c", false),
+    ("MPI_Allgatherv_init", true),
+    ("MPI_Allgatherv_init_c", true),
     ("MPI_Alloc_mem", true),
     ("MPI_Allreduce", true),
     ("MPI_Allreduce_c", true),
-    ("MPI_Allreduce_init", false),
-    ("MPI_Allreduce_init_c", false),
+    ("MPI_Allreduce_init", true),
+    ("MPI_Allreduce_init_c", true),
     ("MPI_Alltoall", true),
     ("MPI_Alltoall_c", true),
-    ("MPI_Alltoall_init", false),
-    ("MPI_Alltoall_init_c", false),
+    ("MPI_Alltoall_init", true),
+    ("MPI_Alltoall_init_c", true),
     ("MPI_Alltoallv", true),
     ("MPI_Alltoallv_c", true),
-    ("MPI_Alltoallv_init", false),
-    ("MPI_Alltoallv_init_c", false),
+    ("MPI_Alltoallv_init", true),
+    ("MPI_Alltoallv_init_c", true),
     ("MPI_Alltoallw", true),
     ("MPI_Alltoallw_c", true),
-    ("MPI_Alltoallw_init", false),
-    ("MPI_Alltoallw_init_c", false),
+    ("MPI_Alltoallw_init", true),
+    ("MPI_Alltoallw_init_c", true),
     ("MPI_Attr_delete", false),
     ("MPI_Attr_get", false),
     ("MPI_Attr_put", false),
     ("MPI_Barrier", true),
-    ("MPI_Barrier_init", false),
+    ("MPI_Barrier_init", true),
     ("MPI_Bcast", true),
     ("MPI_Bcast_c", true),
-    ("MPI_Bcast_init", false),
-    ("MPI_Bcast_init_c", false),
+    ("MPI_Bcast_init", true),
+    ("MPI_Bcast_init_c", true),
     ("MPI_Bsend", true),
     ("MPI_Bsend_c", true),
     ("MPI_Bsend_init", true),
@@ -568,8 +568,8 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Error_string", true),
     ("MPI_Exscan", true),
     ("MPI_Exscan_c", true),
-    ("MPI_Exscan_init", false),
-    ("MPI_Exscan_init_c", false),
+    ("MPI_Exscan_init", true),
+    ("MPI_Exscan_init_c", true),
     ("MPI_Fetch_and_op", true),
     ("MPI_File_call_errhandler", true),
     ("MPI_File_close", true),
@@ -665,12 +665,12 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Free_mem", true),
     ("MPI_Gather", true),
     ("MPI_Gather_c", true),
-    ("MPI_Gather_init", false),
-    ("MPI_Gather_init_c", false),
+    ("MPI_Gather_init", true),
+    ("MPI_Gather_init_c", true),
     ("MPI_Gatherv", true),
     ("MPI_Gatherv_c", true),
-    ("MPI_Gatherv_init", false),
-    ("MPI_Gatherv_init_c", false),
+    ("MPI_Gatherv_init", true),
+    ("MPI_Gatherv_init_c", true),
     ("MPI_Get", true),
     ("MPI_Get_c", true),
     ("MPI_Get_accumulate", true),
@@ -845,18 +845,18 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Recv_init_c", true),
     ("MPI_Reduce", true),
     ("MPI_Reduce_c", true),
-    ("MPI_Reduce_init", false),
-    ("MPI_Reduce_init_c", false),
+    ("MPI_Reduce_init", true),
+    ("MPI_Reduce_init_c", true),
     ("MPI_Reduce_local", true),
     ("MPI_Reduce_local_c", true),
     ("MPI_Reduce_scatter", true),
     ("MPI_Reduce_scatter_c", true),
     ("MPI_Reduce_scatter_block", true),
     ("MPI_Reduce_scatter_block_c", true),
-    ("MPI_Reduce_scatter_block_init", false),
-    ("MPI_Reduce_scatter_block_init_c", false),
-    ("MPI_Reduce_scatter_init", false),
-    ("MPI_Reduce_scatter_init_c", false),
+    ("MPI_Reduce_scatter_block_init", true),
+    ("MPI_Reduce_scatter_block_init_c", true),
+    ("MPI_Reduce_scatter_init", true),
+    ("MPI_Reduce_scatter_init_c", true),
     ("MPI_Register_datarep", false),
     ("MPI_Register_datarep_c", false),
     ("MPI_Remove_error_class", true),
@@ -879,16 +879,16 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Rsend_init_c", true),
     ("MPI_Scan", true),
     ("MPI_Scan_c", true),
-    ("MPI_Scan_init", false),
-    ("MPI_Scan_init_c", false),
+    ("MPI_Scan_init", true),
+    ("MPI_Scan_init_c", true),
     ("MPI_Scatter", true),
     ("MPI_Scatter_c", true),
-    ("MPI_Scatter_init", false),
-    ("MPI_Scatter_init_c", false),
+    ("MPI_Scatter_init", true),
+    ("MPI_Scatter_init_c", true),
     ("MPI_Scatterv", true),
     ("MPI_Scatterv_c", true),
-    ("MPI_Scatterv_init", false),
-    ("MPI_Scatterv_init_c", false),
+    ("MPI_Scatterv_init", true),
+    ("MPI_Scatterv_init_c", true),
     ("MPI_Send", true),
     ("MPI_Send_c", true),
     ("MPI_Send_init", true),
@@ -1232,19 +1232,19 @@ pub unsafe extern "C" fn PMPI_Allgather_c(sendbuf: *const c_void, sendcount: MPI
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Allgather_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Allgather_init", comm)
+    crate::err::guard("MPI_Allgather_init", || unsafe { crate::api::allgather_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Allgather_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Allgather_init", comm)
+    crate::err::guard("MPI_Allgather_init", || unsafe { crate::api::allgather_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Allgather_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Allgather_init_c", comm)
+    crate::err::guard("MPI_Allgather_init_c", || unsafe { crate::api::allgather_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Allgather_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Allgather_init_c", comm)
+    crate::err::guard("MPI_Allgather_init_c", || unsafe { crate::api::allgather_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Allgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
@@ -1264,19 +1264,19 @@ pub unsafe extern "C" fn PMPI_Allgatherv_c(sendbuf: *const c_void, sendcount: MP
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Allgatherv_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Allgatherv_init", comm)
+    crate::err::guard("MPI_Allgatherv_init", || unsafe { crate::api::allgatherv_init(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Allgatherv_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Allgatherv_init", comm)
+    crate::err::guard("MPI_Allgatherv_init", || unsafe { crate::api::allgatherv_init(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Allgatherv_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Allgatherv_init_c", comm)
+    crate::err::guard("MPI_Allgatherv_init_c", || unsafe { crate::api::allgatherv_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Allgatherv_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Allgatherv_init_c", comm)
+    crate::err::guard("MPI_Allgatherv_init_c", || unsafe { crate::api::allgatherv_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Alloc_mem(size: MPI_Aint, info: MPI_Info, baseptr: *mut c_void) -> c_int {
@@ -1304,19 +1304,19 @@ pub unsafe extern "C" fn PMPI_Allreduce_c(sendbuf: *const c_void, recvbuf: *mut 
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Allreduce_init(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Allreduce_init", comm)
+    crate::err::guard("MPI_Allreduce_init", || unsafe { crate::api::allreduce_init(sendbuf, recvbuf, count, datatype, op, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Allreduce_init(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Allreduce_init", comm)
+    crate::err::guard("MPI_Allreduce_init", || unsafe { crate::api::allreduce_init(sendbuf, recvbuf, count, datatype, op, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Allreduce_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Allreduce_init_c", comm)
+    crate::err::guard("MPI_Allreduce_init_c", || unsafe { crate::api::allreduce_init_c(sendbuf, recvbuf, count, datatype, op, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Allreduce_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Allreduce_init_c", comm)
+    crate::err::guard("MPI_Allreduce_init_c", || unsafe { crate::api::allreduce_init_c(sendbuf, recvbuf, count, datatype, op, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Alltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
@@ -1336,19 +1336,19 @@ pub unsafe extern "C" fn PMPI_Alltoall_c(sendbuf: *const c_void, sendcount: MPI_
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Alltoall_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Alltoall_init", comm)
+    crate::err::guard("MPI_Alltoall_init", || unsafe { crate::api::alltoall_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Alltoall_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Alltoall_init", comm)
+    crate::err::guard("MPI_Alltoall_init", || unsafe { crate::api::alltoall_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Alltoall_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Alltoall_init_c", comm)
+    crate::err::guard("MPI_Alltoall_init_c", || unsafe { crate::api::alltoall_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Alltoall_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Alltoall_init_c", comm)
+    crate::err::guard("MPI_Alltoall_init_c", || unsafe { crate::api::alltoall_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Alltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
@@ -1368,19 +1368,19 @@ pub unsafe extern "C" fn PMPI_Alltoallv_c(sendbuf: *const c_void, sendcounts: *c
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Alltoallv_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Alltoallv_init", comm)
+    crate::err::guard("MPI_Alltoallv_init", || unsafe { crate::api::alltoallv_init(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Alltoallv_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Alltoallv_init", comm)
+    crate::err::guard("MPI_Alltoallv_init", || unsafe { crate::api::alltoallv_init(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Alltoallv_init_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Alltoallv_init_c", comm)
+    crate::err::guard("MPI_Alltoallv_init_c", || unsafe { crate::api::alltoallv_init_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Alltoallv_init_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Alltoallv_init_c", comm)
+    crate::err::guard("MPI_Alltoallv_init_c", || unsafe { crate::api::alltoallv_init_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Alltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const MPI_Datatype, comm: MPI_Comm) -> c_int {
@@ -1400,19 +1400,19 @@ pub unsafe extern "C" fn PMPI_Alltoallw_c(sendbuf: *const c_void, sendcounts: *c
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Alltoallw_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Alltoallw_init", comm)
+    crate::err::guard("MPI_Alltoallw_init", || unsafe { crate::api::alltoallw_init(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Alltoallw_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Alltoallw_init", comm)
+    crate::err::guard("MPI_Alltoallw_init", || unsafe { crate::api::alltoallw_init(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Alltoallw_init_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Alltoallw_init_c", comm)
+    crate::err::guard("MPI_Alltoallw_init_c", || unsafe { crate::api::alltoallw_init_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Alltoallw_init_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Alltoallw_init_c", comm)
+    crate::err::guard("MPI_Alltoallw_init_c", || unsafe { crate::api::alltoallw_init_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Attr_delete(comm: MPI_Comm, keyval: c_int) -> c_int {
@@ -1448,11 +1448,11 @@ pub unsafe extern "C" fn PMPI_Barrier(comm: MPI_Comm) -> c_int {
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Barrier_init(comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Barrier_init", comm)
+    crate::err::guard("MPI_Barrier_init", || unsafe { crate::api::barrier_init(comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Barrier_init(comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Barrier_init", comm)
+    crate::err::guard("MPI_Barrier_init", || unsafe { crate::api::barrier_init(comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Bcast(buffer: *mut c_void, count: c_int, datatype: MPI_Datatype, root: c_int, comm: MPI_Comm) -> c_int {
@@ -1472,19 +1472,19 @@ pub unsafe extern "C" fn PMPI_Bcast_c(buffer: *mut c_void, count: MPI_Count, dat
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Bcast_init(buffer: *mut c_void, count: c_int, datatype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Bcast_init", comm)
+    crate::err::guard("MPI_Bcast_init", || unsafe { crate::api::bcast_init(buffer, count, datatype, root, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Bcast_init(buffer: *mut c_void, count: c_int, datatype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Bcast_init", comm)
+    crate::err::guard("MPI_Bcast_init", || unsafe { crate::api::bcast_init(buffer, count, datatype, root, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Bcast_init_c(buffer: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Bcast_init_c", comm)
+    crate::err::guard("MPI_Bcast_init_c", || unsafe { crate::api::bcast_init_c(buffer, count, datatype, root, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Bcast_init_c(buffer: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Bcast_init_c", comm)
+    crate::err::guard("MPI_Bcast_init_c", || unsafe { crate::api::bcast_init_c(buffer, count, datatype, root, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Bsend(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) -> c_int {
@@ -2088,19 +2088,19 @@ pub unsafe extern "C" fn PMPI_Exscan_c(sendbuf: *const c_void, recvbuf: *mut c_v
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Exscan_init(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Exscan_init", comm)
+    crate::err::guard("MPI_Exscan_init", || unsafe { crate::api::exscan_init(sendbuf, recvbuf, count, datatype, op, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Exscan_init(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Exscan_init", comm)
+    crate::err::guard("MPI_Exscan_init", || unsafe { crate::api::exscan_init(sendbuf, recvbuf, count, datatype, op, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Exscan_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Exscan_init_c", comm)
+    crate::err::guard("MPI_Exscan_init_c", || unsafe { crate::api::exscan_init_c(sendbuf, recvbuf, count, datatype, op, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Exscan_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Exscan_init_c", comm)
+    crate::err::guard("MPI_Exscan_init_c", || unsafe { crate::api::exscan_init_c(sendbuf, recvbuf, count, datatype, op, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Fetch_and_op(origin_addr: *const c_void, result_addr: *mut c_void, datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, op: MPI_Op, win: MPI_Win) -> c_int {
@@ -2864,19 +2864,19 @@ pub unsafe extern "C" fn PMPI_Gather_c(sendbuf: *const c_void, sendcount: MPI_Co
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Gather_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Gather_init", comm)
+    crate::err::guard("MPI_Gather_init", || unsafe { crate::api::gather_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Gather_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Gather_init", comm)
+    crate::err::guard("MPI_Gather_init", || unsafe { crate::api::gather_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Gather_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Gather_init_c", comm)
+    crate::err::guard("MPI_Gather_init_c", || unsafe { crate::api::gather_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Gather_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Gather_init_c", comm)
+    crate::err::guard("MPI_Gather_init_c", || unsafe { crate::api::gather_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Gatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) -> c_int {
@@ -2896,19 +2896,19 @@ pub unsafe extern "C" fn PMPI_Gatherv_c(sendbuf: *const c_void, sendcount: MPI_C
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Gatherv_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Gatherv_init", comm)
+    crate::err::guard("MPI_Gatherv_init", || unsafe { crate::api::gatherv_init(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Gatherv_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Gatherv_init", comm)
+    crate::err::guard("MPI_Gatherv_init", || unsafe { crate::api::gatherv_init(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Gatherv_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Gatherv_init_c", comm)
+    crate::err::guard("MPI_Gatherv_init_c", || unsafe { crate::api::gatherv_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Gatherv_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Gatherv_init_c", comm)
+    crate::err::guard("MPI_Gatherv_init_c", || unsafe { crate::api::gatherv_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Get(origin_addr: *mut c_void, origin_count: c_int, origin_datatype: MPI_Datatype, target_rank: c_int, target_disp: MPI_Aint, target_count: c_int, target_datatype: MPI_Datatype, win: MPI_Win) -> c_int {
@@ -4304,19 +4304,19 @@ pub unsafe extern "C" fn PMPI_Reduce_c(sendbuf: *const c_void, recvbuf: *mut c_v
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Reduce_init(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Reduce_init", comm)
+    crate::err::guard("MPI_Reduce_init", || unsafe { crate::api::reduce_init(sendbuf, recvbuf, count, datatype, op, root, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Reduce_init(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Reduce_init", comm)
+    crate::err::guard("MPI_Reduce_init", || unsafe { crate::api::reduce_init(sendbuf, recvbuf, count, datatype, op, root, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Reduce_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Reduce_init_c", comm)
+    crate::err::guard("MPI_Reduce_init_c", || unsafe { crate::api::reduce_init_c(sendbuf, recvbuf, count, datatype, op, root, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Reduce_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Reduce_init_c", comm)
+    crate::err::guard("MPI_Reduce_init_c", || unsafe { crate::api::reduce_init_c(sendbuf, recvbuf, count, datatype, op, root, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Reduce_local(inbuf: *const c_void, inoutbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op) -> c_int {
@@ -4368,35 +4368,35 @@ pub unsafe extern "C" fn PMPI_Reduce_scatter_block_c(sendbuf: *const c_void, rec
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Reduce_scatter_block_init(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Reduce_scatter_block_init", comm)
+    crate::err::guard("MPI_Reduce_scatter_block_init", || unsafe { crate::api::reduce_scatter_block_init(sendbuf, recvbuf, recvcount, datatype, op, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Reduce_scatter_block_init(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Reduce_scatter_block_init", comm)
+    crate::err::guard("MPI_Reduce_scatter_block_init", || unsafe { crate::api::reduce_scatter_block_init(sendbuf, recvbuf, recvcount, datatype, op, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Reduce_scatter_block_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Reduce_scatter_block_init_c", comm)
+    crate::err::guard("MPI_Reduce_scatter_block_init_c", || unsafe { crate::api::reduce_scatter_block_init_c(sendbuf, recvbuf, recvcount, datatype, op, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Reduce_scatter_block_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Reduce_scatter_block_init_c", comm)
+    crate::err::guard("MPI_Reduce_scatter_block_init_c", || unsafe { crate::api::reduce_scatter_block_init_c(sendbuf, recvbuf, recvcount, datatype, op, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Reduce_scatter_init(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Reduce_scatter_init", comm)
+    crate::err::guard("MPI_Reduce_scatter_init", || unsafe { crate::api::reduce_scatter_init(sendbuf, recvbuf, recvcounts, datatype, op, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Reduce_scatter_init(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Reduce_scatter_init", comm)
+    crate::err::guard("MPI_Reduce_scatter_init", || unsafe { crate::api::reduce_scatter_init(sendbuf, recvbuf, recvcounts, datatype, op, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Reduce_scatter_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Reduce_scatter_init_c", comm)
+    crate::err::guard("MPI_Reduce_scatter_init_c", || unsafe { crate::api::reduce_scatter_init_c(sendbuf, recvbuf, recvcounts, datatype, op, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Reduce_scatter_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Reduce_scatter_init_c", comm)
+    crate::err::guard("MPI_Reduce_scatter_init_c", || unsafe { crate::api::reduce_scatter_init_c(sendbuf, recvbuf, recvcounts, datatype, op, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Register_datarep(datarep: *const c_char, read_conversion_fn: Option<MPI_Datarep_conversion_function>, write_conversion_fn: Option<MPI_Datarep_conversion_function>, dtype_file_extent_fn: Option<MPI_Datarep_extent_function>, extra_state: *mut c_void) -> c_int {
@@ -4576,19 +4576,19 @@ pub unsafe extern "C" fn PMPI_Scan_c(sendbuf: *const c_void, recvbuf: *mut c_voi
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Scan_init(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Scan_init", comm)
+    crate::err::guard("MPI_Scan_init", || unsafe { crate::api::scan_init(sendbuf, recvbuf, count, datatype, op, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Scan_init(sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Scan_init", comm)
+    crate::err::guard("MPI_Scan_init", || unsafe { crate::api::scan_init(sendbuf, recvbuf, count, datatype, op, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Scan_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Scan_init_c", comm)
+    crate::err::guard("MPI_Scan_init_c", || unsafe { crate::api::scan_init_c(sendbuf, recvbuf, count, datatype, op, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Scan_init_c(sendbuf: *const c_void, recvbuf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, op: MPI_Op, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Scan_init_c", comm)
+    crate::err::guard("MPI_Scan_init_c", || unsafe { crate::api::scan_init_c(sendbuf, recvbuf, count, datatype, op, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Scatter(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) -> c_int {
@@ -4608,19 +4608,19 @@ pub unsafe extern "C" fn PMPI_Scatter_c(sendbuf: *const c_void, sendcount: MPI_C
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Scatter_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Scatter_init", comm)
+    crate::err::guard("MPI_Scatter_init", || unsafe { crate::api::scatter_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Scatter_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Scatter_init", comm)
+    crate::err::guard("MPI_Scatter_init", || unsafe { crate::api::scatter_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Scatter_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Scatter_init_c", comm)
+    crate::err::guard("MPI_Scatter_init_c", || unsafe { crate::api::scatter_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Scatter_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Scatter_init_c", comm)
+    crate::err::guard("MPI_Scatter_init_c", || unsafe { crate::api::scatter_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Scatterv(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm) -> c_int {
@@ -4640,19 +4640,19 @@ pub unsafe extern "C" fn PMPI_Scatterv_c(sendbuf: *const c_void, sendcounts: *co
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Scatterv_init(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Scatterv_init", comm)
+    crate::err::guard("MPI_Scatterv_init", || unsafe { crate::api::scatterv_init(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Scatterv_init(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Scatterv_init", comm)
+    crate::err::guard("MPI_Scatterv_init", || unsafe { crate::api::scatterv_init(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Scatterv_init_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, displs: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Scatterv_init_c", comm)
+    crate::err::guard("MPI_Scatterv_init_c", || unsafe { crate::api::scatterv_init_c(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Scatterv_init_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, displs: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Scatterv_init_c", comm)
+    crate::err::guard("MPI_Scatterv_init_c", || unsafe { crate::api::scatterv_init_c(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Send(buf: *const c_void, count: c_int, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm) -> c_int {

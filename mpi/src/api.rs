@@ -263,15 +263,20 @@ pub unsafe fn comm_dup(c: MPI_Comm, newcomm: *mut MPI_Comm) -> Res {
     let mc = comm(c)?;
     let o = out(newcomm, "newcomm").map_err(|e| e.on(c))?;
     let attrs = crate::info::copied_attrs(&mc).map_err(|e| e.on(c))?;
-    *o = if mc.inter.get().is_some() {
-        crate::inter::dup(&mc)?
-    } else {
-        let all: Vec<usize> = (0..mc.size()).collect();
-        let child = mc.comm.new_group(&all).map_err(|e| MpiErr::from(e).on(c))?.expect("every rank is a member of its dup");
-        state::add_comm(child, mc.errhandler.load(Ordering::Relaxed))
-    };
+    *o = dup_groups(&mc)?;
     state::set_attrs(*o, attrs);
     Ok(())
+}
+
+/// A new communicator of the same group(s) and error handler, in a context of its own, without
+/// the attributes. Collective.
+pub(crate) fn dup_groups(mc: &MpiComm) -> Result<MPI_Comm, MpiErr> {
+    if mc.inter.get().is_some() {
+        return crate::inter::dup(mc);
+    }
+    let all: Vec<usize> = (0..mc.size()).collect();
+    let child = mc.comm.new_group(&all).map_err(|e| MpiErr::from(e).on(mc.handle))?.expect("every rank is a member of its dup");
+    Ok(state::add_comm(child, mc.errhandler.load(Ordering::Relaxed)))
 }
 
 pub unsafe fn comm_dup_with_info(c: MPI_Comm, _info: MPI_Info, newcomm: *mut MPI_Comm) -> Res {
@@ -907,6 +912,7 @@ pub use crate::extras::{
 };
 pub use crate::groupops::{group_difference, group_intersection, group_range_excl, group_range_incl, group_union};
 pub use crate::probe::{improbe, imrecv, imrecv_c, iprobe, mprobe, mrecv, mrecv_c, probe};
+pub use crate::pcoll::*;
 pub use crate::persist::{
     bsend_init, bsend_init_c, cancel, issend, issend_c, recv_init, recv_init_c, rsend_init, rsend_init_c, send_init, send_init_c, ssend,
     ssend_c, ssend_init, ssend_init_c, start, startall,
@@ -1239,11 +1245,12 @@ pub unsafe fn group_free(g: *mut MPI_Group) -> Res {
 /// MPI_Comm_create: collective over `c`; the group must be a subset of its members.
 pub unsafe fn comm_create(c: MPI_Comm, g: MPI_Group, newcomm: *mut MPI_Comm) -> Res {
     let mc = comm(c)?;
-    if mc.inter.get().is_some() {
-        return Err(MpiErr::new(MPI_ERR_UNSUPPORTED_OPERATION, "MPI_Comm_create of an intercommunicator is not supported").on(c));
-    }
     let o = out(newcomm, "newcomm").map_err(|e| e.on(c))?;
     let m = crate::group::get(g).map_err(|e| e.on(c))?;
+    if mc.inter.get().is_some() {
+        *o = crate::inter::create(&mc, &m)?;
+        return Ok(());
+    }
     let members = mc.comm.members();
     let mut ranks = Vec::with_capacity(m.len());
     for &w in m.iter() {

@@ -265,6 +265,23 @@ pub fn split(mc: &MpiComm, color: c_int, key: c_int) -> Result<MPI_Comm, MpiErr>
     }
 }
 
+/// MPI_Comm_create of an intercommunicator: `group` (the same on every member of a local
+/// group) names the local ranks that take part; the new intercommunicator joins the members of
+/// each side's group, and whoever is in neither, or faces an empty group, gets MPI_COMM_NULL.
+/// A split with color 0 for the group's members, keyed by their place in it. Collective over
+/// both groups.
+pub fn create(mc: &MpiComm, group: &[u32]) -> Result<MPI_Comm, MpiErr> {
+    let x = of(mc)?;
+    if let Some(w) = group.iter().find(|w| !x.local.contains(w)) {
+        return Err(MpiErr::new(MPI_ERR_GROUP, format!("world rank {w} of the group is not in the intercommunicator's local group")).on(mc.handle));
+    }
+    let me = x.local[mc.rank()];
+    match group.iter().position(|&w| w == me) {
+        Some(place) => split(mc, 0, place as c_int),
+        None => split(mc, MPI_UNDEFINED, 0),
+    }
+}
+
 pub unsafe fn comm_test_inter(c: MPI_Comm, flag: *mut c_int) -> Res {
     state::check_active()?;
     let mc = state::get_comm(c)?;

@@ -37,6 +37,7 @@ pub mod op;
 pub mod opnum;
 pub mod packing;
 pub mod passive;
+pub mod pcoll;
 pub mod persist;
 pub mod pmi;
 pub mod probe;

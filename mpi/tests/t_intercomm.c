@@ -1,6 +1,6 @@
 /* Intercommunicators: Intercomm_create over halves of the world, point-to-point between the
  * groups (remote ranks, statuses, MPI_ANY_SOURCE), barrier, bcast, gather, allgather, alltoall,
- * dup, split, merge, Intercomm_create_from_groups, free. Needs 2 ranks or more (1: checks only
+ * dup, split, create, merge, Intercomm_create_from_groups, free. Needs 2 ranks or more (1: checks only
  * that the world is an intracommunicator and that there is no parent). */
 #include "common.h"
 
@@ -208,6 +208,42 @@ int main(int argc, char **argv) {
   FAILS(MPI_Intercomm_create(inter, 0, MPI_COMM_WORLD, 0, 7, &bad), MPI_ERR_COMM);
 
   free(all);
+  /* Comm_create of an intercommunicator: each side names a subset of its local group (here
+   * all but its local rank 0 where it has 2 or more, in reverse order); the new one joins the
+   * two subsets, the others get MPI_COMM_NULL. A group with a remote rank is MPI_ERR_GROUP. */
+  {
+    int n = lsize > 1 ? lsize - 1 : 1, *ranks = malloc(sizeof(int) * n);
+    for (int j = 0; j < n; j++) ranks[j] = lsize - 1 - j; /* the last n local ranks, reversed */
+    MPI_Group sub, bad;
+    OK(MPI_Group_incl(lg, n, ranks, &sub));
+    MPI_Comm made = MPI_COMM_WORLD;
+    OK(MPI_Comm_create(inter, sub, &made));
+    int in = lrank >= lsize - n, rn = rsize > 1 ? rsize - 1 : 1;
+    if (!in) {
+      CHECK(made == MPI_COMM_NULL);
+    } else {
+      CHECK(made != MPI_COMM_NULL);
+      OK(MPI_Comm_test_inter(made, &flag));
+      CHECK(flag == 1);
+      int ms, mr, mrs;
+      OK(MPI_Comm_size(made, &ms));
+      OK(MPI_Comm_rank(made, &mr));
+      OK(MPI_Comm_remote_size(made, &mrs));
+      CHECK(ms == n && mr == lsize - 1 - lrank && mrs == rn);
+      /* Remote rank 0 of the new one is the other side's last local rank. */
+      int v = -1, mine = rank;
+      OK(MPI_Sendrecv(&mine, 1, MPI_INT, 0, 5, &v, 1, MPI_INT, 0, 5, made, MPI_STATUS_IGNORE));
+      if (mr == 0) CHECK(v == rbase + rsize - 1);
+      OK(MPI_Barrier(made));
+      OK(MPI_Comm_free(&made));
+    }
+    OK(MPI_Group_free(&sub));
+    free(ranks);
+    OK(MPI_Group_incl(rg, 1, &zero, &bad));
+    if (expect_distcomm()) FAILS(MPI_Comm_create(inter, bad, &made), MPI_ERR_GROUP);
+    OK(MPI_Group_free(&bad));
+  }
+
   OK(MPI_Group_free(&lg));
   OK(MPI_Group_free(&rg));
   OK(MPI_Group_free(&wg));
