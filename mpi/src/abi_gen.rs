@@ -504,14 +504,14 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Buffer_flush", true),
     ("MPI_Buffer_iflush", false),
     ("MPI_Cancel", true),
-    ("MPI_Cart_coords", false),
-    ("MPI_Cart_create", false),
-    ("MPI_Cart_get", false),
-    ("MPI_Cart_map", false),
-    ("MPI_Cart_rank", false),
-    ("MPI_Cart_shift", false),
-    ("MPI_Cart_sub", false),
-    ("MPI_Cartdim_get", false),
+    ("MPI_Cart_coords", true),
+    ("MPI_Cart_create", true),
+    ("MPI_Cart_get", true),
+    ("MPI_Cart_map", true),
+    ("MPI_Cart_rank", true),
+    ("MPI_Cart_shift", true),
+    ("MPI_Cart_sub", true),
+    ("MPI_Cartdim_get", true),
     ("MPI_Close_port", false),
     ("MPI_Comm_accept", false),
     ("MPI_Comm_attach_buffer", true),
@@ -559,10 +559,10 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Comm_test_inter", true),
     ("MPI_Compare_and_swap", true),
     ("MPI_Dims_create", true),
-    ("MPI_Dist_graph_create", false),
-    ("MPI_Dist_graph_create_adjacent", false),
-    ("MPI_Dist_graph_neighbors", false),
-    ("MPI_Dist_graph_neighbors_count", false),
+    ("MPI_Dist_graph_create", true),
+    ("MPI_Dist_graph_create_adjacent", true),
+    ("MPI_Dist_graph_neighbors", true),
+    ("MPI_Dist_graph_neighbors_count", true),
     ("MPI_Errhandler_free", true),
     ("MPI_Error_class", true),
     ("MPI_Error_string", true),
@@ -685,12 +685,12 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Get_library_version", true),
     ("MPI_Get_processor_name", true),
     ("MPI_Get_version", true),
-    ("MPI_Graph_create", false),
-    ("MPI_Graph_get", false),
-    ("MPI_Graph_map", false),
-    ("MPI_Graph_neighbors", false),
-    ("MPI_Graph_neighbors_count", false),
-    ("MPI_Graphdims_get", false),
+    ("MPI_Graph_create", true),
+    ("MPI_Graph_get", true),
+    ("MPI_Graph_map", true),
+    ("MPI_Graph_neighbors", true),
+    ("MPI_Graph_neighbors_count", true),
+    ("MPI_Graphdims_get", true),
     ("MPI_Grequest_complete", false),
     ("MPI_Grequest_start", false),
     ("MPI_Group_compare", true),
@@ -791,24 +791,24 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Mprobe", true),
     ("MPI_Mrecv", true),
     ("MPI_Mrecv_c", true),
-    ("MPI_Neighbor_allgather", false),
-    ("MPI_Neighbor_allgather_c", false),
+    ("MPI_Neighbor_allgather", true),
+    ("MPI_Neighbor_allgather_c", true),
     ("MPI_Neighbor_allgather_init", false),
     ("MPI_Neighbor_allgather_init_c", false),
-    ("MPI_Neighbor_allgatherv", false),
-    ("MPI_Neighbor_allgatherv_c", false),
+    ("MPI_Neighbor_allgatherv", true),
+    ("MPI_Neighbor_allgatherv_c", true),
     ("MPI_Neighbor_allgatherv_init", false),
     ("MPI_Neighbor_allgatherv_init_c", false),
-    ("MPI_Neighbor_alltoall", false),
-    ("MPI_Neighbor_alltoall_c", false),
+    ("MPI_Neighbor_alltoall", true),
+    ("MPI_Neighbor_alltoall_c", true),
     ("MPI_Neighbor_alltoall_init", false),
     ("MPI_Neighbor_alltoall_init_c", false),
-    ("MPI_Neighbor_alltoallv", false),
-    ("MPI_Neighbor_alltoallv_c", false),
+    ("MPI_Neighbor_alltoallv", true),
+    ("MPI_Neighbor_alltoallv_c", true),
     ("MPI_Neighbor_alltoallv_init", false),
     ("MPI_Neighbor_alltoallv_init_c", false),
-    ("MPI_Neighbor_alltoallw", false),
-    ("MPI_Neighbor_alltoallw_c", false),
+    ("MPI_Neighbor_alltoallw", true),
+    ("MPI_Neighbor_alltoallw_c", true),
     ("MPI_Neighbor_alltoallw_init", false),
     ("MPI_Neighbor_alltoallw_init_c", false),
     ("MPI_Op_commutative", true),
@@ -1576,67 +1576,67 @@ pub unsafe extern "C" fn PMPI_Cancel(request: *mut MPI_Request) -> c_int {
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Cart_coords(comm: MPI_Comm, rank: c_int, maxdims: c_int, coords: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Cart_coords", comm)
+    crate::err::guard("MPI_Cart_coords", || unsafe { crate::api::cart_coords(comm, rank, maxdims, coords) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Cart_coords(comm: MPI_Comm, rank: c_int, maxdims: c_int, coords: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Cart_coords", comm)
+    crate::err::guard("MPI_Cart_coords", || unsafe { crate::api::cart_coords(comm, rank, maxdims, coords) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Cart_create(comm_old: MPI_Comm, ndims: c_int, dims: *const c_int, periods: *const c_int, reorder: c_int, comm_cart: *mut MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Cart_create", comm_old)
+    crate::err::guard("MPI_Cart_create", || unsafe { crate::api::cart_create(comm_old, ndims, dims, periods, reorder, comm_cart) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Cart_create(comm_old: MPI_Comm, ndims: c_int, dims: *const c_int, periods: *const c_int, reorder: c_int, comm_cart: *mut MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Cart_create", comm_old)
+    crate::err::guard("MPI_Cart_create", || unsafe { crate::api::cart_create(comm_old, ndims, dims, periods, reorder, comm_cart) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Cart_get(comm: MPI_Comm, maxdims: c_int, dims: *mut c_int, periods: *mut c_int, coords: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Cart_get", comm)
+    crate::err::guard("MPI_Cart_get", || unsafe { crate::api::cart_get(comm, maxdims, dims, periods, coords) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Cart_get(comm: MPI_Comm, maxdims: c_int, dims: *mut c_int, periods: *mut c_int, coords: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Cart_get", comm)
+    crate::err::guard("MPI_Cart_get", || unsafe { crate::api::cart_get(comm, maxdims, dims, periods, coords) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Cart_map(comm: MPI_Comm, ndims: c_int, dims: *const c_int, periods: *const c_int, newrank: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Cart_map", comm)
+    crate::err::guard("MPI_Cart_map", || unsafe { crate::api::cart_map(comm, ndims, dims, periods, newrank) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Cart_map(comm: MPI_Comm, ndims: c_int, dims: *const c_int, periods: *const c_int, newrank: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Cart_map", comm)
+    crate::err::guard("MPI_Cart_map", || unsafe { crate::api::cart_map(comm, ndims, dims, periods, newrank) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Cart_rank(comm: MPI_Comm, coords: *const c_int, rank: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Cart_rank", comm)
+    crate::err::guard("MPI_Cart_rank", || unsafe { crate::api::cart_rank(comm, coords, rank) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Cart_rank(comm: MPI_Comm, coords: *const c_int, rank: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Cart_rank", comm)
+    crate::err::guard("MPI_Cart_rank", || unsafe { crate::api::cart_rank(comm, coords, rank) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Cart_shift(comm: MPI_Comm, direction: c_int, disp: c_int, rank_source: *mut c_int, rank_dest: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Cart_shift", comm)
+    crate::err::guard("MPI_Cart_shift", || unsafe { crate::api::cart_shift(comm, direction, disp, rank_source, rank_dest) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Cart_shift(comm: MPI_Comm, direction: c_int, disp: c_int, rank_source: *mut c_int, rank_dest: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Cart_shift", comm)
+    crate::err::guard("MPI_Cart_shift", || unsafe { crate::api::cart_shift(comm, direction, disp, rank_source, rank_dest) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Cart_sub(comm: MPI_Comm, remain_dims: *const c_int, newcomm: *mut MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Cart_sub", comm)
+    crate::err::guard("MPI_Cart_sub", || unsafe { crate::api::cart_sub(comm, remain_dims, newcomm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Cart_sub(comm: MPI_Comm, remain_dims: *const c_int, newcomm: *mut MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Cart_sub", comm)
+    crate::err::guard("MPI_Cart_sub", || unsafe { crate::api::cart_sub(comm, remain_dims, newcomm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Cartdim_get(comm: MPI_Comm, ndims: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Cartdim_get", comm)
+    crate::err::guard("MPI_Cartdim_get", || unsafe { crate::api::cartdim_get(comm, ndims) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Cartdim_get(comm: MPI_Comm, ndims: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Cartdim_get", comm)
+    crate::err::guard("MPI_Cartdim_get", || unsafe { crate::api::cartdim_get(comm, ndims) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Close_port(port_name: *const c_char) -> c_int {
@@ -2016,35 +2016,35 @@ pub unsafe extern "C" fn PMPI_Dims_create(nnodes: c_int, ndims: c_int, dims: *mu
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Dist_graph_create(comm_old: MPI_Comm, n: c_int, sources: *const c_int, degrees: *const c_int, destinations: *const c_int, weights: *const c_int, info: MPI_Info, reorder: c_int, comm_dist_graph: *mut MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Dist_graph_create", comm_old)
+    crate::err::guard("MPI_Dist_graph_create", || unsafe { crate::api::dist_graph_create(comm_old, n, sources, degrees, destinations, weights, info, reorder, comm_dist_graph) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Dist_graph_create(comm_old: MPI_Comm, n: c_int, sources: *const c_int, degrees: *const c_int, destinations: *const c_int, weights: *const c_int, info: MPI_Info, reorder: c_int, comm_dist_graph: *mut MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Dist_graph_create", comm_old)
+    crate::err::guard("MPI_Dist_graph_create", || unsafe { crate::api::dist_graph_create(comm_old, n, sources, degrees, destinations, weights, info, reorder, comm_dist_graph) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Dist_graph_create_adjacent(comm_old: MPI_Comm, indegree: c_int, sources: *const c_int, sourceweights: *const c_int, outdegree: c_int, destinations: *const c_int, destweights: *const c_int, info: MPI_Info, reorder: c_int, comm_dist_graph: *mut MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Dist_graph_create_adjacent", comm_old)
+    crate::err::guard("MPI_Dist_graph_create_adjacent", || unsafe { crate::api::dist_graph_create_adjacent(comm_old, indegree, sources, sourceweights, outdegree, destinations, destweights, info, reorder, comm_dist_graph) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Dist_graph_create_adjacent(comm_old: MPI_Comm, indegree: c_int, sources: *const c_int, sourceweights: *const c_int, outdegree: c_int, destinations: *const c_int, destweights: *const c_int, info: MPI_Info, reorder: c_int, comm_dist_graph: *mut MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Dist_graph_create_adjacent", comm_old)
+    crate::err::guard("MPI_Dist_graph_create_adjacent", || unsafe { crate::api::dist_graph_create_adjacent(comm_old, indegree, sources, sourceweights, outdegree, destinations, destweights, info, reorder, comm_dist_graph) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Dist_graph_neighbors(comm: MPI_Comm, maxindegree: c_int, sources: *mut c_int, sourceweights: *mut c_int, maxoutdegree: c_int, destinations: *mut c_int, destweights: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Dist_graph_neighbors", comm)
+    crate::err::guard("MPI_Dist_graph_neighbors", || unsafe { crate::api::dist_graph_neighbors(comm, maxindegree, sources, sourceweights, maxoutdegree, destinations, destweights) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Dist_graph_neighbors(comm: MPI_Comm, maxindegree: c_int, sources: *mut c_int, sourceweights: *mut c_int, maxoutdegree: c_int, destinations: *mut c_int, destweights: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Dist_graph_neighbors", comm)
+    crate::err::guard("MPI_Dist_graph_neighbors", || unsafe { crate::api::dist_graph_neighbors(comm, maxindegree, sources, sourceweights, maxoutdegree, destinations, destweights) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Dist_graph_neighbors_count(comm: MPI_Comm, indegree: *mut c_int, outdegree: *mut c_int, weighted: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Dist_graph_neighbors_count", comm)
+    crate::err::guard("MPI_Dist_graph_neighbors_count", || unsafe { crate::api::dist_graph_neighbors_count(comm, indegree, outdegree, weighted) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Dist_graph_neighbors_count(comm: MPI_Comm, indegree: *mut c_int, outdegree: *mut c_int, weighted: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Dist_graph_neighbors_count", comm)
+    crate::err::guard("MPI_Dist_graph_neighbors_count", || unsafe { crate::api::dist_graph_neighbors_count(comm, indegree, outdegree, weighted) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Errhandler_free(errhandler: *mut MPI_Errhandler) -> c_int {
@@ -3024,51 +3024,51 @@ pub unsafe extern "C" fn PMPI_Get_version(version: *mut c_int, subversion: *mut 
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Graph_create(comm_old: MPI_Comm, nnodes: c_int, indx: *const c_int, edges: *const c_int, reorder: c_int, comm_graph: *mut MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Graph_create", comm_old)
+    crate::err::guard("MPI_Graph_create", || unsafe { crate::api::graph_create(comm_old, nnodes, indx, edges, reorder, comm_graph) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Graph_create(comm_old: MPI_Comm, nnodes: c_int, indx: *const c_int, edges: *const c_int, reorder: c_int, comm_graph: *mut MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Graph_create", comm_old)
+    crate::err::guard("MPI_Graph_create", || unsafe { crate::api::graph_create(comm_old, nnodes, indx, edges, reorder, comm_graph) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Graph_get(comm: MPI_Comm, maxindex: c_int, maxedges: c_int, indx: *mut c_int, edges: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Graph_get", comm)
+    crate::err::guard("MPI_Graph_get", || unsafe { crate::api::graph_get(comm, maxindex, maxedges, indx, edges) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Graph_get(comm: MPI_Comm, maxindex: c_int, maxedges: c_int, indx: *mut c_int, edges: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Graph_get", comm)
+    crate::err::guard("MPI_Graph_get", || unsafe { crate::api::graph_get(comm, maxindex, maxedges, indx, edges) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Graph_map(comm: MPI_Comm, nnodes: c_int, indx: *const c_int, edges: *const c_int, newrank: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Graph_map", comm)
+    crate::err::guard("MPI_Graph_map", || unsafe { crate::api::graph_map(comm, nnodes, indx, edges, newrank) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Graph_map(comm: MPI_Comm, nnodes: c_int, indx: *const c_int, edges: *const c_int, newrank: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Graph_map", comm)
+    crate::err::guard("MPI_Graph_map", || unsafe { crate::api::graph_map(comm, nnodes, indx, edges, newrank) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Graph_neighbors(comm: MPI_Comm, rank: c_int, maxneighbors: c_int, neighbors: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Graph_neighbors", comm)
+    crate::err::guard("MPI_Graph_neighbors", || unsafe { crate::api::graph_neighbors(comm, rank, maxneighbors, neighbors) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Graph_neighbors(comm: MPI_Comm, rank: c_int, maxneighbors: c_int, neighbors: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Graph_neighbors", comm)
+    crate::err::guard("MPI_Graph_neighbors", || unsafe { crate::api::graph_neighbors(comm, rank, maxneighbors, neighbors) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Graph_neighbors_count(comm: MPI_Comm, rank: c_int, nneighbors: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Graph_neighbors_count", comm)
+    crate::err::guard("MPI_Graph_neighbors_count", || unsafe { crate::api::graph_neighbors_count(comm, rank, nneighbors) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Graph_neighbors_count(comm: MPI_Comm, rank: c_int, nneighbors: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Graph_neighbors_count", comm)
+    crate::err::guard("MPI_Graph_neighbors_count", || unsafe { crate::api::graph_neighbors_count(comm, rank, nneighbors) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Graphdims_get(comm: MPI_Comm, nnodes: *mut c_int, nedges: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Graphdims_get", comm)
+    crate::err::guard("MPI_Graphdims_get", || unsafe { crate::api::graphdims_get(comm, nnodes, nedges) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Graphdims_get(comm: MPI_Comm, nnodes: *mut c_int, nedges: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Graphdims_get", comm)
+    crate::err::guard("MPI_Graphdims_get", || unsafe { crate::api::graphdims_get(comm, nnodes, nedges) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Grequest_complete(request: MPI_Request) -> c_int {
@@ -3872,19 +3872,19 @@ pub unsafe extern "C" fn PMPI_Mrecv_c(buf: *mut c_void, count: MPI_Count, dataty
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Neighbor_allgather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Neighbor_allgather", comm)
+    crate::err::guard("MPI_Neighbor_allgather", || unsafe { crate::api::neighbor_allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Neighbor_allgather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Neighbor_allgather", comm)
+    crate::err::guard("MPI_Neighbor_allgather", || unsafe { crate::api::neighbor_allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Neighbor_allgather_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Neighbor_allgather_c", comm)
+    crate::err::guard("MPI_Neighbor_allgather_c", || unsafe { crate::api::neighbor_allgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Neighbor_allgather_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Neighbor_allgather_c", comm)
+    crate::err::guard("MPI_Neighbor_allgather_c", || unsafe { crate::api::neighbor_allgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Neighbor_allgather_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
@@ -3904,19 +3904,19 @@ pub unsafe extern "C" fn PMPI_Neighbor_allgather_init_c(sendbuf: *const c_void, 
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Neighbor_allgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Neighbor_allgatherv", comm)
+    crate::err::guard("MPI_Neighbor_allgatherv", || unsafe { crate::api::neighbor_allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Neighbor_allgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Neighbor_allgatherv", comm)
+    crate::err::guard("MPI_Neighbor_allgatherv", || unsafe { crate::api::neighbor_allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Neighbor_allgatherv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Neighbor_allgatherv_c", comm)
+    crate::err::guard("MPI_Neighbor_allgatherv_c", || unsafe { crate::api::neighbor_allgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Neighbor_allgatherv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Neighbor_allgatherv_c", comm)
+    crate::err::guard("MPI_Neighbor_allgatherv_c", || unsafe { crate::api::neighbor_allgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Neighbor_allgatherv_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
@@ -3936,19 +3936,19 @@ pub unsafe extern "C" fn PMPI_Neighbor_allgatherv_init_c(sendbuf: *const c_void,
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Neighbor_alltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Neighbor_alltoall", comm)
+    crate::err::guard("MPI_Neighbor_alltoall", || unsafe { crate::api::neighbor_alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Neighbor_alltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Neighbor_alltoall", comm)
+    crate::err::guard("MPI_Neighbor_alltoall", || unsafe { crate::api::neighbor_alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Neighbor_alltoall_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Neighbor_alltoall_c", comm)
+    crate::err::guard("MPI_Neighbor_alltoall_c", || unsafe { crate::api::neighbor_alltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Neighbor_alltoall_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Neighbor_alltoall_c", comm)
+    crate::err::guard("MPI_Neighbor_alltoall_c", || unsafe { crate::api::neighbor_alltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Neighbor_alltoall_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
@@ -3968,19 +3968,19 @@ pub unsafe extern "C" fn PMPI_Neighbor_alltoall_init_c(sendbuf: *const c_void, s
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Neighbor_alltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Neighbor_alltoallv", comm)
+    crate::err::guard("MPI_Neighbor_alltoallv", || unsafe { crate::api::neighbor_alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Neighbor_alltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Neighbor_alltoallv", comm)
+    crate::err::guard("MPI_Neighbor_alltoallv", || unsafe { crate::api::neighbor_alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Neighbor_alltoallv_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Neighbor_alltoallv_c", comm)
+    crate::err::guard("MPI_Neighbor_alltoallv_c", || unsafe { crate::api::neighbor_alltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Neighbor_alltoallv_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Neighbor_alltoallv_c", comm)
+    crate::err::guard("MPI_Neighbor_alltoallv_c", || unsafe { crate::api::neighbor_alltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Neighbor_alltoallv_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
@@ -4000,19 +4000,19 @@ pub unsafe extern "C" fn PMPI_Neighbor_alltoallv_init_c(sendbuf: *const c_void, 
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Neighbor_alltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Neighbor_alltoallw", comm)
+    crate::err::guard("MPI_Neighbor_alltoallw", || unsafe { crate::api::neighbor_alltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Neighbor_alltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Neighbor_alltoallw", comm)
+    crate::err::guard("MPI_Neighbor_alltoallw", || unsafe { crate::api::neighbor_alltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Neighbor_alltoallw_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Neighbor_alltoallw_c", comm)
+    crate::err::guard("MPI_Neighbor_alltoallw_c", || unsafe { crate::api::neighbor_alltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Neighbor_alltoallw_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm) -> c_int {
-    crate::err::unsupported("MPI_Neighbor_alltoallw_c", comm)
+    crate::err::guard("MPI_Neighbor_alltoallw_c", || unsafe { crate::api::neighbor_alltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Neighbor_alltoallw_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {

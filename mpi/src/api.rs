@@ -264,6 +264,7 @@ pub unsafe fn comm_dup(c: MPI_Comm, newcomm: *mut MPI_Comm) -> Res {
     let o = out(newcomm, "newcomm").map_err(|e| e.on(c))?;
     let attrs = crate::info::copied_attrs(&mc).map_err(|e| e.on(c))?;
     *o = dup_groups(&mc)?;
+    crate::topo::copy_to(&mc, *o)?;
     state::set_attrs(*o, attrs);
     Ok(())
 }
@@ -913,6 +914,11 @@ pub use crate::extras::{
 pub use crate::groupops::{group_difference, group_intersection, group_range_excl, group_range_incl, group_union};
 pub use crate::probe::{improbe, imrecv, imrecv_c, iprobe, mprobe, mrecv, mrecv_c, probe};
 pub use crate::pcoll::*;
+pub use crate::topo::{
+    cart_coords, cart_create, cart_get, cart_map, cart_rank, cart_shift, cart_sub, cartdim_get, dims_create, dist_graph_create, dist_graph_create_adjacent, dist_graph_neighbors,
+    dist_graph_neighbors_count, graph_create, graph_get, graph_map, graph_neighbors, graph_neighbors_count, graphdims_get, topo_test,
+};
+pub use crate::neighbor::*;
 pub use crate::persist::{
     bsend_init, bsend_init_c, cancel, issend, issend_c, recv_init, recv_init_c, rsend_init, rsend_init_c, send_init, send_init_c, ssend,
     ssend_c, ssend_init, ssend_init_c, start, startall,
@@ -1116,14 +1122,6 @@ pub unsafe fn comm_get_name(c: MPI_Comm, name: *mut c_char, len: *mut c_int) -> 
     let mc = comm(c)?;
     let s = mc.name.lock().unwrap_or_else(|p| p.into_inner()).clone();
     put_str(&s, name, len, MPI_MAX_OBJECT_NAME as usize).map_err(|e| e.on(c))
-}
-
-/// No communicator has a virtual topology here (Cart_create and the graph forms are not
-/// supported), so every valid one is MPI_UNDEFINED.
-pub unsafe fn topo_test(c: MPI_Comm, status: *mut c_int) -> Res {
-    let _ = comm(c)?;
-    *out(status, "status").map_err(|e| e.on(c))? = MPI_UNDEFINED;
-    Ok(())
 }
 
 pub unsafe fn comm_group(c: MPI_Comm, g: *mut MPI_Group) -> Res {

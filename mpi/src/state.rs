@@ -24,6 +24,9 @@ pub struct MpiComm {
     pub attrs: Mutex<Vec<(c_int, usize)>>,
     /// Set once, right after the handle is made, for an intercommunicator (see inter.rs).
     pub inter: std::sync::OnceLock<crate::inter::Inter>,
+    /// Set once, right after the handle is made, for a Cartesian or graph communicator (see
+    /// topo.rs).
+    pub topo: std::sync::OnceLock<crate::topo::Topo>,
 }
 
 impl MpiComm {
@@ -43,6 +46,9 @@ impl MpiComm {
         self.comm.destroy();
         if let Some(x) = self.inter.get() {
             x.union.destroy();
+        }
+        if let Some(t) = self.topo.get() {
+            t.neighbors_comm().comm.destroy();
         }
     }
 }
@@ -136,7 +142,15 @@ fn wrap(comm: Arc<Comm>, handle: MPI_Comm) -> Arc<MpiComm> {
         MPI_COMM_SELF => "MPI_COMM_SELF",
         _ => "",
     };
-    Arc::new(MpiComm { comm, errhandler: AtomicUsize::new(MPI_ERRORS_ARE_FATAL), handle, name: Mutex::new(name.to_string()), attrs: Mutex::new(Vec::new()), inter: std::sync::OnceLock::new() })
+    Arc::new(MpiComm { comm, errhandler: AtomicUsize::new(MPI_ERRORS_ARE_FATAL), handle, name: Mutex::new(name.to_string()), attrs: Mutex::new(Vec::new()), inter: std::sync::OnceLock::new(), topo: std::sync::OnceLock::new() })
+}
+
+/// A communicator that has no handle of its own (a topology's neighbourhood traffic): errors
+/// name `handle`, the communicator it serves.
+pub fn unlisted(comm: Arc<Comm>, handle: MPI_Comm, errhandler: MPI_Errhandler) -> CommRef {
+    let mc = wrap(comm, handle);
+    mc.errhandler.store(errhandler, Ordering::Relaxed);
+    CommRef::Made(mc)
 }
 
 /// Forms the world (the engine's init) and MPI_COMM_SELF; `provided` is the thread level.
