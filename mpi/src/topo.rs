@@ -17,6 +17,7 @@ use distcomm::collective::CollArgs;
 use std::ffi::c_int;
 use std::sync::atomic::Ordering;
 
+#[derive(Clone)]
 pub enum Shape {
     /// Row-major: the last dimension varies fastest.
     Cart { dims: Vec<c_int>, periods: Vec<bool> },
@@ -198,13 +199,10 @@ pub fn attach(h: MPI_Comm, shape: Shape) -> Res {
 
 /// The same shape for a duplicate (MPI_Comm_dup keeps the topology).
 pub fn copy_to(from: &MpiComm, h: MPI_Comm) -> Res {
-    let Some(t) = from.topo.get() else { return Ok(()) };
-    let shape = match &t.shape {
-        Shape::Cart { dims, periods } => Shape::Cart { dims: dims.clone(), periods: periods.clone() },
-        Shape::Graph { index, edges } => Shape::Graph { index: index.clone(), edges: edges.clone() },
-        Shape::Dist { sources, sweights, dests, dweights } => Shape::Dist { sources: sources.clone(), sweights: sweights.clone(), dests: dests.clone(), dweights: dweights.clone() },
-    };
-    attach(h, shape)
+    match from.topo.get() {
+        Some(t) => attach(h, t.shape.clone()),
+        None => Ok(()),
+    }
 }
 
 // ---- Cartesian -------------------------------------------------------------------------------
