@@ -188,13 +188,13 @@ pub unsafe fn comm_flush_buffer(c: MPI_Comm) -> Res {
     let p = bsend_lock().take(Some(c), false);
     finish_all(p).map_err(|e| e.on(c))
 }
-/// The same as a request: a thread waits for the sends.
+/// The same as a request: a task on the comm's worker waits for the sends.
 pub unsafe fn comm_iflush_buffer(c: MPI_Comm, req: *mut MPI_Request) -> Res {
     comm_ok(c)?;
     let r = out(req, "request").map_err(|e| e.on(c))?;
     let mc = state::get_comm(c)?;
     let p = bsend_lock().take(Some(c), false);
-    *r = request::add(crate::commnew::background(&mc, move || finish_all(p), None)?);
+    *r = request::add(crate::task::start(&mc, &mc.comm, "MPI_Comm_iflush_buffer", move || finish_all(p), None)?);
     Ok(())
 }
 

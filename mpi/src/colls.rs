@@ -14,7 +14,8 @@ use crate::datatype::{self, Dt};
 use crate::err::{MpiErr, Res};
 use crate::op::{self, Local, Plan};
 use crate::request::{self, Req};
-use crate::state::CommRef;
+use crate::state::{CommRef, MpiComm};
+use crate::task;
 use distcomm::buffer::{ConstBuf, MutBuf};
 use distcomm::collective::CollArgs;
 use distcomm::DType;
@@ -140,10 +141,36 @@ impl Coll {
             }
             Some(r) => {
                 let q = self.mc.comm.start_collective(b.args).map_err(|e| MpiErr::from(e).on(h))?;
-                *r = request::add(Req::Coll { comm: self.mc, req: q, after: b.after });
+                *r = request::add(Req::Coll { comm: self.mc, req: q, after: b.after, err: None });
                 Ok(())
             }
         }
+    }
+}
+
+/// An intercommunicator's blocking collective (`f`, inter.rs's form), run here once the
+/// comm's non-blocking ones started before it are done (every member runs them in that order).
+pub(crate) fn inter_now(mc: &CommRef, f: impl FnOnce(&CommRef) -> Res) -> Res {
+    crate::inter::of(mc)?.union.finish_queued();
+    f(mc)
+}
+
+/// An intercommunicator's non-blocking collective: `f` (inter.rs's blocking form) queued as a
+/// task behind the comm's other non-blocking work, its request handed out in `*r`.
+pub(crate) fn inter_start(mc: &CommRef, r: *mut MPI_Request, name: &str, f: impl FnOnce(&MpiComm) -> Res + 'static) -> Res {
+    let x = crate::inter::of(mc)?;
+    let r = req_out(r, mc.handle)?;
+    let (args, me) = (task::CallerArgs(f), mc.clone());
+    *r = request::add(task::start(mc, &x.union, name, move || (args.take())(&me), None)?);
+    Ok(())
+}
+
+/// A non-blocking collective on `c`: an intracommunicator's `Coll` and request slot, or None
+/// once an intercommunicator's (`inter`) has been started.
+fn nb_start<'a>(c: MPI_Comm, r: *mut MPI_Request, name: &str, inter: impl FnOnce(&MpiComm) -> Res + 'static) -> Result<Option<(Coll, &'a mut MPI_Request)>, MpiErr> {
+    match Coll::or_inter(c)? {
+        Ok(k) => Ok(Some((k, req_out(r, c)?))),
+        Err(mc) => inter_start(&mc, r, name, inter).map(|_| None),
     }
 }
 
@@ -198,13 +225,12 @@ fn to_bytes(k: &Coll, d: &Dt, cs: &[i64], ds: &[i64]) -> Result<(Vec<usize>, Vec
 pub unsafe fn barrier(c: MPI_Comm) -> Res {
     match Coll::or_inter(c)? {
         Ok(k) => k.go(Built::plain(CollArgs::Barrier), None),
-        Err(mc) => crate::inter::barrier(&mc),
+        Err(mc) => inter_now(&mc, |mc| crate::inter::barrier(mc)),
     }
 }
 
 pub unsafe fn ibarrier(c: MPI_Comm, r: *mut MPI_Request) -> Res {
-    let k = Coll::new(c)?;
-    let r = req_out(r, c)?;
+    let Some((k, r)) = nb_start(c, r, "MPI_Ibarrier", |mc| crate::inter::barrier(mc))? else { return Ok(()) };
     k.go(Built::plain(CollArgs::Barrier), Some(r))
 }
 
@@ -220,7 +246,7 @@ pub unsafe fn bcast_c(buf: *mut c_void, count: MPI_Count, dt: MPI_Datatype, root
     let k = match Coll::or_inter(c)? {
         Ok(k) => k,
         Err(mc) => {
-            return crate::inter::bcast(&mc, buf, count, dt, root);
+            return inter_now(&mc, |mc| crate::inter::bcast(mc, buf, count, dt, root));
         }
     };
     if let Some(r) = direct::bcast(&k, buf, count, dt, root) {
@@ -233,8 +259,7 @@ pub unsafe fn bcast(buf: *mut c_void, count: c_int, dt: MPI_Datatype, root: c_in
     bcast_c(buf, count as MPI_Count, dt, root, c)
 }
 pub unsafe fn ibcast_c(buf: *mut c_void, count: MPI_Count, dt: MPI_Datatype, root: c_int, c: MPI_Comm, r: *mut MPI_Request) -> Res {
-    let k = Coll::new(c)?;
-    let r = req_out(r, c)?;
+    let Some((k, r)) = nb_start(c, r, "MPI_Ibcast", move |mc| crate::inter::bcast(mc, buf, count, dt, root))? else { return Ok(()) };
     let b = w_bcast(&k, buf, count, dt, root)?;
     k.go(b, Some(r))
 }
@@ -424,7 +449,7 @@ fn blocking(
 ) -> Res {
     let k = match Coll::or_inter(c)? {
         Ok(k) => k,
-        Err(mc) => return not_inlined(|| inter(&mc)),
+        Err(mc) => return not_inlined(|| inter_now(&mc, inter)),
     };
     match shortcut(&k) {
         Some(r) => r,
@@ -456,15 +481,13 @@ macro_rules! reduction_forms {
         }
         #[allow(clippy::too_many_arguments)]
         pub unsafe fn $nb_c($($ac: $tc,)* c: MPI_Comm, r: *mut MPI_Request) -> Res {
-            let k = Coll::new(c)?;
-            let r = req_out(r, c)?;
+            let Some((k, r)) = nb_start(c, r, concat!("MPI_", stringify!($nb_c)), move |mc| crate::inter::$blocking(mc, $($ac as _),*))? else { return Ok(()) };
             let b = $build(&k, $($ac as _),*)?;
             k.go(b, Some(r))
         }
         #[allow(clippy::too_many_arguments)]
         pub unsafe fn $nb($($a: $t,)* c: MPI_Comm, r: *mut MPI_Request) -> Res {
-            let k = Coll::new(c)?;
-            let r = req_out(r, c)?;
+            let Some((k, r)) = nb_start(c, r, concat!("MPI_", stringify!($nb)), move |mc| crate::inter::$blocking(mc, $($a as _),*))? else { return Ok(()) };
             let b = $build(&k, $($a as _),*)?;
             k.go(b, Some(r))
         }
@@ -626,32 +649,29 @@ pub(crate) fn build_reduce_scatter(k: &Coll, sbuf: *const c_void, rbuf: *mut c_v
     })
 }
 
-pub unsafe fn reduce_scatter_c(sbuf: *const c_void, rbuf: *mut c_void, rcounts: *const MPI_Count, dt: MPI_Datatype, o: MPI_Op, c: MPI_Comm) -> Res {
-    let k = Coll::new(c)?;
-    let rc = counts(rcounts, k.size(), "recvcounts").map_err(|e| e.on(c))?;
-    let b = w_reduce_scatter(&k, sbuf, rbuf, rc, dt, o)?;
-    k.go(b, None)
+/// Reduce_scatter's entry points: the counts (one per rank) are read, then the call runs or starts.
+macro_rules! reduce_scatter_forms {
+    ($blocking:ident, $nb:ident, $ct:ty) => {
+        pub unsafe fn $blocking(sbuf: *const c_void, rbuf: *mut c_void, rcounts: *const $ct, dt: MPI_Datatype, o: MPI_Op, c: MPI_Comm) -> Res {
+            let k = match Coll::or_inter(c)? {
+                Ok(k) => k,
+                Err(mc) => return inter_now(&mc, |mc| crate::inter::reduce_scatter(mc, sbuf, rbuf, rcounts, dt, o)),
+            };
+            let rc = counts(rcounts, k.size(), "recvcounts").map_err(|e| e.on(c))?;
+            let b = w_reduce_scatter(&k, sbuf, rbuf, rc, dt, o)?;
+            k.go(b, None)
+        }
+        pub unsafe fn $nb(sbuf: *const c_void, rbuf: *mut c_void, rcounts: *const $ct, dt: MPI_Datatype, o: MPI_Op, c: MPI_Comm, r: *mut MPI_Request) -> Res {
+            let inter = move |mc: &MpiComm| crate::inter::reduce_scatter(mc, sbuf, rbuf, rcounts, dt, o);
+            let Some((k, r)) = nb_start(c, r, concat!("MPI_", stringify!($nb)), inter)? else { return Ok(()) };
+            let rc = counts(rcounts, k.size(), "recvcounts").map_err(|e| e.on(c))?;
+            let b = w_reduce_scatter(&k, sbuf, rbuf, rc, dt, o)?;
+            k.go(b, Some(r))
+        }
+    };
 }
-pub unsafe fn reduce_scatter(sbuf: *const c_void, rbuf: *mut c_void, rcounts: *const c_int, dt: MPI_Datatype, o: MPI_Op, c: MPI_Comm) -> Res {
-    let k = Coll::new(c)?;
-    let rc = counts(rcounts, k.size(), "recvcounts").map_err(|e| e.on(c))?;
-    let b = w_reduce_scatter(&k, sbuf, rbuf, rc, dt, o)?;
-    k.go(b, None)
-}
-pub unsafe fn ireduce_scatter_c(sbuf: *const c_void, rbuf: *mut c_void, rcounts: *const MPI_Count, dt: MPI_Datatype, o: MPI_Op, c: MPI_Comm, r: *mut MPI_Request) -> Res {
-    let k = Coll::new(c)?;
-    let r = req_out(r, c)?;
-    let rc = counts(rcounts, k.size(), "recvcounts").map_err(|e| e.on(c))?;
-    let b = w_reduce_scatter(&k, sbuf, rbuf, rc, dt, o)?;
-    k.go(b, Some(r))
-}
-pub unsafe fn ireduce_scatter(sbuf: *const c_void, rbuf: *mut c_void, rcounts: *const c_int, dt: MPI_Datatype, o: MPI_Op, c: MPI_Comm, r: *mut MPI_Request) -> Res {
-    let k = Coll::new(c)?;
-    let r = req_out(r, c)?;
-    let rc = counts(rcounts, k.size(), "recvcounts").map_err(|e| e.on(c))?;
-    let b = w_reduce_scatter(&k, sbuf, rbuf, rc, dt, o)?;
-    k.go(b, Some(r))
-}
+reduce_scatter_forms!(reduce_scatter, ireduce_scatter, c_int);
+reduce_scatter_forms!(reduce_scatter_c, ireduce_scatter_c, MPI_Count);
 
 /// MPI_Reduce_local: inoutbuf = inbuf op inoutbuf, here.
 pub(crate) fn reduce_local_any(inbuf: *const c_void, inout: *mut c_void, count: i64, dt: MPI_Datatype, o: MPI_Op) -> Res {
@@ -788,15 +808,15 @@ macro_rules! move_forms {
         }
         #[allow(clippy::too_many_arguments)]
         pub unsafe fn $nb_c(sbuf: *const c_void, scount: MPI_Count, sdt: MPI_Datatype, rbuf: *mut c_void, rcount: MPI_Count, rdt: MPI_Datatype, $($post: $qt,)* c: MPI_Comm, r: *mut MPI_Request) -> Res {
-            let k = Coll::new(c)?;
-            let r = req_out(r, c)?;
+            let inter = move |mc: &MpiComm| crate::inter::$blocking(mc, sbuf, scount, sdt, rbuf, rcount, rdt $(, $post)*);
+            let Some((k, r)) = nb_start(c, r, concat!("MPI_", stringify!($nb_c)), inter)? else { return Ok(()) };
             let b = $build(&k, sbuf, scount, sdt, rbuf, rcount, rdt $(, $a)*)?;
             k.go(b, Some(r))
         }
         #[allow(clippy::too_many_arguments)]
         pub unsafe fn $nb(sbuf: *const c_void, scount: c_int, sdt: MPI_Datatype, rbuf: *mut c_void, rcount: c_int, rdt: MPI_Datatype, $($post: $qt,)* c: MPI_Comm, r: *mut MPI_Request) -> Res {
-            let k = Coll::new(c)?;
-            let r = req_out(r, c)?;
+            let inter = move |mc: &MpiComm| crate::inter::$blocking(mc, sbuf, scount as i64, sdt, rbuf, rcount as i64, rdt $(, $post)*);
+            let Some((k, r)) = nb_start(c, r, concat!("MPI_", stringify!($nb)), inter)? else { return Ok(()) };
             let b = $build(&k, sbuf, scount as i64, sdt, rbuf, rcount as i64, rdt $(, $a)*)?;
             k.go(b, Some(r))
         }
@@ -918,18 +938,19 @@ macro_rules! v_entry {
             let $k = match Coll::or_inter(c)? {
                 Ok(k) => k,
                 Err(mc) => {
-                    return crate::inter::$name(&mc, $($p),*);
+                    return inter_now(&mc, |mc| crate::inter::$name(mc, $($p),*));
                 }
             };
             let b = (|| -> Result<Built, MpiErr> { $body })().map_err(|e| e.on(c))?;
             $k.go(b, None)
         }
     };
-    ($name:ident, ($($p:ident: $t:ty),*), request, |$k:ident| $body:block) => {
+    // The non-blocking form; `$inter` names the blocking one an intercommunicator's task runs.
+    ($name:ident => $inter:ident, ($($p:ident: $t:ty),*), request, |$k:ident| $body:block) => {
         #[allow(clippy::too_many_arguments)]
         pub unsafe fn $name($($p: $t,)* c: MPI_Comm, r: *mut MPI_Request) -> Res {
-            let $k = Coll::new(c)?;
-            let r = req_out(r, c)?;
+            let inter = move |mc: &MpiComm| crate::inter::$inter(mc, $($p),*);
+            let Some(($k, r)) = nb_start(c, r, concat!("MPI_", stringify!($name)), inter)? else { return Ok(()) };
             let b = (|| -> Result<Built, MpiErr> { $body })().map_err(|e| e.on(c))?;
             $k.go(b, Some(r))
         }
@@ -948,11 +969,11 @@ v_entry!(gatherv_c, (sbuf: *const c_void, scount: MPI_Count, sdt: MPI_Datatype, 
     let n = if is_root(&k, root) { k.size() } else { 0 };
     w_gatherv(&k, sbuf, scount, sdt, rbuf, &counts(rcounts, n, "recvcounts")?, &aints(displs, n, "displs")?, rdt, root)
 });
-v_entry!(igatherv, (sbuf: *const c_void, scount: c_int, sdt: MPI_Datatype, rbuf: *mut c_void, rcounts: *const c_int, displs: *const c_int, rdt: MPI_Datatype, root: c_int), request, |k| {
+v_entry!(igatherv => gatherv, (sbuf: *const c_void, scount: c_int, sdt: MPI_Datatype, rbuf: *mut c_void, rcounts: *const c_int, displs: *const c_int, rdt: MPI_Datatype, root: c_int), request, |k| {
     let n = if is_root(&k, root) { k.size() } else { 0 };
     w_gatherv(&k, sbuf, scount as i64, sdt, rbuf, &counts(rcounts, n, "recvcounts")?, &counts(displs, n, "displs")?, rdt, root)
 });
-v_entry!(igatherv_c, (sbuf: *const c_void, scount: MPI_Count, sdt: MPI_Datatype, rbuf: *mut c_void, rcounts: *const MPI_Count, displs: *const MPI_Aint, rdt: MPI_Datatype, root: c_int), request, |k| {
+v_entry!(igatherv_c => gatherv_c, (sbuf: *const c_void, scount: MPI_Count, sdt: MPI_Datatype, rbuf: *mut c_void, rcounts: *const MPI_Count, displs: *const MPI_Aint, rdt: MPI_Datatype, root: c_int), request, |k| {
     let n = if is_root(&k, root) { k.size() } else { 0 };
     w_gatherv(&k, sbuf, scount, sdt, rbuf, &counts(rcounts, n, "recvcounts")?, &aints(displs, n, "displs")?, rdt, root)
 });
@@ -964,11 +985,11 @@ v_entry!(scatterv_c, (sbuf: *const c_void, scounts: *const MPI_Count, displs: *c
     let n = if is_root(&k, root) { k.size() } else { 0 };
     w_scatterv(&k, sbuf, &counts(scounts, n, "sendcounts")?, &aints(displs, n, "displs")?, sdt, rbuf, rcount, rdt, root)
 });
-v_entry!(iscatterv, (sbuf: *const c_void, scounts: *const c_int, displs: *const c_int, sdt: MPI_Datatype, rbuf: *mut c_void, rcount: c_int, rdt: MPI_Datatype, root: c_int), request, |k| {
+v_entry!(iscatterv => scatterv, (sbuf: *const c_void, scounts: *const c_int, displs: *const c_int, sdt: MPI_Datatype, rbuf: *mut c_void, rcount: c_int, rdt: MPI_Datatype, root: c_int), request, |k| {
     let n = if is_root(&k, root) { k.size() } else { 0 };
     w_scatterv(&k, sbuf, &counts(scounts, n, "sendcounts")?, &counts(displs, n, "displs")?, sdt, rbuf, rcount as i64, rdt, root)
 });
-v_entry!(iscatterv_c, (sbuf: *const c_void, scounts: *const MPI_Count, displs: *const MPI_Aint, sdt: MPI_Datatype, rbuf: *mut c_void, rcount: MPI_Count, rdt: MPI_Datatype, root: c_int), request, |k| {
+v_entry!(iscatterv_c => scatterv_c, (sbuf: *const c_void, scounts: *const MPI_Count, displs: *const MPI_Aint, sdt: MPI_Datatype, rbuf: *mut c_void, rcount: MPI_Count, rdt: MPI_Datatype, root: c_int), request, |k| {
     let n = if is_root(&k, root) { k.size() } else { 0 };
     w_scatterv(&k, sbuf, &counts(scounts, n, "sendcounts")?, &aints(displs, n, "displs")?, sdt, rbuf, rcount, rdt, root)
 });
@@ -978,10 +999,10 @@ v_entry!(allgatherv, (sbuf: *const c_void, scount: c_int, sdt: MPI_Datatype, rbu
 v_entry!(allgatherv_c, (sbuf: *const c_void, scount: MPI_Count, sdt: MPI_Datatype, rbuf: *mut c_void, rcounts: *const MPI_Count, displs: *const MPI_Aint, rdt: MPI_Datatype), |k| {
     w_allgatherv(&k, sbuf, scount, sdt, rbuf, &counts(rcounts, k.size(), "recvcounts")?, &aints(displs, k.size(), "displs")?, rdt)
 });
-v_entry!(iallgatherv, (sbuf: *const c_void, scount: c_int, sdt: MPI_Datatype, rbuf: *mut c_void, rcounts: *const c_int, displs: *const c_int, rdt: MPI_Datatype), request, |k| {
+v_entry!(iallgatherv => allgatherv, (sbuf: *const c_void, scount: c_int, sdt: MPI_Datatype, rbuf: *mut c_void, rcounts: *const c_int, displs: *const c_int, rdt: MPI_Datatype), request, |k| {
     w_allgatherv(&k, sbuf, scount as i64, sdt, rbuf, &counts(rcounts, k.size(), "recvcounts")?, &counts(displs, k.size(), "displs")?, rdt)
 });
-v_entry!(iallgatherv_c, (sbuf: *const c_void, scount: MPI_Count, sdt: MPI_Datatype, rbuf: *mut c_void, rcounts: *const MPI_Count, displs: *const MPI_Aint, rdt: MPI_Datatype), request, |k| {
+v_entry!(iallgatherv_c => allgatherv_c, (sbuf: *const c_void, scount: MPI_Count, sdt: MPI_Datatype, rbuf: *mut c_void, rcounts: *const MPI_Count, displs: *const MPI_Aint, rdt: MPI_Datatype), request, |k| {
     w_allgatherv(&k, sbuf, scount, sdt, rbuf, &counts(rcounts, k.size(), "recvcounts")?, &aints(displs, k.size(), "displs")?, rdt)
 });
 v_entry!(alltoallv, (sbuf: *const c_void, scounts: *const c_int, sdispls: *const c_int, sdt: MPI_Datatype, rbuf: *mut c_void, rcounts: *const c_int, rdispls: *const c_int, rdt: MPI_Datatype), |k| {
@@ -994,12 +1015,12 @@ v_entry!(alltoallv_c, (sbuf: *const c_void, scounts: *const MPI_Count, sdispls: 
     let (sc, sd) = if ip { (Vec::new(), Vec::new()) } else { (counts(scounts, n, "sendcounts")?, aints(sdispls, n, "sdispls")?) };
     w_alltoallv(&k, sbuf, &sc, &sd, sdt, rbuf, &counts(rcounts, n, "recvcounts")?, &aints(rdispls, n, "rdispls")?, rdt)
 });
-v_entry!(ialltoallv, (sbuf: *const c_void, scounts: *const c_int, sdispls: *const c_int, sdt: MPI_Datatype, rbuf: *mut c_void, rcounts: *const c_int, rdispls: *const c_int, rdt: MPI_Datatype), request, |k| {
+v_entry!(ialltoallv => alltoallv, (sbuf: *const c_void, scounts: *const c_int, sdispls: *const c_int, sdt: MPI_Datatype, rbuf: *mut c_void, rcounts: *const c_int, rdispls: *const c_int, rdt: MPI_Datatype), request, |k| {
     let (n, ip) = (k.size(), in_place(sbuf));
     let (sc, sd) = if ip { (Vec::new(), Vec::new()) } else { (counts(scounts, n, "sendcounts")?, counts(sdispls, n, "sdispls")?) };
     w_alltoallv(&k, sbuf, &sc, &sd, sdt, rbuf, &counts(rcounts, n, "recvcounts")?, &counts(rdispls, n, "rdispls")?, rdt)
 });
-v_entry!(ialltoallv_c, (sbuf: *const c_void, scounts: *const MPI_Count, sdispls: *const MPI_Aint, sdt: MPI_Datatype, rbuf: *mut c_void, rcounts: *const MPI_Count, rdispls: *const MPI_Aint, rdt: MPI_Datatype), request, |k| {
+v_entry!(ialltoallv_c => alltoallv_c, (sbuf: *const c_void, scounts: *const MPI_Count, sdispls: *const MPI_Aint, sdt: MPI_Datatype, rbuf: *mut c_void, rcounts: *const MPI_Count, rdispls: *const MPI_Aint, rdt: MPI_Datatype), request, |k| {
     let (n, ip) = (k.size(), in_place(sbuf));
     let (sc, sd) = if ip { (Vec::new(), Vec::new()) } else { (counts(scounts, n, "sendcounts")?, aints(sdispls, n, "sdispls")?) };
     w_alltoallv(&k, sbuf, &sc, &sd, sdt, rbuf, &counts(rcounts, n, "recvcounts")?, &aints(rdispls, n, "rdispls")?, rdt)

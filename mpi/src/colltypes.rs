@@ -452,16 +452,17 @@ macro_rules! alltoallw_entry {
     ($name:ident, $ct:ty, $dt:ty, $conv:ident $(, $req:ident)?) => {
         #[allow(clippy::too_many_arguments, unreachable_code)]
         pub unsafe fn $name(sbuf: *const c_void, scounts: *const $ct, sdispls: *const $dt, stypes: *const MPI_Datatype, rbuf: *mut c_void, rcounts: *const $ct, rdispls: *const $dt, rtypes: *const MPI_Datatype, c: MPI_Comm $(, $req: *mut MPI_Request)?) -> Res {
-            // An intercommunicator's blocking form: see inter.rs (the non-blocking one is not offered).
+            // An intercommunicator's: see inter.rs (the arrays are read now).
             let k = match Coll::or_inter(c)? {
                 Ok(k) => k,
                 Err(mc) => {
-                    $(let _ = $req; return Err(crate::inter::unsupported(&mc));)?
                     let n = crate::inter::remote_n(&mc)?;
                     let on = |e: MpiErr| e.on(c);
                     let (sc, sd, st) = (counts(scounts, n, "sendcounts").map_err(on)?, $conv(sdispls, n, "sdispls").map_err(on)?, type_list(stypes, n, "sendtypes").map_err(on)?);
                     let (rc, rd, rt) = (counts(rcounts, n, "recvcounts").map_err(on)?, $conv(rdispls, n, "rdispls").map_err(on)?, type_list(rtypes, n, "recvtypes").map_err(on)?);
-                    return crate::inter::alltoallw(&mc, sbuf, (&sc, &sd, &st), rbuf, (&rc, &rd, &rt));
+                    let run = move |mc: &crate::state::MpiComm| crate::inter::alltoallw(mc, sbuf, (&sc, &sd, &st), rbuf, (&rc, &rd, &rt));
+                    $(return crate::colls::inter_start(&mc, $req, concat!("MPI_", stringify!($name)), run);)?
+                    return crate::colls::inter_now(&mc, |mc| run(mc));
                 }
             };
             $(let $req = Some(req_out($req, c)?);)?

@@ -10,30 +10,12 @@ use crate::api::out;
 use crate::ctxid::{self, CREATE_GROUP, IDUP};
 use crate::err::{MpiErr, Res};
 use crate::request::{self, Req};
-use crate::state::{self, CommRef};
+use crate::state;
 use distcomm::comm::Comm;
-use distcomm::completion::{Completion, Done};
 use std::ffi::c_int;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-
-/// A request that completes when `f`, run on a thread of its own, returns (its error fails the
-/// request); `after` runs once it succeeded, in the completion call.
-pub(crate) fn background(mc: &CommRef, f: impl FnOnce() -> Result<(), MpiErr> + Send + 'static, after: Option<Box<dyn FnOnce() + Send>>) -> Result<Req, MpiErr> {
-    let comp = Arc::new(Completion::new());
-    let done = comp.clone();
-    std::thread::Builder::new()
-        .name("mpi-background".into())
-        .spawn(move || {
-            let r = f().map(|_| Done::default()).map_err(|e| distcomm::Error::new(distcomm::Status::Internal, e.msg));
-            done.complete(r);
-        })
-        .map_err(|e| MpiErr::new(MPI_ERR_OTHER, format!("cannot start a thread: {e}")).on(mc.handle))?;
-    let deadline = distcomm::completion::deadline_after(mc.comm.timeout_ms());
-    let req = distcomm::request::Request::collective(mc.comm.clone(), comp, deadline);
-    Ok(Req::Coll { comm: mc.clone(), req, after })
-}
 
 /// A caller's output address, written once the request completes.
 struct Dest(usize);
@@ -43,34 +25,46 @@ pub unsafe fn comm_idup(c: MPI_Comm, newcomm: *mut MPI_Comm, request: *mut MPI_R
     let mc = state::get_comm(c)?;
     let o = out(newcomm, "newcomm").map_err(|e| e.on(c))?;
     let r = out(request, "request").map_err(|e| e.on(c))?;
-    if mc.inter.get().is_some() {
-        return Err(MpiErr::new(MPI_ERR_UNSUPPORTED_OPERATION, "MPI_Comm_idup of an intercommunicator is not supported (MPI_Comm_dup is)").on(c));
-    }
     // Attributes are copied now, as the call's arguments are read now.
     let attrs = crate::info::copied_attrs(&mc).map_err(|e| e.on(c))?;
-    let parent: Arc<Comm> = mc.comm.clone();
-    let id = ctxid::members_only(parent.context_id(), IDUP, &[], &[]);
-    let (rank, members) = (mc.rank(), parent.members().to_vec());
-    let made: Arc<Mutex<Option<Arc<Comm>>>> = Arc::new(Mutex::new(None));
-    let m2 = made.clone();
-    let f = move || {
-        let child = parent.new_from_parts(id, rank, members, true).map_err(MpiErr::from)?;
-        *m2.lock().unwrap_or_else(|p| p.into_inner()) = Some(child);
-        Ok(())
-    };
     let errh = mc.errhandler.load(Ordering::Relaxed);
+    // The task makes the communicator (on the worker that runs the comm's non-blocking
+    // collectives, in call order with them); the completion call hands it out.
+    let made: Arc<Mutex<Option<MPI_Comm>>> = Arc::new(Mutex::new(None));
+    let m2 = made.clone();
+    let keep = move |h: MPI_Comm| *m2.lock().unwrap_or_else(|p| p.into_inner()) = Some(h);
+    let req = match mc.inter.get() {
+        Some(x) => {
+            let mc2 = mc.clone();
+            crate::task::start(&mc, &x.union, "MPI_Comm_idup", move || Ok(keep(crate::inter::dup_in_order(&mc2)?)), None)
+        }
+        None => {
+            let parent: Arc<Comm> = mc.comm.clone();
+            let id = ctxid::members_only(parent.context_id(), IDUP, &[], &[]);
+            let (rank, members) = (mc.rank(), parent.members().to_vec());
+            let f = move || {
+                let child = parent.new_from_parts(id, rank, members, true).map_err(MpiErr::from)?;
+                keep(state::add_comm(child, errh));
+                Ok(())
+            };
+            crate::task::start(&mc, &mc.comm, "MPI_Comm_idup", f, None)
+        }
+    };
     let dest = Dest(o as *mut MPI_Comm as usize);
     let after = move || {
-        if let Some(child) = made.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            let h = state::add_comm(child, errh);
+        if let Some(h) = made.lock().unwrap_or_else(|p| p.into_inner()).take() {
             state::set_attrs(h, attrs);
             // SAFETY: the caller's newcomm stays valid until the request completes (MPI's rule
             // for a non-blocking call's arguments); this runs at completion.
             unsafe { *(dest.0 as *mut MPI_Comm) = h };
         }
     };
+    let mut req = req?;
+    if let Req::Coll { after: a, .. } = &mut req {
+        *a = Some(Box::new(after));
+    }
     *o = MPI_COMM_NULL;
-    *r = request::add(background(&mc, f, Some(Box::new(after)))?);
+    *r = request::add(req);
     Ok(())
 }
 

@@ -212,8 +212,15 @@ pub unsafe fn intercomm_create_from_groups(
     Ok(())
 }
 
-/// MPI_Comm_dup of an intercommunicator: a new union (collective over both groups).
+/// MPI_Comm_dup of an intercommunicator: a new union (collective over both groups), after
+/// the comm's non-blocking collectives started before it.
 pub fn dup(mc: &MpiComm) -> Result<MPI_Comm, MpiErr> {
+    of(mc)?.union.finish_queued();
+    dup_in_order(mc)
+}
+
+/// `dup` where its turn has come (MPI_Comm_idup's task).
+pub fn dup_in_order(mc: &MpiComm) -> Result<MPI_Comm, MpiErr> {
     let x = of(mc)?;
     let all: Vec<usize> = (0..x.union.size()).collect();
     let union = x.union.new_group(&all).map_err(|e| MpiErr::from(e).on(mc.handle))?.expect("every rank is a member of its dup");
@@ -225,6 +232,7 @@ pub unsafe fn intercomm_merge(c: MPI_Comm, high: c_int, newintracomm: *mut MPI_C
     let mc = state::get_comm(c)?;
     let x = of(&mc)?;
     let o = out(newintracomm, "newintracomm").map_err(|e| e.on(c))?;
+    x.union.finish_queued();
     // Every member's `high`: the group that passed true goes second; if both passed the same,
     // the group of union rank 0 goes first. Each group keeps its ranks' order.
     let highs = allgather_u64s(x, &[(high != 0) as u64]).map_err(|e| e.on(c))?;
@@ -251,6 +259,7 @@ pub fn split(mc: &MpiComm, color: c_int, key: c_int) -> Result<MPI_Comm, MpiErr>
         return Err(MpiErr::new(MPI_ERR_ARG, format!("color {color} is negative (only MPI_UNDEFINED may be)")).on(c));
     }
     let col = if color == MPI_UNDEFINED { -1 } else { color as i64 };
+    x.union.finish_queued();
     let all = allgather_u64s(x, &[col as u64, key as i64 as u64]).map_err(|e| e.on(c))?;
     let pick = |union_ranks: &[usize], worlds: &[u32]| -> Vec<u32> {
         let mut v: Vec<(i64, usize)> = (0..worlds.len()).filter(|&r| col >= 0 && all[2 * union_ranks[r]] as i64 == col).map(|r| (all[2 * union_ranks[r] + 1] as i64, r)).collect();

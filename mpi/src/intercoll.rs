@@ -1,6 +1,6 @@
 //! Collectives on an intercommunicator (colls.rs and colltypes.rs hand them over): the barrier
 //! over both groups, and the rest as point-to-point between the groups on the union comm
-//! (see inter.rs). The non-blocking forms answer MPI_ERR_UNSUPPORTED_OPERATION.
+//! (see inter.rs). The non-blocking forms run these as tasks (colls.rs, task.rs).
 
 use crate::abi_gen::*;
 use crate::colls::{aints, counts};
@@ -333,8 +333,34 @@ pub fn scan(mc: &MpiComm, _s: *const c_void, _r: *mut c_void, _n: i64, _d: MPI_D
 }
 pub use scan as exscan;
 
-pub fn reduce_scatter_block(mc: &MpiComm, _s: *const c_void, _r: *mut c_void, _n: i64, _d: MPI_Datatype, _o: MPI_Op) -> Res {
-    Err(unsupported(mc))
+/// MPI_Reduce_scatter_block: the fold of the other group's vectors (`rcount` elements for each
+/// rank of this group), block `rank` here. The whole fold is made on every rank (an allreduce
+/// into a buffer of ours), then this rank's block is copied out.
+pub fn reduce_scatter_block(mc: &MpiComm, sbuf: *const c_void, rbuf: *mut c_void, rcount: i64, dt: MPI_Datatype, o: MPI_Op) -> Res {
+    let local = of(mc)?.local.len();
+    reduce_scatter_counts(mc, sbuf, rbuf, &vec![rcount; local], dt, o)
+}
+
+/// MPI_Reduce_scatter: as `reduce_scatter_block`, with a count for each rank of this group.
+pub fn reduce_scatter<T: Copy + Into<i64>>(mc: &MpiComm, sbuf: *const c_void, rbuf: *mut c_void, rcounts: *const T, dt: MPI_Datatype, o: MPI_Op) -> Res {
+    let local = of(mc)?.local.len();
+    let rc = counts(rcounts, local, "recvcounts").map_err(|e| e.on(mc.handle))?;
+    reduce_scatter_counts(mc, sbuf, rbuf, &rc, dt, o)
+}
+
+fn reduce_scatter_counts(mc: &MpiComm, sbuf: *const c_void, rbuf: *mut c_void, rcounts: &[i64], dt: MPI_Datatype, o: MPI_Op) -> Res {
+    let on = |e: MpiErr| e.on(mc.handle);
+    let d = crate::datatype::get(dt).map_err(on)?;
+    let total: i64 = rcounts.iter().sum();
+    let before: i64 = rcounts[..mc.rank()].iter().sum();
+    let (skip, mine) = (d.bytes(before).map_err(on)?, d.bytes(rcounts[mc.rank()]).map_err(on)?);
+    let mut all = vec![0u8; d.bytes(total).map_err(on)?];
+    allreduce(mc, sbuf, all.as_mut_ptr() as *mut c_void, total, dt, o)?;
+    if mine > 0 {
+        // SAFETY: the caller's receive buffer holds its `rcounts[rank]` elements (`mine` bytes).
+        unsafe { std::ptr::copy_nonoverlapping(all.as_ptr().add(skip), rbuf as *mut u8, mine) };
+    }
+    Ok(())
 }
 
 /// MPI_Alltoallw: block r (`counts[r]` of `types[r]` at byte displacement `displs[r]`) to and

@@ -50,6 +50,7 @@ pub mod slots;
 pub mod splittype;
 pub mod startup;
 pub mod state;
+pub mod task;
 pub mod topo;
 pub mod typeapi;
 pub mod typemap;

@@ -17,8 +17,9 @@ pub enum Req {
     Done(MPI_Status),
     Send { comm: CommRef, op: P2pOp },
     Recv { comm: CommRef, op: P2pOp },
-    /// A non-blocking collective on the engine; `after` runs once it succeeded.
-    Coll { comm: CommRef, req: distcomm::request::Request, after: Option<Box<dyn FnOnce() + Send>> },
+    /// A non-blocking collective or task on the engine; `after` runs once it succeeded; a
+    /// task's MPI error waits in `err` (see task.rs).
+    Coll { comm: CommRef, req: distcomm::request::Request, after: Option<Box<dyn FnOnce() + Send>>, err: Option<crate::task::ErrSlot> },
     /// A persistent request (MPI_Send_init, Recv_init, ...): inactive, or started.
     Persistent(Box<Persistent>),
     /// A receive and a send as one request (MPI_Isendrecv).
@@ -217,9 +218,9 @@ impl Req {
                     set_count(&mut st, d.bytes);
                 }
             },
-            Req::Coll { comm, req, after } => {
+            Req::Coll { comm, req, after, err } => {
                 if let Err(e) = req.wait() {
-                    return Some(Err(from_engine(&e).on(comm.handle)));
+                    return Some(Err(crate::task::error_of(err, &e).on(comm.handle)));
                 }
                 if let Some(f) = after.take() {
                     f();
@@ -257,8 +258,8 @@ impl Req {
             }
             Req::Send { comm, op } => finish_send_by(&comm, op, deadline)?,
             Req::Recv { comm, op } => return finish_recv_by(&comm, op, deadline),
-            Req::Coll { comm, req, after } => {
-                req.wait().map_err(|e| from_engine(&e).on(comm.handle))?;
+            Req::Coll { comm, req, after, err } => {
+                req.wait().map_err(|e| crate::task::error_of(&err, &e).on(comm.handle))?;
                 drop(req);
                 if let Some(f) = after {
                     f();

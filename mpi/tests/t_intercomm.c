@@ -1,7 +1,8 @@
 /* Intercommunicators: Intercomm_create over halves of the world, point-to-point between the
  * groups (remote ranks, statuses, MPI_ANY_SOURCE), barrier, bcast, gather, allgather, alltoall,
- * dup, split, create, merge, Intercomm_create_from_groups, free. Needs 2 ranks or more (1: checks only
- * that the world is an intracommunicator and that there is no parent). */
+ * reduce_scatter(_block), non-blocking collectives and Comm_idup, dup, split, create, merge,
+ * Intercomm_create_from_groups, free. Needs 2 ranks or more (1: checks only that the world is
+ * an intracommunicator and that there is no parent). */
 #include "common.h"
 
 int main(int argc, char **argv) {
@@ -242,6 +243,67 @@ int main(int argc, char **argv) {
     OK(MPI_Group_incl(rg, 1, &zero, &bad));
     if (expect_distcomm()) FAILS(MPI_Comm_create(inter, bad, &made), MPI_ERR_GROUP);
     OK(MPI_Group_free(&bad));
+  }
+
+  /* Reduce_scatter(_block): local rank l gets elements [l*rsize, (l+1)*rsize) of the sum of
+   * the remote group's vectors (element i of world rank w's vector: 100*w + i); the totals of
+   * the two groups agree (lsize*rsize elements). Reduce_scatter gives all to local rank 0. */
+  {
+    int total = lsize * rsize;
+    int *vec = malloc(sizeof(int) * total), *blk = malloc(sizeof(int) * total);
+    int *rc = malloc(sizeof(int) * lsize);
+    for (int i = 0; i < total; i++) vec[i] = 100 * rank + i;
+    for (int i = 0; i < total; i++) blk[i] = -1;
+    OK(MPI_Reduce_scatter_block(vec, blk, rsize, MPI_INT, MPI_SUM, inter));
+    for (int i = 0; i < rsize; i++) CHECK(blk[i] == 100 * rsum + rsize * (lrank * rsize + i));
+    for (int l = 0; l < lsize; l++) rc[l] = l == 0 ? total : 0;
+    for (int i = 0; i < total; i++) blk[i] = -1;
+    OK(MPI_Reduce_scatter(vec, blk, rc, MPI_INT, MPI_SUM, inter));
+    if (lrank == 0)
+      for (int i = 0; i < total; i++) CHECK(blk[i] == 100 * rsum + rsize * i);
+    else
+      CHECK(blk[0] == -1);
+    free(rc);
+    free(blk);
+    free(vec);
+  }
+
+  /* Non-blocking collectives on the intercommunicator: several started at once, a blocking
+   * one among them, an idup, then completed in reverse order (they match in call order). */
+  {
+    int bv = low ? -1 : 77, ag[64], ar = -1, rsb[64], tb = -1;
+    int *vec = malloc(sizeof(int) * lsize * rsize);
+    for (int i = 0; i < lsize * rsize; i++) vec[i] = 100 * rank + i;
+    MPI_Request q[7];
+    MPI_Comm idup = MPI_COMM_NULL;
+    int broot = low ? 0 : (lrank == 0 ? MPI_ROOT : MPI_PROC_NULL);
+    OK(MPI_Ibarrier(inter, &q[0]));
+    OK(MPI_Ibcast(&bv, 1, MPI_INT, broot, inter, &q[1]));
+    OK(MPI_Iallgather(&rank, 1, MPI_INT, ag, 1, MPI_INT, inter, &q[2]));
+    OK(MPI_Iallreduce(&rank, &ar, 1, MPI_INT, MPI_SUM, inter, &q[3]));
+    OK(MPI_Comm_idup(inter, &idup, &q[4]));
+    OK(MPI_Ireduce_scatter_block(vec, rsb, rsize, MPI_INT, MPI_SUM, inter, &q[5]));
+    int br = -1;
+    OK(MPI_Allreduce(&rank, &br, 1, MPI_INT, MPI_MAX, inter)); /* blocking, behind the above */
+    CHECK(br == rbase + rsize - 1);
+    if (low && lrank == 0) tb = 5;
+    OK(MPI_Ibcast(&tb, 1, MPI_INT, low ? (lrank == 0 ? MPI_ROOT : MPI_PROC_NULL) : 0, inter, &q[6]));
+    for (int i = 6; i >= 0; i--) OK(MPI_Wait(&q[i], MPI_STATUS_IGNORE));
+    if (low) CHECK(bv == 77);
+    if (!low) CHECK(tb == 5);
+    for (int j = 0; j < rsize; j++) CHECK(ag[j] == rbase + j);
+    CHECK(ar == rsum);
+    for (int i = 0; i < rsize; i++) CHECK(rsb[i] == 100 * rsum + rsize * (lrank * rsize + i));
+    CHECK(idup != MPI_COMM_NULL);
+    OK(MPI_Comm_test_inter(idup, &flag));
+    CHECK(flag == 1);
+    OK(MPI_Comm_remote_size(idup, &rs));
+    CHECK(rs == rsize);
+    int iv = low ? rank : -1;
+    OK(MPI_Bcast(&iv, 1, MPI_INT, low ? (lrank == 0 ? MPI_ROOT : MPI_PROC_NULL) : 0, idup));
+    if (!low) CHECK(iv == 0);
+    OK(MPI_Comm_free(&idup));
+    free(vec);
   }
 
   OK(MPI_Group_free(&lg));

@@ -188,4 +188,21 @@ impl Comm {
         self.submit(job)?;
         Ok(Request::collective(self.clone(), comp, deadline))
     }
+
+    /// Queues `task` on the comm's worker, behind the non-blocking collectives and tasks
+    /// queued before it; its request completes with the task's result. For a caller's own
+    /// multi-step operation (one made of point-to-point messages and collectives) that must
+    /// run in call order with the comm's other non-blocking work; `name` names it in errors.
+    pub fn start_task(self: &Arc<Self>, name: &str, task: impl FnOnce() -> Result<()> + Send + 'static) -> Result<Request> {
+        self.check_usable()?;
+        let deadline = crate::completion::deadline_after(self.timeout_ms());
+        let comp = Arc::new(Completion::new());
+        let (done, name) = (comp.clone(), name.to_string());
+        let job: Job = Box::new(move || {
+            let r = crate::panics::catch_named(|| format!("the non-blocking {name}"), task).and_then(|r| r);
+            done.complete(r.map(|_| Done::default()));
+        });
+        self.submit(job)?;
+        Ok(Request::collective(self.clone(), comp, deadline))
+    }
 }

@@ -172,4 +172,16 @@ impl Comm {
             }
         }
     }
+
+    /// Finishes the comm's queued work before the caller's own: waits for the job the worker
+    /// runs, if any, and runs the queued ones here, in order. A caller's blocking operation
+    /// made of the comm's messages (see `start_task`) calls this first, so it comes after the
+    /// non-blocking ones started before it, as it does on every other member.
+    pub fn finish_queued(&self) {
+        let Some(queue) = self.job_queue() else { return };
+        let _running = lock(&queue.run);
+        while let Some(job) = queue.pop() {
+            Queue::run_one(job);
+        }
+    }
 }
