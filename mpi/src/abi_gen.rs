@@ -502,7 +502,7 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Buffer_detach", true),
     ("MPI_Buffer_detach_c", true),
     ("MPI_Buffer_flush", true),
-    ("MPI_Buffer_iflush", false),
+    ("MPI_Buffer_iflush", true),
     ("MPI_Cancel", true),
     ("MPI_Cart_coords", true),
     ("MPI_Cart_create", true),
@@ -691,8 +691,8 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Graph_neighbors", true),
     ("MPI_Graph_neighbors_count", true),
     ("MPI_Graphdims_get", true),
-    ("MPI_Grequest_complete", false),
-    ("MPI_Grequest_start", false),
+    ("MPI_Grequest_complete", true),
+    ("MPI_Grequest_start", true),
     ("MPI_Group_compare", true),
     ("MPI_Group_difference", true),
     ("MPI_Group_excl", true),
@@ -1560,11 +1560,11 @@ pub unsafe extern "C" fn PMPI_Buffer_flush() -> c_int {
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Buffer_iflush(request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Buffer_iflush", MPI_COMM_SELF)
+    crate::err::guard("MPI_Buffer_iflush", || unsafe { crate::api::buffer_iflush(request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Buffer_iflush(request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Buffer_iflush", MPI_COMM_SELF)
+    crate::err::guard("MPI_Buffer_iflush", || unsafe { crate::api::buffer_iflush(request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Cancel(request: *mut MPI_Request) -> c_int {
@@ -3072,19 +3072,19 @@ pub unsafe extern "C" fn PMPI_Graphdims_get(comm: MPI_Comm, nnodes: *mut c_int, 
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Grequest_complete(request: MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Grequest_complete", MPI_COMM_SELF)
+    crate::err::guard("MPI_Grequest_complete", || unsafe { crate::api::grequest_complete(request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Grequest_complete(request: MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Grequest_complete", MPI_COMM_SELF)
+    crate::err::guard("MPI_Grequest_complete", || unsafe { crate::api::grequest_complete(request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Grequest_start(query_fn: Option<MPI_Grequest_query_function>, free_fn: Option<MPI_Grequest_free_function>, cancel_fn: Option<MPI_Grequest_cancel_function>, extra_state: *mut c_void, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Grequest_start", MPI_COMM_SELF)
+    crate::err::guard("MPI_Grequest_start", || unsafe { crate::api::grequest_start(query_fn, free_fn, cancel_fn, extra_state, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Grequest_start(query_fn: Option<MPI_Grequest_query_function>, free_fn: Option<MPI_Grequest_free_function>, cancel_fn: Option<MPI_Grequest_cancel_function>, extra_state: *mut c_void, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Grequest_start", MPI_COMM_SELF)
+    crate::err::guard("MPI_Grequest_start", || unsafe { crate::api::grequest_start(query_fn, free_fn, cancel_fn, extra_state, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Group_compare(group1: MPI_Group, group2: MPI_Group, result: *mut c_int) -> c_int {

@@ -724,6 +724,10 @@ pub unsafe fn request_free(req: *mut MPI_Request) -> Res {
     }
     // The operation goes on (the engine holds what it needs); nobody will look at its result.
     let r = request::take(*h)?;
+    if let Req::Generalized(g) = r {
+        let hv = std::mem::replace(h, MPI_REQUEST_NULL);
+        return g.release(hv);
+    }
     request::release(*h);
     *h = MPI_REQUEST_NULL;
     match r {
@@ -914,6 +918,7 @@ pub use crate::extras::{
 pub use crate::groupops::{group_difference, group_intersection, group_range_excl, group_range_incl, group_union};
 pub use crate::probe::{improbe, imrecv, imrecv_c, iprobe, mprobe, mrecv, mrecv_c, probe};
 pub use crate::pcoll::*;
+pub use crate::greq::{grequest_complete, grequest_start};
 pub use crate::topo::{
     cart_coords, cart_create, cart_get, cart_map, cart_rank, cart_shift, cart_sub, cartdim_get, dims_create, dist_graph_create, dist_graph_create_adjacent, dist_graph_neighbors,
     dist_graph_neighbors_count, graph_create, graph_get, graph_map, graph_neighbors, graph_neighbors_count, graphdims_get, topo_test,

@@ -162,6 +162,17 @@ pub unsafe fn buffer_flush() -> Res {
     finish_all(p)
 }
 
+/// The same as a request: a task waits for the sends (on MPI_COMM_SELF's worker: the buffer
+/// is the process's, no communicator's).
+pub unsafe fn buffer_iflush(req: *mut MPI_Request) -> Res {
+    state::check_active()?;
+    let r = out(req, "request")?;
+    let me = state::get_comm(MPI_COMM_SELF)?;
+    let p = bsend_lock().take(None, false);
+    *r = request::add(crate::task::start(&me, &me.comm, "MPI_Buffer_iflush", move || finish_all(p), None)?);
+    Ok(())
+}
+
 fn comm_ok(c: MPI_Comm) -> Res {
     state::check_active()?;
     state::get_comm(c).map(|_| ())

@@ -25,6 +25,7 @@ pub mod extras;
 pub mod failure_ack;
 pub mod f90;
 pub mod file;
+pub mod greq;
 pub mod group;
 pub mod groupops;
 pub mod info;

@@ -71,6 +71,11 @@ pub unsafe fn cancel(req: *mut MPI_Request) -> Res {
     }
     let r = request::take(h)?;
     let r = match r {
+        Req::Generalized(g) => {
+            let called = g.cancel();
+            request::put_back(h, Req::Generalized(g));
+            return called;
+        }
         Req::Persistent(mut p) => {
             p.active = p.active.map(|a| Box::new(withdraw(*a)));
             Req::Persistent(p)

@@ -26,6 +26,8 @@ pub enum Req {
     Pair(Box<Pair>),
     /// A send or receive of a non-dense datatype, on packed bytes of ours.
     Packed(Box<crate::packing::Packed>),
+    /// The program's own operation (MPI_Grequest_start).
+    Generalized(crate::greq::Greq),
 }
 
 /// Done when both are; the receive's status. `keep` holds what the send sends from when it is
@@ -160,7 +162,7 @@ fn recv_error(e: distcomm::Error) -> MpiErr {
 impl Req {
     pub fn comm(&self) -> Option<&CommRef> {
         match self {
-            Req::Done(_) => None,
+            Req::Done(_) | Req::Generalized(_) => None,
             Req::Send { comm, .. } | Req::Recv { comm, .. } | Req::Coll { comm, .. } => Some(comm),
             Req::Persistent(p) => Some(&p.comm),
             Req::Pair(p) => p.recv.comm().or(p.send.comm()),
@@ -176,6 +178,7 @@ impl Req {
             Req::Persistent(p) => p.active.as_ref().is_none_or(|r| r.is_done()),
             Req::Pair(p) => p.recv.is_done() && p.send.is_done(),
             Req::Packed(p) => p.inner.is_done(),
+            Req::Generalized(g) => g.is_done(),
         }
     }
 
@@ -188,6 +191,7 @@ impl Req {
         let mut st = empty_status();
         match self {
             Req::Done(s) => return Some(Ok(*s)),
+            Req::Generalized(g) => return g.peek(),
             Req::Persistent(p) => return p.active.as_mut().map_or(Some(Ok(st)), |r| r.peek()),
             Req::Pair(p) => {
                 if let Some(Err(e)) = p.send.peek() {
@@ -232,7 +236,9 @@ impl Req {
 
     /// Waits (up to the comm's timeout) and gives the status, or the error routed to the comm.
     pub fn finish(self) -> Result<MPI_Status, MpiErr> {
-        let deadline = LazyDeadline::new(self.comm().map_or(0, |c| c.comm.timeout_ms()));
+        // A request of no communicator (a generalized one) waits up to the world's timeout.
+        let of_world = || crate::state::get_comm(MPI_COMM_WORLD).map_or(0, |w| w.comm.timeout_ms());
+        let deadline = LazyDeadline::new(self.comm().map_or_else(of_world, |c| c.comm.timeout_ms()));
         self.finish_by(&deadline)
     }
 
@@ -241,6 +247,7 @@ impl Req {
         let st = empty_status();
         match self {
             Req::Done(s) => return Ok(s),
+            Req::Generalized(g) => return g.finish_by(deadline),
             Req::Persistent(p) => return p.active.map_or(Ok(st), |r| r.finish_by(deadline)),
             Req::Pair(p) => {
                 let Pair { recv, send, keep } = *p;
