@@ -158,6 +158,44 @@ fn groups_split_and_new_group() {
     });
 }
 
+/// A new group's arena is made at its first collective: none for a group that never runs one;
+/// non-blocking first collectives on two new groups, started in opposite orders on the two
+/// ranks, do not wait for each other's set-up; a blocking one after a queued set-up waits for
+/// it; then every group is on shared memory.
+#[test]
+fn new_groups_set_up_shared_memory_at_their_first_collective() {
+    job_on("shm", 2, 20_000, |c| {
+        let unused = c.new_group(&[0, 1]).unwrap().unwrap();
+        assert_eq!(unused.backend().to_str().unwrap(), "shm");
+        assert_eq!(unused.shm_bytes().0, 0, "no arena before a collective");
+        unused.destroy();
+        let (a, b) = (c.new_group(&[0, 1]).unwrap().unwrap(), c.new_group(&[0, 1]).unwrap().unwrap());
+        let sum = |g: &Arc<Comm>, send: &[u8; 4], recv: &mut [u8; 4]| {
+            g.start_collective(CollArgs::Allreduce { send: Some(ConstBuf::from_slice(send)), recv: MutBuf::from_slice(recv), dt: DType::Int32, op: ReduceOp::Sum }).unwrap()
+        };
+        let (sa, sb) = ((c.rank() as i32 + 1).to_le_bytes(), (10 * (c.rank() as i32 + 1)).to_le_bytes());
+        let (mut ra, mut rb) = ([0u8; 4], [0u8; 4]);
+        let (qa, qb) = if c.rank() == 0 { let qa = sum(&a, &sa, &mut ra); (qa, sum(&b, &sb, &mut rb)) } else { let qb = sum(&b, &sb, &mut rb); (sum(&a, &sa, &mut ra), qb) };
+        // Opposite order again: the waits must not depend on the other group's set-up.
+        if c.rank() == 0 { qa.wait().unwrap(); qb.wait().unwrap(); } else { qb.wait().unwrap(); qa.wait().unwrap(); }
+        drop((qa, qb));
+        assert_eq!((i32::from_le_bytes(ra), i32::from_le_bytes(rb)), (3, 30));
+        // A blocking call right behind a queued set-up.
+        let g = c.new_group(&[1, 0]).unwrap().unwrap();
+        let mut r = [0u8; 4];
+        let q = sum(&g, &sa, &mut r);
+        let mut x = [0u8; 4];
+        g.collective(CollArgs::Allreduce { send: Some(ConstBuf::from_slice(&sb)), recv: MutBuf::from_slice(&mut x), dt: DType::Int32, op: ReduceOp::Sum }).unwrap();
+        q.wait().unwrap();
+        drop(q);
+        assert_eq!((i32::from_le_bytes(r), i32::from_le_bytes(x)), (3, 30));
+        for g in [a, b, g] {
+            assert!(g.shm_bytes().0 > 0, "the arena is made");
+            g.destroy();
+        }
+    });
+}
+
 fn allreduce_f32(c: &Comm, v: &[f32]) -> distcomm::Result<Vec<f32>> {
     let send = f32_bytes(v);
     let mut recv = vec![0u8; send.len()];

@@ -491,7 +491,8 @@ alltoallw_entry!(ialltoallw_c, MPI_Count, MPI_Aint, aints, req);
 type TypeAndBasic = (Arc<Type>, Arc<Type>);
 
 /// How a reduction of `dt` runs: None on the type as it is (predefined, or dense where the
-/// op applies to its elements or is the user's); or on an array of its one basic type.
+/// op applies to its elements or is the user's); or on an array of its one basic type (a user
+/// op: of the type itself, holes and all, see `to_basic`).
 fn basic_route(k: &Coll, dt: MPI_Datatype, o: MPI_Op) -> Result<Option<TypeAndBasic>, MpiErr> {
     if datatype::predefined(dt).is_some() {
         return Ok(None); // the common case, answered without the full lookup
@@ -501,10 +502,17 @@ fn basic_route(k: &Coll, dt: MPI_Datatype, o: MPI_Op) -> Result<Option<TypeAndBa
     if d.dense && (user || d.kind != datatype::Kind::Other) {
         return Ok(None);
     }
-    if user {
-        return Err(k.err(MPI_ERR_UNSUPPORTED_OPERATION, "a user operation on a non-contiguous derived datatype is not supported yet".into()));
-    }
     let t = ty(k, dt)?;
+    if user {
+        // The user's function reads the type's own layout: it runs on arrays of ours in that
+        // layout (the "basic" type is the type itself), which must hold every element's data
+        // within its extent.
+        let m = &t.map;
+        if m.true_lb < 0 || m.true_ub > m.extent() {
+            return Err(k.err(MPI_ERR_UNSUPPORTED_OPERATION, format!("a user operation on a datatype whose data lies outside its extent (true bounds [{}, {}), extent {}) is not supported", m.true_lb, m.true_ub, m.extent())));
+        }
+        return Ok(Some((t.clone(), t)));
+    }
     match t.map.basic {
         Some(b) => Ok(Some((t, ty(k, b)?))),
         None => Err(k.err(MPI_ERR_OP, format!("predefined operations need one basic datatype throughout; {dt:#x} mixes several"))),

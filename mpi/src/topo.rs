@@ -245,8 +245,8 @@ pub unsafe fn dims_create(nnodes: c_int, ndims: c_int, dims: *mut c_int) -> Res 
 }
 
 /// The `k` factors of `n`, non-increasing, whose largest and smallest are closest (ties: the
-/// smaller sequence, first factor first). This is what MPICH's own `topo/dims5` test expects in
-/// 2 dimensions; some of its expectations in more dimensions follow another rule.
+/// largest last factor, then the largest one before it, and so on). This is what MPICH's own
+/// `topo/dims5` test expects (its table of 75,000 cases in up to 17 dimensions).
 fn balanced(n: i64, k: usize) -> Vec<i64> {
     let mut divisors: Vec<i64> = (1..).take_while(|d| d * d <= n).filter(|d| n % d == 0).flat_map(|d| [d, n / d]).collect();
     divisors.sort_unstable_by(|a, b| b.cmp(a));
@@ -255,7 +255,11 @@ fn balanced(n: i64, k: usize) -> Vec<i64> {
         if k == 1 {
             if n <= max {
                 acc.push(n);
-                let better = best.as_ref().is_none_or(|b| (acc[0] - n, &*acc) < (b[0] - b[b.len() - 1], b));
+                // Closest first; among those, the largest last factor, then the one before it...
+                let better = best.as_ref().is_none_or(|b| {
+                    let (spread, best_spread) = (acc[0] - n, b[0] - b[b.len() - 1]);
+                    spread < best_spread || (spread == best_spread && acc.iter().rev().gt(b.iter().rev()))
+                });
                 if better {
                     *best = Some(acc.clone());
                 }
@@ -635,8 +639,21 @@ mod tests {
 
     #[test]
     fn balanced_factors_are_closest_and_non_increasing() {
-        // From MPICH's topo/baddims.h (2 dimensions) and small cases.
-        for (n, k, want) in [(504, 2, vec![24, 21]), (72, 2, vec![9, 8]), (960, 2, vec![32, 30]), (12, 3, vec![3, 2, 2]), (7, 2, vec![7, 1]), (1, 3, vec![1, 1, 1]), (16, 4, vec![2, 2, 2, 2])] {
+        // From MPICH's topo/baddims.h (ties in 3 and 4 dimensions among them) and small cases.
+        let cases = [
+            (504, 2, vec![24, 21]),
+            (72, 2, vec![9, 8]),
+            (960, 2, vec![32, 30]),
+            (71400, 3, vec![51, 40, 35]),
+            (100320, 3, vec![57, 44, 40]),
+            (807840, 3, vec![102, 90, 88]),
+            (711900, 4, vec![113, 21, 20, 15]),
+            (12, 3, vec![3, 2, 2]),
+            (7, 2, vec![7, 1]),
+            (1, 3, vec![1, 1, 1]),
+            (16, 4, vec![2, 2, 2, 2]),
+        ];
+        for (n, k, want) in cases {
             assert_eq!(balanced(n, k), want, "{n} in {k} dimensions");
         }
     }

@@ -69,7 +69,7 @@ impl Comm {
 
     /// `deadline` is asked for only when something waits long enough to need it (reading the
     /// clock is a tenth of a small allreduce here).
-    fn execute(&self, args: &CollArgs, seq: u64, deadline: &dyn Fn() -> Instant) -> Result<()> {
+    pub(super) fn execute(&self, args: &CollArgs, seq: u64, deadline: &dyn Fn() -> Instant) -> Result<()> {
         self.check_usable()?;
         dc_log!(Level::Trace, Some(self.rank), "{} #{seq} starts", args.name());
         let fail = |e: Error| {
@@ -158,6 +158,7 @@ impl Comm {
         if let Some((dev, op)) = self.launch_on_device(&args)? {
             return dev.wait(&op, self.deadline(), self.timeout_ms(), &|| self.ctx.abort_error()).map_err(|e| e.context("on CUDA device memory (NCCL)"));
         }
+        self.ensure_arena()?;
         let seq = self.coll_seq.fetch_add(1, Ordering::Relaxed);
         let deadline = crate::completion::LazyDeadline::new(self.timeout_ms());
         self.execute(&args, seq, &|| deadline.get())
@@ -170,6 +171,7 @@ impl Comm {
         if let Some((_, op)) = self.launch_on_device(&args)? {
             return Ok(Request::device(self.clone(), op, self.deadline()));
         }
+        self.ensure_arena_queued()?;
         let (seq, deadline) = self.next_collective();
         let comp = Arc::new(Completion::new());
         let (me, done) = (self.clone(), comp.clone());

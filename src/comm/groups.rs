@@ -96,7 +96,9 @@ impl Comm {
         let ctx = CtxState::new(id, Some(self.ctx.clone()));
         dc_log!(Level::Info, Some(self.rank), "new communicator {id:#x}: rank {rank} of {}", members.len());
         let comm = Comm::build(self.world.clone(), ctx, rank, members, self.timeout_ms());
-        comm.setup_shm(false)?;
+        if comm.arena_possible()? {
+            comm.arena_pending.store(true, Ordering::Relaxed);
+        }
         Ok(comm)
     }
 

@@ -58,6 +58,12 @@ pub struct Comm {
     /// fail receives from any source.
     acked_lost: Mutex<Vec<usize>>,
     shm: once_cell::sync::OnceCell<ShmState>,
+    /// A new group's arena is made at its first collective, not with the group: programs make
+    /// and free communicators by the thousand (MPI_Comm_dup), many never used for a
+    /// collective, and an arena costs a shared segment of megabytes (about 1 ms to make).
+    arena_pending: std::sync::atomic::AtomicBool,
+    /// The set-up a non-blocking first collective queued (a blocking one waits for it).
+    arena_setup: Mutex<Option<Arc<crate::completion::Completion>>>,
     /// The NCCL communicator for device buffers (NCCL backend only).
     #[cfg(feature = "nccl")]
     device: once_cell::sync::OnceCell<crate::nccl::DeviceComm>,
@@ -77,7 +83,7 @@ impl Comm {
         let rank = t.rank() as usize;
         let ctx = CtxState::new(job_id | 1, None);
         let comm = Comm::build(world, ctx, rank, members, timeout_ms);
-        comm.setup_shm(true)?;
+        comm.setup_shm(shm::Setup::Store)?;
         #[cfg(feature = "nccl")]
         comm.setup_device_world()?;
         Ok(comm)
@@ -98,6 +104,8 @@ impl Comm {
             executor: Mutex::new(None),
             acked_lost: Mutex::new(Vec::new()),
             shm: once_cell::sync::OnceCell::new(),
+            arena_pending: std::sync::atomic::AtomicBool::new(false),
+            arena_setup: Mutex::new(None),
             #[cfg(feature = "nccl")]
             device: once_cell::sync::OnceCell::new(),
         })
@@ -133,7 +141,8 @@ impl Comm {
         if self.device.get().is_some() {
             return c"nccl";
         }
-        if self.shm.get().is_some() { c"shm" } else { c"socket" }
+        // A group whose arena waits for its first collective reports it already.
+        if self.shm.get().is_some() || self.arena_pending.load(Ordering::Relaxed) { c"shm" } else { c"socket" }
     }
 
     /// The comm's NCCL communicator, if it has one.

@@ -9,7 +9,8 @@ use crate::error::{Error, Result, Status};
 use crate::log::Level;
 use crate::transport::shm::{self as shm_seg, Arena, Steps};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex};
+use crate::completion::{Completion, Done};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// A comm whose members share a host: its arena, step counter, and the turn that keeps its
@@ -86,6 +87,16 @@ impl ShmState {
     }
 }
 
+/// How the members of a comm agree on its arena: through the store (the world comm, at
+/// init), or with collectives of the comm numbered from the given one (a new group's).
+pub(super) enum Setup {
+    Store,
+    Collectives(u64),
+}
+
+/// Collectives a new group's set-up runs (a broadcast, an allreduce).
+const SETUP_COLLECTIVES: u64 = 2;
+
 impl Comm {
     /// Why a wait on shared memory for comm rank `r` cannot end: it destroyed the comm, closed
     /// its connection, or its process is gone (connections are made on demand, so a member we
@@ -123,30 +134,82 @@ impl Comm {
         (self.shm.get().map_or(0, |s| s.arena.bytes()), self.transport().incoming_ring_bytes())
     }
 
-    /// Maps one shared segment for all members if the policy allows and every member can
-    /// (same host, same /dev/shm, room in it for the segment); otherwise the comm stays on
-    /// sockets. Collective. The segment's size grows linearly with the members and is capped
-    /// (see `transport::shm`): rank 0 reserves all of it before anyone maps it, and a /dev/shm
-    /// without room for it is a WARN line and sockets (under backend "shm": the error).
-    pub(super) fn setup_shm(&self, world_comm: bool) -> Result<()> {
+    /// Whether the comm can have an arena: the policy allows shared memory, and its members
+    /// (two or more) share one host; an error where the policy demands shared memory and the
+    /// members span hosts. Every member knows every member's host, so all answer alike.
+    pub(super) fn arena_possible(&self) -> Result<bool> {
         let policy = self.world.policy;
         if policy == TransportPolicy::Socket || self.size() < 2 {
-            return Ok(());
+            return Ok(false);
         }
-        let n = self.size();
-        // Every member knows every member's host: a comm that spans hosts needs no try.
         let host = self.world.hosts[self.members[0] as usize];
         if self.members.iter().any(|&w| self.world.hosts[w as usize] != host) {
             if policy == TransportPolicy::Shm {
                 return Err(Error::new(Status::Unavailable, "backend \"shm\": the communicator's members are on different hosts"));
             }
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    /// A new group's arena is set up at its first collective (see `arena_pending`), before
+    /// that call takes its number, with the two collectives of its own numbered ahead of it:
+    /// every member makes its first collective call at the same point, so all number them
+    /// alike. A blocking call sets it up on the calling thread (or waits for the set-up a
+    /// non-blocking call queued); a non-blocking call queues the set-up on the comm's worker,
+    /// ahead of itself, and does not wait: members may start non-blocking collectives on
+    /// several new comms in different orders.
+    pub(super) fn ensure_arena(&self) -> Result<()> {
+        if let Some(seq) = self.take_arena_setup() {
+            return self.setup_shm(Setup::Collectives(seq));
+        }
+        let queued = lock(&self.arena_setup).take();
+        if let Some(comp) = queued {
+            // Its result is the collectives' to report: without an arena they use sockets.
+            self.run_queued_until(&comp);
+            let _ = comp.wait(self.deadline(), &|| None);
+        }
+        Ok(())
+    }
+
+    /// `ensure_arena` for a non-blocking call.
+    pub(super) fn ensure_arena_queued(self: &Arc<Self>) -> Result<()> {
+        let Some(seq) = self.take_arena_setup() else { return Ok(()) };
+        let comp = Arc::new(Completion::new());
+        let (me, done) = (self.clone(), comp.clone());
+        *lock(&self.arena_setup) = Some(comp);
+        self.submit(Box::new(move || {
+            done.complete(me.setup_shm(Setup::Collectives(seq)).map(|_| Done::default()));
+        }))
+    }
+
+    /// The number of the set-up's first collective, if this call is the comm's first.
+    fn take_arena_setup(&self) -> Option<u64> {
+        (self.arena_pending.load(Ordering::Relaxed) && self.arena_pending.swap(false, Ordering::AcqRel))
+            .then(|| self.coll_seq.fetch_add(SETUP_COLLECTIVES, Ordering::Relaxed))
+    }
+
+    /// Maps one shared segment for all members if the policy allows and every member can
+    /// (same host, same /dev/shm, room in it for the segment); otherwise the comm stays on
+    /// sockets. Collective. The segment's size grows linearly with the members and is capped
+    /// (see `transport::shm`): rank 0 reserves all of it before anyone maps it, and a /dev/shm
+    /// without room for it is a WARN line and sockets (under backend "shm": the error).
+    pub(super) fn setup_shm(&self, how: Setup) -> Result<()> {
+        if !self.arena_possible()? {
             return Ok(());
         }
+        let policy = self.world.policy;
+        let n = self.size();
         // The world comm's setup talks through the store, not the comm: collectives over
         // sockets would open connections (made on demand) that shared memory never needs
         // afterwards. A subgroup's goes through its members: the store's host (world rank 0)
         // may not be among them and may have finished.
-        let store = world_comm.then_some(&*self.world.store);
+        let store = matches!(how, Setup::Store).then_some(&*self.world.store);
+        let at = |k: u64| match how {
+            Setup::Collectives(seq) => seq + k,
+            Setup::Store => unreachable!("the store's set-up runs no collectives"),
+        };
+        let deadline = self.deadline();
         let key = format!("shm/{:016x}", self.ctx.id);
         // Rank 0 creates the segment and tells the others its name parts: ok, pid, chunk, nonce;
         // if it could not, the bytes it needed and found free in /dev/shm.
@@ -179,7 +242,7 @@ impl Comm {
             }
         }
         match store {
-            None => self.collective(CollArgs::Broadcast { buf: MutBuf::from_slice(&mut info), dt: crate::dtype::DType::Uint8, root: 0 })?,
+            None => self.execute(&CollArgs::Broadcast { buf: MutBuf::from_slice(&mut info), dt: crate::dtype::DType::Uint8, root: 0 }, at(0), &|| deadline)?,
             Some(store) if self.rank == 0 => store.set(&key, &info)?,
             Some(store) => {
                 let v = store.get(&key, self.deadline()).map_err(|e| e.context("waiting for rank 0 to set up shared memory"))?;
@@ -210,12 +273,10 @@ impl Comm {
         let ok = [u8::from(arena.is_some())];
         let mut all_ok = [0u8; 1];
         match store {
-            None => self.collective(CollArgs::Allreduce {
-                send: Some(ConstBuf::from_slice(&ok)),
-                recv: MutBuf::from_slice(&mut all_ok),
-                dt: crate::dtype::DType::Uint8,
-                op: crate::dtype::ReduceOp::Min,
-            })?,
+            None => {
+                let args = CollArgs::Allreduce { send: Some(ConstBuf::from_slice(&ok)), recv: MutBuf::from_slice(&mut all_ok), dt: crate::dtype::DType::Uint8, op: crate::dtype::ReduceOp::Min };
+                self.execute(&args, at(1), &|| deadline)?
+            }
             Some(store) => {
                 let ranks: Vec<usize> = (0..n).collect();
                 let said = crate::rendezvous::exchange_among(store, &format!("{key}/mapped"), self.rank, &ranks, &ok, self.deadline())?;
@@ -243,7 +304,11 @@ impl Comm {
                     steps: Steps::default(),
                     pids,
                     scratch: std::cell::UnsafeCell::new(Default::default()),
-                    turn: AtomicU64::new(self.coll_seq.load(Ordering::Relaxed)),
+                    // The first collective after the set-up's own.
+                    turn: AtomicU64::new(match how {
+                        Setup::Store => self.coll_seq.load(Ordering::Relaxed),
+                        Setup::Collectives(seq) => seq + SETUP_COLLECTIVES,
+                    }),
                     turn_waiters: AtomicU64::new(0),
                     turn_lock: Mutex::new(()),
                     turn_cv: Condvar::new(),
