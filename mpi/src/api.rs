@@ -311,7 +311,7 @@ pub unsafe fn comm_free(c: *mut MPI_Comm) -> Res {
     }
     let mc = state::remove_comm(*h)?;
     crate::bsend::forget_comm(*h);
-    mc.destroy();
+    state::release(mc);
     *h = MPI_COMM_NULL;
     Ok(())
 }

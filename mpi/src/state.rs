@@ -202,6 +202,9 @@ pub fn finalize() -> Result<(), MpiErr> {
         crate::info::delete_all(&c);
         c.destroy();
     }
+    for c in std::mem::take(&mut *FREED.lock().unwrap_or_else(|p| p.into_inner())) {
+        c.destroy();
+    }
     let s = get_comm(MPI_COMM_SELF)?;
     crate::info::delete_all(&s);
     s.comm.destroy();
@@ -285,6 +288,25 @@ pub fn remove_comm(h: MPI_Comm) -> Result<Arc<MpiComm>, MpiErr> {
     let _ = get_comm(h)?;
     let mut c = write();
     c.slots.get_mut(h - COMM_BASE).and_then(|s| s.take()).ok_or_else(|| MpiErr::new(MPI_ERR_COMM, "communicator freed twice"))
+}
+
+/// Communicators the program freed while operations of theirs were pending (a receive
+/// posted before MPI_Comm_free still gets its message): destroyed once nothing holds them.
+static FREED: Mutex<Vec<Arc<MpiComm>>> = Mutex::new(Vec::new());
+
+/// The end of a communicator whose handle was freed: its engine comms go now, or, while a
+/// request still holds it, at a later free (or MPI_Finalize) that finds it released.
+pub fn release(mc: Arc<MpiComm>) {
+    let mut freed = FREED.lock().unwrap_or_else(|p| p.into_inner());
+    freed.push(mc);
+    // Only this list holds one whose count is 1: nobody can take a new reference to it.
+    freed.retain(|m| {
+        let held = Arc::strong_count(m) > 1;
+        if !held {
+            m.destroy();
+        }
+        held
+    });
 }
 
 /// The error handler that errors on `comm` go to.

@@ -1,6 +1,7 @@
 /* More communicators: Comm_split_type by hardware (shared, guided, unguided), Comm_idup while
  * the ranks do other things first, Comm_create_group by the group's members alone, Comm_create
- * with disjoint groups, per-communicator buffers for buffered sends, names of null handles. */
+ * with disjoint groups, per-communicator buffers for buffered sends, names of null handles, a
+ * receive posted before its communicator is freed (it still gets its message). */
 #include "common.h"
 
 static void check_congruent(MPI_Comm a, MPI_Comm b) {
@@ -191,6 +192,37 @@ int main(int argc, char **argv) {
   int cls = -1;
   MPI_Error_class(MPI_Comm_disconnect(&null), &cls);
   CHECK(cls == MPI_ERR_COMM);
+  /* MPI_Comm_free with a receive pending: the communicator lives on until it completes. */
+  if (size >= 2 && rank < 2) {
+    MPI_Comm pair;
+    int v = -1, one = 1;
+    OK(MPI_Comm_dup(MPI_COMM_SELF, &pair)); /* (unused: a freed handle's slot gets reused) */
+    OK(MPI_Comm_free(&pair));
+    OK(MPI_Comm_split(MPI_COMM_WORLD, 0, rank, &pair));
+    if (rank == 1) {
+      OK(MPI_Irecv(&v, 1, MPI_INT, 0, 9, pair, &rq));
+      OK(MPI_Comm_free(&pair));
+      CHECK(pair == MPI_COMM_NULL);
+      MPI_Comm other; /* a new communicator meanwhile must not disturb it */
+      OK(MPI_Comm_dup(MPI_COMM_SELF, &other));
+      OK(MPI_Sendrecv(&one, 1, MPI_INT, 0, 8, &one, 1, MPI_INT, 0, 8, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+      OK(MPI_Wait(&rq, MPI_STATUS_IGNORE));
+      CHECK(v == 42);
+      OK(MPI_Comm_free(&other));
+    } else {
+      OK(MPI_Sendrecv(&one, 1, MPI_INT, 1, 8, &one, 1, MPI_INT, 1, 8, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+      v = 42;
+      OK(MPI_Send(&v, 1, MPI_INT, 1, 9, pair));
+      OK(MPI_Comm_free(&pair));
+    }
+  } else if (size >= 2) {
+    MPI_Comm pair;
+    OK(MPI_Comm_dup(MPI_COMM_SELF, &pair));
+    OK(MPI_Comm_free(&pair));
+    OK(MPI_Comm_split(MPI_COMM_WORLD, MPI_UNDEFINED, rank, &pair));
+    CHECK(pair == MPI_COMM_NULL);
+  }
+
   t_done("t_comm2");
   OK(MPI_Finalize());
   return 0;
