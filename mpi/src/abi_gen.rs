@@ -732,16 +732,16 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Improbe", true),
     ("MPI_Imrecv", true),
     ("MPI_Imrecv_c", true),
-    ("MPI_Ineighbor_allgather", false),
-    ("MPI_Ineighbor_allgather_c", false),
-    ("MPI_Ineighbor_allgatherv", false),
-    ("MPI_Ineighbor_allgatherv_c", false),
-    ("MPI_Ineighbor_alltoall", false),
-    ("MPI_Ineighbor_alltoall_c", false),
-    ("MPI_Ineighbor_alltoallv", false),
-    ("MPI_Ineighbor_alltoallv_c", false),
-    ("MPI_Ineighbor_alltoallw", false),
-    ("MPI_Ineighbor_alltoallw_c", false),
+    ("MPI_Ineighbor_allgather", true),
+    ("MPI_Ineighbor_allgather_c", true),
+    ("MPI_Ineighbor_allgatherv", true),
+    ("MPI_Ineighbor_allgatherv_c", true),
+    ("MPI_Ineighbor_alltoall", true),
+    ("MPI_Ineighbor_alltoall_c", true),
+    ("MPI_Ineighbor_alltoallv", true),
+    ("MPI_Ineighbor_alltoallv_c", true),
+    ("MPI_Ineighbor_alltoallw", true),
+    ("MPI_Ineighbor_alltoallw_c", true),
     ("MPI_Info_create", true),
     ("MPI_Info_create_env", true),
     ("MPI_Info_delete", true),
@@ -793,24 +793,24 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Mrecv_c", true),
     ("MPI_Neighbor_allgather", true),
     ("MPI_Neighbor_allgather_c", true),
-    ("MPI_Neighbor_allgather_init", false),
-    ("MPI_Neighbor_allgather_init_c", false),
+    ("MPI_Neighbor_allgather_init", true),
+    ("MPI_Neighbor_allgather_init_c", true),
     ("MPI_Neighbor_allgatherv", true),
     ("MPI_Neighbor_allgatherv_c", true),
-    ("MPI_Neighbor_allgatherv_init", false),
-    ("MPI_Neighbor_allgatherv_init_c", false),
+    ("MPI_Neighbor_allgatherv_init", true),
+    ("MPI_Neighbor_allgatherv_init_c", true),
     ("MPI_Neighbor_alltoall", true),
     ("MPI_Neighbor_alltoall_c", true),
-    ("MPI_Neighbor_alltoall_init", false),
-    ("MPI_Neighbor_alltoall_init_c", false),
+    ("MPI_Neighbor_alltoall_init", true),
+    ("MPI_Neighbor_alltoall_init_c", true),
     ("MPI_Neighbor_alltoallv", true),
     ("MPI_Neighbor_alltoallv_c", true),
-    ("MPI_Neighbor_alltoallv_init", false),
-    ("MPI_Neighbor_alltoallv_init_c", false),
+    ("MPI_Neighbor_alltoallv_init", true),
+    ("MPI_Neighbor_alltoallv_init_c", true),
     ("MPI_Neighbor_alltoallw", true),
     ("MPI_Neighbor_alltoallw_c", true),
-    ("MPI_Neighbor_alltoallw_init", false),
-    ("MPI_Neighbor_alltoallw_init_c", false),
+    ("MPI_Neighbor_alltoallw_init", true),
+    ("MPI_Neighbor_alltoallw_init_c", true),
     ("MPI_Op_commutative", true),
     ("MPI_Op_create", true),
     ("MPI_Op_create_c", true),
@@ -3400,83 +3400,83 @@ pub unsafe extern "C" fn PMPI_Imrecv_c(buf: *mut c_void, count: MPI_Count, datat
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ineighbor_allgather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ineighbor_allgather", comm)
+    crate::err::guard("MPI_Ineighbor_allgather", || unsafe { crate::api::ineighbor_allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ineighbor_allgather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ineighbor_allgather", comm)
+    crate::err::guard("MPI_Ineighbor_allgather", || unsafe { crate::api::ineighbor_allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ineighbor_allgather_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ineighbor_allgather_c", comm)
+    crate::err::guard("MPI_Ineighbor_allgather_c", || unsafe { crate::api::ineighbor_allgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ineighbor_allgather_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ineighbor_allgather_c", comm)
+    crate::err::guard("MPI_Ineighbor_allgather_c", || unsafe { crate::api::ineighbor_allgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ineighbor_allgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ineighbor_allgatherv", comm)
+    crate::err::guard("MPI_Ineighbor_allgatherv", || unsafe { crate::api::ineighbor_allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ineighbor_allgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ineighbor_allgatherv", comm)
+    crate::err::guard("MPI_Ineighbor_allgatherv", || unsafe { crate::api::ineighbor_allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ineighbor_allgatherv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ineighbor_allgatherv_c", comm)
+    crate::err::guard("MPI_Ineighbor_allgatherv_c", || unsafe { crate::api::ineighbor_allgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ineighbor_allgatherv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ineighbor_allgatherv_c", comm)
+    crate::err::guard("MPI_Ineighbor_allgatherv_c", || unsafe { crate::api::ineighbor_allgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ineighbor_alltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ineighbor_alltoall", comm)
+    crate::err::guard("MPI_Ineighbor_alltoall", || unsafe { crate::api::ineighbor_alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ineighbor_alltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ineighbor_alltoall", comm)
+    crate::err::guard("MPI_Ineighbor_alltoall", || unsafe { crate::api::ineighbor_alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ineighbor_alltoall_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ineighbor_alltoall_c", comm)
+    crate::err::guard("MPI_Ineighbor_alltoall_c", || unsafe { crate::api::ineighbor_alltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ineighbor_alltoall_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ineighbor_alltoall_c", comm)
+    crate::err::guard("MPI_Ineighbor_alltoall_c", || unsafe { crate::api::ineighbor_alltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ineighbor_alltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ineighbor_alltoallv", comm)
+    crate::err::guard("MPI_Ineighbor_alltoallv", || unsafe { crate::api::ineighbor_alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ineighbor_alltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ineighbor_alltoallv", comm)
+    crate::err::guard("MPI_Ineighbor_alltoallv", || unsafe { crate::api::ineighbor_alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ineighbor_alltoallv_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ineighbor_alltoallv_c", comm)
+    crate::err::guard("MPI_Ineighbor_alltoallv_c", || unsafe { crate::api::ineighbor_alltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ineighbor_alltoallv_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ineighbor_alltoallv_c", comm)
+    crate::err::guard("MPI_Ineighbor_alltoallv_c", || unsafe { crate::api::ineighbor_alltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ineighbor_alltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ineighbor_alltoallw", comm)
+    crate::err::guard("MPI_Ineighbor_alltoallw", || unsafe { crate::api::ineighbor_alltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ineighbor_alltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ineighbor_alltoallw", comm)
+    crate::err::guard("MPI_Ineighbor_alltoallw", || unsafe { crate::api::ineighbor_alltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Ineighbor_alltoallw_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ineighbor_alltoallw_c", comm)
+    crate::err::guard("MPI_Ineighbor_alltoallw_c", || unsafe { crate::api::ineighbor_alltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Ineighbor_alltoallw_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Ineighbor_alltoallw_c", comm)
+    crate::err::guard("MPI_Ineighbor_alltoallw_c", || unsafe { crate::api::ineighbor_alltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Info_create(info: *mut MPI_Info) -> c_int {
@@ -3888,19 +3888,19 @@ pub unsafe extern "C" fn PMPI_Neighbor_allgather_c(sendbuf: *const c_void, sendc
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Neighbor_allgather_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Neighbor_allgather_init", comm)
+    crate::err::guard("MPI_Neighbor_allgather_init", || unsafe { crate::api::neighbor_allgather_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Neighbor_allgather_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Neighbor_allgather_init", comm)
+    crate::err::guard("MPI_Neighbor_allgather_init", || unsafe { crate::api::neighbor_allgather_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Neighbor_allgather_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Neighbor_allgather_init_c", comm)
+    crate::err::guard("MPI_Neighbor_allgather_init_c", || unsafe { crate::api::neighbor_allgather_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Neighbor_allgather_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Neighbor_allgather_init_c", comm)
+    crate::err::guard("MPI_Neighbor_allgather_init_c", || unsafe { crate::api::neighbor_allgather_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Neighbor_allgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
@@ -3920,19 +3920,19 @@ pub unsafe extern "C" fn PMPI_Neighbor_allgatherv_c(sendbuf: *const c_void, send
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Neighbor_allgatherv_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Neighbor_allgatherv_init", comm)
+    crate::err::guard("MPI_Neighbor_allgatherv_init", || unsafe { crate::api::neighbor_allgatherv_init(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Neighbor_allgatherv_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Neighbor_allgatherv_init", comm)
+    crate::err::guard("MPI_Neighbor_allgatherv_init", || unsafe { crate::api::neighbor_allgatherv_init(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Neighbor_allgatherv_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Neighbor_allgatherv_init_c", comm)
+    crate::err::guard("MPI_Neighbor_allgatherv_init_c", || unsafe { crate::api::neighbor_allgatherv_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Neighbor_allgatherv_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Neighbor_allgatherv_init_c", comm)
+    crate::err::guard("MPI_Neighbor_allgatherv_init_c", || unsafe { crate::api::neighbor_allgatherv_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Neighbor_alltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
@@ -3952,19 +3952,19 @@ pub unsafe extern "C" fn PMPI_Neighbor_alltoall_c(sendbuf: *const c_void, sendco
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Neighbor_alltoall_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Neighbor_alltoall_init", comm)
+    crate::err::guard("MPI_Neighbor_alltoall_init", || unsafe { crate::api::neighbor_alltoall_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Neighbor_alltoall_init(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Neighbor_alltoall_init", comm)
+    crate::err::guard("MPI_Neighbor_alltoall_init", || unsafe { crate::api::neighbor_alltoall_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Neighbor_alltoall_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Neighbor_alltoall_init_c", comm)
+    crate::err::guard("MPI_Neighbor_alltoall_init_c", || unsafe { crate::api::neighbor_alltoall_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Neighbor_alltoall_init_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Neighbor_alltoall_init_c", comm)
+    crate::err::guard("MPI_Neighbor_alltoall_init_c", || unsafe { crate::api::neighbor_alltoall_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Neighbor_alltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> c_int {
@@ -3984,19 +3984,19 @@ pub unsafe extern "C" fn PMPI_Neighbor_alltoallv_c(sendbuf: *const c_void, sendc
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Neighbor_alltoallv_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Neighbor_alltoallv_init", comm)
+    crate::err::guard("MPI_Neighbor_alltoallv_init", || unsafe { crate::api::neighbor_alltoallv_init(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Neighbor_alltoallv_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Neighbor_alltoallv_init", comm)
+    crate::err::guard("MPI_Neighbor_alltoallv_init", || unsafe { crate::api::neighbor_alltoallv_init(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Neighbor_alltoallv_init_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Neighbor_alltoallv_init_c", comm)
+    crate::err::guard("MPI_Neighbor_alltoallv_init_c", || unsafe { crate::api::neighbor_alltoallv_init_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Neighbor_alltoallv_init_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Neighbor_alltoallv_init_c", comm)
+    crate::err::guard("MPI_Neighbor_alltoallv_init_c", || unsafe { crate::api::neighbor_alltoallv_init_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Neighbor_alltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm) -> c_int {
@@ -4016,19 +4016,19 @@ pub unsafe extern "C" fn PMPI_Neighbor_alltoallw_c(sendbuf: *const c_void, sendc
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Neighbor_alltoallw_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Neighbor_alltoallw_init", comm)
+    crate::err::guard("MPI_Neighbor_alltoallw_init", || unsafe { crate::api::neighbor_alltoallw_init(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Neighbor_alltoallw_init(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Neighbor_alltoallw_init", comm)
+    crate::err::guard("MPI_Neighbor_alltoallw_init", || unsafe { crate::api::neighbor_alltoallw_init(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Neighbor_alltoallw_init_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Neighbor_alltoallw_init_c", comm)
+    crate::err::guard("MPI_Neighbor_alltoallw_init_c", || unsafe { crate::api::neighbor_alltoallw_init_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Neighbor_alltoallw_init_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Neighbor_alltoallw_init_c", comm)
+    crate::err::guard("MPI_Neighbor_alltoallw_init_c", || unsafe { crate::api::neighbor_alltoallw_init_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Op_commutative(op: MPI_Op, commute: *mut c_int) -> c_int {

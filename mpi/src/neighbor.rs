@@ -2,7 +2,9 @@
 //! `_c` forms) on Cartesian and graph communicators: a receive from every in-neighbour and a
 //! send to every out-neighbour, over the topology's own comm (see `topo.rs`), tagged so that
 //! two edges between the same ranks keep their blocks apart. MPI_PROC_NULL neighbours (the
-//! edges of a non-periodic grid) leave their receive blocks alone.
+//! edges of a non-periodic grid) leave their receive blocks alone. The non-blocking forms run
+//! the blocking ones as tasks (task.rs) on the topology's comm, in call order with each other;
+//! the persistent ones (pcoll.rs) start those.
 
 use crate::abi_gen::*;
 use crate::api::{start_recv_on, start_send_on};
@@ -121,39 +123,47 @@ fn alltoallw<C: Int>(sbuf: *const c_void, scs: *const C, sd: *const MPI_Aint, st
     exchange(c, &recv, &send)
 }
 
-pub unsafe fn neighbor_allgather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> Res {
-    allgather(sendbuf, sendcount as i64, sendtype, recvbuf, recvcount as i64, recvtype, comm)
+/// A blocking neighbourhood collective runs after the comm's non-blocking ones started before
+/// it (their messages use the same tags).
+fn now(c: MPI_Comm, f: impl FnOnce() -> Res) -> Res {
+    neighborhood(c)?.0.comm.finish_queued();
+    f()
 }
-pub unsafe fn neighbor_allgather_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm) -> Res {
-    allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm)
+
+/// A non-blocking one: `f` (the blocking form) as a task behind the comm's others, on the
+/// topology's comm; its request in `*r`.
+fn start(c: MPI_Comm, r: *mut MPI_Request, name: &str, f: impl FnOnce() -> Res + 'static) -> Res {
+    let (nbr, _, _) = neighborhood(c)?;
+    let mc = crate::state::get_comm(c)?;
+    let r = crate::api::out(r, "request").map_err(|e| e.on(c))?;
+    let f = crate::task::CallerArgs(f);
+    *r = crate::request::add(crate::task::start(&mc, &nbr.comm, name, move || (f.take())(), None)?);
+    Ok(())
 }
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn neighbor_allgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> Res {
-    allgatherv(sendbuf, sendcount as i64, sendtype, recvbuf, recvcounts, displs, recvtype, comm)
+
+/// `name(args.., comm)` and `iname(args.., comm, request)` of `inner(args.., comm)`.
+macro_rules! neighbor_forms {
+    ($($name:ident, $iname:ident => $inner:ident($($a:ident: $t:ty => $conv:expr),*);)*) => {$(
+        #[allow(clippy::too_many_arguments)] // the standard's signature
+        pub unsafe fn $name($($a: $t,)* comm: MPI_Comm) -> Res {
+            now(comm, || $inner($($conv,)* comm))
+        }
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe fn $iname($($a: $t,)* comm: MPI_Comm, request: *mut MPI_Request) -> Res {
+            start(comm, request, concat!("MPI_", stringify!($iname)), move || $inner($($conv,)* comm))
+        }
+    )*};
 }
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn neighbor_allgatherv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm) -> Res {
-    allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm)
-}
-pub unsafe fn neighbor_alltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> Res {
-    alltoall(sendbuf, sendcount as i64, sendtype, recvbuf, recvcount as i64, recvtype, comm)
-}
-pub unsafe fn neighbor_alltoall_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, comm: MPI_Comm) -> Res {
-    alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm)
-}
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn neighbor_alltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype, comm: MPI_Comm) -> Res {
-    alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm)
-}
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn neighbor_alltoallv_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtype: MPI_Datatype, comm: MPI_Comm) -> Res {
-    alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm)
-}
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn neighbor_alltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm) -> Res {
-    alltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm)
-}
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn neighbor_alltoallw_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype, comm: MPI_Comm) -> Res {
-    alltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm)
+
+neighbor_forms! {
+    neighbor_allgather, ineighbor_allgather => allgather(sendbuf: *const c_void => sendbuf, sendcount: c_int => sendcount as i64, sendtype: MPI_Datatype => sendtype, recvbuf: *mut c_void => recvbuf, recvcount: c_int => recvcount as i64, recvtype: MPI_Datatype => recvtype);
+    neighbor_allgather_c, ineighbor_allgather_c => allgather(sendbuf: *const c_void => sendbuf, sendcount: MPI_Count => sendcount, sendtype: MPI_Datatype => sendtype, recvbuf: *mut c_void => recvbuf, recvcount: MPI_Count => recvcount, recvtype: MPI_Datatype => recvtype);
+    neighbor_allgatherv, ineighbor_allgatherv => allgatherv(sendbuf: *const c_void => sendbuf, sendcount: c_int => sendcount as i64, sendtype: MPI_Datatype => sendtype, recvbuf: *mut c_void => recvbuf, recvcounts: *const c_int => recvcounts, displs: *const c_int => displs, recvtype: MPI_Datatype => recvtype);
+    neighbor_allgatherv_c, ineighbor_allgatherv_c => allgatherv(sendbuf: *const c_void => sendbuf, sendcount: MPI_Count => sendcount, sendtype: MPI_Datatype => sendtype, recvbuf: *mut c_void => recvbuf, recvcounts: *const MPI_Count => recvcounts, displs: *const MPI_Aint => displs, recvtype: MPI_Datatype => recvtype);
+    neighbor_alltoall, ineighbor_alltoall => alltoall(sendbuf: *const c_void => sendbuf, sendcount: c_int => sendcount as i64, sendtype: MPI_Datatype => sendtype, recvbuf: *mut c_void => recvbuf, recvcount: c_int => recvcount as i64, recvtype: MPI_Datatype => recvtype);
+    neighbor_alltoall_c, ineighbor_alltoall_c => alltoall(sendbuf: *const c_void => sendbuf, sendcount: MPI_Count => sendcount, sendtype: MPI_Datatype => sendtype, recvbuf: *mut c_void => recvbuf, recvcount: MPI_Count => recvcount, recvtype: MPI_Datatype => recvtype);
+    neighbor_alltoallv, ineighbor_alltoallv => alltoallv(sendbuf: *const c_void => sendbuf, sendcounts: *const c_int => sendcounts, sdispls: *const c_int => sdispls, sendtype: MPI_Datatype => sendtype, recvbuf: *mut c_void => recvbuf, recvcounts: *const c_int => recvcounts, rdispls: *const c_int => rdispls, recvtype: MPI_Datatype => recvtype);
+    neighbor_alltoallv_c, ineighbor_alltoallv_c => alltoallv(sendbuf: *const c_void => sendbuf, sendcounts: *const MPI_Count => sendcounts, sdispls: *const MPI_Aint => sdispls, sendtype: MPI_Datatype => sendtype, recvbuf: *mut c_void => recvbuf, recvcounts: *const MPI_Count => recvcounts, rdispls: *const MPI_Aint => rdispls, recvtype: MPI_Datatype => recvtype);
+    neighbor_alltoallw, ineighbor_alltoallw => alltoallw(sendbuf: *const c_void => sendbuf, sendcounts: *const c_int => sendcounts, sdispls: *const MPI_Aint => sdispls, sendtypes: *const MPI_Datatype => sendtypes, recvbuf: *mut c_void => recvbuf, recvcounts: *const c_int => recvcounts, rdispls: *const MPI_Aint => rdispls, recvtypes: *const MPI_Datatype => recvtypes);
+    neighbor_alltoallw_c, ineighbor_alltoallw_c => alltoallw(sendbuf: *const c_void => sendbuf, sendcounts: *const MPI_Count => sendcounts, sdispls: *const MPI_Aint => sdispls, sendtypes: *const MPI_Datatype => sendtypes, recvbuf: *mut c_void => recvbuf, recvcounts: *const MPI_Count => recvcounts, rdispls: *const MPI_Aint => rdispls, recvtypes: *const MPI_Datatype => recvtypes);
 }

@@ -12,18 +12,6 @@ use crate::err::{MpiErr, Res};
 use crate::request::{self, Persistent, Req};
 use std::ffi::{c_int, c_void};
 
-/// The caller's arguments (buffers and arrays that the standard keeps valid while the request
-/// lives), carried into the request's start.
-struct Args<T>(T);
-// SAFETY: the pointers are only passed back to the collective calls, on whichever thread
-// starts the request; the standard leaves the memory to the request until it is freed.
-unsafe impl<T> Send for Args<T> {}
-
-impl<T: Copy> Args<T> {
-    fn get(&self) -> T {
-        self.0
-    }
-}
 
 /// Makes the inactive persistent request whose MPI_Start calls `start` (the non-blocking
 /// collective, writing its request handle), on communicator `c`.
@@ -32,6 +20,8 @@ fn persistent_collective(c: MPI_Comm, r: *mut MPI_Request, start: impl Fn(MPI_Co
     let mc = crate::state::get_comm(c)?;
     let r = out(r, "request").map_err(|e| e.on(c))?;
     let own = OwnComm(dup_groups(&mc)?);
+    // A neighbourhood collective needs the topology on its own comm too.
+    crate::topo::copy_to(&mc, own.handle())?;
     let start = Box::new(move || -> Result<Req, MpiErr> {
         let mut h = MPI_REQUEST_NULL;
         start(own.handle(), &mut h)?;
@@ -55,7 +45,7 @@ impl OwnComm {
 impl Drop for OwnComm {
     fn drop(&mut self) {
         if let Ok(mc) = crate::state::remove_comm(self.0) {
-            mc.destroy();
+            crate::state::release(mc);
         }
     }
 }
@@ -66,7 +56,7 @@ macro_rules! persistent_collectives {
     ($($name:ident => $nonblocking:ident($($a:ident: $t:ty),*);)*) => {$(
         #[allow(clippy::too_many_arguments)] // the standard's signature
         pub unsafe fn $name($($a: $t,)* comm: MPI_Comm, _info: MPI_Info, request: *mut MPI_Request) -> Res {
-            let args = Args(($($a,)*));
+            let args = crate::task::CallerArgs(($($a,)*));
             persistent_collective(comm, request, move |own, h| {
                 #[allow(clippy::let_unit_value, unused_parens)]
                 let ($($a,)*) = args.get();
@@ -110,5 +100,15 @@ persistent_collectives! {
     scatter_init => iscatter(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int);
     scatter_init_c => iscatter_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int);
     scatterv_init => iscatterv(sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype, root: c_int);
+    neighbor_allgather_init => ineighbor_allgather(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype);
+    neighbor_allgather_init_c => ineighbor_allgather_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype);
+    neighbor_allgatherv_init => ineighbor_allgatherv(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: MPI_Datatype);
+    neighbor_allgatherv_init_c => ineighbor_allgatherv_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, displs: *const MPI_Aint, recvtype: MPI_Datatype);
+    neighbor_alltoall_init => ineighbor_alltoall(sendbuf: *const c_void, sendcount: c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: c_int, recvtype: MPI_Datatype);
+    neighbor_alltoall_init_c => ineighbor_alltoall_c(sendbuf: *const c_void, sendcount: MPI_Count, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype);
+    neighbor_alltoallv_init => ineighbor_alltoallv(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: MPI_Datatype);
+    neighbor_alltoallv_init_c => ineighbor_alltoallv_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtype: MPI_Datatype);
+    neighbor_alltoallw_init => ineighbor_alltoallw(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype);
+    neighbor_alltoallw_init_c => ineighbor_alltoallw_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, sdispls: *const MPI_Aint, sendtypes: *const MPI_Datatype, recvbuf: *mut c_void, recvcounts: *const MPI_Count, rdispls: *const MPI_Aint, recvtypes: *const MPI_Datatype);
     scatterv_init_c => iscatterv_c(sendbuf: *const c_void, sendcounts: *const MPI_Count, displs: *const MPI_Aint, sendtype: MPI_Datatype, recvbuf: *mut c_void, recvcount: MPI_Count, recvtype: MPI_Datatype, root: c_int);
 }

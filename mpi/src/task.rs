@@ -50,3 +50,10 @@ impl<T> CallerArgs<T> {
         self.0
     }
 }
+
+impl<T: Copy> CallerArgs<T> {
+    /// A copy of them, for a request started again and again (a persistent one).
+    pub fn get(&self) -> T {
+        self.0
+    }
+}

@@ -1,7 +1,8 @@
 /* Process topologies and neighbourhood collectives: Dims_create, Cartesian grids (periodic and
  * not: coordinates, ranks, shifts, sub-grids, Comm_dup keeping the topology), graphs,
  * distributed graphs (adjacent and from edge lists), Neighbor_allgather(v) and
- * Neighbor_alltoall(v/w) on each, and the errors of calls without a topology. */
+ * Neighbor_alltoall(v/w) on each (non-blocking and persistent on the grid), and the errors of
+ * calls without a topology. */
 #include "common.h"
 
 /* What rank `from` sends to out-edge `j` in the neighbour tests: tells sender and edge apart. */
@@ -72,6 +73,28 @@ int main(int argc, char **argv) {
   OK(MPI_Neighbor_allgather_c(&grank, 1, MPI_INT, all4, 1, MPI_INT, gdup));
   for (int j = 0; j < 4; j++) CHECK(all4[j] == nb[j]);
   OK(MPI_Comm_free(&gdup));
+  /* Non-blocking: two started at once (they match in call order, the second with a blocking
+   * one between), completed in reverse; then a persistent one started twice. */
+  {
+    int in_a[4] = {-1, -1, -1, -1}, all_b[4] = {-1, -1, -1, -1}, all_c[4] = {-1, -1, -1, -1};
+    MPI_Request q[2];
+    OK(MPI_Ineighbor_alltoall(out4, 1, MPI_INT, in_a, 1, MPI_INT, grid, &q[0]));
+    OK(MPI_Ineighbor_allgather(&grank, 1, MPI_INT, all_b, 1, MPI_INT, grid, &q[1]));
+    OK(MPI_Neighbor_allgather(&grank, 1, MPI_INT, all_c, 1, MPI_INT, grid));
+    OK(MPI_Wait(&q[1], MPI_STATUS_IGNORE));
+    OK(MPI_Wait(&q[0], MPI_STATUS_IGNORE));
+    for (int j = 0; j < 4; j++) CHECK(in_a[j] == in4[j] && all_b[j] == nb[j] && all_c[j] == nb[j]);
+    MPI_Request p;
+    int pin[4];
+    OK(MPI_Neighbor_alltoall_init(out4, 1, MPI_INT, pin, 1, MPI_INT, grid, MPI_INFO_NULL, &p));
+    for (int round = 0; round < 2; round++) {
+      for (int j = 0; j < 4; j++) pin[j] = -1;
+      OK(MPI_Start(&p));
+      OK(MPI_Wait(&p, MPI_STATUS_IGNORE));
+      for (int j = 0; j < 4; j++) CHECK(pin[j] == in4[j]);
+    }
+    OK(MPI_Request_free(&p));
+  }
   /* A sub-grid of the rows: ranks of one row, ordered by their column. */
   int keep[2] = {0, 1}, rs, rr;
   MPI_Comm row;
