@@ -13,9 +13,10 @@
 use crate::abi_gen::*;
 use crate::api::{out, start_recv, start_send};
 use crate::ctxid::mix;
+use crate::words;
 use crate::err::{MpiErr, Res};
 use crate::state::{self, CommRef, MpiComm};
-use distcomm::buffer::{ConstBuf, MutBuf};
+use distcomm::buffer::MutBuf;
 use distcomm::collective::CollArgs;
 use distcomm::comm::Comm;
 use std::ffi::{c_int, c_void};
@@ -57,20 +58,7 @@ pub fn of(mc: &MpiComm) -> Result<&Inter, MpiErr> {
 }
 
 fn intra(c: MPI_Comm) -> Result<CommRef, MpiErr> {
-    state::check_active()?;
-    let mc = state::get_comm(c)?;
-    if mc.inter.get().is_some() {
-        return Err(MpiErr::new(MPI_ERR_COMM, "an intracommunicator is needed here, not an intercommunicator").on(c));
-    }
-    Ok(mc)
-}
-
-fn u64s(v: &[u64]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-fn from_u64s(b: &[u8]) -> Vec<u64> {
-    b.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))).collect()
+    state::intra_comm(c, "making an intercommunicator")
 }
 
 /// The leaders' exchange on the peer comm: (nonce, leader world rank, group world ranks) each
@@ -91,20 +79,11 @@ fn exchange(peer: MPI_Comm, remote_leader: c_int, tag: c_int, mine: &[u64]) -> R
     let mut n = [0u8; 8];
     sendrecv(&(mine.len() as u64).to_le_bytes(), &mut n)?;
     let mut theirs = vec![0u8; 8 * u64::from_le_bytes(n) as usize];
-    sendrecv(&u64s(mine), &mut theirs)?;
-    Ok(from_u64s(&theirs))
+    sendrecv(&words::to_bytes(mine), &mut theirs)?;
+    Ok(words::from_bytes(&theirs))
 }
 
 /// Every union member's `mine` (the same length on each), by union rank.
-fn allgather_u64s(x: &Inter, mine: &[u64]) -> Result<Vec<u64>, MpiErr> {
-    let mut all = vec![0u8; 8 * mine.len() * x.union.size()];
-    let send = u64s(mine);
-    x.union
-        .collective(CollArgs::Allgather { send: Some(ConstBuf::from_slice(&send)), recv: MutBuf::from_slice(&mut all), dt: distcomm::DType::Uint64 })
-        .map_err(MpiErr::from)?;
-    Ok(from_u64s(&all))
-}
-
 fn bcast_bytes(c: &Comm, buf: &mut [u8], root: usize) -> Result<(), MpiErr> {
     c.collective(CollArgs::Broadcast { buf: MutBuf::from_slice(buf), dt: distcomm::DType::Uint8, root }).map_err(MpiErr::from)
 }
@@ -142,16 +121,16 @@ pub unsafe fn intercomm_create(local_comm: MPI_Comm, local_leader: c_int, peer_c
             Err(e) => failed = Some(e),
         }
     }
-    let mut h = u64s(&hdr);
+    let mut h = words::to_bytes(&hdr);
     bcast_bytes(&lc.comm, &mut h, leader).map_err(|e| e.on(local_comm))?;
-    let hdr = from_u64s(&h);
+    let hdr = words::from_bytes(&h);
     if hdr[0] == 0 {
         return Err(failed.unwrap_or_else(|| MpiErr::new(MPI_ERR_OTHER, format!("the local leader (rank {leader}) could not reach the remote leader")).on(local_comm)));
     }
-    let mut r = u64s(&remote);
+    let mut r = words::to_bytes(&remote);
     r.resize(8 * hdr[3] as usize, 0);
     bcast_bytes(&lc.comm, &mut r, leader).map_err(|e| e.on(local_comm))?;
-    let remote: Vec<u32> = from_u64s(&r).into_iter().map(|w| w as u32).collect();
+    let remote: Vec<u32> = words::from_bytes(&r).into_iter().map(|w| w as u32).collect();
     if remote.iter().any(|w| local.contains(w)) {
         return Err(MpiErr::new(MPI_ERR_COMM, "the local and remote groups overlap (an intercommunicator's groups are disjoint)").on(local_comm));
     }
@@ -235,7 +214,7 @@ pub unsafe fn intercomm_merge(c: MPI_Comm, high: c_int, newintracomm: *mut MPI_C
     x.union.finish_queued();
     // Every member's `high`: the group that passed true goes second; if both passed the same,
     // the group of union rank 0 goes first. Each group keeps its ranks' order.
-    let highs = allgather_u64s(x, &[(high != 0) as u64]).map_err(|e| e.on(c))?;
+    let highs = words::allgather(&x.union, &[(high != 0) as u64]).map_err(|e| e.on(c))?;
     let (mut a, mut b) = (&x.local_union, &x.remote_union);
     if !a.contains(&0) {
         std::mem::swap(&mut a, &mut b);
@@ -260,7 +239,7 @@ pub fn split(mc: &MpiComm, color: c_int, key: c_int) -> Result<MPI_Comm, MpiErr>
     }
     let col = if color == MPI_UNDEFINED { -1 } else { color as i64 };
     x.union.finish_queued();
-    let all = allgather_u64s(x, &[col as u64, key as i64 as u64]).map_err(|e| e.on(c))?;
+    let all = words::allgather(&x.union, &[col as u64, key as i64 as u64]).map_err(|e| e.on(c))?;
     let pick = |union_ranks: &[usize], worlds: &[u32]| -> Vec<u32> {
         let mut v: Vec<(i64, usize)> = (0..worlds.len()).filter(|&r| col >= 0 && all[2 * union_ranks[r]] as i64 == col).map(|r| (all[2 * union_ranks[r] + 1] as i64, r)).collect();
         v.sort();

@@ -56,3 +56,4 @@ pub mod topo;
 pub mod typeapi;
 pub mod typemap;
 pub mod win;
+pub mod words;

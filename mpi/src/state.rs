@@ -290,6 +290,16 @@ pub fn remove_comm(h: MPI_Comm) -> Result<Arc<MpiComm>, MpiErr> {
     c.slots.get_mut(h - COMM_BASE).and_then(|s| s.take()).ok_or_else(|| MpiErr::new(MPI_ERR_COMM, "communicator freed twice"))
 }
 
+/// The intracommunicator behind `c`, for `what` (MPI_ERR_COMM for an intercommunicator).
+pub fn intra_comm(c: MPI_Comm, what: &str) -> Result<CommRef, MpiErr> {
+    check_active()?;
+    let mc = get_comm(c)?;
+    if mc.inter.get().is_some() {
+        return Err(MpiErr::new(MPI_ERR_COMM, format!("{what} needs an intracommunicator, not an intercommunicator")).on(c));
+    }
+    Ok(mc)
+}
+
 /// Communicators the program freed while operations of theirs were pending (a receive
 /// posted before MPI_Comm_free still gets its message): destroyed once nothing holds them.
 static FREED: Mutex<Vec<Arc<MpiComm>>> = Mutex::new(Vec::new());

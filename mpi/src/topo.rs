@@ -12,8 +12,6 @@ use crate::abi_gen::*;
 use crate::api::out;
 use crate::err::{MpiErr, Res};
 use crate::state::{self, CommRef, MpiComm};
-use distcomm::buffer::{ConstBuf, MutBuf};
-use distcomm::collective::CollArgs;
 use std::ffi::c_int;
 use std::sync::atomic::Ordering;
 
@@ -150,12 +148,7 @@ fn put_ints(p: *mut c_int, max: c_int, v: &[c_int], what: &str) -> Res {
 
 /// An intracommunicator for a topology's creation (MPI_ERR_COMM otherwise).
 fn intra(c: MPI_Comm) -> Result<CommRef, MpiErr> {
-    state::check_active()?;
-    let mc = state::get_comm(c)?;
-    if mc.inter.get().is_some() {
-        return Err(MpiErr::new(MPI_ERR_COMM, "a topology needs an intracommunicator, not an intercommunicator").on(c));
-    }
-    Ok(mc)
+    state::intra_comm(c, "a topology")
 }
 
 /// The topology of `c`, or MPI_ERR_TOPOLOGY.
@@ -549,7 +542,7 @@ pub unsafe fn dist_graph_create(comm_old: MPI_Comm, n: c_int, sources: *const c_
             k += 1;
         }
     }
-    let all = gather_all(&mc, &mine)?;
+    let all = crate::words::allgather_any(&mc.comm, &mine).map_err(|e| e.on(mc.handle))?;
     let me = mc.rank() as c_int;
     let (mut s, mut sw, mut d, mut dw) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for e in all.chunks_exact(3) {
@@ -566,29 +559,6 @@ pub unsafe fn dist_graph_create(comm_old: MPI_Comm, n: c_int, sources: *const c_
     let (sw, dw) = if weighted { (Some(sw), Some(dw)) } else { (None, None) };
     *o = make(&mc, 0, me, || Shape::Dist { sources: s, sweights: sw, dests: d, dweights: dw })?;
     Ok(())
-}
-
-/// Every member's `mine` (of any length), concatenated in rank order.
-fn gather_all(mc: &MpiComm, mine: &[u64]) -> Result<Vec<u64>, MpiErr> {
-    let n = mc.size();
-    let allgather = |send: &[u64], recv: &mut [u64]| {
-        let (s, r): (Vec<u8>, &mut [u8]) = (send.iter().flat_map(|x| x.to_le_bytes()).collect(), bytemuck_u64(recv));
-        mc.comm.collective(CollArgs::Allgather { send: Some(ConstBuf::from_slice(&s)), recv: MutBuf::from_slice(r), dt: distcomm::DType::Uint64 }).map_err(|e| MpiErr::from(e).on(mc.handle))
-    };
-    let mut lens = vec![0u64; n];
-    allgather(&[mine.len() as u64], &mut lens)?;
-    let max = lens.iter().copied().max().unwrap_or(0) as usize;
-    let mut padded = mine.to_vec();
-    padded.resize(max, 0);
-    let mut all = vec![0u64; max * n];
-    allgather(&padded, &mut all)?;
-    Ok((0..n).flat_map(|r| all[r * max..r * max + lens[r] as usize].to_vec()).collect())
-}
-
-/// The bytes of a u64 slice (for the engine's byte buffers; little-endian host).
-fn bytemuck_u64(v: &mut [u64]) -> &mut [u8] {
-    // SAFETY: u64s are plain bytes; the length is the slice's in bytes.
-    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut u8, std::mem::size_of_val(v)) }
 }
 
 fn dist(mc: &MpiComm) -> Result<&Shape, MpiErr> {
