@@ -57,7 +57,12 @@ pub fn enabled(level: Level) -> bool {
 /// Writes one log line (use the `dc_log!` macro).
 pub fn write(level: Level, rank: Option<usize>, msg: std::fmt::Arguments<'_>) {
     let rank = rank.map(|r| format!(":r{r}")).unwrap_or_default();
-    eprintln!("{}:{}{} distcomm {} {}", *HOST, std::process::id(), rank, level.name(), msg);
+    // One write for the whole line: `eprintln!` writes each piece on its own, and the lines of
+    // ranks sharing a terminal or pipe interleave piece by piece (a pipe keeps writes of up to
+    // 4 KiB whole).
+    let line = format!("{}:{}{} distcomm {} {}\n", *HOST, std::process::id(), rank, level.name(), msg);
+    use std::io::Write;
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }
 
 /// Logs a failed call at WARN.
