@@ -64,6 +64,8 @@ pub struct Comm {
     arena_pending: std::sync::atomic::AtomicBool,
     /// The set-up a non-blocking first collective queued (a blocking one waits for it).
     arena_setup: Mutex<Option<Arc<crate::completion::Completion>>>,
+    /// `arena_setup` holds one (so the blocking calls after the first look at no lock).
+    arena_queued: std::sync::atomic::AtomicBool,
     /// The NCCL communicator for device buffers (NCCL backend only).
     #[cfg(feature = "nccl")]
     device: once_cell::sync::OnceCell<crate::nccl::DeviceComm>,
@@ -106,6 +108,7 @@ impl Comm {
             shm: once_cell::sync::OnceCell::new(),
             arena_pending: std::sync::atomic::AtomicBool::new(false),
             arena_setup: Mutex::new(None),
+            arena_queued: std::sync::atomic::AtomicBool::new(false),
             #[cfg(feature = "nccl")]
             device: once_cell::sync::OnceCell::new(),
         })

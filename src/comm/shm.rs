@@ -163,6 +163,9 @@ impl Comm {
         if let Some(seq) = self.take_arena_setup() {
             return self.setup_shm(Setup::Collectives(seq));
         }
+        if !(self.arena_queued.load(Ordering::Acquire) && self.arena_queued.swap(false, Ordering::AcqRel)) {
+            return Ok(());
+        }
         let queued = lock(&self.arena_setup).take();
         if let Some(comp) = queued {
             // Its result is the collectives' to report: without an arena they use sockets.
@@ -178,6 +181,7 @@ impl Comm {
         let comp = Arc::new(Completion::new());
         let (me, done) = (self.clone(), comp.clone());
         *lock(&self.arena_setup) = Some(comp);
+        self.arena_queued.store(true, Ordering::Release);
         self.submit(Box::new(move || {
             done.complete(me.setup_shm(Setup::Collectives(seq)).map(|_| Done::default()));
         }))
