@@ -159,7 +159,17 @@ impl Comm {
     /// non-blocking call queued); a non-blocking call queues the set-up on the comm's worker,
     /// ahead of itself, and does not wait: members may start non-blocking collectives on
     /// several new comms in different orders.
+    #[inline(always)]
     pub(super) fn ensure_arena(&self) -> Result<()> {
+        // Every blocking collective asks: two loads, the rest out of line.
+        if !self.arena_pending.load(Ordering::Relaxed) && !self.arena_queued.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        self.ensure_arena_now()
+    }
+
+    #[inline(never)]
+    fn ensure_arena_now(&self) -> Result<()> {
         if let Some(seq) = self.take_arena_setup() {
             return self.setup_shm(Setup::Collectives(seq));
         }
