@@ -173,22 +173,30 @@ impl Comm {
         }
         self.ensure_arena_queued()?;
         let (seq, deadline) = self.next_collective();
-        let comp = Arc::new(Completion::new());
-        let (me, done) = (self.clone(), comp.clone());
-        let job: Job = Box::new(move || {
+        let me = self.clone();
+        let comp = self.queue_job(move || {
             // `execute` catches panics in the collective; this one catches the job's own.
-            let r = crate::panics::catch_named(|| format!("the worker of non-blocking {} (collective #{seq})", args.name()), || {
+            crate::panics::catch_named(|| format!("the worker of non-blocking {} (collective #{seq})", args.name()), || {
                 crate::panics::inject("worker");
                 me.execute(&args, seq, &|| deadline)
             })
             .unwrap_or_else(|e| {
                 me.abort_because(&format!("rank {}: {}", me.rank, e.msg), ABORT_PANIC);
                 Err(e)
-            });
-            done.complete(r.map(|_| Done::default()));
+            })
+        })?;
+        Ok(Request::collective(self.clone(), comp, deadline))
+    }
+
+    /// Queues `run` on the comm's worker; the completion its result goes to.
+    pub(super) fn queue_job(&self, run: impl FnOnce() -> Result<()> + Send + 'static) -> Result<Arc<Completion>> {
+        let comp = Arc::new(Completion::new());
+        let done = comp.clone();
+        let job: Job = Box::new(move || {
+            done.complete(run().map(|_| Done::default()));
         });
         self.submit(job)?;
-        Ok(Request::collective(self.clone(), comp, deadline))
+        Ok(comp)
     }
 
     /// Queues `task` on the comm's worker, behind the non-blocking collectives and tasks
@@ -198,13 +206,8 @@ impl Comm {
     pub fn start_task(self: &Arc<Self>, name: &str, task: impl FnOnce() -> Result<()> + Send + 'static) -> Result<Request> {
         self.check_usable()?;
         let deadline = crate::completion::deadline_after(self.timeout_ms());
-        let comp = Arc::new(Completion::new());
-        let (done, name) = (comp.clone(), name.to_string());
-        let job: Job = Box::new(move || {
-            let r = crate::panics::catch_named(|| format!("the non-blocking {name}"), task).and_then(|r| r);
-            done.complete(r.map(|_| Done::default()));
-        });
-        self.submit(job)?;
+        let name = name.to_string();
+        let comp = self.queue_job(move || crate::panics::catch_named(|| format!("the non-blocking {name}"), task).and_then(|r| r))?;
         Ok(Request::collective(self.clone(), comp, deadline))
     }
 }

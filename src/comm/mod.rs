@@ -63,9 +63,7 @@ pub struct Comm {
     /// collective, and an arena costs a shared segment of megabytes (about 1 ms to make).
     arena_pending: std::sync::atomic::AtomicBool,
     /// The set-up a non-blocking first collective queued (a blocking one waits for it).
-    arena_setup: Mutex<Option<Arc<crate::completion::Completion>>>,
-    /// `arena_setup` holds one (so the blocking calls after the first look at no lock).
-    arena_queued: std::sync::atomic::AtomicBool,
+    arena_setup: once_cell::sync::OnceCell<Arc<crate::completion::Completion>>,
     /// The NCCL communicator for device buffers (NCCL backend only).
     #[cfg(feature = "nccl")]
     device: once_cell::sync::OnceCell<crate::nccl::DeviceComm>,
@@ -107,8 +105,7 @@ impl Comm {
             acked_lost: Mutex::new(Vec::new()),
             shm: once_cell::sync::OnceCell::new(),
             arena_pending: std::sync::atomic::AtomicBool::new(false),
-            arena_setup: Mutex::new(None),
-            arena_queued: std::sync::atomic::AtomicBool::new(false),
+            arena_setup: once_cell::sync::OnceCell::new(),
             #[cfg(feature = "nccl")]
             device: once_cell::sync::OnceCell::new(),
         })

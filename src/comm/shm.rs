@@ -9,7 +9,6 @@ use crate::error::{Error, Result, Status};
 use crate::log::Level;
 use crate::transport::shm::{self as shm_seg, Arena, Steps};
 use std::sync::atomic::{AtomicU64, Ordering};
-use crate::completion::{Completion, Done};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -161,11 +160,11 @@ impl Comm {
     /// several new comms in different orders.
     #[inline(always)]
     pub(super) fn ensure_arena(&self) -> Result<()> {
-        // Every blocking collective asks: two loads, the rest out of line.
-        if !self.arena_pending.load(Ordering::Relaxed) && !self.arena_queued.load(Ordering::Relaxed) {
-            return Ok(());
+        // Every blocking collective asks: a load or two, the rest out of line.
+        if self.arena_pending.load(Ordering::Relaxed) || self.arena_setup.get().is_some_and(|c| !c.is_done()) {
+            return self.ensure_arena_now();
         }
-        self.ensure_arena_now()
+        Ok(())
     }
 
     #[inline(never)]
@@ -173,13 +172,9 @@ impl Comm {
         if let Some(seq) = self.take_arena_setup() {
             return self.setup_shm(Setup::Collectives(seq));
         }
-        if !(self.arena_queued.load(Ordering::Acquire) && self.arena_queued.swap(false, Ordering::AcqRel)) {
-            return Ok(());
-        }
-        let queued = lock(&self.arena_setup).take();
-        if let Some(comp) = queued {
+        if let Some(comp) = self.arena_setup.get() {
             // Its result is the collectives' to report: without an arena they use sockets.
-            self.run_queued_until(&comp);
+            self.run_queued_until(comp);
             let _ = comp.wait(self.deadline(), &|| None);
         }
         Ok(())
@@ -188,13 +183,10 @@ impl Comm {
     /// `ensure_arena` for a non-blocking call.
     pub(super) fn ensure_arena_queued(self: &Arc<Self>) -> Result<()> {
         let Some(seq) = self.take_arena_setup() else { return Ok(()) };
-        let comp = Arc::new(Completion::new());
-        let (me, done) = (self.clone(), comp.clone());
-        *lock(&self.arena_setup) = Some(comp);
-        self.arena_queued.store(true, Ordering::Release);
-        self.submit(Box::new(move || {
-            done.complete(me.setup_shm(Setup::Collectives(seq)).map(|_| Done::default()));
-        }))
+        let me = self.clone();
+        let comp = self.queue_job(move || me.setup_shm(Setup::Collectives(seq)))?;
+        let _ = self.arena_setup.set(comp);
+        Ok(())
     }
 
     /// The number of the set-up's first collective, if this call is the comm's first.
