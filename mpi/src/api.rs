@@ -777,7 +777,7 @@ fn status_at(sts: *mut MPI_Status, i: usize) -> *mut MPI_Status {
 
 fn timeout_of(hs: &[MPI_Request]) -> i64 {
     let _ = hs;
-    state::get_comm(MPI_COMM_WORLD).map(|w| w.comm.timeout_ms()).unwrap_or(300_000)
+    state::world_timeout_ms().unwrap_or(300_000)
 }
 
 pub unsafe fn waitall(n: c_int, rq: *mut MPI_Request, sts: *mut MPI_Status) -> Res {

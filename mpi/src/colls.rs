@@ -87,9 +87,10 @@ pub(crate) struct Coll {
 }
 
 impl Coll {
+    /// An intracommunicator's (an intercommunicator's engine comm is for point-to-point only,
+    /// see inter.rs).
     pub(crate) fn new(c: MPI_Comm) -> Result<Coll, MpiErr> {
-        // An intercommunicator's engine comm is for point-to-point only (see inter.rs).
-        Self::or_inter(c)?.map_err(|mc| crate::inter::unsupported(&mc))
+        Ok(Coll { mc: crate::state::intra_comm(c, "this collective")? })
     }
     /// `new`, or the intercommunicator behind `c` (looked up once: the small collectives
     /// feel every lookup).
@@ -160,9 +161,8 @@ pub(crate) fn inter_now(mc: &CommRef, f: impl FnOnce(&CommRef) -> Res) -> Res {
 pub(crate) fn inter_start(mc: &CommRef, r: *mut MPI_Request, name: &str, f: impl FnOnce(&MpiComm) -> Res + 'static) -> Res {
     let x = crate::inter::of(mc)?;
     let r = req_out(r, mc.handle)?;
-    let (args, me) = (task::CallerArgs(f), mc.clone());
-    *r = request::add(task::start(mc, &x.union, name, move || (args.take())(&me), None)?);
-    Ok(())
+    let me = mc.clone();
+    task::start_with_caller_args(r, mc, &x.union, name, move || f(&me))
 }
 
 /// A non-blocking collective on `c`: an intracommunicator's `Coll` and request slot, or None
@@ -230,7 +230,7 @@ pub unsafe fn barrier(c: MPI_Comm) -> Res {
 }
 
 pub unsafe fn ibarrier(c: MPI_Comm, r: *mut MPI_Request) -> Res {
-    let Some((k, r)) = nb_start(c, r, "MPI_Ibarrier", |mc| crate::inter::barrier(mc))? else { return Ok(()) };
+    let Some((k, r)) = nb_start(c, r, "MPI_Ibarrier", crate::inter::barrier)? else { return Ok(()) };
     k.go(Built::plain(CollArgs::Barrier), Some(r))
 }
 

@@ -9,7 +9,7 @@ use crate::abi_gen::*;
 use crate::api::out;
 use crate::ctxid::{self, CREATE_GROUP, IDUP};
 use crate::err::{MpiErr, Res};
-use crate::request::{self, Req};
+use crate::request;
 use crate::state;
 use distcomm::comm::Comm;
 use std::ffi::c_int;
@@ -33,10 +33,22 @@ pub unsafe fn comm_idup(c: MPI_Comm, newcomm: *mut MPI_Comm, request: *mut MPI_R
     let made: Arc<Mutex<Option<MPI_Comm>>> = Arc::new(Mutex::new(None));
     let m2 = made.clone();
     let keep = move |h: MPI_Comm| *m2.lock().unwrap_or_else(|p| p.into_inner()) = Some(h);
+    let dest = Dest(o as *mut MPI_Comm as usize);
+    let after: Option<Box<dyn FnOnce() + Send>> = Some(Box::new(move || {
+        if let Some(h) = made.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            state::set_attrs(h, attrs);
+            // SAFETY: the caller's newcomm stays valid until the request completes (MPI's rule
+            // for a non-blocking call's arguments); this runs at completion.
+            unsafe { *(dest.0 as *mut MPI_Comm) = h };
+        }
+    }));
     let req = match mc.inter.get() {
         Some(x) => {
             let mc2 = mc.clone();
-            crate::task::start(&mc, &x.union, "MPI_Comm_idup", move || Ok(keep(crate::inter::dup_in_order(&mc2)?)), None)
+            crate::task::start(&mc, &x.union, "MPI_Comm_idup", move || {
+                keep(crate::inter::dup_in_order(&mc2)?);
+                Ok(())
+            }, after)?
         }
         None => {
             let parent: Arc<Comm> = mc.comm.clone();
@@ -47,22 +59,9 @@ pub unsafe fn comm_idup(c: MPI_Comm, newcomm: *mut MPI_Comm, request: *mut MPI_R
                 keep(state::add_comm(child, errh));
                 Ok(())
             };
-            crate::task::start(&mc, &mc.comm, "MPI_Comm_idup", f, None)
+            crate::task::start(&mc, &mc.comm, "MPI_Comm_idup", f, after)?
         }
     };
-    let dest = Dest(o as *mut MPI_Comm as usize);
-    let after = move || {
-        if let Some(h) = made.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            state::set_attrs(h, attrs);
-            // SAFETY: the caller's newcomm stays valid until the request completes (MPI's rule
-            // for a non-blocking call's arguments); this runs at completion.
-            unsafe { *(dest.0 as *mut MPI_Comm) = h };
-        }
-    };
-    let mut req = req?;
-    if let Req::Coll { after: a, .. } = &mut req {
-        *a = Some(Box::new(after));
-    }
     *o = MPI_COMM_NULL;
     *r = request::add(req);
     Ok(())

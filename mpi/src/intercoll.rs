@@ -62,11 +62,6 @@ pub fn bcast(mc: &MpiComm, buf: *mut c_void, count: i64, dt: MPI_Datatype, root:
     }
 }
 
-/// The answer of an inter collective not implemented here.
-pub fn unsupported(mc: &MpiComm) -> MpiErr {
-    MpiErr::new(MPI_ERR_UNSUPPORTED_OPERATION, "this collective is not supported on an intercommunicator (MPI_Barrier and MPI_Bcast are)").on(mc.handle)
-}
-
 // ---- gathers, scatters and all-to-all on an intercommunicator: point-to-point on the union ----
 //
 // Every block goes from its sender to its receiver in one message on `union`, with a tag per

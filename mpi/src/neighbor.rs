@@ -136,9 +136,7 @@ fn start(c: MPI_Comm, r: *mut MPI_Request, name: &str, f: impl FnOnce() -> Res +
     let (nbr, _, _) = neighborhood(c)?;
     let mc = crate::state::get_comm(c)?;
     let r = crate::api::out(r, "request").map_err(|e| e.on(c))?;
-    let f = crate::task::CallerArgs(f);
-    *r = crate::request::add(crate::task::start(&mc, &nbr.comm, name, move || (f.take())(), None)?);
-    Ok(())
+    crate::task::start_with_caller_args(r, &mc, &nbr.comm, name, f)
 }
 
 /// `name(args.., comm)` and `iname(args.., comm, request)` of `inner(args.., comm)`.

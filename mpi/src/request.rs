@@ -237,7 +237,7 @@ impl Req {
     /// Waits (up to the comm's timeout) and gives the status, or the error routed to the comm.
     pub fn finish(self) -> Result<MPI_Status, MpiErr> {
         // A request of no communicator (a generalized one) waits up to the world's timeout.
-        let of_world = || crate::state::get_comm(MPI_COMM_WORLD).map_or(0, |w| w.comm.timeout_ms());
+        let of_world = || crate::state::world_timeout_ms().unwrap_or(0);
         let deadline = LazyDeadline::new(self.comm().map_or_else(of_world, |c| c.comm.timeout_ms()));
         self.finish_by(&deadline)
     }

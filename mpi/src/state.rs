@@ -290,6 +290,11 @@ pub fn remove_comm(h: MPI_Comm) -> Result<Arc<MpiComm>, MpiErr> {
     c.slots.get_mut(h - COMM_BASE).and_then(|s| s.take()).ok_or_else(|| MpiErr::new(MPI_ERR_COMM, "communicator freed twice"))
 }
 
+/// MPI_COMM_WORLD's timeout (the one for waits on no communicator), once it exists.
+pub fn world_timeout_ms() -> Option<i64> {
+    get_comm(MPI_COMM_WORLD).ok().map(|w| w.comm.timeout_ms())
+}
+
 /// The intracommunicator behind `c`, for `what` (MPI_ERR_COMM for an intercommunicator).
 pub fn intra_comm(c: MPI_Comm, what: &str) -> Result<CommRef, MpiErr> {
     check_active()?;

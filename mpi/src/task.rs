@@ -4,6 +4,7 @@
 //! non-blocking work, and its request completes with the task's own MPI error (class and text),
 //! which the engine's request cannot carry.
 
+use crate::abi_gen::*;
 use crate::err::{MpiErr, Res};
 use crate::request::Req;
 use crate::state::CommRef;
@@ -34,6 +35,14 @@ pub fn start(mc: &CommRef, on: &Arc<Comm>, name: &str, task: impl FnOnce() -> Re
         })
         .map_err(|e| MpiErr::from(e).on(mc.handle))?;
     Ok(Req::Coll { comm: mc.clone(), req, after, err: Some(slot) })
+}
+
+/// Request `*r` of a non-blocking call: `f` (its blocking form, on the caller's arguments) run
+/// as a task on `on`'s worker.
+pub fn start_with_caller_args(r: &mut MPI_Request, mc: &CommRef, on: &Arc<Comm>, name: &str, f: impl FnOnce() -> Res + 'static) -> Res {
+    let f = CallerArgs(f);
+    *r = crate::request::add(start(mc, on, name, move || (f.take())(), None)?);
+    Ok(())
 }
 
 /// A non-blocking call's arguments (the caller's buffers and arrays, as raw pointers) moved
