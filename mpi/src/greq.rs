@@ -8,7 +8,7 @@ use crate::abi_gen::*;
 use crate::err::{MpiErr, Res};
 use crate::request::{self, Req};
 use distcomm::completion::LazyDeadline;
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::ffi::{c_int, c_void};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
@@ -66,12 +66,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// The generalized requests not yet done with, by handle.
-static OPEN: Mutex<Option<HashMap<MPI_Request, Arc<Shared>>>> = Mutex::new(None);
+static OPEN: Mutex<BTreeMap<MPI_Request, Arc<Shared>>> = Mutex::new(BTreeMap::new());
 
 fn forget(shared: &Arc<Shared>) {
-    if let Some(m) = lock(&OPEN).as_mut() {
-        m.retain(|_, s| !Arc::ptr_eq(s, shared));
-    }
+    lock(&OPEN).retain(|_, s| !Arc::ptr_eq(s, shared));
 }
 
 impl Greq {
@@ -147,14 +145,14 @@ pub unsafe fn grequest_start(
     let shared = Arc::new(Shared { flags: Mutex::default(), completed: Condvar::new(), calls });
     let mut open = lock(&OPEN);
     let h = request::add(Req::Generalized(Greq(shared.clone())));
-    open.get_or_insert_with(HashMap::new).insert(h, shared);
+    open.insert(h, shared);
     *r = h;
     Ok(())
 }
 
 pub unsafe fn grequest_complete(h: MPI_Request) -> Res {
     crate::state::check_active()?;
-    let shared = lock(&OPEN).as_ref().and_then(|m| m.get(&h).cloned());
+    let shared = lock(&OPEN).get(&h).cloned();
     let Some(shared) = shared else {
         return crate::mpi_err!(MPI_ERR_REQUEST, "{h:#x} is not an open generalized request");
     };
