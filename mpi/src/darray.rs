@@ -101,7 +101,7 @@ pub fn darray(size: c_int, rank: c_int, gsizes: &[i64], distribs: &[c_int], darg
         let mut parts = Vec::with_capacity(r.len());
         for &(first, len) in &r {
             let disp = first.checked_mul(stride).ok_or_else(|| MpiErr::new(MPI_ERR_ARG, "the array's byte offsets overflow"))?;
-            parts.push(Part { disp, reps: len as u64, child: &child });
+            parts.push(Part::new(disp, len as u64, &child));
         }
         cur = Layout::compose(&parts, false).map_err(datatype::map_err)?;
         stride = stride.checked_mul(gsizes[d]).ok_or_else(|| MpiErr::new(MPI_ERR_ARG, "the array's size in bytes overflows"))?;
@@ -127,7 +127,7 @@ mod tests {
     use super::*;
 
     fn offsets(h: MPI_Datatype) -> Vec<(i64, u64)> {
-        datatype::resolve_any(h).unwrap().0.map.blocks.iter().map(|b| (b.off, b.len)).collect()
+        datatype::resolve_any(h).unwrap().0.map.flat_blocks().iter().map(|b| (b.off, b.len)).collect()
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use crate::abi_gen::*;
 use crate::err::MpiErr;
-use crate::typemap::{Layout, MapErr, Part, Run};
+use crate::typemap::{Layout, MapErr, Part, Run, SigSeg};
 use distcomm::DType;
 use std::collections::HashMap;
 use std::ffi::c_int;
@@ -270,7 +270,7 @@ fn predef_layout(d: &Dt) -> Layout {
     };
     if let Some((v, vs, i)) = pair {
         let is = l.size - vs;
-        l.sig = if v == i { vec![Run { basic: v, size: vs, n: 2 }] } else { vec![Run { basic: v, size: vs, n: 1 }, Run { basic: i, size: is, n: 1 }] };
+        l.sig = if v == i { Arc::new([SigSeg::Run(Run { basic: v, size: vs, n: 2 })]) } else { Arc::new([SigSeg::Run(Run { basic: v, size: vs, n: 1 }), SigSeg::Run(Run { basic: i, size: is, n: 1 })]) };
         l.nelems = 2;
     }
     l
@@ -417,7 +417,7 @@ pub(crate) fn finish(map: Layout, env: Envelope) -> MPI_Datatype {
 
 /// The parts of `count` blocks of `old`: (byte displacement, blocklength).
 fn build(blocks: &[(i64, u64)], t: &Type, pad: bool) -> Result<Layout, MpiErr> {
-    let parts: Vec<Part> = blocks.iter().map(|&(disp, reps)| Part { disp, reps, child: &t.map }).collect();
+    let parts: Vec<Part> = blocks.iter().map(|&(disp, reps)| Part::new(disp, reps, &t.map)).collect();
     Layout::compose(&parts, pad).map_err(map_err)
 }
 
@@ -446,14 +446,9 @@ pub fn vector(count: i64, bl: i64, stride: i64, old_h: MPI_Datatype, bytes: bool
         // Blocks that follow each other: one run of count * blocklength elements.
         build(&[(0, n.checked_mul(b).ok_or_else(|| map_err(MapErr::Overflow))?)], &t, false)?
     } else {
-        if n > crate::typemap::MAX_BLOCKS as u64 {
-            return Err(map_err(MapErr::TooBig));
-        }
-        let mut blocks = Vec::with_capacity(n as usize);
-        for i in 0..n {
-            blocks.push((mul(i as i64, step)?, b));
-        }
-        build(&blocks, &t, false)?
+        // `count` blocks, `step` bytes apart: one strided part (a repeat in the map).
+        let block = build(&[(0, b)], &t, false)?;
+        Layout::compose(&[Part::strided(0, n, step, &block)], false).map_err(map_err)?
     };
     let combiner = if bytes { MPI_COMBINER_HVECTOR } else { MPI_COMBINER_VECTOR };
     let env = envelope(&Args { combiner, large, vals: &[(count, false), (bl, false), (stride, bytes)], fixed_ints: &[] }, vec![o])?;
@@ -504,7 +499,7 @@ pub fn structure(bls: &[i64], displs: &[i64], types: &[MPI_Datatype], large: boo
     }
     let mut parts = Vec::with_capacity(bls.len());
     for i in 0..bls.len() {
-        parts.push(Part { disp: displs[i], reps: nonneg(bls[i], "blocklength")?, child: &olds[i].map });
+        parts.push(Part::new(displs[i], nonneg(bls[i], "blocklength")?, &olds[i].map));
     }
     let map = Layout::compose(&parts, true).map_err(map_err)?;
     let mut vals = vec![(bls.len() as i64, false)];
@@ -538,19 +533,15 @@ pub fn subarray(sizes: &[i64], subsizes: &[i64], starts: &[i64], order: c_int, o
     for (k, &d) in dims.iter().enumerate() {
         let next = if k == 0 {
             // The fastest dimension: a run of elements of the old type.
-            Layout::compose(&[Part { disp: 0, reps: subsizes[d] as u64, child: &cur }], false).map_err(map_err)?
+            Layout::compose(&[Part::new(0, subsizes[d] as u64, &cur)], false).map_err(map_err)?
         } else {
-            if subsizes[d] as u64 > crate::typemap::MAX_BLOCKS as u64 {
-                return Err(map_err(MapErr::TooBig));
-            }
-            let parts: Vec<Part> = (0..subsizes[d]).map(|i| Ok(Part { disp: mul(i, stride)?, reps: 1, child: &cur })).collect::<Result<_, MpiErr>>()?;
-            Layout::compose(&parts, false).map_err(map_err)?
+            Layout::compose(&[Part::strided(0, subsizes[d] as u64, stride, &cur)], false).map_err(map_err)?
         };
         start_off = start_off.checked_add(mul(starts[d], stride)?).ok_or_else(|| map_err(MapErr::Overflow))?;
         stride = mul(stride, sizes[d])?;
         cur = next;
     }
-    let placed = Layout::compose(&[Part { disp: start_off, reps: 1, child: &cur }], false).map_err(map_err)?;
+    let placed = Layout::compose(&[Part::new(start_off, 1, &cur)], false).map_err(map_err)?;
     let map = placed.resized(0, stride).map_err(map_err)?;
     let mut vals: Vec<(i64, bool)> = Vec::with_capacity(3 * nd);
     vals.extend(sizes.iter().map(|&v| (v, false)));
@@ -757,7 +748,7 @@ mod derived_tests {
         // vector(3, 2, 4) of double: 3 blocks of 16 bytes, 32 apart; extent (2*4 + 2) * 8.
         let v = vector(3, 2, 4, MPI_DOUBLE, false, false).unwrap();
         let m = map_of(v);
-        assert_eq!((m.size, m.lb, m.extent(), m.blocks.len()), (48, 0, 80, 3));
+        assert_eq!((m.size, m.lb, m.extent(), m.flat_blocks().len()), (48, 0, 80, 3));
         // hvector with a negative stride: lb below 0.
         let h = vector(2, 1, -16, MPI_INT, true, false).unwrap();
         let m = map_of(h);
@@ -771,10 +762,10 @@ mod derived_tests {
         let a = subarray(&[4, 5], &[2, 3], &[1, 1], MPI_ORDER_C, MPI_INT, false).unwrap();
         let m = map_of(a);
         assert_eq!((m.lb, m.extent(), m.size, m.true_lb, m.true_extent()), (0, 80, 24, 24, 32));
-        assert_eq!(m.blocks.iter().map(|b| (b.off, b.len)).collect::<Vec<_>>(), vec![(24, 12), (44, 12)]);
+        assert_eq!(m.flat_blocks().iter().map(|b| (b.off, b.len)).collect::<Vec<_>>(), vec![(24, 12), (44, 12)]);
         // Fortran order: the first dimension varies fastest.
         let f = subarray(&[4, 5], &[2, 3], &[1, 1], MPI_ORDER_FORTRAN, MPI_INT, false).unwrap();
-        assert_eq!(map_of(f).blocks.len(), 3);
+        assert_eq!(map_of(f).flat_blocks().len(), 3);
         let r = resized(MPI_INT, -4, 12, false).unwrap();
         assert_eq!((map_of(r).lb, map_of(r).extent()), (-4, 12));
         for t in [v, h, s, s2, a, f, r] {
@@ -811,12 +802,15 @@ mod derived_tests {
         assert_eq!(contiguous(1, MPI_DATATYPE_NULL).err().map(|e| e.class), Some(MPI_ERR_TYPE));
         assert_eq!(subarray(&[4], &[5], &[0], MPI_ORDER_C, MPI_INT, false).err().map(|e| e.class), Some(MPI_ERR_ARG));
         assert_eq!(subarray(&[4], &[2], &[0], 7, MPI_INT, false).err().map(|e| e.class), Some(MPI_ERR_ARG));
-        // Huge but regular layouts stay one block; huge irregular ones are refused, not built.
+        // Huge layouts stay small: regular ones one block, strided ones one repeat.
         let big = vector(1 << 40, 1, 1, MPI_CHAR, false, true).unwrap();
-        assert_eq!(map_of(big).blocks.len(), 1);
+        assert_eq!(map_of(big).flat_blocks().len(), 1);
         free(big).unwrap();
-        assert_eq!(vector(1 << 40, 1, 2, MPI_CHAR, false, true).err().map(|e| e.class), Some(MPI_ERR_NO_MEM));
-        assert_eq!(subarray(&[1 << 40, 4], &[1 << 39, 2], &[0, 0], MPI_ORDER_C, MPI_CHAR, true).err().map(|e| e.class), Some(MPI_ERR_NO_MEM));
+        for big in [vector(1 << 40, 1, 2, MPI_CHAR, false, true).unwrap(), subarray(&[1 << 40, 4], &[1 << 39, 2], &[0, 0], MPI_ORDER_C, MPI_CHAR, true).unwrap()] {
+            let m = map_of(big);
+            assert_eq!((m.blocks.len(), m.size), (1, 1 << 40));
+            free(big).unwrap();
+        }
         let t = contiguous(2, MPI_INT).unwrap();
         assert_eq!(resolve(t).err().map(|e| e.class), Some(MPI_ERR_TYPE), "uncommitted");
         free(t).unwrap();
@@ -829,7 +823,7 @@ mod derived_tests {
     #[test]
     fn pair_types_pack_without_their_padding() {
         let m = predef_layout(&predefined(MPI_SHORT_INT).unwrap());
-        assert_eq!((m.size, m.extent(), m.blocks.len()), (6, 8, 2));
+        assert_eq!((m.size, m.extent(), m.flat_blocks().len()), (6, 8, 2));
         assert!(!m.dense());
         assert!(predef_layout(&predefined(MPI_DOUBLE).unwrap()).dense());
         // Two basic elements per pair: 20 bytes of MPI_DOUBLE_INT are 3 elements.

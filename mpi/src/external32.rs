@@ -51,7 +51,9 @@ fn int_comps(h: MPI_Datatype) -> Result<Vec<(usize, usize, bool)>, MpiErr> {
 /// Calls `f(native component bytes, external32 bytes, signed)` for each component of `count`
 /// elements of `map`, in packed order.
 fn walk(map: &Layout, count: u64, mut f: impl FnMut(usize, usize, Conv)) -> Result<(), MpiErr> {
-    let per: Vec<(Vec<Comp>, u64)> = map.sig.iter().map(|r| Ok((comps(r.basic)?, r.n))).collect::<Result<_, MpiErr>>()?;
+    let mut runs = Vec::new();
+    map.for_each_run(|r| runs.push(r));
+    let per: Vec<(Vec<Comp>, u64)> = runs.iter().map(|r| Ok((comps(r.basic)?, r.n))).collect::<Result<_, MpiErr>>()?;
     for _ in 0..count {
         for (cs, n) in &per {
             for _ in 0..*n {

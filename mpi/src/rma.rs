@@ -91,8 +91,9 @@ fn queue(p: &mut Pending, n: usize, r: &Remote, kind: u8, op: MPI_Op, data: &[u8
     put_u64(v, r.disp as u64);
     put_u64(v, r.count);
     put_u64(v, r.t.map.extent() as u64);
-    put_u64(v, r.t.map.blocks.len() as u64);
-    for b in &r.t.map.blocks {
+    let blocks = r.t.map.flat_blocks();
+    put_u64(v, blocks.len() as u64);
+    for b in &blocks {
         put_u64(v, b.off as u64);
         put_u64(v, b.len);
     }

@@ -1,12 +1,20 @@
-//! Type maps: where the bytes of one element of a datatype lie in memory, flattened to a list
-//! of (offset, length) blocks in type-map order (adjacent runs merged), with the bounds the
-//! standard defines (lb, ub, true bounds, sticky markers from MPI_Type_create_resized), the
-//! type signature as runs of basic elements (for MPI_Get_elements), and pack/unpack between
-//! user memory and the contiguous bytes the engine moves.
+//! Type maps: where the bytes of one element of a datatype lie in memory, as blocks of
+//! (offset, length) in type-map order (adjacent runs merged) and, for types made of many
+//! copies of a smaller one, repeats that keep that smaller map once (a vector of a billion
+//! blocks is one repeat, not a billion blocks); the bounds the standard defines (lb, ub, true
+//! bounds, sticky markers from MPI_Type_create_resized); the type signature as runs of basic
+//! elements (for MPI_Get_elements), compact in the same way; and pack/unpack between user
+//! memory and the contiguous bytes the engine moves.
 
-/// Most blocks (and signature runs) one type map may hold: a bound on the memory a caller's
+use std::sync::Arc;
+
+/// Most segments (blocks and repeats) one type map may store: a bound on the memory a caller's
 /// constructor arguments can make us allocate.
 pub const MAX_BLOCKS: usize = 1 << 22;
+
+/// A part repeated into at most this many segments is stored flat (its blocks can merge and
+/// packing walks one list); a larger one is stored as a repeat of its child's map.
+const FLAT_LIMIT: u64 = 256;
 
 /// `n` basic elements in a row of predefined type `basic`, `size` bytes each.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,9 +30,25 @@ pub struct Block {
     pub len: u64,
 }
 
+/// A piece of a type map, offsets from the element's address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Seg {
+    Block(Block),
+    /// `count` copies of the map `inner`, the first at `off`, each next `stride` bytes on.
+    Repeat { off: i64, count: u64, stride: i64, inner: Arc<[Seg]> },
+}
+
+/// A piece of a type signature.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SigSeg {
+    Run(Run),
+    /// `count` copies of the signature `inner`, which holds `size` bytes in `nelems` elements.
+    Repeat { count: u64, inner: Arc<[SigSeg]>, size: u64, nelems: u64 },
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Layout {
-    pub blocks: Vec<Block>,
+    pub blocks: Arc<[Seg]>,
     /// Bytes of data (MPI_Type_size).
     pub size: u64,
     pub lb: i64,
@@ -37,7 +61,7 @@ pub struct Layout {
     /// The largest alignment of a basic element (struct extents are padded to it).
     pub align: u64,
     /// The basic elements in order (the type signature), runs merged.
-    pub sig: Vec<Run>,
+    pub sig: Arc<[SigSeg]>,
     /// Basic elements in one element of this type.
     pub nelems: u64,
     /// The one predefined type every basic element is (reductions), or None when mixed.
@@ -49,7 +73,7 @@ pub struct Layout {
 pub enum MapErr {
     /// Offsets, sizes or counts overflow 64 bits.
     Overflow,
-    /// More than MAX_BLOCKS blocks.
+    /// More than MAX_BLOCKS segments.
     TooBig,
 }
 
@@ -58,11 +82,24 @@ fn ck(v: Option<i64>) -> Result<i64, MapErr> {
 }
 
 /// One part of a new type: `reps` elements of `child`, the first at byte `disp`, each next one
-/// a child extent further.
+/// `stride` bytes further (the child's extent, unless a vector or subarray says otherwise).
 pub struct Part<'a> {
     pub disp: i64,
     pub reps: u64,
+    pub stride: i64,
     pub child: &'a Layout,
+}
+
+impl<'a> Part<'a> {
+    /// `reps` elements of `child` back to back from `disp`.
+    pub fn new(disp: i64, reps: u64, child: &'a Layout) -> Part<'a> {
+        Part { disp, reps, stride: child.extent(), child }
+    }
+
+    /// `reps` elements of `child`, `stride` bytes apart, from `disp`.
+    pub fn strided(disp: i64, reps: u64, stride: i64, child: &'a Layout) -> Part<'a> {
+        Part { disp, reps, stride, child }
+    }
 }
 
 impl Layout {
@@ -72,7 +109,7 @@ impl Layout {
         let true_lb = blocks.first().map_or(0, |b| b.0);
         let true_ub = blocks.last().map_or(0, |b| b.0 + b.1 as i64);
         Layout {
-            blocks: blocks.iter().map(|&(off, len)| Block { off, len }).collect(),
+            blocks: blocks.iter().map(|&(off, len)| Seg::Block(Block { off, len })).collect(),
             size,
             lb: 0,
             ub: extent,
@@ -81,7 +118,7 @@ impl Layout {
             explicit_lb: false,
             explicit_ub: false,
             align: align.max(1),
-            sig: if size > 0 { vec![Run { basic: handle, size, n: 1 }] } else { Vec::new() },
+            sig: if size > 0 { Arc::new([SigSeg::Run(Run { basic: handle, size, n: 1 })]) } else { Arc::new([]) },
             nelems: 1,
             basic: Some(handle),
         }
@@ -95,6 +132,14 @@ impl Layout {
         self.true_ub - self.true_lb
     }
 
+    /// The one block of an element's data, if it is one.
+    fn single_block(&self) -> Option<Block> {
+        match &*self.blocks {
+            [Seg::Block(b)] => Some(*b),
+            _ => None,
+        }
+    }
+
     /// Where the data of `count` elements lies when it is one run of memory (no data; one
     /// element of one block; or one block per element, elements back to back): the run's
     /// offset from the first element's address. Packing such data is one copy, not one per
@@ -103,10 +148,7 @@ impl Layout {
         if self.size == 0 {
             return Some(0);
         }
-        match self.blocks.as_slice() {
-            [b] if count <= 1 || self.extent() == b.len as i64 => Some(b.off),
-            _ => None,
-        }
+        self.single_block().filter(|b| count <= 1 || self.extent() == b.len as i64).map(|b| b.off)
     }
 
     /// The bytes of `count` elements' run (`one_run`) that fit in `room`.
@@ -116,39 +158,16 @@ impl Layout {
 
     /// Data in one block at offset 0 and elements back to back: user memory is the wire format.
     pub fn dense(&self) -> bool {
-        self.lb == 0 && self.extent() as u64 == self.size && (self.size == 0 || self.blocks == [Block { off: 0, len: self.size }])
+        self.lb == 0 && self.extent() as u64 == self.size && (self.size == 0 || self.single_block() == Some(Block { off: 0, len: self.size }))
     }
 
     /// The type made of `parts` in order (every constructor is this); `pad` rounds the extent
     /// up to the largest alignment when no resized marker fixes the upper bound (what
     /// MPI_Type_create_struct does, as C compilers pad structs).
     pub fn compose(parts: &[Part], pad: bool) -> Result<Layout, MapErr> {
-        // Bound the work before doing it.
-        let (mut nblocks, mut nsig): (u64, u64) = (0, 0);
-        for p in parts {
-            let c = p.child;
-            let n = if c.blocks.len() == 1 && c.blocks[0].len as i64 == c.extent() { 1 } else { (c.blocks.len() as u64).checked_mul(p.reps).ok_or(MapErr::TooBig)? };
-            nblocks = nblocks.checked_add(n).ok_or(MapErr::TooBig)?;
-            let sig_n = if c.sig.len() <= 1 { 1 } else { (c.sig.len() as u64).checked_mul(p.reps).ok_or(MapErr::TooBig)? };
-            nsig = nsig.checked_add(sig_n).ok_or(MapErr::TooBig)?;
-            if nblocks > MAX_BLOCKS as u64 || nsig > MAX_BLOCKS as u64 {
-                return Err(MapErr::TooBig);
-            }
-        }
-        let mut out = Layout {
-            blocks: Vec::new(),
-            size: 0,
-            lb: 0,
-            ub: 0,
-            true_lb: 0,
-            true_ub: 0,
-            explicit_lb: false,
-            explicit_ub: false,
-            align: 1,
-            sig: Vec::new(),
-            nelems: 0,
-            basic: None,
-        };
+        let mut blocks: Vec<Seg> = Vec::new();
+        let mut sig: Vec<SigSeg> = Vec::new();
+        let (mut size, mut nelems, mut align) = (0u64, 0u64, 1u64);
         // Bounds over the parts: all, resized markers only, data only.
         let (mut lb, mut ub): (Option<i64>, Option<i64>) = (None, None);
         let (mut xlb, mut xub): (Option<i64>, Option<i64>) = (None, None);
@@ -156,7 +175,7 @@ impl Layout {
         let mut basic: Option<Option<usize>> = None;
         for p in parts {
             let c = p.child;
-            out.align = out.align.max(c.align);
+            align = align.max(c.align);
             basic = Some(match basic {
                 None => c.basic,
                 Some(b) if b == c.basic => b,
@@ -165,8 +184,7 @@ impl Layout {
             if p.reps == 0 {
                 continue;
             }
-            let ext = c.extent();
-            let last = ck(ext.checked_mul(i64::try_from(p.reps - 1).map_err(|_| MapErr::Overflow)?))?;
+            let last = ck(p.stride.checked_mul(i64::try_from(p.reps - 1).map_err(|_| MapErr::Overflow)?))?;
             let lo = ck(p.disp.checked_add(last.min(0)))?;
             let hi = ck(p.disp.checked_add(last.max(0)))?;
             let (l, u) = (ck(lo.checked_add(c.lb))?, ck(hi.checked_add(c.ub))?);
@@ -183,41 +201,33 @@ impl Layout {
                 tlb = Some(tlb.map_or(l, |x| x.min(l)));
                 tub = Some(tub.map_or(u, |x| x.max(u)));
             }
-            out.size = c.size.checked_mul(p.reps).and_then(|s| s.checked_add(out.size)).ok_or(MapErr::Overflow)?;
-            out.nelems = c.nelems.checked_mul(p.reps).and_then(|s| s.checked_add(out.nelems)).ok_or(MapErr::Overflow)?;
-            if out.size > i64::MAX as u64 {
+            size = c.size.checked_mul(p.reps).and_then(|s| s.checked_add(size)).ok_or(MapErr::Overflow)?;
+            nelems = c.nelems.checked_mul(p.reps).and_then(|s| s.checked_add(nelems)).ok_or(MapErr::Overflow)?;
+            if size > i64::MAX as u64 {
                 return Err(MapErr::Overflow);
             }
-            // Blocks: a child that is one block filling its extent repeats as one longer block.
-            if c.blocks.len() == 1 && c.blocks[0].len as i64 == ext && ext > 0 {
-                let len = c.blocks[0].len.checked_mul(p.reps).ok_or(MapErr::Overflow)?;
-                push_block(&mut out.blocks, ck(p.disp.checked_add(c.blocks[0].off))?, len);
-            } else {
-                for r in 0..p.reps {
-                    let base = ck((r as i64).checked_mul(ext).and_then(|x| x.checked_add(p.disp)))?;
-                    for b in &c.blocks {
-                        push_block(&mut out.blocks, ck(base.checked_add(b.off))?, b.len);
-                    }
-                }
-            }
-            if c.sig.len() == 1 {
-                let r = c.sig[0];
-                push_sig(&mut out.sig, Run { n: r.n.checked_mul(p.reps).ok_or(MapErr::Overflow)?, ..r });
-            } else {
-                for _ in 0..p.reps {
-                    for &r in &c.sig {
-                        push_sig(&mut out.sig, r);
-                    }
-                }
+            place_blocks(&mut blocks, p, c)?;
+            place_sig(&mut sig, p.reps, c)?;
+            if blocks.len() > MAX_BLOCKS || sig.len() > MAX_BLOCKS {
+                return Err(MapErr::TooBig);
             }
         }
-        out.basic = basic.flatten();
-        out.explicit_lb = xlb.is_some();
-        out.explicit_ub = xub.is_some();
-        out.lb = xlb.or(lb).unwrap_or(0);
-        out.ub = xub.or(ub).unwrap_or(0);
-        out.true_lb = tlb.unwrap_or(0);
-        out.true_ub = tub.unwrap_or(0);
+        let explicit_lb = xlb.is_some();
+        let explicit_ub = xub.is_some();
+        let mut out = Layout {
+            blocks: blocks.into(),
+            size,
+            lb: xlb.or(lb).unwrap_or(0),
+            ub: xub.or(ub).unwrap_or(0),
+            true_lb: tlb.unwrap_or(0),
+            true_ub: tub.unwrap_or(0),
+            explicit_lb,
+            explicit_ub,
+            align,
+            sig: sig.into(),
+            nelems,
+            basic: basic.flatten(),
+        };
         if pad && !out.explicit_ub && lb.is_some() {
             let ext = out.ub - out.lb;
             let a = out.align as i64;
@@ -247,22 +257,7 @@ impl Layout {
         }
         let (full, mut rem) = (bytes / self.size, bytes % self.size);
         let mut n = full.checked_mul(self.nelems)?;
-        for &Run { size: s, n: k, .. } in &self.sig {
-            if rem == 0 {
-                break;
-            }
-            let run = s * k;
-            if rem >= run {
-                rem -= run;
-                n += k;
-            } else {
-                if rem % s != 0 {
-                    return None;
-                }
-                n += rem / s;
-                rem = 0;
-            }
-        }
+        sig_elements_in(&self.sig, &mut rem, &mut n);
         (rem == 0).then_some(n)
     }
 
@@ -274,15 +269,62 @@ impl Layout {
         }
         let (full, mut rem) = (n / self.nelems, n % self.nelems);
         let mut b = full.checked_mul(self.size)?;
-        for &Run { size: s, n: k, .. } in &self.sig {
-            if rem == 0 {
-                break;
-            }
-            let t = rem.min(k);
-            b += t * s;
-            rem -= t;
-        }
+        sig_bytes_of(&self.sig, &mut rem, &mut b);
         Some(b)
+    }
+
+    /// Calls `f` with each run of one element's signature, in order (repeats written out).
+    pub fn for_each_run(&self, mut f: impl FnMut(Run)) {
+        fn walk(sig: &[SigSeg], f: &mut impl FnMut(Run)) {
+            for s in sig {
+                match s {
+                    SigSeg::Run(r) => f(*r),
+                    SigSeg::Repeat { count, inner, .. } => (0..*count).for_each(|_| walk(inner, f)),
+                }
+            }
+        }
+        walk(&self.sig, &mut f)
+    }
+
+    /// The blocks of one element, written out (repeats expanded, touching blocks merged).
+    pub fn flat_blocks(&self) -> Vec<Block> {
+        let mut v = Vec::new();
+        self.walk(1, |r| {
+            for i in 0..r.count {
+                push_block(&mut v, r.at(i), r.len);
+            }
+            true
+        });
+        v
+    }
+
+    /// Calls `f` for every block of `count` elements in type-map order, a vector's blocks in
+    /// one call (offsets from the first element's address, wrapping: they are only formed, not
+    /// checked); stops when `f` returns false.
+    fn walk(&self, count: u64, mut f: impl FnMut(Strided) -> bool) {
+        let ext = self.extent();
+        for i in 0..count {
+            if !walk_segs(&self.blocks, (i as i64).wrapping_mul(ext), &mut f) {
+                return;
+            }
+        }
+    }
+
+    /// Copies the blocks `walk` gives into or out of packed bytes of `room` bytes: `copy(block
+    /// offset, packed offset, bytes)`; stops when the packed bytes are used up.
+    fn each_copy(&self, count: u64, room: usize, mut copy: impl FnMut(i64, usize, usize)) {
+        let mut o = 0usize;
+        self.walk(count, |r| {
+            for i in 0..r.count {
+                if o >= room {
+                    return false;
+                }
+                let n = (r.len as usize).min(room - o);
+                copy(r.at(i), o, n);
+                o += n;
+            }
+            true
+        });
     }
 
     /// Packed bytes of `count` elements.
@@ -302,19 +344,12 @@ impl Layout {
             unsafe { std::ptr::copy_nonoverlapping(src.wrapping_offset(off as isize), dst.as_mut_ptr(), n) };
             return;
         }
-        let mut o = 0usize;
-        for i in 0..count {
-            let base = src.wrapping_offset((i as i64).wrapping_mul(self.extent()) as isize);
-            for b in &self.blocks {
-                if o >= dst.len() {
-                    return;
-                }
-                let n = (b.len as usize).min(dst.len() - o);
-                // SAFETY: the caller's memory holds this block (the function's contract).
-                unsafe { std::ptr::copy_nonoverlapping(base.wrapping_offset(b.off as isize), dst.as_mut_ptr().add(o), n) };
-                o += n;
-            }
-        }
+        let to = dst.as_mut_ptr();
+        self.each_copy(count, dst.len(), |off, o, n| {
+            // SAFETY: the caller's memory holds this block (the function's contract); `o + n`
+            // is within `dst`.
+            unsafe { std::ptr::copy_nonoverlapping(src.wrapping_offset(off as isize), to.add(o), n) }
+        });
     }
 
     /// Copies packed bytes `src` into up to `count` elements at `dst` (user memory with this
@@ -329,17 +364,149 @@ impl Layout {
             unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst.wrapping_offset(off as isize), n) };
             return;
         }
-        let mut o = 0usize;
-        for i in 0..count {
-            let base = dst.wrapping_offset((i as i64).wrapping_mul(self.extent()) as isize);
-            for b in &self.blocks {
-                if o >= src.len() {
+        self.each_copy(count, src.len(), |off, o, n| {
+            // SAFETY: as in `pack`.
+            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr().add(o), dst.wrapping_offset(off as isize), n) }
+        });
+    }
+}
+
+/// `count` blocks of `len` bytes, `stride` bytes apart from `off` (one block: count 1).
+#[derive(Clone, Copy)]
+struct Strided {
+    off: i64,
+    len: u64,
+    count: u64,
+    stride: i64,
+}
+
+impl Strided {
+    /// Where block `i` starts.
+    fn at(&self, i: u64) -> i64 {
+        self.off.wrapping_add((i as i64).wrapping_mul(self.stride))
+    }
+}
+
+/// `walk` over `segs` placed at `base`.
+fn walk_segs(segs: &[Seg], base: i64, f: &mut impl FnMut(Strided) -> bool) -> bool {
+    for s in segs {
+        let go = match s {
+            Seg::Block(b) => f(Strided { off: base.wrapping_add(b.off), len: b.len, count: 1, stride: 0 }),
+            Seg::Repeat { off, count, stride, inner } => {
+                let first = base.wrapping_add(*off);
+                match &**inner {
+                    // A vector's blocks: one call.
+                    [Seg::Block(b)] => f(Strided { off: first.wrapping_add(b.off), len: b.len, count: *count, stride: *stride }),
+                    _ => (0..*count).all(|i| walk_segs(inner, first.wrapping_add((i as i64).wrapping_mul(*stride)), f)),
+                }
+            }
+        };
+        if !go {
+            return false;
+        }
+    }
+    true
+}
+
+/// Adds part `p`'s blocks: one longer block when the child's one block fills the stride; the
+/// child's segments written out when few; else one repeat of the child's map.
+fn place_blocks(out: &mut Vec<Seg>, p: &Part, c: &Layout) -> Result<(), MapErr> {
+    if let Some(b) = c.single_block() {
+        if p.reps == 1 || (b.len as i64 == p.stride && p.stride > 0) {
+            let len = b.len.checked_mul(p.reps).ok_or(MapErr::Overflow)?;
+            push_block(out, ck(p.disp.checked_add(b.off))?, len);
+            return Ok(());
+        }
+    }
+    if c.blocks.is_empty() {
+        return Ok(());
+    }
+    if (c.blocks.len() as u64).saturating_mul(p.reps) <= FLAT_LIMIT {
+        for r in 0..p.reps {
+            let base = ck((r as i64).checked_mul(p.stride).and_then(|x| x.checked_add(p.disp)))?;
+            for s in c.blocks.iter() {
+                match s {
+                    Seg::Block(b) => push_block(out, ck(base.checked_add(b.off))?, b.len),
+                    Seg::Repeat { off, count, stride, inner } => {
+                        out.push(Seg::Repeat { off: ck(base.checked_add(*off))?, count: *count, stride: *stride, inner: inner.clone() })
+                    }
+                }
+            }
+        }
+    } else {
+        out.push(Seg::Repeat { off: p.disp, count: p.reps, stride: p.stride, inner: c.blocks.clone() });
+    }
+    Ok(())
+}
+
+/// Adds `reps` copies of `c`'s signature: one longer run when it is one run; written out when
+/// few; else one repeat.
+fn place_sig(out: &mut Vec<SigSeg>, reps: u64, c: &Layout) -> Result<(), MapErr> {
+    match &*c.sig {
+        [] => {}
+        [SigSeg::Run(r)] => push_sig(out, Run { n: r.n.checked_mul(reps).ok_or(MapErr::Overflow)?, ..*r }),
+        s if (s.len() as u64).saturating_mul(reps) <= FLAT_LIMIT => {
+            for _ in 0..reps {
+                for x in s {
+                    match x {
+                        SigSeg::Run(r) => push_sig(out, *r),
+                        rep => out.push(rep.clone()),
+                    }
+                }
+            }
+        }
+        s => out.push(SigSeg::Repeat { count: reps, inner: Arc::from(s), size: c.size, nelems: c.nelems }),
+    }
+    Ok(())
+}
+
+/// Takes whole basic elements from `rem` bytes of `sig` (repeated as needed) into `n`; leaves
+/// in `rem` what does not fill an element.
+fn sig_elements_in(sig: &[SigSeg], rem: &mut u64, n: &mut u64) {
+    for s in sig {
+        if *rem == 0 {
+            return;
+        }
+        match s {
+            SigSeg::Run(Run { size, n: k, .. }) => {
+                let whole = (*rem / size).min(*k);
+                *n += whole;
+                *rem -= whole * size;
+                if whole < *k {
                     return;
                 }
-                let n = (b.len as usize).min(src.len() - o);
-                // SAFETY: as in `pack`.
-                unsafe { std::ptr::copy_nonoverlapping(src.as_ptr().add(o), base.wrapping_offset(b.off as isize), n) };
-                o += n;
+            }
+            SigSeg::Repeat { count, inner, size, nelems } => {
+                let whole = (*rem / size).min(*count);
+                *n += whole * nelems;
+                *rem -= whole * size;
+                if whole < *count {
+                    return sig_elements_in(inner, rem, n);
+                }
+            }
+        }
+    }
+}
+
+/// Adds to `b` the bytes of the first `rem` basic elements of `sig` (rem < its elements).
+fn sig_bytes_of(sig: &[SigSeg], rem: &mut u64, b: &mut u64) {
+    for s in sig {
+        if *rem == 0 {
+            return;
+        }
+        match s {
+            SigSeg::Run(Run { size, n: k, .. }) => {
+                let t = (*rem).min(*k);
+                *b += t * size;
+                *rem -= t;
+            }
+            SigSeg::Repeat { count, inner, size, nelems } => {
+                let whole = (*rem / nelems).min(*count);
+                *b += whole * size;
+                *rem -= whole * nelems;
+                if whole < *count {
+                    return sig_bytes_of(inner, rem, b);
+                }
             }
         }
     }
@@ -350,26 +517,53 @@ pub fn packed_bytes(size: u64, count: u64) -> Option<u64> {
     size.checked_mul(count).filter(|&b| b <= isize::MAX as u64)
 }
 
-fn push_block(v: &mut Vec<Block>, off: i64, len: u64) {
+fn push_block(v: &mut Vec<impl BlockList>, off: i64, len: u64) {
     if len == 0 {
         return;
     }
-    if let Some(last) = v.last_mut() {
+    if let Some(last) = v.last_mut().and_then(|l| l.as_block()) {
         if last.off.checked_add(last.len as i64) == Some(off) {
             last.len += len;
             return;
         }
     }
-    v.push(Block { off, len });
+    v.push(BlockList::block(off, len));
 }
 
-fn push_sig(v: &mut Vec<Run>, r: Run) {
+/// What `push_block` appends to: a plain list of blocks, or a map's segments.
+trait BlockList {
+    fn as_block(&mut self) -> Option<&mut Block>;
+    fn block(off: i64, len: u64) -> Self;
+}
+
+impl BlockList for Block {
+    fn as_block(&mut self) -> Option<&mut Block> {
+        Some(self)
+    }
+    fn block(off: i64, len: u64) -> Self {
+        Block { off, len }
+    }
+}
+
+impl BlockList for Seg {
+    fn as_block(&mut self) -> Option<&mut Block> {
+        match self {
+            Seg::Block(b) => Some(b),
+            Seg::Repeat { .. } => None,
+        }
+    }
+    fn block(off: i64, len: u64) -> Self {
+        Seg::Block(Block { off, len })
+    }
+}
+
+fn push_sig(v: &mut Vec<SigSeg>, r: Run) {
     if r.n == 0 || r.size == 0 {
         return;
     }
     match v.last_mut() {
-        Some(last) if last.basic == r.basic => last.n += r.n,
-        _ => v.push(r),
+        Some(SigSeg::Run(last)) if last.basic == r.basic => last.n += r.n,
+        _ => v.push(SigSeg::Run(r)),
     }
 }
 
@@ -409,25 +603,25 @@ mod tests {
 
     /// MPI_Type_vector(count, bl, stride) of `c` as parts.
     fn vector(count: u64, bl: u64, stride: i64, c: &Layout) -> Layout {
-        let parts: Vec<Part> = (0..count).map(|i| Part { disp: i as i64 * stride * c.extent(), reps: bl, child: c }).collect();
+        let parts: Vec<Part> = (0..count).map(|i| Part::new(i as i64 * stride * c.extent(), bl, c)).collect();
         Layout::compose(&parts, false).unwrap()
     }
 
     #[test]
     fn contiguous_runs_merge_into_one_block() {
         let d = double();
-        let t = Layout::compose(&[Part { disp: 0, reps: 1000, child: &d }], false).unwrap();
-        assert_eq!(t.blocks, vec![Block { off: 0, len: 8000 }]);
+        let t = Layout::compose(&[Part::new(0, 1000, &d)], false).unwrap();
+        assert_eq!(t.flat_blocks(), vec![Block { off: 0, len: 8000 }]);
         assert!(t.dense());
         assert_eq!((t.size, t.extent(), t.nelems, t.basic), (8000, 8000, 1000, Some(1)));
-        assert_eq!(t.sig, vec![Run { basic: 1, size: 8, n: 1000 }]);
+        assert_eq!(&*t.sig, &[SigSeg::Run(Run { basic: 1, size: 8, n: 1000 })]);
     }
 
     #[test]
     fn vector_bounds_and_pack_round_trip() {
         let d = double();
         let v = vector(3, 2, 4, &d);
-        assert_eq!(v.blocks.len(), 3);
+        assert_eq!(v.flat_blocks().len(), 3);
         assert_eq!((v.size, v.lb, v.extent(), v.true_extent()), (48, 0, 80, 80));
         assert!(!v.dense());
         let src: Vec<f64> = (0..24).map(|x| x as f64).collect();
@@ -450,7 +644,7 @@ mod tests {
         let v = vector(3, 1, -2, &d);
         assert_eq!((v.lb, v.ub, v.extent()), (-32, 8, 40));
         assert_eq!((v.true_lb, v.true_extent()), (-32, 40));
-        assert_eq!(v.blocks, vec![Block { off: 0, len: 8 }, Block { off: -16, len: 8 }, Block { off: -32, len: 8 }]);
+        assert_eq!(v.flat_blocks(), vec![Block { off: 0, len: 8 }, Block { off: -16, len: 8 }, Block { off: -32, len: 8 }]);
         let src: Vec<f64> = (0..5).map(|x| x as f64).collect();
         let mut packed = vec![0u8; 24];
         unsafe { v.pack((src.as_ptr() as *const u8).wrapping_add(32), 1, &mut packed) };
@@ -462,21 +656,21 @@ mod tests {
     fn struct_padding_follows_the_largest_alignment() {
         let (d, i, c) = (double(), int(), char_());
         // struct { char c; double d; }: extent 16; struct { int i; char c; }: extent 8.
-        let s = Layout::compose(&[Part { disp: 0, reps: 1, child: &c }, Part { disp: 8, reps: 1, child: &d }], true).unwrap();
+        let s = Layout::compose(&[Part::new(0, 1, &c), Part::new(8, 1, &d)], true).unwrap();
         assert_eq!((s.size, s.extent(), s.true_extent(), s.basic), (9, 16, 16, None));
-        let s = Layout::compose(&[Part { disp: 0, reps: 1, child: &i }, Part { disp: 4, reps: 1, child: &c }], true).unwrap();
+        let s = Layout::compose(&[Part::new(0, 1, &i), Part::new(4, 1, &c)], true).unwrap();
         assert_eq!((s.extent(), s.true_extent()), (8, 5));
-        assert_eq!(s.blocks, vec![Block { off: 0, len: 5 }]);
+        assert_eq!(s.flat_blocks(), vec![Block { off: 0, len: 5 }]);
         // A resized member's markers stop the padding.
         let r = c.resized(0, 3).unwrap();
-        let s = Layout::compose(&[Part { disp: 0, reps: 1, child: &i }, Part { disp: 4, reps: 1, child: &r }], true).unwrap();
+        let s = Layout::compose(&[Part::new(0, 1, &i), Part::new(4, 1, &r)], true).unwrap();
         assert_eq!((s.lb, s.ub), (4, 7), "explicit markers give lb and ub");
     }
 
     #[test]
     fn elements_count_basic_elements_and_partial_ones() {
         let (d, i) = (double(), int());
-        let s = Layout::compose(&[Part { disp: 0, reps: 2, child: &i }, Part { disp: 8, reps: 1, child: &d }], true).unwrap();
+        let s = Layout::compose(&[Part::new(0, 2, &i), Part::new(8, 1, &d)], true).unwrap();
         assert_eq!((s.size, s.nelems), (16, 3));
         assert_eq!(s.elements_in(32), Some(6));
         assert_eq!(s.elements_in(16 + 4), Some(4));
@@ -488,11 +682,73 @@ mod tests {
     #[test]
     fn overflow_and_size_limits() {
         let d = double();
-        let big = Layout::compose(&[Part { disp: 0, reps: u64::MAX / 4, child: &d }], false);
+        let big = Layout::compose(&[Part::new(0, u64::MAX / 4, &d)], false);
         assert_eq!(big.err(), Some(MapErr::Overflow));
         let v = vector(2, 1, 2, &d);
-        let parts = [Part { disp: 0, reps: (MAX_BLOCKS as u64) * 2, child: &v }];
+        // Many copies of a small type are one repeat however many they are...
+        let many = Layout::compose(&[Part::new(0, (MAX_BLOCKS as u64) * 2, &v)], false).unwrap();
+        assert_eq!(many.blocks.len(), 1);
+        assert_eq!((many.size, many.extent()), (MAX_BLOCKS as u64 * 32, MAX_BLOCKS as i64 * 2 * 24));
+        // ...but a caller's list of parts that are not copies of one is stored as given: the
+        // bound is on that.
+        let parts: Vec<Part> = (0..MAX_BLOCKS as i64 / 2 + 1).map(|i| Part::new(i * 100, 1, &v)).collect();
         assert_eq!(Layout::compose(&parts, false).err(), Some(MapErr::TooBig));
+    }
+
+    /// A repeat packs, unpacks and counts elements exactly as the same type written out.
+    #[test]
+    fn repeats_behave_like_the_blocks_they_stand_for() {
+        let (d, i) = (double(), int());
+        // struct { int; double } at 0 and 8 (3 signature runs would flatten; many copies don't).
+        let s = Layout::compose(&[Part::new(0, 1, &i), Part::new(8, 1, &d)], true).unwrap();
+        let reps = FLAT_LIMIT + 3;
+        // Copies 40 bytes apart (a vector of the struct) and, for contrast, the same written out.
+        let rep = Layout::compose(&[Part::strided(0, reps, 40, &s)], false).unwrap();
+        let flat_parts: Vec<Part> = (0..reps as i64).map(|k| Part::new(k * 40, 1, &s)).collect();
+        let flat = Layout::compose(&flat_parts, false).unwrap();
+        assert!(matches!(&*rep.blocks, [Seg::Repeat { .. }]), "{:?}", &rep.blocks[..1]);
+        assert!(matches!(&*rep.sig, [SigSeg::Repeat { .. }]));
+        assert_eq!(flat.blocks.len() as u64, 2 * reps);
+        assert_eq!(rep.flat_blocks(), flat.flat_blocks());
+        assert_eq!((rep.size, rep.lb, rep.ub, rep.true_lb, rep.true_ub, rep.nelems), (flat.size, flat.lb, flat.ub, flat.true_lb, flat.true_ub, flat.nelems));
+        let mut ra = Vec::new();
+        let mut fa = Vec::new();
+        rep.for_each_run(|r| ra.push(r));
+        flat.for_each_run(|r| fa.push(r));
+        assert_eq!(ra, fa);
+        for bytes in [0, 4, 8, 12, 16, 24, 100 * 12, 100 * 12 + 4, 100 * 12 + 6, rep.size, rep.size + 4] {
+            assert_eq!(rep.elements_in(bytes), flat.elements_in(bytes), "{bytes} bytes");
+        }
+        for n in [0, 1, 2, 3, 201, 202, 2 * reps - 1, 2 * reps + 1] {
+            assert_eq!(rep.bytes_of_elements(n), flat.bytes_of_elements(n), "{n} elements");
+        }
+        // Two elements of each, packed from the same memory, and a short buffer.
+        let span = (2 * rep.extent()) as usize;
+        let src: Vec<u8> = (0..span).map(|x| (x * 7 % 251) as u8).collect();
+        for room in [2 * rep.size as usize, 1001] {
+            let (mut a, mut b) = (vec![0u8; room], vec![0u8; room]);
+            unsafe { rep.pack(src.as_ptr(), 2, &mut a) };
+            unsafe { flat.pack(src.as_ptr(), 2, &mut b) };
+            assert_eq!(a, b, "room {room}");
+            let (mut ua, mut ub) = (vec![0u8; span], vec![0u8; span]);
+            unsafe { rep.unpack(&a, ua.as_mut_ptr(), 2) };
+            unsafe { flat.unpack(&b, ub.as_mut_ptr(), 2) };
+            assert_eq!(ua, ub, "room {room}");
+        }
+        // A repeat of a repeat (a vector of vectors) written out in order.
+        let outer = Layout::compose(&[Part::strided(8, 300, -2 * rep.extent(), &rep)], false).unwrap();
+        let fb = outer.flat_blocks();
+        assert_eq!(fb.len() as u64, 300 * 2 * reps);
+        assert_eq!(fb[2 * reps as usize], Block { off: 8 - 2 * rep.extent(), len: 4 });
+        assert_eq!(outer.true_lb, 8 - 299 * 2 * rep.extent());
+        // Few copies of a repeat are written out as shifted repeats.
+        let two = Layout::compose(&[Part::new(0, 2, &rep)], false).unwrap();
+        assert_eq!(two.blocks.len(), 2);
+        let mut want = rep.flat_blocks();
+        for b in rep.flat_blocks() {
+            push_block(&mut want, b.off + rep.extent(), b.len);
+        }
+        assert!(two.flat_blocks() == want, "two copies of a repeat");
     }
 
     #[test]

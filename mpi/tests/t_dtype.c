@@ -533,6 +533,59 @@ static void bad_arguments(void) {
   }
 }
 
+/* Types of more blocks than any list should hold are kept compact (a repeat of the smaller
+ * type): they are built, sent and counted exactly. */
+static void large_types(void) {
+  /* 5M blocks of one byte, every other byte: more than the 4M blocks a flat list was allowed. */
+  const int n = 5 << 20;
+  MPI_Datatype every_other;
+  OK(MPI_Type_vector(n, 1, 2, MPI_CHAR, &every_other));
+  OK(MPI_Type_commit(&every_other));
+  unsigned char *out = malloc(2 * (size_t)n), *in = malloc(2 * (size_t)n);
+  CHECK(out && in);
+  for (size_t i = 0; i < 2 * (size_t)n; i++) out[i] = (unsigned char)(i * 7 + rank), in[i] = 0xee;
+  MPI_Status st;
+  OK(MPI_Sendrecv(out, 1, every_other, next, 5, in, 1, every_other, prev, 5, MPI_COMM_WORLD, &st));
+  int bad = 0;
+  for (size_t i = 0; i < 2 * (size_t)n; i++) bad += in[i] != (i % 2 ? 0xee : (unsigned char)(i * 7 + prev));
+  CHECK(bad == 0);
+  int cnt = -1;
+  OK(MPI_Get_elements(&st, every_other, &cnt));
+  CHECK(cnt == n);
+  free(out);
+  free(in);
+  OK(MPI_Type_free(&every_other));
+
+  /* 2^40 blocks of a struct { int; double } (two basic elements each): never written out. */
+  MPI_Datatype pair, huge;
+  int bl[2] = {1, 1};
+  MPI_Aint disp[2] = {0, 8};
+  MPI_Datatype types[2] = {MPI_INT, MPI_DOUBLE};
+  OK(MPI_Type_create_struct(2, bl, disp, types, &pair));
+  OK(MPI_Type_vector_c((MPI_Count)1 << 40, 1, 3, pair, &huge));
+  OK(MPI_Type_commit(&huge));
+  MPI_Count sz = 0, lb = -1, ext = 0;
+  OK(MPI_Type_size_c(huge, &sz));
+  CHECK(sz == (MPI_Count)12 << 40);
+  OK(MPI_Type_get_extent_c(huge, &lb, &ext));
+  CHECK(lb == 0 && ext == (((MPI_Count)1 << 40) - 1) * 48 + 16);
+  /* Elements counted into the middle of the type: 1001 basic elements, or 6004 bytes in (500 pairs and an int). */
+  MPI_Count el = 0;
+  OK(MPI_Status_set_elements_c(&st, huge, 1001));
+  OK(MPI_Get_elements_c(&st, huge, &el));
+  CHECK(el == 1001);
+  OK(MPI_Get_count_c(&st, huge, &el));
+  CHECK(el == MPI_UNDEFINED);
+  OK(MPI_Status_set_elements_c(&st, MPI_BYTE, 6004));
+  OK(MPI_Get_elements_c(&st, huge, &el));
+  CHECK(el == 1001);
+  OK(MPI_Status_set_elements_c(&st, MPI_BYTE, 6010));
+  OK(MPI_Get_elements_c(&st, huge, &el));
+  CHECK(el == MPI_UNDEFINED);
+  OK(MPI_Type_free(&huge));
+  OK(MPI_Type_free(&pair));
+}
+
 int main(int argc, char **argv) {
   t_init(&argc, &argv, &rank, &size);
   next = (rank + 1) % size, prev = (rank + size - 1) % size;
@@ -544,6 +597,7 @@ int main(int argc, char **argv) {
   collectives();
   reductions();
   alltoallw();
+  large_types();
   bad_arguments();
   OK(MPI_Barrier(MPI_COMM_WORLD));
   t_done("t_dtype");
