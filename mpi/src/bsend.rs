@@ -13,6 +13,9 @@ use crate::request::{self, Req};
 use crate::state;
 use std::ffi::{c_int, c_void};
 
+/// Buffered messages of this many bytes or more keep their space until they are matched.
+const HOLD_UNTIL_MATCHED: usize = 64 << 10;
+
 /// Whose buffer: the process's (None) or a communicator's.
 type Owner = Option<MPI_Comm>;
 
@@ -83,7 +86,16 @@ pub(crate) fn start_bsend(buf: *const c_void, count: MPI_Count, dt: MPI_Datatype
             return Err(MpiErr::new(MPI_ERR_BUFFER, format!("the attached buffer ({size} bytes, {used} in use) has no room for {n} bytes + MPI_BSEND_OVERHEAD")).on(c));
         }
     }
-    let r = start_send(data.as_ptr() as *const c_void, n as i64, MPI_BYTE, dest, tag, c)?;
+    // A large message holds its space until the receiver has matched it (as MPICH holds its
+    // rendezvous-size messages): the attached buffer then bounds what is in flight, also
+    // where the engine would take a copy at once (a send to self). A small one gives its
+    // space back as soon as the engine has it, so a stream of small buffered sends to a rank
+    // not yet receiving fits a buffer sized as for MPICH's eager messages.
+    let r = if n >= HOLD_UNTIL_MATCHED {
+        crate::persist::start_ssend(data.as_ptr() as *const c_void, n as i64, MPI_BYTE, dest, tag, c)?
+    } else {
+        start_send(data.as_ptr() as *const c_void, n as i64, MPI_BYTE, dest, tag, c)?
+    };
     b.pending.push((owner, r, data));
     Ok(())
 }

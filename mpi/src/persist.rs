@@ -8,7 +8,7 @@ use crate::request::{self, Persistent, Req};
 use distcomm::buffer::ConstBuf;
 use std::ffi::{c_int, c_void};
 
-fn start_ssend(buf: *const c_void, count: i64, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm) -> Result<Req, MpiErr> {
+pub(crate) fn start_ssend(buf: *const c_void, count: i64, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm) -> Result<Req, MpiErr> {
     let a = p2p_args(buf, count, dt, dest, tag, c, false)?;
     if dest == MPI_PROC_NULL {
         return Ok(Req::Done(request::proc_null_status()));

@@ -189,6 +189,36 @@ int main(int argc, char **argv) {
     free(bi);
   }
 
+  /* A large buffered message holds its buffer space until it is matched: with room for one,
+   * a second fails with MPI_ERR_BUFFER while the first waits for its receive (none is posted
+   * between the barriers), and fits once MPI_Buffer_flush has seen the first received. */
+  {
+    int n = 100000, bsize = n * (int)sizeof(int) + MPI_BSEND_OVERHEAD;
+    int *bo = malloc(sizeof(int) * n), *bi = malloc(sizeof(int) * n);
+    char *attached = malloc(bsize);
+    for (int i = 0; i < n; i++) bo[i] = 7 * rank + i;
+    OK(MPI_Buffer_attach(attached, bsize));
+    OK(MPI_Bsend(bo, n, MPI_INT, next, 63, MPI_COMM_WORLD));
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+    FAILS(MPI_Bsend(bo, n, MPI_INT, next, 63, MPI_COMM_WORLD), MPI_ERR_BUFFER);
+    OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL));
+    OK(MPI_Barrier(MPI_COMM_WORLD)); /* every rank has tried before any receives */
+    OK(MPI_Recv(bi, n, MPI_INT, prev, 63, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    CHECK(bi[0] == 7 * prev && bi[n - 1] == 7 * prev + n - 1);
+    OK(MPI_Buffer_flush());
+    OK(MPI_Bsend(bo, n, MPI_INT, next, 64, MPI_COMM_WORLD));
+    OK(MPI_Recv(bi, n, MPI_INT, prev, 64, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    CHECK(bi[1] == 7 * prev + 1);
+    void *det = NULL;
+    int dsize = 0;
+    OK(MPI_Buffer_detach(&det, &dsize));
+    CHECK(det == attached && dsize == bsize);
+    free(attached);
+    free(bo);
+    free(bi);
+  }
+
   /* Large-count forms. */
   int64_t big[4] = {rank, rank + 1, rank + 2, rank + 3}, bin[4];
   MPI_Request lr;
