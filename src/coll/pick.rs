@@ -11,7 +11,7 @@
 //! One member (rank 0; a broadcast's root) chooses and tells the others with its stamp, so every
 //! member makes the same choice; only its own times count. Used by the shared-memory allgather
 //! of blocks from 256 KiB, allreduce and reduce_scatter from 1 MiB (staged, or read once), and
-//! broadcast from 64 to 256 KiB (staged, or read directly). 2 ranks, old build
+//! broadcast from 64 KiB (staged, or with one copy: read directly, shared out from 256 KiB). 2 ranks, old build
 //! (always staged) and new interleaved with the ping-pong, medians of new/old time, far minutes
 //! (about 90 runs each) and the rest (about 340): allgather 4 MiB 0.24 (measured when it came)
 //! and 1.00; reduce_scatter 1 and 4 MiB 0.28-0.29 and 1.00-1.01; allreduce 1, 4 and 16 MiB

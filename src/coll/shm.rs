@@ -73,9 +73,15 @@ const MEASURED_WORDS: usize = 3;
 /// the 2 cores 0.37 / 0.46.
 const BROADCAST_MEASURED_MIN: usize = 64 * 1024;
 
-/// A broadcast of at least this many bytes is copied by the root and the readers together
-/// (see `broadcast_shared`), in pieces of a quarter of it (64 KiB to `BROADCAST_SHARED_PIECE`)
-/// claimed one at a time. Measured against the readers alone reading it (dc-bench, 5-7
+/// A broadcast of at least this many bytes that goes with one copy (the pick's second way,
+/// see `broadcast_measured`) is copied by the root and the readers together (see
+/// `broadcast_shared`), in pieces of a quarter of it (64 KiB to `BROADCAST_SHARED_PIECE`)
+/// claimed one at a time. Until 2026-12-07 that was the only way from here, but staged is
+/// faster on a quiet machine (dc-bench, 5 interleaved rounds, measured/always-shared time: 2
+/// ranks 256 KiB / 1 / 4 / 16 MiB 0.39 / 0.45 / 0.53 / 0.47 idle, 0.35 / 0.46 / 0.57 / 1.01
+/// beside a busy process, 0.34 / 0.52 / 0.52 / 0.80 under a plain launcher; 4 ranks idle 0.36 /
+/// 0.41 / 0.81 / 0.92), and shared reads win in the VM's slow minutes. Measured against the
+/// readers alone reading it (dc-bench, 5-7
 /// interleaved rounds, medians of shared/direct time): 2 ranks 256 KiB 0.78, 512 KiB 0.58,
 /// 1 MiB 0.62, 4 MiB 0.56, 16 MiB 0.52 idle; beside a busy process 256 KiB 0.78, 512 KiB 0.37,
 /// 1 MiB 0.43, 16 MiB 0.74 under dcrun and 0.81-0.84 under a plain launcher; 4 ranks on the 2
@@ -941,9 +947,6 @@ impl<'a> ShmRun<'a> {
     }
 
     unsafe fn broadcast(&mut self, buf: MutBuf, root: usize) -> Result<()> {
-        if buf.len() >= BROADCAST_SHARED_MIN && self.pids.is_some() {
-            return self.broadcast_shared(buf, root);
-        }
         if buf.len() >= BROADCAST_MEASURED_MIN && self.pids.is_some() {
             return self.broadcast_measured(buf, root);
         }
@@ -972,17 +975,23 @@ impl<'a> ShmRun<'a> {
         Ok(())
     }
 
-    /// broadcast staged or with one copy (the readers read the root's buffer), as the root's
-    /// own times lately say (see `BROADCAST_MEASURED_MIN`). The root posts its buffer's address
-    /// and its choice with its stamp and does not wait for the readers' stamps, so a staged
-    /// root still runs a step ahead.
+    /// broadcast staged or with one copy (below `BROADCAST_SHARED_MIN` the readers read the
+    /// root's buffer, from there they and the root share the copying out: `broadcast_shared`),
+    /// as the root's own times lately say (see `BROADCAST_MEASURED_MIN`). The root posts its
+    /// buffer's address and its choice with its stamp and does not wait for the readers'
+    /// stamps, so a staged root still runs a step ahead.
     unsafe fn broadcast_measured(&mut self, buf: MutBuf, root: usize) -> Result<()> {
         let (len, started) = (buf.len(), Instant::now());
+        let shared = len >= BROADCAST_SHARED_MIN;
         if self.me() == root {
             let direct = self.pick(Measured::Broadcast, len).second();
             self.post_words(&[buf.as_ptr() as u64, u64::from(direct)])?;
             // The readers are done once everyone has reached the final step.
-            let done = if direct { self.finish_reads() } else { self.broadcast_staged(buf, root) };
+            let done = match (direct, shared) {
+                (false, _) => self.broadcast_staged(buf, root),
+                (true, true) => self.broadcast_shared(buf, root),
+                (true, false) => self.finish_reads(),
+            };
             if done.is_ok() {
                 self.pick(Measured::Broadcast, len).took(direct, len, started.elapsed());
             }
@@ -990,6 +999,9 @@ impl<'a> ShmRun<'a> {
         }
         if self.posted_word(root, 1)? == 0 {
             return self.broadcast_staged(buf, root);
+        }
+        if shared {
+            return self.broadcast_shared(buf, root);
         }
         // Read if we can, but always take the final step: the ranks must stay in step.
         let read = self.posted_word(root, 0).and_then(|from| self.read_from(root, from, buf.as_ptr(), len));
@@ -1349,10 +1361,16 @@ mod tests {
 
     #[test]
     fn measured_broadcasts_arrive_whole_staged_and_read_directly() {
-        // 30 broadcasts of 64 KiB + 5, the root turning round: each root's pick takes the two
-        // ways in turn for its first 8 calls (see `pick`), so both ways run from every root.
-        // Each rank checks the broadcast before it as it fills its buffer for the next.
-        const LEN: usize = BROADCAST_MEASURED_MIN + 5;
+        // 30 broadcasts of 64 KiB + 5 and of 256 KiB + 5 (shared out from there), the root
+        // turning round: each root's pick takes the two ways in turn for its first 8 calls (see
+        // `pick`), so both ways run from every root. Each rank checks the broadcast before it
+        // as it fills its buffer for the next.
+        for len in [BROADCAST_MEASURED_MIN + 5, BROADCAST_SHARED_MIN + 5] {
+            measured_broadcasts_arrive_whole(len);
+        }
+    }
+
+    fn measured_broadcasts_arrive_whole(len: usize) {
         struct Bufs {
             me: usize,
             call: usize,
@@ -1373,10 +1391,10 @@ mod tests {
             b.call += 1;
             CollArgs::Broadcast { buf: MutBuf::from_slice(&mut b.buf), dt: crate::dtype::DType::Uint8, root }
         }
-        for (me, (results, mut b)) in calls_on_threads(3, 64 * 1024, 30, false, our_pids(3), |me| Bufs { me, call: 0, buf: vec![0; LEN], wrong: 0 }, args).into_iter().enumerate() {
-            assert!(results.into_iter().all(|r| matches!(r, Some(Ok(())))), "rank {me}");
+        for (me, (results, mut b)) in calls_on_threads(3, 64 * 1024, 30, false, our_pids(3), |me| Bufs { me, call: 0, buf: vec![0; len], wrong: 0 }, args).into_iter().enumerate() {
+            assert!(results.into_iter().all(|r| matches!(r, Some(Ok(())))), "rank {me}, {len} bytes");
             args(&mut b);
-            assert_eq!(b.wrong, 0, "rank {me}: broadcasts that arrived wrong");
+            assert_eq!(b.wrong, 0, "rank {me}, {len} bytes: broadcasts that arrived wrong");
         }
     }
 
