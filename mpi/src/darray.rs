@@ -11,15 +11,24 @@ use crate::mpi_err;
 use crate::typemap::{Layout, Part};
 use std::ffi::c_int;
 
-/// One dimension of the distribution: what this process holds of its indices, as runs
-/// (first index, length) in increasing order.
-fn runs(gsize: i64, distrib: c_int, darg: c_int, nprocs: i64, coord: i64, d: usize) -> Result<Vec<(i64, i64)>, MpiErr> {
+/// `count` runs of `len` indices, the first from `first`, each next `period` further.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Runs {
+    first: i64,
+    len: i64,
+    count: i64,
+    period: i64,
+}
+
+/// One dimension of the distribution: what this process holds of its indices, as runs in
+/// increasing order (a cyclic distribution's evenly spaced runs as one `Runs`).
+fn runs(gsize: i64, distrib: c_int, darg: c_int, nprocs: i64, coord: i64, d: usize) -> Result<Vec<Runs>, MpiErr> {
     match distrib {
         MPI_DISTRIBUTE_NONE => {
             if nprocs != 1 {
                 return mpi_err!(MPI_ERR_ARG, "dimension {d}: MPI_DISTRIBUTE_NONE needs psizes[{d}] = 1, not {nprocs}");
             }
-            Ok(vec![(0, gsize)])
+            Ok(vec![Runs { first: 0, len: gsize, count: 1, period: gsize }])
         }
         MPI_DISTRIBUTE_BLOCK => {
             let b = if darg == MPI_DISTRIBUTE_DFLT_DARG {
@@ -34,7 +43,7 @@ fn runs(gsize: i64, distrib: c_int, darg: c_int, nprocs: i64, coord: i64, d: usi
             }
             let start = b * coord;
             let len = (gsize - start).clamp(0, b);
-            Ok(if len > 0 { vec![(start, len)] } else { vec![] })
+            Ok(if len > 0 { vec![Runs { first: start, len, count: 1, period: len }] } else { vec![] })
         }
         MPI_DISTRIBUTE_CYCLIC => {
             let b = if darg == MPI_DISTRIBUTE_DFLT_DARG {
@@ -45,14 +54,20 @@ fn runs(gsize: i64, distrib: c_int, darg: c_int, nprocs: i64, coord: i64, d: usi
                 darg as i64
             };
             let period = b.checked_mul(nprocs).ok_or_else(|| MpiErr::new(MPI_ERR_ARG, "the cyclic period overflows"))?;
+            let first = b * coord;
+            if first >= gsize {
+                return Ok(vec![]);
+            }
+            // Runs start every `period` from `first`; all are `b` long but perhaps the last.
+            let starts = (gsize - first - 1) / period + 1;
+            let last = first + (starts - 1) * period;
+            let full = if last + b <= gsize { starts } else { starts - 1 };
             let mut v = Vec::new();
-            let mut start = b * coord;
-            while start < gsize {
-                v.push((start, b.min(gsize - start)));
-                if v.len() > crate::typemap::MAX_BLOCKS {
-                    return Err(datatype::map_err(crate::typemap::MapErr::TooBig));
-                }
-                start += period;
+            if full > 0 {
+                v.push(Runs { first, len: b, count: full, period });
+            }
+            if full < starts {
+                v.push(Runs { first: last, len: gsize - last, count: 1, period });
             }
             Ok(v)
         }
@@ -98,10 +113,14 @@ pub fn darray(size: c_int, rank: c_int, gsizes: &[i64], distribs: &[c_int], darg
         let r = runs(gsizes[d], distribs[d], dargs[d], psizes[d] as i64, coords[d], d)?;
         // The innermost level places elements of the old type itself (its extent apart).
         let child = if level == 0 { cur.clone() } else { cur.resized(0, stride).map_err(datatype::map_err)? };
+        let overflow = || MpiErr::new(MPI_ERR_ARG, "the array's byte offsets overflow");
+        // One run of each kind, then the parts that place them (evenly spaced ones as one).
+        let blocks: Vec<Layout> = r.iter().map(|x| Layout::compose(&[Part::new(0, x.len as u64, &child)], false).map_err(datatype::map_err)).collect::<Result<_, _>>()?;
         let mut parts = Vec::with_capacity(r.len());
-        for &(first, len) in &r {
-            let disp = first.checked_mul(stride).ok_or_else(|| MpiErr::new(MPI_ERR_ARG, "the array's byte offsets overflow"))?;
-            parts.push(Part::new(disp, len as u64, &child));
+        for (x, block) in r.iter().zip(&blocks) {
+            let disp = x.first.checked_mul(stride).ok_or_else(overflow)?;
+            let step = x.period.checked_mul(stride).ok_or_else(overflow)?;
+            parts.push(Part::strided(disp, x.count as u64, step, block));
         }
         cur = Layout::compose(&parts, false).map_err(datatype::map_err)?;
         stride = stride.checked_mul(gsizes[d]).ok_or_else(|| MpiErr::new(MPI_ERR_ARG, "the array's size in bytes overflows"))?;
@@ -154,6 +173,25 @@ mod tests {
         let z = darray(3, 2, &[4], &[b], &[d], &[3], MPI_ORDER_C, MPI_INT, false).unwrap();
         assert_eq!((datatype::resolve_any(z).unwrap().0.map.size, datatype::resolve_any(z).unwrap().0.map.extent()), (0, 16));
         for h in [t, f, y, z] {
+            datatype::free(h).unwrap();
+        }
+    }
+
+    /// A cyclic distribution of many elements is one strided part, not a part per run, and
+    /// holds the same elements as written out.
+    #[test]
+    fn cyclic_runs_stay_compact() {
+        let (c, d) = (MPI_DISTRIBUTE_CYCLIC, MPI_DISTRIBUTE_DFLT_DARG);
+        // 10 elements, cyclic(3) over 2: rank 0 holds 0-2 and 6-8, rank 1 3-5 and 9.
+        let a = darray(2, 0, &[10], &[c], &[3], &[2], MPI_ORDER_C, MPI_INT, false).unwrap();
+        let b = darray(2, 1, &[10], &[c], &[3], &[2], MPI_ORDER_C, MPI_INT, false).unwrap();
+        assert_eq!(offsets(a), vec![(0, 12), (24, 12)]);
+        assert_eq!(offsets(b), vec![(12, 12), (36, 4)]);
+        // 2^34 elements cyclic(1) over 2: 2^33 runs, stored in one segment.
+        let big = darray(2, 1, &[1 << 34], &[c], &[d], &[2], MPI_ORDER_C, MPI_CHAR, true).unwrap();
+        let m = datatype::resolve_any(big).unwrap().0.map.clone();
+        assert_eq!((m.blocks.len(), m.size, m.extent(), m.true_lb), (1, 1 << 33, 1 << 34, 1));
+        for h in [a, b, big] {
             datatype::free(h).unwrap();
         }
     }
