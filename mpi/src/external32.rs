@@ -48,29 +48,57 @@ fn int_comps(h: MPI_Datatype) -> Result<Vec<(usize, usize, bool)>, MpiErr> {
     })
 }
 
-/// Calls `f(native component bytes, external32 bytes, signed)` for each component of `count`
-/// elements of `map`, in packed order.
+/// Calls `f(native component bytes, external32 bytes, conversion)` for each component of
+/// `count` elements of `map`, in packed order (each basic type's components looked up once).
 fn walk(map: &Layout, count: u64, mut f: impl FnMut(usize, usize, Conv)) -> Result<(), MpiErr> {
-    let mut runs = Vec::new();
-    map.for_each_run(|r| runs.push(r));
-    let per: Vec<(Vec<Comp>, u64)> = runs.iter().map(|r| Ok((comps(r.basic)?, r.n))).collect::<Result<_, MpiErr>>()?;
+    let mut known: Vec<(usize, Vec<Comp>)> = Vec::new();
+    let mut failed = None;
     for _ in 0..count {
-        for (cs, n) in &per {
-            for _ in 0..*n {
-                for &(a, b, s) in cs {
-                    f(a, b, s);
+        map.for_each_run(|r| {
+            if failed.is_some() {
+                return;
+            }
+            let i = match known.iter().position(|k| k.0 == r.basic) {
+                Some(i) => i,
+                None => match comps(r.basic) {
+                    Ok(cs) => {
+                        known.push((r.basic, cs));
+                        known.len() - 1
+                    }
+                    Err(e) => {
+                        failed = Some(e);
+                        return;
+                    }
+                },
+            };
+            for _ in 0..r.n {
+                for &(a, b, c) in &known[i].1 {
+                    f(a, b, c);
                 }
             }
+        });
+        if let Some(e) = failed {
+            return Err(e);
         }
     }
     Ok(())
 }
 
-/// Bytes of `count` elements of `map` in external32.
+/// Bytes of `count` elements of `map` in external32 (counted over the type's compact
+/// signature, not element by element: a type may hold 2^40 of them).
 pub fn size(map: &Layout, count: u64) -> Result<u64, MpiErr> {
-    let mut per = 0u64;
-    walk(map, 1, |_, b, _| per += b as u64)?;
-    per.checked_mul(count).ok_or_else(|| MpiErr::new(MPI_ERR_COUNT, format!("count {count} overflows")))
+    let failed = std::cell::RefCell::new(None);
+    let per = map.sum_over_runs(&|r| match comps(r.basic) {
+        Ok(cs) => r.n.checked_mul(cs.iter().map(|c| c.1 as u64).sum()),
+        Err(e) => {
+            failed.borrow_mut().get_or_insert(e);
+            Some(0)
+        }
+    });
+    if let Some(e) = failed.into_inner() {
+        return Err(e);
+    }
+    per.and_then(|p| p.checked_mul(count)).ok_or_else(|| MpiErr::new(MPI_ERR_COUNT, format!("count {count} overflows")))
 }
 
 /// Native packed bytes -> external32.
@@ -146,6 +174,23 @@ mod tests {
         assert_eq!(decode(&long.map, &e, 1).unwrap(), (-2i64).to_le_bytes().to_vec());
         let d = resolve_any(MPI_DOUBLE).unwrap().0;
         assert_eq!(encode(&d.map, &1.5f64.to_le_bytes(), 1).unwrap(), 1.5f64.to_be_bytes().to_vec());
+    }
+
+    /// A type of 2^40 { long; int } pairs: its size is counted without writing it out, and a
+    /// small vector of the same pairs converts as its elements one by one.
+    #[test]
+    fn sizes_of_huge_types_are_counted_compactly() {
+        use crate::typemap::Part;
+        let (long, int) = (resolve_any(MPI_LONG).unwrap().0, resolve_any(MPI_INT).unwrap().0);
+        let pair = Layout::compose(&[Part::new(0, 1, &long.map), Part::new(8, 1, &int.map)], true).unwrap();
+        let huge = Layout::compose(&[Part::strided(0, 1 << 40, 32, &pair)], false).unwrap();
+        assert_eq!(size(&huge, 2).unwrap(), 2 * (1u64 << 40) * 8);
+        let small = Layout::compose(&[Part::strided(0, 300, 32, &pair)], false).unwrap();
+        let native: Vec<u8> = (0..300).flat_map(|k: i64| [(-k).to_le_bytes().to_vec(), (k as i32).to_le_bytes().to_vec()].concat()).collect();
+        let e = encode(&small, &native, 1).unwrap();
+        assert_eq!(e.len() as u64, size(&small, 1).unwrap());
+        assert_eq!(&e[8 * 299..8 * 300], &[0xff, 0xff, 0xfe, 0xd5, 0, 0, 1, 43]);
+        assert_eq!(decode(&small, &e, 1).unwrap(), native);
     }
 
     #[test]

@@ -257,7 +257,7 @@ impl Layout {
         }
         let (full, mut rem) = (bytes / self.size, bytes % self.size);
         let mut n = full.checked_mul(self.nelems)?;
-        sig_elements_in(&self.sig, &mut rem, &mut n);
+        sig_prefix(&self.sig, false, &mut rem, &mut n);
         (rem == 0).then_some(n)
     }
 
@@ -269,7 +269,7 @@ impl Layout {
         }
         let (full, mut rem) = (n / self.nelems, n % self.nelems);
         let mut b = full.checked_mul(self.size)?;
-        sig_bytes_of(&self.sig, &mut rem, &mut b);
+        sig_prefix(&self.sig, true, &mut rem, &mut b);
         Some(b)
     }
 
@@ -284,6 +284,20 @@ impl Layout {
             }
         }
         walk(&self.sig, &mut f)
+    }
+
+    /// The sum of `per_run` over one element's signature, a repeat's counted once and
+    /// multiplied (None on overflow, or where `per_run` says None).
+    pub fn sum_over_runs(&self, per_run: &dyn Fn(Run) -> Option<u64>) -> Option<u64> {
+        fn sum(sig: &[SigSeg], f: &dyn Fn(Run) -> Option<u64>) -> Option<u64> {
+            sig.iter().try_fold(0u64, |acc, s| {
+                acc.checked_add(match s {
+                    SigSeg::Run(r) => f(*r)?,
+                    SigSeg::Repeat { count, inner, .. } => sum(inner, f)?.checked_mul(*count)?,
+                })
+            })
+        }
+        sum(&self.sig, per_run)
     }
 
     /// The blocks of one element, written out (repeats expanded, touching blocks merged).
@@ -460,54 +474,27 @@ fn place_sig(out: &mut Vec<SigSeg>, reps: u64, c: &Layout) -> Result<(), MapErr>
     Ok(())
 }
 
-/// Takes whole basic elements from `rem` bytes of `sig` (repeated as needed) into `n`; leaves
-/// in `rem` what does not fill an element.
-fn sig_elements_in(sig: &[SigSeg], rem: &mut u64, n: &mut u64) {
+/// Walks the first `rem` units of `sig` (repeated as needed): bytes, or basic elements where
+/// `by_elements`; adds to `other` as many of the other unit, and leaves in `rem` what does not
+/// fill a basic element.
+fn sig_prefix(sig: &[SigSeg], by_elements: bool, rem: &mut u64, other: &mut u64) {
     for s in sig {
         if *rem == 0 {
             return;
         }
-        match s {
-            SigSeg::Run(Run { size, n: k, .. }) => {
-                let whole = (*rem / size).min(*k);
-                *n += whole;
-                *rem -= whole * size;
-                if whole < *k {
-                    return;
-                }
+        let (bytes, elems, count, inner) = match s {
+            SigSeg::Run(r) => (r.size, 1, r.n, None),
+            SigSeg::Repeat { count, inner, size, nelems } => (*size, *nelems, *count, Some(inner)),
+        };
+        let (unit, gain) = if by_elements { (elems, bytes) } else { (bytes, elems) };
+        let whole = (*rem / unit).min(count);
+        *other += whole * gain;
+        *rem -= whole * unit;
+        if whole < count {
+            if let Some(inner) = inner {
+                sig_prefix(inner, by_elements, rem, other);
             }
-            SigSeg::Repeat { count, inner, size, nelems } => {
-                let whole = (*rem / size).min(*count);
-                *n += whole * nelems;
-                *rem -= whole * size;
-                if whole < *count {
-                    return sig_elements_in(inner, rem, n);
-                }
-            }
-        }
-    }
-}
-
-/// Adds to `b` the bytes of the first `rem` basic elements of `sig` (rem < its elements).
-fn sig_bytes_of(sig: &[SigSeg], rem: &mut u64, b: &mut u64) {
-    for s in sig {
-        if *rem == 0 {
             return;
-        }
-        match s {
-            SigSeg::Run(Run { size, n: k, .. }) => {
-                let t = (*rem).min(*k);
-                *b += t * size;
-                *rem -= t;
-            }
-            SigSeg::Repeat { count, inner, size, nelems } => {
-                let whole = (*rem / nelems).min(*count);
-                *b += whole * size;
-                *rem -= whole * nelems;
-                if whole < *count {
-                    return sig_bytes_of(inner, rem, b);
-                }
-            }
         }
     }
 }

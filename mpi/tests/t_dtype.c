@@ -569,6 +569,11 @@ static void large_types(void) {
   CHECK(sz == (MPI_Count)12 << 40);
   OK(MPI_Type_get_extent_c(huge, &lb, &ext));
   CHECK(lb == 0 && ext == (((MPI_Count)1 << 40) - 1) * 48 + 16);
+  if (expect_distcomm()) { /* MPICH 5.0.2 dies of SIGILL here */
+    MPI_Aint xsz = 0;        /* external32: 4 + 8 bytes a pair */
+    OK(MPI_Pack_external_size("external32", 1, huge, &xsz));
+    CHECK(xsz == (MPI_Aint)12 << 40);
+  }
   /* Elements counted into the middle of the type: 1001 basic elements, or 6004 bytes in (500 pairs and an int). */
   MPI_Count el = 0;
   OK(MPI_Status_set_elements_c(&st, huge, 1001));
