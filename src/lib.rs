@@ -16,6 +16,7 @@ pub mod dtype;
 pub mod buffer;
 pub mod completion;
 pub mod placement;
+mod pick;
 pub mod waker;
 pub mod transport;
 pub mod reduce;

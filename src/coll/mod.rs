@@ -49,7 +49,6 @@ impl<'a> Pending<'a> {
 }
 
 mod hier;
-mod pick;
 mod util;
 
 pub mod allgather;

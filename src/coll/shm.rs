@@ -104,7 +104,7 @@ pub struct Scratch {
     remote: Vec<u8>,
     /// Rank 0's (a broadcast's root's) measures of the collectives made two ways: staged
     /// (first) or read directly (second), indexed by `Measured`.
-    picks: [super::pick::BySize; 4],
+    picks: [crate::pick::BySize; 4],
 }
 
 /// Where the members' buffer addresses for a read-once collective are: in their staging slots
@@ -808,7 +808,7 @@ impl<'a> ShmRun<'a> {
     }
 
     /// The pick (rank 0's, or a broadcast root's) of `what` for calls of `bytes`.
-    fn pick(&mut self, what: Measured, bytes: usize) -> &mut super::pick::Pick {
+    fn pick(&mut self, what: Measured, bytes: usize) -> &mut crate::pick::Pick {
         self.scratch.picks[what as usize].of(bytes, what.min_bytes())
     }
 

@@ -296,6 +296,9 @@ pub struct SocketTransport {
     pub(super) next_beat_ms: AtomicU64,
     /// Buffers for bodies that arrive before their receive (see `spare`).
     pub(super) spare: super::spare::SpareBodies,
+    /// How fast large messages announced through our rings came lately, read once or streamed
+    /// (see `messages::read_announced`).
+    pub(super) ring_reads: Mutex<crate::pick::BySize>,
     /// Ourselves, for threads we start (a background dial).
     pub(super) me: Mutex<Weak<SocketTransport>>,
 }
@@ -356,6 +359,7 @@ impl SocketTransport {
             peer_timeout: cfg.peer_timeout,
             next_beat_ms: AtomicU64::new(0),
             spare: Default::default(),
+            ring_reads: Default::default(),
             me: Mutex::new(Weak::new()),
         });
         *lock(&t.me) = Arc::downgrade(&t);

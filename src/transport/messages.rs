@@ -64,6 +64,36 @@ pub(super) fn ring_message_single_copy(peer: &Peer, len: usize) -> bool {
     peer.cma.is_some() && cma::threshold() > 0 && len >= cma::ring_threshold()
 }
 
+/// From this size a message that may be read once (`ring_message_single_copy`) is read or
+/// streamed as the receiver's recent times say (see `SocketTransport::read_announced`).
+const STREAM_PICK_MIN: usize = 256 * 1024;
+
+impl SocketTransport {
+    /// Whether to read a large message that `peer` announced through our ring from its memory
+    /// (one copy) or ask for it streamed (two copies, pipelined): the sender does either. Below
+    /// `STREAM_PICK_MIN`, and wherever single copies are off, as `ring_message_single_copy`
+    /// says; from there by how fast each way went lately (`pick`; reading is the first way, a
+    /// stream is taken while it is clearly faster). Neither wins everywhere: on 2026-12-07
+    /// (dc-bench sendrecv, VM in its fast state) a stream took half the time of a read from 256
+    /// KiB to 16 MiB at 2 ranks, idle and beside a busy process, and at 4 ranks on 2 cores from
+    /// 1 MiB; earlier measures, in the VM's slow state, had the read at 0.09-0.17x the stream's
+    /// time (see `ring_message_single_copy`).
+    pub(super) fn read_announced(&self, peer: &Peer, len: usize) -> bool {
+        if !ring_message_single_copy(peer, len) {
+            return false;
+        }
+        len < STREAM_PICK_MIN || !lock(&self.ring_reads).of(len, STREAM_PICK_MIN).second()
+    }
+
+    /// A message of `len` bytes announced through a ring was in its receive `took` after its
+    /// announce came, read once or `streamed`.
+    pub(super) fn ring_read_took(&self, streamed: bool, len: usize, took: Duration) {
+        if len >= STREAM_PICK_MIN {
+            lock(&self.ring_reads).of(len, STREAM_PICK_MIN).took(streamed, len, took);
+        }
+    }
+}
+
 pub(super) fn cma_failed(rank: u32, e: io::Error) -> Error {
     let status = if e.raw_os_error() == Some(libc::ESRCH) { Status::PeerLost } else { Status::System };
     Error::new(status, format!("copying a message from rank {rank} failed: {e}"))
@@ -478,8 +508,8 @@ impl SocketTransport {
             return;
         };
         drop(m);
-        if via_ring && !ring_message_single_copy(peer, parked.len) {
-            lock(&peer.streams_in).push(StreamIn::new(parked.cookie, op, peer.rank, hdr.tag, hdr.check, parked.len));
+        if via_ring && !self.read_announced(peer, parked.len) {
+            lock(&peer.streams_in).push(StreamIn::new(parked.cookie, op, peer.rank, hdr.tag, hdr.check, parked.len, parked.since));
             events.push(Event::SendCts { cookie: parked.cookie });
             return;
         }
@@ -497,6 +527,9 @@ impl SocketTransport {
         // SAFETY: keep <= op.buf.len(), and the caller owns the op.
         let r = unsafe { cma::read_message(peer.cma, parked.cookie, parked.addr, op.buf.as_ptr(), keep) };
         let ok = r.is_ok();
+        if ok && peer.ring_out.get().is_some() {
+            self.ring_read_took(false, keep, parked.since.elapsed());
+        }
         op.comp.complete(r.map_err(|e| cma_failed(peer.rank, e)).and(result));
         ok
     }

@@ -243,7 +243,10 @@ impl SocketTransport {
         // Chunks come in the order of our `Cts`s: the stream is nearly always the first.
         let Some(i) = streams.iter().position(|s| s.cookie == cookie) else { return };
         if streams[i].take(data) {
-            streams.remove(i).finish(None);
+            let mut s = streams.remove(i);
+            let (len, took) = (s.message_len(), s.started.elapsed());
+            s.finish(None);
+            self.ring_read_took(true, len, took);
         }
     }
 
@@ -449,13 +452,13 @@ impl Wire for RingWire {
     }
 
     /// Announced through the ring: read from the sender's memory by the next wait, or streamed
-    /// (see `ring_message_single_copy`).
+    /// (see `read_announced`).
     fn fetch(&self, t: &SocketTransport, peer: &Arc<Peer>, op: Arc<RecvOp>, msg: Unexpected) {
         let Some(p) = msg.parked() else { return };
-        if super::messages::ring_message_single_copy(peer, p.len) {
+        if t.read_announced(peer, p.len) {
             return t.claim_parked(op, msg);
         }
-        lock(&peer.streams_in).push(StreamIn::new(p.cookie, op, msg.src, msg.tag, msg.check, p.len));
+        lock(&peer.streams_in).push(StreamIn::new(p.cookie, op, msg.src, msg.tag, msg.check, p.len, p.since));
         t.reply(peer, Header { tag: p.cookie, ..Header::control(FrameKind::Cts, 0) });
     }
 

@@ -15,6 +15,7 @@ use crate::completion::Done;
 use crate::error::{Error, Result};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Instant;
 
 // Bytes of message per `Chunk` frame: the ring's `stream_chunk()`, a little under its
 // `inline_max()`, so that four chunk records (frame header and length word included) fill the
@@ -90,15 +91,19 @@ pub struct StreamIn {
     keep: usize,
     off: usize,
     result: Result<Done>,
+    /// When the message was announced (the receiver times the ways from there, see
+    /// `read_announced`).
+    pub started: Instant,
 }
 
 impl StreamIn {
-    /// For `op`, matched to the `Rts` of a `len`-byte message from world rank `src`: the op is
+    /// For `op`, matched to the `Rts` of a `len`-byte message from world rank `src` (announced
+    /// at `announced`): the op is
     /// being filled from `src` until `finish` (so a canceller knows where to look).
-    pub fn new(cookie: u64, op: Arc<RecvOp>, src: u32, tag: u64, check: u32, len: usize) -> StreamIn {
+    pub fn new(cookie: u64, op: Arc<RecvOp>, src: u32, tag: u64, check: u32, len: usize, announced: Instant) -> StreamIn {
         op.filling_from.store(src, Ordering::Release);
         let (keep, result) = verdict(&op, src, tag, check, len);
-        StreamIn { cookie, op: Some(op), len, keep, off: 0, result }
+        StreamIn { cookie, op: Some(op), len, keep, off: 0, result, started: announced }
     }
 
     /// Copies one chunk into the receive (what fits; the rest of a too-long message is
@@ -112,6 +117,11 @@ impl StreamIn {
         }
         self.off += chunk.len();
         self.off >= self.len
+    }
+
+    /// The message's length.
+    pub fn message_len(&self) -> usize {
+        self.len
     }
 
     /// Completes the receive with the message's verdict (truncation, mismatch) or `err`.

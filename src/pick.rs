@@ -8,8 +8,11 @@
 //! side by side, 53 of 509 runs slow in both and 451 fast in both, 5 slow in one): the two vCPUs
 //! sit far apart on the host. Which way is faster cannot be known in advance, so it is measured.
 //!
-//! One member (rank 0; a broadcast's root) chooses and tells the others with its stamp, so every
-//! member makes the same choice; only its own times count. Used by the shared-memory allgather
+//! In a collective one member (rank 0; a broadcast's root) chooses and tells the others with
+//! its stamp, so every member makes the same choice; only its own times count. For a large
+//! message announced through a shared-memory ring the receiver chooses alone (read it once from
+//! the sender's memory, or have it streamed through the ring: the sender does either, see
+//! `transport::messages::read_announced`). Used by the shared-memory allgather
 //! of blocks from 256 KiB, allreduce and reduce_scatter from 1 MiB (staged, or read once), and
 //! broadcast from 64 KiB (staged, or with one copy: read directly, shared out from 256 KiB). 2 ranks, old build
 //! (always staged) and new interleaved with the ping-pong, medians of new/old time, far minutes
