@@ -13,7 +13,8 @@
 //! message announced through a shared-memory ring the receiver chooses alone (read it once from
 //! the sender's memory, or have it streamed through the ring: the sender does either, see
 //! `transport::messages::read_announced`). Used by the shared-memory allgather
-//! of blocks from 256 KiB, allreduce and reduce_scatter from 1 MiB (staged, or read once), and
+//! of blocks from 256 KiB, allreduce and reduce_scatter from 1 MiB (staged, or read once), alltoall
+//! from 256 KiB (staged, or read directly), and
 //! broadcast from 64 KiB (staged, or with one copy: read directly, shared out from 256 KiB). 2 ranks, old build
 //! (always staged) and new interleaved with the ping-pong, medians of new/old time, far minutes
 //! (about 90 runs each) and the rest (about 340): allgather 4 MiB 0.24 (measured when it came)

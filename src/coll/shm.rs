@@ -26,6 +26,11 @@ const REDUCE_BLOCK: usize = 4096;
 /// An alltoall of at least this many bytes (per rank, all blocks) reads the others' send
 /// buffers directly (one copy) instead of staging through the arena (see `run`).
 const ALLTOALL_DIRECT_MIN: usize = 64 * 1024;
+/// From this size an alltoall is staged or read directly, whichever has lately been faster for
+/// rank 0 (see `pick`): on 2026-12-07 (VM in its fast state, 2 ranks, dc-bench, 3 runs) staged
+/// took 0.5-0.8x the direct time from 256 KiB to 16 MiB; the measures at `Alltoall` below, in
+/// the slow state, had direct 4-5x ahead at 1 MiB.
+const ALLTOALL_MEASURED_MIN: usize = 256 * 1024;
 
 /// Allgather blocks (bytes per rank) in this range are read straight from the others' buffers
 /// (one copy) where the host's cores are not outnumbered by its ranks; other sizes are staged.
@@ -104,7 +109,7 @@ pub struct Scratch {
     remote: Vec<u8>,
     /// Rank 0's (a broadcast's root's) measures of the collectives made two ways: staged
     /// (first) or read directly (second), indexed by `Measured`.
-    picks: [crate::pick::BySize; 4],
+    picks: [crate::pick::BySize; 5],
 }
 
 /// Where the members' buffer addresses for a read-once collective are: in their staging slots
@@ -123,6 +128,7 @@ enum Measured {
     ReduceScatter,
     /// Staged (first) or read directly; the root's times.
     Broadcast,
+    Alltoall,
 }
 
 impl Measured {
@@ -132,6 +138,7 @@ impl Measured {
             Measured::Allgather => ALLGATHER_MEASURED_MIN,
             Measured::Allreduce | Measured::ReduceScatter => REDUCE_MEASURED_MIN,
             Measured::Broadcast => BROADCAST_MEASURED_MIN,
+            Measured::Alltoall => ALLTOALL_MEASURED_MIN,
         }
     }
 }
@@ -642,8 +649,15 @@ impl<'a> ShmRun<'a> {
                 // 1151, 16 MiB 13.5 against 19.7 ms. (The staged copy runs in two modes here,
                 // one 3-4x slower; below 64 KiB it wins in both.)
                 if recv.len() >= ALLTOALL_DIRECT_MIN && self.pids.is_some() && (1 + 2 * self.n()) * 8 <= self.arena.chunk() {
-                    let (counts, displs) = even_blocks(self.n(), block);
-                    return Some(self.alltoallv_direct(*send, &counts, &displs, *recv, &counts, &displs));
+                    let (send, recv) = (*send, *recv);
+                    let direct = move |run: &mut Self| {
+                        let (counts, displs) = even_blocks(run.n(), block);
+                        run.alltoallv_direct(send, &counts, &displs, recv, &counts, &displs)
+                    };
+                    if recv.len() >= ALLTOALL_MEASURED_MIN {
+                        return Some(self.measured(Measured::Alltoall, &[], |run| run.alltoall(send, recv, block), direct));
+                    }
+                    return Some(direct(self));
                 }
                 self.alltoall(*send, *recv, block)
             }
@@ -1367,6 +1381,43 @@ mod tests {
         // as it fills its buffer for the next.
         for len in [BROADCAST_MEASURED_MIN + 5, BROADCAST_SHARED_MIN + 5] {
             measured_broadcasts_arrive_whole(len);
+        }
+    }
+
+    #[test]
+    fn measured_alltoalls_arrive_whole_staged_and_read_directly() {
+        // 24 alltoalls of 3 blocks of 96 KiB + 1 on 3 ranks: rank 0's pick takes the two ways
+        // in turn for its first 8 calls, then the faster with the other now and then. Each
+        // rank checks the call before it as it fills its buffers for the next.
+        const BLOCK: usize = 96 * 1024 + 1;
+        struct Bufs {
+            me: usize,
+            call: usize,
+            send: Vec<u8>,
+            recv: Vec<u8>,
+            wrong: usize,
+        }
+        fn want(call: usize, from: usize, to: usize, i: usize) -> u8 {
+            (i * 7 + call * 13 + from * 5 + to * 3) as u8
+        }
+        fn args(b: &mut Bufs) -> CollArgs {
+            if b.call > 0 && (0..3).any(|r| b.recv[r * BLOCK..][..BLOCK].iter().enumerate().any(|(i, &x)| x != want(b.call - 1, r, b.me, i))) {
+                b.wrong += 1;
+            }
+            for to in 0..3 {
+                for i in 0..BLOCK {
+                    b.send[to * BLOCK + i] = want(b.call, b.me, to, i);
+                }
+            }
+            b.recv.fill(0xEE);
+            b.call += 1;
+            CollArgs::Alltoall { send: ConstBuf::from_slice(&b.send), recv: MutBuf::from_slice(&mut b.recv), dt: crate::dtype::DType::Uint8 }
+        }
+        let make = |me| Bufs { me, call: 0, send: vec![0; 3 * BLOCK], recv: vec![0; 3 * BLOCK], wrong: 0 };
+        for (me, (results, mut b)) in calls_on_threads(3, 64 * 1024, 24, false, our_pids(3), make, args).into_iter().enumerate() {
+            assert!(results.into_iter().all(|r| matches!(r, Some(Ok(())))), "rank {me}");
+            args(&mut b);
+            assert_eq!(b.wrong, 0, "rank {me}: alltoalls that arrived wrong");
         }
     }
 
