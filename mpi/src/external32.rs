@@ -87,18 +87,9 @@ fn walk(map: &Layout, count: u64, mut f: impl FnMut(usize, usize, Conv)) -> Resu
 /// Bytes of `count` elements of `map` in external32 (counted over the type's compact
 /// signature, not element by element: a type may hold 2^40 of them).
 pub fn size(map: &Layout, count: u64) -> Result<u64, MpiErr> {
-    let failed = std::cell::RefCell::new(None);
-    let per = map.sum_over_runs(&|r| match comps(r.basic) {
-        Ok(cs) => r.n.checked_mul(cs.iter().map(|c| c.1 as u64).sum()),
-        Err(e) => {
-            failed.borrow_mut().get_or_insert(e);
-            Some(0)
-        }
-    });
-    if let Some(e) = failed.into_inner() {
-        return Err(e);
-    }
-    per.and_then(|p| p.checked_mul(count)).ok_or_else(|| MpiErr::new(MPI_ERR_COUNT, format!("count {count} overflows")))
+    let overflow = || MpiErr::new(MPI_ERR_COUNT, format!("count {count} overflows"));
+    let per = map.sum_over_runs(&|r| r.n.checked_mul(comps(r.basic)?.iter().map(|c| c.1 as u64).sum()).ok_or_else(overflow), &overflow)?;
+    per.checked_mul(count).ok_or_else(overflow)
 }
 
 /// Native packed bytes -> external32.

@@ -287,17 +287,18 @@ impl Layout {
     }
 
     /// The sum of `per_run` over one element's signature, a repeat's counted once and
-    /// multiplied (None on overflow, or where `per_run` says None).
-    pub fn sum_over_runs(&self, per_run: &dyn Fn(Run) -> Option<u64>) -> Option<u64> {
-        fn sum(sig: &[SigSeg], f: &dyn Fn(Run) -> Option<u64>) -> Option<u64> {
+    /// multiplied: `per_run`'s first error, or `overflow()` where the sum overflows.
+    pub fn sum_over_runs<E>(&self, per_run: &dyn Fn(Run) -> Result<u64, E>, overflow: &dyn Fn() -> E) -> Result<u64, E> {
+        fn sum<E>(sig: &[SigSeg], f: &dyn Fn(Run) -> Result<u64, E>, overflow: &dyn Fn() -> E) -> Result<u64, E> {
             sig.iter().try_fold(0u64, |acc, s| {
-                acc.checked_add(match s {
+                let part = match s {
                     SigSeg::Run(r) => f(*r)?,
-                    SigSeg::Repeat { count, inner, .. } => sum(inner, f)?.checked_mul(*count)?,
-                })
+                    SigSeg::Repeat { count, inner, .. } => sum(inner, f, overflow)?.checked_mul(*count).ok_or_else(overflow)?,
+                };
+                acc.checked_add(part).ok_or_else(overflow)
             })
         }
-        sum(&self.sig, per_run)
+        sum(&self.sig, per_run, overflow)
     }
 
     /// The blocks of one element, written out (repeats expanded, touching blocks merged).

@@ -244,7 +244,7 @@ impl SocketTransport {
         let Some(i) = streams.iter().position(|s| s.cookie == cookie) else { return };
         if streams[i].take(data) {
             let mut s = streams.remove(i);
-            let (len, took) = (s.message_len(), s.started.elapsed());
+            let (len, took) = s.timing();
             s.finish(None);
             self.ring_read_took(true, len, took);
         }

@@ -15,7 +15,7 @@ use crate::completion::Done;
 use crate::error::{Error, Result};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 // Bytes of message per `Chunk` frame: the ring's `stream_chunk()`, a little under its
 // `inline_max()`, so that four chunk records (frame header and length word included) fill the
@@ -93,17 +93,17 @@ pub struct StreamIn {
     result: Result<Done>,
     /// When the message was announced (the receiver times the ways from there, see
     /// `read_announced`).
-    pub started: Instant,
+    announced: Instant,
 }
 
 impl StreamIn {
-    /// For `op`, matched to the `Rts` of a `len`-byte message from world rank `src` (announced
-    /// at `announced`): the op is
-    /// being filled from `src` until `finish` (so a canceller knows where to look).
+    /// For `op`, matched to the `Rts` of a `len`-byte message from world rank `src`, announced
+    /// at `announced`: the op is being filled from `src` until `finish` (so a canceller knows
+    /// where to look).
     pub fn new(cookie: u64, op: Arc<RecvOp>, src: u32, tag: u64, check: u32, len: usize, announced: Instant) -> StreamIn {
         op.filling_from.store(src, Ordering::Release);
         let (keep, result) = verdict(&op, src, tag, check, len);
-        StreamIn { cookie, op: Some(op), len, keep, off: 0, result, started: announced }
+        StreamIn { cookie, op: Some(op), len, keep, off: 0, result, announced }
     }
 
     /// Copies one chunk into the receive (what fits; the rest of a too-long message is
@@ -119,9 +119,9 @@ impl StreamIn {
         self.off >= self.len
     }
 
-    /// The message's length.
-    pub fn message_len(&self) -> usize {
-        self.len
+    /// The message's length, and the time since its announce.
+    pub fn timing(&self) -> (usize, Duration) {
+        (self.len, self.announced.elapsed())
     }
 
     /// Completes the receive with the message's verdict (truncation, mismatch) or `err`.
