@@ -348,7 +348,7 @@ pub fn get(h: MPI_Datatype) -> Result<Dt, MpiErr> {
 pub(crate) fn map_err(e: MapErr) -> MpiErr {
     match e {
         MapErr::Overflow => MpiErr::new(MPI_ERR_ARG, "the datatype's offsets or size overflow"),
-        MapErr::TooBig => MpiErr::new(MPI_ERR_NO_MEM, format!("the datatype would have more than {} blocks", crate::typemap::MAX_BLOCKS)),
+        MapErr::NoMemory => MpiErr::new(MPI_ERR_NO_MEM, "no memory for the datatype's map"),
     }
 }
 

@@ -175,11 +175,14 @@ fn arr<T: Copy>(p: *const T, n: i64, what: &str, f: impl Fn(T) -> i64) -> Result
     if p.is_null() {
         return mpi_err!(MPI_ERR_ARG, "{what} is NULL");
     }
-    if n as u64 > crate::typemap::MAX_BLOCKS as u64 {
-        return mpi_err!(MPI_ERR_COUNT, "count {n} is more than this library's {} blocks", crate::typemap::MAX_BLOCKS);
+    let n = usize::try_from(n).map_err(|_| MpiErr::new(MPI_ERR_COUNT, format!("count {n} is more than this machine can address")))?;
+    let mut v = Vec::new();
+    if v.try_reserve_exact(n).is_err() {
+        return mpi_err!(MPI_ERR_NO_MEM, "no memory for a copy of {what} ({n} values)");
     }
     // SAFETY: the caller's array holds `n` values (the standard's contract).
-    Ok(unsafe { std::slice::from_raw_parts(p, n as usize) }.iter().map(|&v| f(v)).collect())
+    v.extend(unsafe { std::slice::from_raw_parts(p, n) }.iter().map(|&v| f(v)));
+    Ok(v)
 }
 
 fn ci(v: c_int) -> i64 {

@@ -8,9 +8,14 @@
 
 use std::sync::Arc;
 
-/// Most segments (blocks and repeats) one type map may store: a bound on the memory a caller's
-/// constructor arguments can make us allocate.
-pub const MAX_BLOCKS: usize = 1 << 22;
+/// Segments (blocks and repeats) a type map writes out before each further part of the caller's
+/// list becomes one segment: what we store stays within this plus the caller's list, never a
+/// multiple of it.
+#[cfg(not(test))]
+const FLAT_BUDGET: usize = 1 << 22;
+/// Small under test, so that the unit tests cross it with lists of a few thousand.
+#[cfg(test)]
+const FLAT_BUDGET: usize = 1 << 10;
 
 /// A part repeated into at most this many segments is stored flat (its blocks can merge and
 /// packing walks one list); a larger one is stored as a repeat of its child's map.
@@ -73,8 +78,8 @@ pub struct Layout {
 pub enum MapErr {
     /// Offsets, sizes or counts overflow 64 bits.
     Overflow,
-    /// More than MAX_BLOCKS segments.
-    TooBig,
+    /// The memory for the map could not be had.
+    NoMemory,
 }
 
 fn ck(v: Option<i64>) -> Result<i64, MapErr> {
@@ -167,6 +172,9 @@ impl Layout {
     pub fn compose(parts: &[Part], pad: bool) -> Result<Layout, MapErr> {
         let mut blocks: Vec<Seg> = Vec::new();
         let mut sig: Vec<SigSeg> = Vec::new();
+        // At least one segment a part: ask for that much now so that a list too long for this
+        // machine is an error, not an abort.
+        blocks.try_reserve(parts.len()).map_err(|_| MapErr::NoMemory)?;
         let (mut size, mut nelems, mut align) = (0u64, 0u64, 1u64);
         // Bounds over the parts: all, resized markers only, data only.
         let (mut lb, mut ub): (Option<i64>, Option<i64>) = (None, None);
@@ -208,9 +216,6 @@ impl Layout {
             }
             place_blocks(&mut blocks, p, c)?;
             place_sig(&mut sig, p.reps, c)?;
-            if blocks.len() > MAX_BLOCKS || sig.len() > MAX_BLOCKS {
-                return Err(MapErr::TooBig);
-            }
         }
         let explicit_lb = xlb.is_some();
         let explicit_ub = xub.is_some();
@@ -436,7 +441,7 @@ fn place_blocks(out: &mut Vec<Seg>, p: &Part, c: &Layout) -> Result<(), MapErr> 
     if c.blocks.is_empty() {
         return Ok(());
     }
-    if (c.blocks.len() as u64).saturating_mul(p.reps) <= FLAT_LIMIT {
+    if flat_fits(out.len(), c.blocks.len(), p.reps) {
         for r in 0..p.reps {
             let base = ck((r as i64).checked_mul(p.stride).and_then(|x| x.checked_add(p.disp)))?;
             for s in c.blocks.iter() {
@@ -454,13 +459,18 @@ fn place_blocks(out: &mut Vec<Seg>, p: &Part, c: &Layout) -> Result<(), MapErr> 
     Ok(())
 }
 
+/// Whether `reps` copies of a child of `segs` segments are written out, onto a list of `have`.
+fn flat_fits(have: usize, segs: usize, reps: u64) -> bool {
+    (segs as u64).saturating_mul(reps) <= FLAT_LIMIT && have < FLAT_BUDGET
+}
+
 /// Adds `reps` copies of `c`'s signature: one longer run when it is one run; written out when
 /// few; else one repeat.
 fn place_sig(out: &mut Vec<SigSeg>, reps: u64, c: &Layout) -> Result<(), MapErr> {
     match &*c.sig {
         [] => {}
         [SigSeg::Run(r)] => push_sig(out, Run { n: r.n.checked_mul(reps).ok_or(MapErr::Overflow)?, ..*r }),
-        s if (s.len() as u64).saturating_mul(reps) <= FLAT_LIMIT => {
+        s if flat_fits(out.len(), s.len(), reps) => {
             for _ in 0..reps {
                 for x in s {
                     match x {
@@ -674,13 +684,51 @@ mod tests {
         assert_eq!(big.err(), Some(MapErr::Overflow));
         let v = vector(2, 1, 2, &d);
         // Many copies of a small type are one repeat however many they are...
-        let many = Layout::compose(&[Part::new(0, (MAX_BLOCKS as u64) * 2, &v)], false).unwrap();
+        let many = Layout::compose(&[Part::new(0, 1 << 40, &v)], false).unwrap();
         assert_eq!(many.blocks.len(), 1);
-        assert_eq!((many.size, many.extent()), (MAX_BLOCKS as u64 * 32, MAX_BLOCKS as i64 * 2 * 24));
-        // ...but a caller's list of parts that are not copies of one is stored as given: the
-        // bound is on that.
-        let parts: Vec<Part> = (0..MAX_BLOCKS as i64 / 2 + 1).map(|i| Part::new(i * 100, 1, &v)).collect();
-        assert_eq!(Layout::compose(&parts, false).err(), Some(MapErr::TooBig));
+        assert_eq!((many.size, many.extent()), ((1u64 << 40) * 16, (1i64 << 40) * 24));
+    }
+
+    /// A caller's list longer than the flat budget is stored as one segment a part past it
+    /// (memory in proportion to the list, not a multiple of it), and packs, unpacks and counts
+    /// as the same list written out.
+    #[test]
+    fn long_lists_cost_one_segment_a_part() {
+        let (d, i) = (double(), int());
+        let v = vector(3, 1, 2, &d);
+        let s = Layout::compose(&[Part::new(0, 1, &i), Part::new(8, 1, &d)], true).unwrap();
+        let n = FLAT_BUDGET as i64 * 3;
+        let parts: Vec<Part> = (0..n).map(|k| Part::new(k * 200 + (k % 7) * 8, 1 + (k % 2) as u64, if k % 3 == 0 { &s } else { &v })).collect();
+        let long = Layout::compose(&parts, false).unwrap();
+        assert!(long.blocks.len() <= FLAT_BUDGET + parts.len(), "{} segments", long.blocks.len());
+        // What the parts are, written out by hand: the oracle.
+        let mut want: Vec<Block> = Vec::new();
+        for p in &parts {
+            for r in 0..p.reps as i64 {
+                for b in p.child.flat_blocks() {
+                    push_block(&mut want, p.disp + r * p.stride + b.off, b.len);
+                }
+            }
+        }
+        assert!(long.blocks.len() < want.len() / 2, "past the budget parts are not written out");
+        assert!(long.flat_blocks() == want, "the blocks in order");
+        assert_eq!(long.size, want.iter().map(|b| b.len).sum::<u64>());
+        assert_eq!(long.nelems, parts.iter().map(|p| p.reps * p.child.nelems).sum::<u64>());
+        let span = long.ub as usize;
+        let src: Vec<u8> = (0..span).map(|x| (x * 7 % 251) as u8).collect();
+        let mut packed = vec![0u8; long.size as usize];
+        unsafe { long.pack(src.as_ptr(), 1, &mut packed) };
+        let by_hand: Vec<u8> = want.iter().flat_map(|b| src[b.off as usize..b.off as usize + b.len as usize].iter().copied()).collect();
+        assert!(packed == by_hand, "packed bytes");
+        let mut back = vec![0u8; span];
+        unsafe { long.unpack(&packed, back.as_mut_ptr(), 1) };
+        assert!(want.iter().all(|b| back[b.off as usize..][..b.len as usize] == src[b.off as usize..][..b.len as usize]), "unpacked bytes");
+        // Elements counted into the middle of the list: struct parts hold 2, vector parts 3.
+        let per_part = |k: u64| (1 + k % 2) * if k % 3 == 0 { 2 } else { 3 };
+        let first: u64 = (0..n as u64 / 2).map(per_part).sum();
+        let bytes: u64 = (0..n as u64 / 2).map(|k| (1 + k % 2) * if k % 3 == 0 { 12 } else { 24 }).sum();
+        assert_eq!(long.elements_in(bytes), Some(first));
+        assert_eq!(long.bytes_of_elements(first), Some(bytes));
     }
 
     /// A repeat packs, unpacks and counts elements exactly as the same type written out.

@@ -589,6 +589,41 @@ static void large_types(void) {
   CHECK(el == MPI_UNDEFINED);
   OK(MPI_Type_free(&huge));
   OK(MPI_Type_free(&pair));
+
+  /* An indexed list of 5M entries of uneven blocks (no repeat stands for them), each a vector
+     of 2 ints 3 apart: a caller's list longer than 4M entries is stored, not refused. */
+  const int m = 5 << 20;
+  int *lens = malloc(sizeof(int) * (size_t)m), *offs = malloc(sizeof(int) * (size_t)m);
+  CHECK(lens && offs);
+  size_t span = 0; /* in units of the vector's extent (4 ints) */
+  for (int i = 0; i < m; i++) lens[i] = 1 + (i % 3 == 0), offs[i] = (int)span, span += (size_t)lens[i] + 1;
+  MPI_Datatype two, list;
+  OK(MPI_Type_vector(2, 1, 3, MPI_INT, &two));
+  OK(MPI_Type_indexed(m, lens, offs, two, &list));
+  OK(MPI_Type_commit(&list));
+  size_t ints = span * 4; /* extent of `two` is 4 ints: 16 bytes */
+  int *src = malloc(sizeof(int) * ints), *dst = malloc(sizeof(int) * ints);
+  CHECK(src && dst);
+  for (size_t i = 0; i < ints; i++) src[i] = (int)(i * 3 + (size_t)rank), dst[i] = -1;
+  OK(MPI_Sendrecv(src, 1, list, next, 6, dst, 1, list, prev, 6, MPI_COMM_WORLD, &st));
+  size_t wrong = 0, got = 0;
+  for (int i = 0; i < m; i++)
+    for (int b = 0; b < lens[i]; b++) {
+      size_t at = ((size_t)offs[i] + (size_t)b) * 4; /* each element of `two`: ints 0 and 3 */
+      wrong += dst[at] != (int)(at * 3 + (size_t)prev) || dst[at + 3] != (int)((at + 3) * 3 + (size_t)prev);
+      wrong += dst[at + 1] != -1 || dst[at + 2] != -1;
+      got += 2;
+    }
+  CHECK(wrong == 0);
+  int elems = -1;
+  OK(MPI_Get_elements(&st, list, &elems));
+  CHECK((size_t)elems == got);
+  free(src);
+  free(dst);
+  free(lens);
+  free(offs);
+  OK(MPI_Type_free(&list));
+  OK(MPI_Type_free(&two));
 }
 
 int main(int argc, char **argv) {
