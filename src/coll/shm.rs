@@ -255,6 +255,33 @@ fn even_blocks(n: usize, block: usize) -> (Vec<usize>, Vec<usize>) {
     (vec![block; n], (0..n).map(|r| r * block).collect())
 }
 
+/// Where each rank's block of an allgather(v) or gather lies in the receive buffer.
+#[derive(Clone, Copy)]
+enum Blocks<'b> {
+    /// `block` bytes each, rank r's at r * block.
+    Even(usize),
+    /// Rank r's `counts[r]` bytes at `displs[r]`.
+    Listed { counts: &'b [usize], displs: &'b [usize] },
+}
+
+impl Blocks<'_> {
+    /// Rank `r`'s block: (offset, length).
+    fn of(self, r: usize) -> (usize, usize) {
+        match self {
+            Blocks::Even(b) => (r * b, b),
+            Blocks::Listed { counts, displs } => (displs[r], counts[r]),
+        }
+    }
+
+    /// The longest block (the same on every rank: the lists are the collective's arguments).
+    fn largest(self) -> usize {
+        match self {
+            Blocks::Even(b) => b,
+            Blocks::Listed { counts, .. } => counts.iter().copied().max().unwrap_or(0),
+        }
+    }
+}
+
 /// The (offset, length) pieces of `total` bytes, at most `piece` each; always at least one
 /// (possibly empty), so every rank takes the same steps even for an empty call.
 fn pieces(total: usize, piece: usize) -> impl Iterator<Item = (usize, usize)> {
@@ -431,12 +458,13 @@ impl<'a> ShmRun<'a> {
             }
             // Everyone posts its block and copies every other's.
             CollArgs::Allgather { send, recv, .. } if recv.len() / self.n() <= EAGER_BYTES => {
-                let (n, me) = (self.n(), self.me());
-                let block = recv.len() / n;
+                let block = recv.len() / self.n();
                 self.bytes = block as u64;
-                let own = recv.as_ptr().add(me * block);
-                let mine = send.map_or_else(|| std::slice::from_raw_parts(own as *const u8, block), |s| s.as_slice());
-                self.post(mine).and_then(|_| self.gather_posted(0, block, *recv, mine.as_ptr()))
+                self.eager_allgatherv(*send, *recv, Blocks::Even(block))
+            }
+            CollArgs::Allgatherv { send, recv, counts, displs, .. } if counts.iter().all(|&c| c <= EAGER_BYTES) => {
+                self.bytes = counts.iter().sum::<usize>() as u64;
+                self.eager_allgatherv(*send, *recv, Blocks::Listed { counts, displs })
             }
             // Everyone posts its whole send buffer and copies its block out of every other's.
             CollArgs::Alltoall { send, recv, .. } if recv.len() <= EAGER_BYTES => {
@@ -444,7 +472,7 @@ impl<'a> ShmRun<'a> {
                 let block = recv.len() / n;
                 self.bytes = recv.len() as u64;
                 let all = send.as_slice();
-                self.post(all).and_then(|_| self.gather_posted(me * block, block, *recv, all.as_ptr().add(me * block)))
+                self.post(all).and_then(|_| self.gather_posted(me * block, Blocks::Even(block), *recv, all.as_ptr().add(me * block)))
             }
             // Everyone posts its whole input and reduces its own block of every rank's.
             CollArgs::ReduceScatter { send, recv, dt, op } if send.map_or(recv.len(), |s| s.len()) <= EAGER_BYTES => {
@@ -474,6 +502,14 @@ impl<'a> ShmRun<'a> {
             }
             _ => return None,
         })
+    }
+
+    /// Everyone posts its block (at most `EAGER_BYTES`) and copies every other's into its place.
+    unsafe fn eager_allgatherv(&mut self, send: Option<ConstBuf>, recv: MutBuf, blocks: Blocks) -> Result<()> {
+        let (at, len) = blocks.of(self.me());
+        let mine = send.map_or_else(|| std::slice::from_raw_parts(recv.as_ptr().add(at) as *const u8, len), |s| s.as_slice());
+        self.post(mine)?;
+        self.gather_posted(0, blocks, recv, mine.as_ptr())
     }
 
     /// The root posts the data and goes on; the others post their stamp and copy the root's.
@@ -520,16 +556,23 @@ impl<'a> ShmRun<'a> {
         Ok(())
     }
 
-    /// Copies `block` bytes at offset `at` of every other rank's posted data into `recv` (rank
-    /// `r`'s at `r * block`), and our own block from `own` into our place.
-    unsafe fn gather_posted(&self, at: usize, block: usize, recv: MutBuf, own: *const u8) -> Result<()> {
+    /// Copies each rank's block (its length in `blocks`, at most `EAGER_BYTES`) from offset `at`
+    /// of its posted data into its place in `recv`, and our own block from `own`.
+    unsafe fn gather_posted(&self, at: usize, blocks: Blocks, recv: MutBuf, own: *const u8) -> Result<()> {
         let me = self.me();
         for r in (0..self.n()).filter(|&r| r != me) {
-            copy(self.fetch_agreeing(r)?.as_ptr().add(at), recv.as_ptr().add(r * block), block);
+            let (to, len) = blocks.of(r);
+            let posted = self.fetch_agreeing(r)?;
+            // The posted size agreed with ours, so it covers the block; checked all the same.
+            let Some(data) = posted.get(at..at + len) else {
+                return Err(Error::new(Status::Mismatch, format!("rank {r} posted {} bytes where rank {me} reads {len} at {at}", posted.len())));
+            };
+            copy(data.as_ptr(), recv.as_ptr().add(to), len);
         }
-        let mine = recv.as_ptr().add(me * block);
+        let (to, len) = blocks.of(me);
+        let mine = recv.as_ptr().add(to);
         if !std::ptr::eq(own, mine) {
-            copy(own, mine, block);
+            copy(own, mine, len);
         }
         Ok(())
     }
@@ -557,6 +600,7 @@ impl<'a> ShmRun<'a> {
                     let words = [input.as_slice().as_ptr() as u64, recv.as_ptr() as u64];
                     return Some(self.measured(
                         Measured::Allreduce,
+                        recv.len(),
                         &words,
                         |run| run.allreduce(input, Some(*recv), *dt, *op, None),
                         |run| run.allreduce_read_once(input, *recv, *dt, *op),
@@ -581,34 +625,11 @@ impl<'a> ShmRun<'a> {
             Allgather { send, recv, .. } => {
                 let block = recv.len() / self.n();
                 self.bytes = block as u64;
-                // Staged (two copies, pipelined through the arena) for large blocks: a single
-                // `process_vm_readv` copy spends most of its time pinning the peer's pages one
-                // by one, and came out 15-60% slower from 256 KiB blocks (again on 2026-12-02
-                // in medians: 1 MiB 76 against 52 us, 16 MiB 4.7 against 4.1 ms, though the
-                // staged copy ran 4-7x slower in some runs). Mid-sized blocks read directly
-                // (see `ALLGATHER_DIRECT_BLOCKS`); from 1 MiB blocks whichever is faster now
-                // (see `ALLGATHER_MEASURED_MIN`).
-                let spread = self.spread();
-                if ALLGATHER_DIRECT_BLOCKS.contains(&block) && spread {
-                    let (counts, displs) = even_blocks(self.n(), block);
-                    return Some(self.allgatherv_direct(*send, *recv, &counts, &displs));
-                }
-                if block >= ALLGATHER_MEASURED_MIN && spread {
-                    let mine = send.map_or(recv.as_ptr().add(self.me() * block) as *const u8, |b| b.as_slice().as_ptr());
-                    let (counts, displs) = even_blocks(self.n(), block);
-                    return Some(self.measured(
-                        Measured::Allgather,
-                        &[mine as u64],
-                        |run| run.allgather(*send, *recv, block),
-                        |run| run.read_published_blocks(Published::Posted, mine, send.is_some(), *recv, &counts, &displs),
-                    ));
-                }
-                self.allgather(*send, *recv, block)
+                self.allgatherv(*send, *recv, Blocks::Even(block))
             }
             Allgatherv { send, recv, counts, displs, .. } => {
                 self.bytes = counts.iter().sum::<usize>() as u64;
-                self.pids?;
-                self.allgatherv_direct(*send, *recv, counts, displs)
+                self.allgatherv(*send, *recv, Blocks::Listed { counts, displs })
             }
             Alltoallv { send, scounts, sdispls, recv, rcounts, rdispls, .. } => {
                 self.bytes = 0;
@@ -632,6 +653,7 @@ impl<'a> ShmRun<'a> {
                 if input.len() >= REDUCE_MEASURED_MIN && self.spread() {
                     return Some(self.measured(
                         Measured::ReduceScatter,
+                        input.len(),
                         &[input.as_slice().as_ptr() as u64],
                         |run| run.reduce_scatter(input, out, *dt, *op),
                         |run| run.reduce_scatter_read_once(input, out, *dt, *op),
@@ -655,7 +677,7 @@ impl<'a> ShmRun<'a> {
                         run.alltoallv_direct(send, &counts, &displs, recv, &counts, &displs)
                     };
                     if recv.len() >= ALLTOALL_MEASURED_MIN {
-                        return Some(self.measured(Measured::Alltoall, &[], |run| run.alltoall(send, recv, block), direct));
+                        return Some(self.measured(Measured::Alltoall, recv.len(), &[], |run| run.alltoall(send, recv, block), direct));
                     }
                     return Some(direct(self));
                 }
@@ -774,11 +796,36 @@ impl<'a> ShmRun<'a> {
         self.staged(s)
     }
 
+    /// allgather(v) beyond the mailboxes, by its largest block (the same on every rank): staged
+    /// (two copies, pipelined through the arena) for large blocks, where a single
+    /// `process_vm_readv` copy spends most of its time pinning the peer's pages one by one
+    /// (15-60% slower from 256 KiB blocks; again on 2026-12-02 in medians: 1 MiB 76 against 52
+    /// us, 16 MiB 4.7 against 4.1 ms, though the staged copy ran 4-7x slower in some runs).
+    /// Mid-sized blocks are read directly (see `ALLGATHER_DIRECT_BLOCKS`); from
+    /// `ALLGATHER_MEASURED_MIN` whichever is faster now.
+    unsafe fn allgatherv(&mut self, send: Option<ConstBuf>, recv: MutBuf, blocks: Blocks) -> Result<()> {
+        let largest = blocks.largest();
+        let mine = send.map_or(recv.as_ptr().add(blocks.of(self.me()).0) as *const u8, |b| b.as_slice().as_ptr());
+        let spread = self.spread();
+        if ALLGATHER_DIRECT_BLOCKS.contains(&largest) && spread {
+            return self.allgatherv_direct(mine, send.is_some(), recv, blocks);
+        }
+        if largest >= ALLGATHER_MEASURED_MIN && spread {
+            return self.measured(
+                Measured::Allgather,
+                largest,
+                &[mine as u64],
+                |run| run.gather_staged(mine, Some(recv), blocks, None),
+                |run| run.read_published_blocks(Published::Posted, mine, send.is_some(), recv, blocks),
+            );
+        }
+        self.gather_staged(mine, Some(recv), blocks, None)
+    }
+
     /// allgather(v) with one copy: each rank reads every other rank's block from its memory.
-    unsafe fn allgatherv_direct(&mut self, send: Option<ConstBuf>, recv: MutBuf, counts: &[usize], displs: &[usize]) -> Result<()> {
-        let mine = send.map_or(recv.as_ptr().add(displs[self.me()]) as *const u8, |b| b.as_slice().as_ptr());
+    unsafe fn allgatherv_direct(&mut self, mine: *const u8, out_of_place: bool, recv: MutBuf, blocks: Blocks) -> Result<()> {
         let s = self.exchange_words(&[mine as u64])?;
-        self.read_published_blocks(Published::Step(s), mine, send.is_some(), recv, counts, displs)
+        self.read_published_blocks(Published::Step(s), mine, out_of_place, recv, blocks)
     }
 
     /// Whether collectives may read the others' memory, and the host's cores are not
@@ -794,11 +841,12 @@ impl<'a> ShmRun<'a> {
     unsafe fn measured(
         &mut self,
         what: Measured,
+        size: usize,
         words: &[u64],
         staged: impl FnOnce(&mut Self) -> Result<()>,
         read_once: impl FnOnce(&mut Self) -> Result<()>,
     ) -> Result<()> {
-        let (me, bytes, started) = (self.me(), self.bytes as usize, Instant::now());
+        let (me, bytes, started) = (self.me(), size, Instant::now());
         // The read-once allreduce writes into the others' outputs: not where that is hidden
         // from a memory checker (see `cma::writes_to_peers`).
         let may = !matches!(what, Measured::Allreduce) || crate::transport::cma::writes_to_peers();
@@ -911,7 +959,7 @@ impl<'a> ShmRun<'a> {
 
     /// The rest of a direct allgather(v) once every buffer's address is published (`at`): reads
     /// the others' blocks, copies our own block `mine` (when `out_of_place`), and ends the reads.
-    unsafe fn read_published_blocks(&mut self, at: Published, mine: *const u8, out_of_place: bool, recv: MutBuf, counts: &[usize], displs: &[usize]) -> Result<()> {
+    unsafe fn read_published_blocks(&mut self, at: Published, mine: *const u8, out_of_place: bool, recv: MutBuf, blocks: Blocks) -> Result<()> {
         let me = self.me();
         // Read everything we can, but always take the final step: the ranks must stay in step.
         let mut first_err = None;
@@ -920,12 +968,14 @@ impl<'a> ShmRun<'a> {
                 Published::Step(s) => Ok(self.word(r, s, 0)),
                 Published::Posted => self.posted_word(r, 0),
             };
-            if let Err(e) = from.and_then(|from| self.read_from(r, from, recv.as_ptr().add(displs[r]), counts[r])) {
+            let (to, len) = blocks.of(r);
+            if let Err(e) = from.and_then(|from| self.read_from(r, from, recv.as_ptr().add(to), len)) {
                 first_err.get_or_insert(e);
             }
         }
         if out_of_place {
-            copy(mine, recv.as_ptr().add(displs[me]), counts[me]);
+            let (to, len) = blocks.of(me);
+            copy(mine, recv.as_ptr().add(to), len);
         }
         self.finish_reads()?;
         first_err.map_or(Ok(()), Err)
@@ -1084,37 +1134,37 @@ impl<'a> ShmRun<'a> {
         first_err.map_or(Ok(()), Err)
     }
 
-    /// Every rank stages its `block` bytes at `mine`; the readers (everyone, or only `root`)
-    /// copy every block into `recv` (block r at r * block). allgather, and gather.
-    unsafe fn gather_staged(&mut self, mine: *const u8, recv: Option<MutBuf>, block: usize, root: Option<usize>) -> Result<()> {
+    /// Every rank stages its block (`blocks`) from `mine`; the readers (everyone, or only
+    /// `root`) copy every block into its place in `recv`. allgather(v), and gather. The steps
+    /// go by the largest block, so every rank takes the same ones.
+    unsafe fn gather_staged(&mut self, mine: *const u8, recv: Option<MutBuf>, blocks: Blocks, root: Option<usize>) -> Result<()> {
         let (n, me) = (self.n(), self.me());
         let out = recv.filter(|_| root.is_none_or(|r| r == me));
-        for (off, p) in pieces(block, self.arena.chunk()) {
+        let (my_at, my_len) = blocks.of(me);
+        // The part of a block of `len` bytes that the piece at `off` of `p` bytes covers.
+        let clip = |len: usize, off: usize, p: usize| p.min(len.saturating_sub(off));
+        for (off, p) in pieces(blocks.largest(), self.arena.chunk()) {
             let s = self.begin()?;
-            copy(mine.add(off), self.arena.my_stage(s).as_mut_ptr(), p);
+            copy(mine.add(off.min(my_len)), self.arena.my_stage(s).as_mut_ptr(), clip(my_len, off, p));
             self.staged(s)?;
             if let Some(out) = out {
                 for r in (0..n).filter(|&r| r != me) {
-                    copy(self.arena.stage(r, s).as_ptr(), out.as_ptr().add(r * block + off), p);
+                    let (at, len) = blocks.of(r);
+                    copy(self.arena.stage(r, s).as_ptr(), out.as_ptr().add(at + off.min(len)), clip(len, off, p));
                 }
             }
         }
         if let Some(out) = out {
-            let own = out.as_ptr().add(me * block);
+            let own = out.as_ptr().add(my_at);
             if own as *const u8 != mine {
-                copy(mine, own, block);
+                copy(mine, own, my_len);
             }
         }
         Ok(())
     }
 
-    unsafe fn allgather(&mut self, send: Option<ConstBuf>, recv: MutBuf, block: usize) -> Result<()> {
-        let mine = send.map_or(recv.as_ptr().add(self.me() * block) as *const u8, |s| s.as_slice().as_ptr());
-        self.gather_staged(mine, Some(recv), block, None)
-    }
-
     unsafe fn gather(&mut self, send: ConstBuf, recv: Option<MutBuf>, root: usize) -> Result<()> {
-        self.gather_staged(send.as_slice().as_ptr(), recv, send.len(), Some(root))
+        self.gather_staged(send.as_slice().as_ptr(), recv, Blocks::Even(send.len()), Some(root))
     }
 
     /// The senders (everyone, or only `root`) stage block j of `send` for rank j; every rank
@@ -1418,6 +1468,74 @@ mod tests {
             assert!(results.into_iter().all(|r| matches!(r, Some(Ok(())))), "rank {me}");
             args(&mut b);
             assert_eq!(b.wrong, 0, "rank {me}: alltoalls that arrived wrong");
+        }
+    }
+
+    /// allgatherv of uneven blocks, placed out of rank order with gaps between them, through
+    /// every way the arena has: the mailboxes (blocks up to 2 KiB), staged (in several steps
+    /// of 64 KiB), read directly (largest block 32-128 KiB), and rank 0's pick between staged
+    /// and direct (from 256 KiB; its first calls take both). Every third call is in place.
+    /// Each rank checks the call before it as it fills its buffers for the next, gaps included.
+    #[test]
+    fn allgathervs_arrive_whole_every_way() {
+        const SIZES: [[usize; 3]; 4] = [[5, 0, 2000], [3000, 17, 150_001], [70_000, 1, 100_000], [300_001, 5, 262_144]];
+        const GAP: usize = 3;
+        struct Bufs {
+            me: usize,
+            call: usize,
+            send: Vec<u8>,
+            recv: Vec<u8>,
+            displs: Vec<usize>,
+            wrong: Vec<usize>,
+        }
+        // Calls 0-3 one of each size, then 16 of the largest (the pick's turns).
+        fn counts(call: usize) -> [usize; 3] {
+            SIZES[call.min(3)]
+        }
+        // Rank 2's block first, then rank 0's, then rank 1's.
+        fn displs(c: [usize; 3]) -> Vec<usize> {
+            vec![c[2] + GAP, c[2] + c[0] + 2 * GAP, 0]
+        }
+        fn want(call: usize, from: usize, i: usize) -> u8 {
+            (i * 7 + call * 13 + from * 5) as u8
+        }
+        fn args(b: &mut Bufs) -> CollArgs {
+            if b.call > 0 {
+                let (c, d) = (counts(b.call - 1), &b.displs);
+                let mut expect = vec![0xEEu8; b.recv.len()];
+                for r in 0..3 {
+                    for i in 0..c[r] {
+                        expect[d[r] + i] = want(b.call - 1, r, i);
+                    }
+                }
+                if b.recv != expect {
+                    b.wrong.push(b.call - 1);
+                }
+            }
+            let c = counts(b.call);
+            b.displs = displs(c);
+            let total = c.iter().sum::<usize>() + 2 * GAP;
+            b.recv = vec![0xEE; total];
+            let in_place = b.call % 3 == 2;
+            let mine: Vec<u8> = (0..c[b.me]).map(|i| want(b.call, b.me, i)).collect();
+            if in_place {
+                b.recv[b.displs[b.me]..][..c[b.me]].copy_from_slice(&mine);
+            }
+            b.send = mine;
+            b.call += 1;
+            CollArgs::Allgatherv {
+                send: (!in_place).then(|| ConstBuf::from_slice(&b.send)),
+                recv: MutBuf::from_slice(&mut b.recv),
+                counts: c.to_vec(),
+                displs: b.displs.clone(),
+                dt: crate::dtype::DType::Uint8,
+            }
+        }
+        let make = |me| Bufs { me, call: 0, send: Vec::new(), recv: Vec::new(), displs: Vec::new(), wrong: Vec::new() };
+        for (me, (results, mut b)) in calls_on_threads(3, 64 * 1024, 20, false, our_pids(3), make, args).into_iter().enumerate() {
+            assert!(results.iter().all(|r| matches!(r, Some(Ok(())))), "rank {me}: {results:?}");
+            args(&mut b);
+            assert!(b.wrong.is_empty(), "rank {me}: calls that arrived wrong: {:?}", b.wrong);
         }
     }
 
