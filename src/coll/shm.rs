@@ -63,6 +63,9 @@ const REDUCE_MEASURED_MIN: usize = 64 * 1024;
 /// step together at most `READ_PIECES_MAX` (many ranks, smaller pieces).
 const READ_PIECE: usize = 128 * 1024;
 const READ_PIECES_MAX: usize = 1 << 20;
+/// Bytes before the counts in an alltoallv's mailbox post: rank 0's choice, and whether the
+/// poster's counts and data follow (see `alltoallv`).
+const A2AV_HEAD: usize = 16;
 /// Words a measured collective posts with its stamp, at most (see `measured`).
 const MEASURED_WORDS: usize = 3;
 
@@ -103,13 +106,16 @@ const SHARED_FAILED: usize = 2;
 /// Reusable memory of a comm's shared-memory collectives (no allocation per call).
 #[derive(Default)]
 pub struct Scratch {
+    /// The reductions' scratch (see `reduce_ordered`).
     bytes: Vec<u8>,
+    /// An alltoallv's mailbox post, built before it is copied in.
+    post: Vec<u8>,
     inputs: Vec<*const u8>,
     /// The others' parts of a reduction read once (see `reduce_read_once`).
     remote: Vec<u8>,
     /// Rank 0's (a broadcast's root's) measures of the collectives made two ways: staged
     /// (first) or read directly (second), indexed by `Measured`.
-    picks: [crate::pick::BySize; 5],
+    picks: [crate::pick::BySize; 6],
 }
 
 /// Where the members' buffer addresses for a read-once collective are: in their staging slots
@@ -129,6 +135,8 @@ enum Measured {
     /// Staged (first) or read directly; the root's times.
     Broadcast,
     Alltoall,
+    /// Staged (first) or read directly, by rank 0's bytes sent (see `alltoallv`).
+    Alltoallv,
 }
 
 impl Measured {
@@ -138,7 +146,7 @@ impl Measured {
             Measured::Allgather => ALLGATHER_MEASURED_MIN,
             Measured::Allreduce | Measured::ReduceScatter => REDUCE_MEASURED_MIN,
             Measured::Broadcast => BROADCAST_MEASURED_MIN,
-            Measured::Alltoall => ALLTOALL_MEASURED_MIN,
+            Measured::Alltoall | Measured::Alltoallv => ALLTOALL_MEASURED_MIN,
         }
     }
 }
@@ -248,6 +256,11 @@ fn share(len: usize, es: usize, parts: usize, i: usize) -> (usize, usize) {
     let start = i * base + i.min(extra);
     let n = base + usize::from(i < extra);
     (start * es, n * es)
+}
+
+/// Word `i` of posted bytes.
+fn word_at(posted: &[u8], i: usize) -> u64 {
+    u64::from_le_bytes(posted[i * 8..i * 8 + 8].try_into().unwrap())
 }
 
 /// Counts and displacements of `n` blocks of `block` bytes, one after the other.
@@ -577,8 +590,16 @@ impl<'a> ShmRun<'a> {
         Ok(())
     }
 
-    /// Rank `r`'s mailbox data for this collective, if it calls what we call.
+    /// Rank `r`'s mailbox data for this collective (as long as the size we agree on, at most
+    /// `EAGER_BYTES`), if it calls what we call.
     fn fetch_agreeing(&self, r: usize) -> Result<&'a [u8]> {
+        let slot = self.fetch_slot(r)?;
+        Ok(&slot[..(self.bytes as usize).min(slot.len())])
+    }
+
+    /// Rank `r`'s whole mailbox data area for this collective (`EAGER_BYTES`), if it calls what
+    /// we call: for data whose length the data itself says (see `alltoallv`).
+    fn fetch_slot(&self, r: usize) -> Result<&'a [u8]> {
         let (sig, len, data) = self.arena.fetch(r, self.coll, self.deadline, self.interrupt)?;
         self.disagreement(r, sig, len).map_or(Ok(data), Err)
     }
@@ -632,13 +653,13 @@ impl<'a> ShmRun<'a> {
                 self.allgatherv(*send, *recv, Blocks::Listed { counts, displs })
             }
             Alltoallv { send, scounts, sdispls, recv, rcounts, rdispls, .. } => {
+                // The sizes differ from rank to rank: nothing to compare.
                 self.bytes = 0;
-                self.pids?;
-                // Our buffer's address, then every count and displacement, in one slot.
-                if (1 + 2 * self.n()) * 8 > self.arena.chunk() {
+                // Everyone's words (see `alltoallv_words`) in one slot, or the link does it.
+                if (2 + 2 * self.n()) * 8 > self.arena.chunk() {
                     return None;
                 }
-                self.alltoallv_direct(*send, scounts, sdispls, *recv, rcounts, rdispls)
+                self.alltoallv(*send, scounts, sdispls, *recv, rcounts, rdispls)
             }
             ReduceScatter { send, recv, dt, op } => {
                 let (input, out) = match send {
@@ -670,11 +691,13 @@ impl<'a> ShmRun<'a> {
                 // 16 MiB level; 4 ranks on 2 cores 64 KiB 32 against 83, 1 MiB 453 against
                 // 1151, 16 MiB 13.5 against 19.7 ms. (The staged copy runs in two modes here,
                 // one 3-4x slower; below 64 KiB it wins in both.)
-                if recv.len() >= ALLTOALL_DIRECT_MIN && self.pids.is_some() && (1 + 2 * self.n()) * 8 <= self.arena.chunk() {
+                if recv.len() >= ALLTOALL_DIRECT_MIN && self.pids.is_some() && (2 + 2 * self.n()) * 8 <= self.arena.chunk() {
                     let (send, recv) = (*send, *recv);
                     let direct = move |run: &mut Self| {
                         let (counts, displs) = even_blocks(run.n(), block);
-                        run.alltoallv_direct(send, &counts, &displs, recv, &counts, &displs)
+                        let src = send.as_slice().as_ptr();
+                        let s = run.alltoallv_words(src, &counts, &displs)?;
+                        run.alltoallv_read(s, src, &displs, recv, &counts, &displs)
                     };
                     if recv.len() >= ALLTOALL_MEASURED_MIN {
                         return Some(self.measured(Measured::Alltoall, recv.len(), &[], |run| run.alltoall(send, recv, block), direct));
@@ -981,32 +1004,162 @@ impl<'a> ShmRun<'a> {
         first_err.map_or(Ok(()), Err)
     }
 
-    /// alltoall(v) with one copy: each rank publishes its send buffer and displacements, and
-    /// reads the block meant for it from every other rank.
+    /// alltoallv: through the mailboxes when every rank's data fits its slot, else staged or
+    /// read directly, as rank 0 says. Each rank posts, with its stamp, rank 0's choice and, when
+    /// its data fits, its counts and data (`A2AV_HEAD`); having read every post (which it does
+    /// anyway, to check that everyone calls alltoallv), each knows whether all fit.
     #[allow(clippy::too_many_arguments)]
-    unsafe fn alltoallv_direct(&mut self, send: ConstBuf, scounts: &[usize], sdispls: &[usize], recv: MutBuf, rcounts: &[usize], rdispls: &[usize]) -> Result<()> {
-        let (n, me) = (self.n(), self.me());
+    unsafe fn alltoallv(&mut self, send: ConstBuf, scounts: &[usize], sdispls: &[usize], recv: MutBuf, rcounts: &[usize], rdispls: &[usize]) -> Result<()> {
+        let (n, me, started) = (self.n(), self.me(), Instant::now());
         let src = send.as_slice().as_ptr();
-        let mut words = Vec::with_capacity(1 + 2 * n);
+        let total: usize = scounts.iter().sum();
+        let reads = me == 0 && self.alltoallv_reads(total);
+        let data_at = A2AV_HEAD + (2 * n).next_multiple_of(8);
+        let fits = data_at.checked_add(total).is_some_and(|end| end <= EAGER_BYTES);
+        // Built in the scratch (kept from call to call: no 2 KiB to clear each time).
+        let mut post = std::mem::take(&mut self.scratch.post);
+        post.resize(EAGER_BYTES, 0);
+        post[..8].copy_from_slice(&u64::from(reads).to_le_bytes());
+        post[8..16].copy_from_slice(&u64::from(fits).to_le_bytes());
+        let mut end = A2AV_HEAD;
+        if fits {
+            end = data_at;
+            for (j, (&c, &d)) in scounts.iter().zip(sdispls).enumerate() {
+                post[A2AV_HEAD + 2 * j..][..2].copy_from_slice(&(c as u16).to_le_bytes());
+                copy(src.add(d), post.as_mut_ptr().add(end), c);
+                end += c;
+            }
+        }
+        let posted = self.post(&post[..end]);
+        self.scratch.post = post;
+        posted?;
+        self.posted = true;
+        let mut all_fit = fits;
+        for r in (0..n).filter(|&r| r != me) {
+            all_fit &= word_at(self.fetch_slot(r)?, 1) == 1;
+        }
+        if all_fit {
+            return self.alltoallv_posted(send, scounts, sdispls, recv, rcounts, rdispls);
+        }
+        let reads = word_at(self.fetch_slot(0)?, 0) == 1;
+        let s = self.alltoallv_words(src, scounts, sdispls)?;
+        let done = if reads { self.alltoallv_read(s, src, sdispls, recv, rcounts, rdispls) } else { self.alltoallv_staged(s, src, scounts, sdispls, recv, rcounts, rdispls) };
+        if me == 0 && total >= ALLTOALL_MEASURED_MIN && self.pids.is_some() && done.is_ok() {
+            self.pick(Measured::Alltoallv, total).took(reads, total, started.elapsed());
+        }
+        done
+    }
+
+    /// Rank 0's choice for an alltoallv beyond the mailboxes, by the bytes it sends: read the
+    /// others' buffers directly (true), or stage. As for alltoall (see `ALLTOALL_DIRECT_MIN`),
+    /// whichever was faster lately from `ALLTOALL_MEASURED_MIN`.
+    fn alltoallv_reads(&mut self, total: usize) -> bool {
+        if self.pids.is_none() {
+            return false;
+        }
+        if total >= ALLTOALL_MEASURED_MIN {
+            return self.pick(Measured::Alltoallv, total).second();
+        }
+        total >= ALLTOALL_DIRECT_MIN
+    }
+
+    /// An alltoallv whose every rank posted its counts and data (see `alltoallv`): each copies
+    /// its block from every post, checking it against what it expects.
+    unsafe fn alltoallv_posted(&mut self, send: ConstBuf, scounts: &[usize], sdispls: &[usize], recv: MutBuf, rcounts: &[usize], rdispls: &[usize]) -> Result<()> {
+        let (n, me) = (self.n(), self.me());
+        let counts_of = |post: &[u8], j: usize| u16::from_le_bytes([post[A2AV_HEAD + 2 * j], post[A2AV_HEAD + 2 * j + 1]]) as usize;
+        let data_at = A2AV_HEAD + (2 * n).next_multiple_of(8);
+        let mut first_err = None;
+        for r in 0..n {
+            let (post, at, count) = if r == me {
+                (send.as_slice(), sdispls[me], scounts[me])
+            } else {
+                let post = self.fetch_slot(r)?;
+                (post, data_at + (0..me).map(|j| counts_of(post, j)).sum::<usize>(), counts_of(post, me))
+            };
+            if count != rcounts[r] || at + count > post.len() {
+                let msg = format!("rank {r} sends {count} bytes to rank {me}, which expects {}", rcounts[r]);
+                first_err.get_or_insert(Error::new(Status::Mismatch, msg));
+                continue;
+            }
+            copy(post.as_ptr().add(at), recv.as_ptr().add(rdispls[r]), count);
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// Publishes this rank's send buffer, counts, displacements and largest count for an
+    /// alltoall(v) beyond the mailboxes (`2 + 2n` words); the step's number.
+    unsafe fn alltoallv_words(&mut self, src: *const u8, scounts: &[usize], sdispls: &[usize]) -> Result<u32> {
+        let mut words = Vec::with_capacity(2 + 2 * scounts.len());
         words.push(src as u64);
         words.extend(scounts.iter().map(|&c| c as u64));
         words.extend(sdispls.iter().map(|&d| d as u64));
-        let s = self.exchange_words(&words)?;
+        words.push(scounts.iter().copied().max().unwrap_or(0) as u64);
+        self.exchange_words(&words)
+    }
+
+    /// What rank `r` sends us by its words of step `s` (see `alltoallv_words`), and the error
+    /// when that is not what we expect.
+    fn alltoallv_sent(&self, s: u32, r: usize, expect: usize) -> (usize, Option<Error>) {
+        let count = self.word(r, s, 1 + self.me()) as usize;
+        let err = (count != expect).then(|| Error::new(Status::Mismatch, format!("rank {r} sends {count} bytes to rank {}, which expects {expect}", self.me())));
+        (count, err)
+    }
+
+    /// alltoall(v) with one copy: each rank published its send buffer and displacements
+    /// (step `s`), and reads the block meant for it from every other rank.
+    unsafe fn alltoallv_read(&mut self, s: u32, src: *const u8, sdispls: &[usize], recv: MutBuf, rcounts: &[usize], rdispls: &[usize]) -> Result<()> {
+        let (n, me) = (self.n(), self.me());
         // Read everything we can, but always take the final step: the ranks must stay in step.
         let mut first_err = None;
         for r in 0..n {
-            let (count, displ) = (self.word(r, s, 1 + me) as usize, self.word(r, s, 1 + n + me) as usize);
-            if count != rcounts[r] {
-                let msg = format!("rank {r} sends {count} bytes to rank {me}, which expects {}", rcounts[r]);
-                first_err.get_or_insert(Error::new(Status::Mismatch, msg));
+            let (count, wrong) = self.alltoallv_sent(s, r, rcounts[r]);
+            if let Some(e) = wrong {
+                first_err.get_or_insert(e);
             } else if r == me {
                 // Our own block from our own arguments (what the arena holds is for the others).
                 copy(src.add(sdispls[me]), recv.as_ptr().add(rdispls[me]), count);
-            } else if let Err(e) = self.read_from(r, self.word(r, s, 0) + displ as u64, recv.as_ptr().add(rdispls[r]), count) {
+            } else if let Err(e) = self.read_from(r, self.word(r, s, 0) + self.word(r, s, 1 + n + me), recv.as_ptr().add(rdispls[r]), count) {
                 first_err.get_or_insert(e);
             }
         }
         self.finish_reads()?;
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// alltoall(v) staged: in steps by the largest count of any rank (published at step `s`),
+    /// each rank stages its piece of every block in the others' places of its slot, and copies
+    /// the piece meant for it out of every other rank's.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn alltoallv_staged(&mut self, s: u32, src: *const u8, scounts: &[usize], sdispls: &[usize], recv: MutBuf, rcounts: &[usize], rdispls: &[usize]) -> Result<()> {
+        let (n, me) = (self.n(), self.me());
+        // Everything needed from step `s`'s words, read before the slots are reused.
+        let largest = (0..n).map(|r| self.word(r, s, 1 + 2 * n) as usize).max().unwrap_or(0);
+        let mut first_err = None;
+        let sent: Vec<usize> = (0..n)
+            .map(|r| {
+                let (count, wrong) = self.alltoallv_sent(s, r, rcounts[r]);
+                if let Some(e) = wrong {
+                    first_err.get_or_insert(e);
+                }
+                count.min(rcounts[r])
+            })
+            .collect();
+        // The part of a block of `len` bytes in the piece at `off` of `p` bytes.
+        let clip = |len: usize, off: usize, p: usize| p.min(len.saturating_sub(off));
+        let piece = piece_for(self.arena.chunk(), n, 1);
+        for (off, p) in pieces(largest, piece) {
+            let s = self.begin()?;
+            let stage = self.arena.my_stage(s).as_mut_ptr();
+            for j in (0..n).filter(|&j| j != me) {
+                copy(src.add(sdispls[j] + off.min(scounts[j])), stage.add(j * piece), clip(scounts[j], off, p));
+            }
+            self.staged(s)?;
+            for r in (0..n).filter(|&r| r != me) {
+                copy(self.arena.stage(r, s).as_ptr().add(me * piece), recv.as_ptr().add(rdispls[r] + off.min(sent[r])), clip(sent[r], off, p));
+            }
+        }
+        copy(src.add(sdispls[me]), recv.as_ptr().add(rdispls[me]), sent[me]);
         first_err.map_or(Ok(()), Err)
     }
 
@@ -1539,6 +1692,136 @@ mod tests {
         }
     }
 
+    /// alltoallv of uneven blocks (some empty), sent and received out of rank order with gaps,
+    /// through every way: the mailboxes (all data fits the slots), staged because one rank's
+    /// does not (rank 0 sends little), read directly (rank 0 sends 64-256 KiB), and rank 0's
+    /// pick between staged (several steps of 64 KiB slots) and direct. Each rank checks the call
+    /// before it as it fills its buffers for the next, gaps included.
+    #[test]
+    fn alltoallvs_arrive_whole_every_way() {
+        const GAP: usize = 5;
+        struct Bufs {
+            me: usize,
+            call: usize,
+            send: Vec<u8>,
+            recv: Vec<u8>,
+            wrong: Vec<usize>,
+        }
+        // Bytes `from` sends `to` at call `call`: calls 0-3 one of each way, then 16 of the last.
+        fn count(call: usize, from: usize, to: usize) -> usize {
+            let uneven = |base: usize| base * (1 + (from * 3 + to) % 4) / 4 + (from + to) % 3;
+            match call.min(3) {
+                0 => uneven(100),
+                1 if from == 1 => 5000 + to,
+                1 => uneven(10),
+                2 => uneven(60_000),
+                _ if (from, to) == (2, 0) => 0,
+                _ => uneven(200_000),
+            }
+        }
+        // Blocks placed in reverse rank order, GAP bytes apart: (displacements, total).
+        fn layout(call: usize, me: usize, sending: bool) -> (Vec<usize>, usize) {
+            let mut displs = vec![0; 3];
+            let mut at = 0;
+            for r in (0..3).rev() {
+                displs[r] = at;
+                at += if sending { count(call, me, r) } else { count(call, r, me) } + GAP;
+            }
+            (displs, at)
+        }
+        fn want(call: usize, from: usize, to: usize, i: usize) -> u8 {
+            (i * 7 + call * 13 + from * 5 + to * 3) as u8
+        }
+        fn args(b: &mut Bufs) -> CollArgs {
+            let me = b.me;
+            if b.call > 0 {
+                let call = b.call - 1;
+                let (d, total) = layout(call, me, false);
+                let mut expect = vec![0xEEu8; total];
+                for r in 0..3 {
+                    for i in 0..count(call, r, me) {
+                        expect[d[r] + i] = want(call, r, me, i);
+                    }
+                }
+                if b.recv != expect {
+                    b.wrong.push(call);
+                }
+            }
+            let call = b.call;
+            let (sdispls, stotal) = layout(call, me, true);
+            let (rdispls, rtotal) = layout(call, me, false);
+            b.send = vec![0; stotal];
+            for j in 0..3 {
+                for i in 0..count(call, me, j) {
+                    b.send[sdispls[j] + i] = want(call, me, j, i);
+                }
+            }
+            b.recv = vec![0xEE; rtotal];
+            b.call += 1;
+            CollArgs::Alltoallv {
+                send: ConstBuf::from_slice(&b.send),
+                scounts: (0..3).map(|j| count(call, me, j)).collect(),
+                sdispls,
+                recv: MutBuf::from_slice(&mut b.recv),
+                rcounts: (0..3).map(|r| count(call, r, me)).collect(),
+                rdispls,
+                dt: crate::dtype::DType::Uint8,
+            }
+        }
+        let make = |me| Bufs { me, call: 0, send: Vec::new(), recv: Vec::new(), wrong: Vec::new() };
+        for (me, (results, mut b)) in calls_on_threads(3, 64 * 1024, 20, false, our_pids(3), make, args).into_iter().enumerate() {
+            assert!(results.iter().all(|r| matches!(r, Some(Ok(())))), "rank {me}: {results:?}");
+            args(&mut b);
+            assert!(b.wrong.is_empty(), "rank {me}: calls that arrived wrong: {:?}", b.wrong);
+        }
+    }
+
+    /// A rank that expects more from rank 0 than rank 0 sends gets a mismatch naming both, in
+    /// the mailboxes and staged alike; nobody waits for it, and the next call goes on.
+    #[test]
+    fn alltoallv_counts_that_disagree_are_named() {
+        struct Bufs {
+            me: usize,
+            call: usize,
+            send: Vec<u8>,
+            recv: Vec<u8>,
+        }
+        // Calls 0 and 1 disagree (small, then staged), call 2 agrees.
+        fn args(b: &mut Bufs) -> CollArgs {
+            let (call, me) = (b.call, b.me);
+            b.call += 1;
+            let len = if call == 1 { 20_000 } else { 10 };
+            b.send = vec![me as u8; 3 * len];
+            b.recv = vec![0; 3 * len + 1];
+            let mut rcounts = vec![len; 3];
+            if me == 2 && call < 2 {
+                rcounts[0] += 1;
+            }
+            CollArgs::Alltoallv {
+                send: ConstBuf::from_slice(&b.send),
+                scounts: vec![len; 3],
+                sdispls: vec![0, len, 2 * len],
+                recv: MutBuf::from_slice(&mut b.recv),
+                rcounts,
+                rdispls: vec![0, len + 1, 2 * len + 1],
+                dt: crate::dtype::DType::Uint8,
+            }
+        }
+        let make = |me| Bufs { me, call: 0, send: Vec::new(), recv: Vec::new() };
+        for (me, (results, _)) in calls_on_threads(3, 64 * 1024, 3, false, our_pids(3), make, args).into_iter().enumerate() {
+            for (call, r) in results.iter().enumerate() {
+                match (me, call, r) {
+                    (2, 0 | 1, Some(Err(e))) => {
+                        assert_eq!(e.status, Status::Mismatch);
+                        assert!(e.msg.contains("rank 0 sends") && e.msg.contains("rank 2, which expects"), "{e}");
+                    }
+                    (_, _, Some(Ok(()))) => {}
+                    _ => panic!("rank {me} call {call}: {r:?}"),
+                }
+            }
+        }
+    }
+
     fn measured_broadcasts_arrive_whole(len: usize) {
         struct Bufs {
             me: usize,
@@ -1591,8 +1874,8 @@ mod tests {
 
     #[test]
     fn alltoallv_words_must_fit_the_slot() {
-        // 4 ranks exchange 1 + 2 * 4 words (72 bytes): a 64-byte slot is too small (once, it was
-        // written past), 128 is enough.
+        // 4 ranks exchange 2 + 2 * 4 words (80 bytes) when their data leaves the mailboxes: a
+        // 64-byte slot is too small (once, it was written past), 128 is enough.
         assert_eq!(alltoallv_on(4, 64), vec![None; 4]);
         assert_eq!(alltoallv_on(4, 128), vec![Some(true); 4]);
     }

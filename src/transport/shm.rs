@@ -692,15 +692,15 @@ impl Arena {
         (h.stamp.load(Ordering::Acquire) == c).then(|| (h.sig.load(Ordering::Relaxed), h.len.load(Ordering::Relaxed)))
     }
 
-    /// Waits for rank `r`'s mailbox slot for collective `c`; its signature, size and data (the
-    /// size's first `EAGER_BYTES` at most; meaningful only where `r` posted data), valid until
-    /// this rank says it `finished` collective `c`.
+    /// Waits for rank `r`'s mailbox slot for collective `c`; its signature, size and data area
+    /// (all `EAGER_BYTES` of it; meaningful only as far as `r` posted data), valid until this
+    /// rank says it `finished` collective `c`.
     pub fn fetch(&self, r: usize, c: u32, deadline: &dyn Fn() -> Instant, interrupt: &dyn Fn(usize) -> Option<Error>) -> Result<(u32, u64, &[u8])> {
         let (h, at) = self.slot(r, c);
         self.wait_word(&h.stamp, c, r, deadline, interrupt, &|| format!("rank {r} did not reach this collective on shared memory"))?;
         let len = h.len.load(Ordering::Relaxed);
         // SAFETY: stamped (acquired above) and not reused before we finish `c`.
-        Ok((h.sig.load(Ordering::Relaxed), len, unsafe { std::slice::from_raw_parts(at, (len as usize).min(EAGER_BYTES)) }))
+        Ok((h.sig.load(Ordering::Relaxed), len, unsafe { std::slice::from_raw_parts(at, EAGER_BYTES) }))
     }
 }
 
