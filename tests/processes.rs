@@ -110,6 +110,24 @@ fn child_entry() {
                 }
             }
         }
+        "crowded_exchanges" => {
+            // Around the ring, bodies past the crowded inline limit: the sender's choice
+            // (inline or single-copy, by measure) switches as the exchanges try both ways.
+            let (next, prev) = ((rank + 1) % size, (rank + size - 1) % size);
+            let far = Instant::now() + Duration::from_secs(60);
+            for round in 0..300usize {
+                let len = [40 * 1024 + 3, 64 * 1024][round % 2];
+                let out: Vec<u8> = (0..len).map(|i| (i * 7 + rank * 13 + round) as u8).collect();
+                let mut got = vec![0xEEu8; len];
+                let (send_what, recv_what) = (|| format!("round {round}: send"), || format!("round {round}: receive"));
+                let what: (&dyn Fn() -> String, &dyn Fn() -> String) = (&send_what, &recv_what);
+                match comm.sendrecv((ConstBuf::from_slice(&out), next, 5), (MutBuf::from_slice(&mut got), Some(prev), Some(5)), &|| far, what) {
+                    distcomm::comm::Exchanged::Both { sent: Ok(()), got: Ok(d) } => assert_eq!(d.bytes, len, "round {round}"),
+                    _ => panic!("round {round}: the exchange failed"),
+                }
+                assert!(got.iter().enumerate().all(|(i, &x)| x == (i * 7 + prev * 13 + round) as u8), "round {round}: {len} bytes from {prev}");
+            }
+        }
         _ => panic!("unknown role {role}"),
     }
     comm.destroy();
@@ -122,6 +140,12 @@ fn broadcasts_and_reduces_back_to_back_with_ranks_outnumbering_cores() {
         let codes = wait_all(spawn_job_with("broadcasts", n, "30000", &[("LOCAL_WORLD_SIZE", "64")]), Duration::from_secs(120));
         assert!(codes.iter().all(|&c| c == 0), "n={n}: exit codes {codes:?}");
     }
+}
+
+#[test]
+fn exchanges_of_crowded_bodies_arrive_whole_whichever_way_they_go() {
+    let codes = wait_all(spawn_job_with("crowded_exchanges", 4, "30000", &[("LOCAL_WORLD_SIZE", "64")]), Duration::from_secs(120));
+    assert!(codes.iter().all(|&c| c == 0), "exit codes {codes:?}");
 }
 
 #[test]

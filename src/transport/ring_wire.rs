@@ -123,7 +123,7 @@ impl SocketTransport {
         if let Some(e) = peer.gone_error() {
             return Err(e);
         }
-        if peer.ring_out.get().is_some_and(|o| goes_inline(peer, o.seg.inline_max(), op.buf.len())) {
+        if peer.ring_out.get().is_some_and(|o| self.goes_inline(peer, o.seg.inline_max(), op.buf.len())) {
             op.comp.complete(Ok(self.write_inline(peer, ctx.id, tag, check, op.buf)));
         } else {
             let (_, hdr, body) = self.rts_frame(peer, ctx, tag, check, &op);
@@ -391,7 +391,8 @@ fn ring_back_due(rings: &RingsIn, i: usize, peer: &Peer) -> bool {
 /// (read single-copy or streamed), and so is every body over `crowded_inline_max` where ranks
 /// outnumber the cores and it would be read single-copy (`ring_message_single_copy`: we may
 /// read the peer's memory, so it may read ours, the same probe and rules; otherwise it would be
-/// streamed, two copies and more steps than inline).
+/// streamed, two copies and more steps than inline), unless blocking exchanges lately went
+/// clearly faster with such bodies inline (`crowded_exchange_starts`).
 /// Inline against single-copy, measured on 2026-12-06 (dc-bench
 /// sendrecv, 2 ranks, 5 interleaved rounds, medians of inline/single-copy time): 40 / 48 / 64
 /// KiB 0.53 / 0.58 / 0.66 idle, 0.62 / 0.67 / 0.77 beside a busy process (dcrun), 0.68 / 0.73 /
@@ -399,9 +400,43 @@ fn ring_back_due(rings: &RingsIn, i: usize, peer: &Peer) -> bool {
 /// with 3 rounds of 18-25 us where single-copy's worst was 15.5 (the copies' slow mode). (An
 /// earlier run had single-copy ahead from 40 KiB: 64 KiB 0.75 of the inline time idle, 0.58
 /// beside a busy process, the inline copies falling into a mode 3-4x slower at times.)
-fn goes_inline(peer: &Peer, inline_max: usize, len: usize) -> bool {
-    len <= inline_max && (len <= crowded_inline_max() || !super::messages::ring_message_single_copy(peer, len) || crate::placement::yields_lose_the_core())
+impl SocketTransport {
+    fn goes_inline(&self, peer: &Peer, inline_max: usize, len: usize) -> bool {
+        len <= inline_max
+            && (len <= crowded_inline_max()
+                || !super::messages::ring_message_single_copy(peer, len)
+                || crate::placement::yields_lose_the_core()
+                || self.crowded_inline.load(Ordering::Relaxed))
+    }
+
+    /// A blocking exchange (sendrecv) that sends `len` bytes starts: where that is a crowded
+    /// body (past `crowded_inline_max`, within the largest ring's inline bodies), whether such
+    /// bodies now go inline, which the exchange's time is then reported with
+    /// (`crowded_exchange_took`). Single-copy is the first way, and inline the second, taken
+    /// while clearly faster: neither wins everywhere. Single-copy took 0.51-0.83x the inline
+    /// time at 64 KiB with 4 ranks on 2 cores on 2026-12-06 (the measures at
+    /// `crowded_inline_max`), inline 0.40-0.57x the single-copy time (median 13.3 against 23.3
+    /// us, 5 interleaved rounds) on 2026-12-07. Exchanges in a ring of ranks, each the same
+    /// number of calls, try the ways in the same calls: each rank's time is that of everyone
+    /// going one way.
+    pub fn crowded_exchange_starts(&self, len: usize) -> Option<bool> {
+        if len <= crowded_inline_max() || len > CROWDED_MAX {
+            return None;
+        }
+        let inline = lock(&self.crowded).of(len, crowded_inline_max()).second();
+        self.crowded_inline.store(inline, Ordering::Relaxed);
+        Some(inline)
+    }
+
+    /// A blocking exchange that `crowded_exchange_starts` saw start with bodies `inline` (or
+    /// not) took `took`.
+    pub fn crowded_exchange_took(&self, inline: bool, len: usize, took: std::time::Duration) {
+        lock(&self.crowded).of(len, crowded_inline_max()).took(inline, len, took);
+    }
 }
+
+/// The largest body a ring takes inline (a quarter of the largest ring).
+const CROWDED_MAX: usize = super::ring::MAX_RING_BYTES / 4;
 
 /// Where ranks outnumber the cores, the largest body that goes inline: larger ones are read
 /// single-copy (each rank copies once where inline it copies twice, and the cores are what the
@@ -442,7 +477,7 @@ impl Wire for RingWire {
     /// Up to the ring's `inline_max()` bytes (see `goes_inline`): appended to the ring at once
     /// (or queued, in order, for room).
     fn send_inline(&self, t: &SocketTransport, peer: &Arc<Peer>, ctx: &CtxState, tag: u64, check: u32, buf: ConstBuf) -> Option<Result<Done>> {
-        if !goes_inline(peer, peer.ring_out.get()?.seg.inline_max(), buf.len()) {
+        if !t.goes_inline(peer, peer.ring_out.get()?.seg.inline_max(), buf.len()) {
             return None;
         }
         if let Some(e) = ctx.abort_error().or_else(|| peer.gone_error()) {
