@@ -111,12 +111,13 @@ fn child_entry() {
             }
         }
         "crowded_exchanges" => {
-            // Around the ring, bodies past the crowded inline limit: the sender's choice
-            // (inline or single-copy, by measure) switches as the exchanges try both ways.
+            // Around the ring, bodies past the crowded inline limit: the way they go (inline
+            // or single-copy) switches as the exchanges try both. Large messages too, which
+            // the receiver reads once or has streamed.
             let (next, prev) = ((rank + 1) % size, (rank + size - 1) % size);
             let far = Instant::now() + Duration::from_secs(60);
             for round in 0..300usize {
-                let len = [40 * 1024 + 3, 64 * 1024][round % 2];
+                let len = [40 * 1024 + 3, 64 * 1024, 300 * 1024 + 5][round % 3];
                 let out: Vec<u8> = (0..len).map(|i| (i * 7 + rank * 13 + round) as u8).collect();
                 let mut got = vec![0xEEu8; len];
                 let (send_what, recv_what) = (|| format!("round {round}: send"), || format!("round {round}: receive"));
@@ -143,7 +144,7 @@ fn broadcasts_and_reduces_back_to_back_with_ranks_outnumbering_cores() {
 }
 
 #[test]
-fn exchanges_of_crowded_bodies_arrive_whole_whichever_way_they_go() {
+fn crowded_exchanges_arrive_whole_whichever_way_they_go() {
     let codes = wait_all(spawn_job_with("crowded_exchanges", 4, "30000", &[("LOCAL_WORLD_SIZE", "64")]), Duration::from_secs(120));
     assert!(codes.iter().all(|&c| c == 0), "exit codes {codes:?}");
 }

@@ -162,19 +162,19 @@ impl Comm {
         deadline: &dyn Fn() -> Instant,
         what: (&dyn Fn() -> String, &dyn Fn() -> String),
     ) -> Exchanged {
-        // Where ranks outnumber the cores, some bodies go inline or single-copy as such
-        // exchanges measured faster (see `crowded_exchange_starts`).
+        // Where ranks outnumber the cores, some messages go one way or another as such
+        // exchanges measured faster (see `transport::crowded`).
         if !crate::completion::oversubscribed() {
             return self.exchange(send, recv, deadline, what);
         }
         let tr = self.transport();
-        let Some(inline) = tr.crowded_exchange_starts(send.0.len()) else {
+        let Some(trial) = tr.crowded_exchange_starts(send.0.len()) else {
             return self.exchange(send, recv, deadline, what);
         };
         let started = Instant::now();
         let done = self.exchange(send, recv, deadline, what);
         if matches!(done, Exchanged::Both { sent: Ok(()), got: Ok(_) }) {
-            tr.crowded_exchange_took(inline, send.0.len(), started.elapsed());
+            tr.crowded_exchange_took(trial, started.elapsed());
         }
         done
     }

@@ -299,11 +299,9 @@ pub struct SocketTransport {
     /// How fast large messages announced through our rings came lately, read once or streamed
     /// (see `messages::read_announced`).
     pub(super) ring_reads: Mutex<crate::pick::BySize>,
-    /// Where ranks outnumber the cores: how fast blocking exchanges went lately with bodies
-    /// past `crowded_inline_max` sent inline (second way) or single-copy (first), and the
-    /// way the latest one chose, which every send of such a body takes (see `ring_wire`).
-    pub(super) crowded: Mutex<crate::pick::BySize>,
-    pub(super) crowded_inline: std::sync::atomic::AtomicBool,
+    /// Where ranks outnumber the cores: how messages go, as blocking exchanges measured (see
+    /// `crowded`).
+    pub(super) crowded: super::crowded::Crowded,
     /// Ourselves, for threads we start (a background dial).
     pub(super) me: Mutex<Weak<SocketTransport>>,
 }
@@ -366,7 +364,6 @@ impl SocketTransport {
             spare: Default::default(),
             ring_reads: Default::default(),
             crowded: Default::default(),
-            crowded_inline: Default::default(),
             me: Mutex::new(Weak::new()),
         });
         *lock(&t.me) = Arc::downgrade(&t);

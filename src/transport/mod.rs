@@ -18,6 +18,8 @@ mod probe;
 mod tcp;
 mod tcp_io;
 mod ring_wire;
+mod crowded;
+pub use crowded::Trial;
 mod spare;
 mod wire;
 pub mod handshake;

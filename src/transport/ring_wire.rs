@@ -11,6 +11,7 @@ use super::wire::Wire;
 use super::ops::RecvOp;
 use super::protocol::{self, Record};
 use super::ring::RingSegment;
+use super::crowded::crowded_inline_max;
 use super::stream::StreamOut;
 use super::ops::{CtxState, SendOp};
 use crate::buffer::{ConstBuf, MutBuf};
@@ -386,79 +387,28 @@ fn ring_back_due(rings: &RingsIn, i: usize, peer: &Peer) -> bool {
     rings.seg.take_waiting(i) && !peer.ring_out.get().is_some_and(|o| o.seg.owner_spins())
 }
 
-/// Whether a body of `len` bytes goes inside a ring that takes bodies up to `inline_max` (a
-/// quarter of the ring, 64 KiB at most): every body it takes does, larger ones are announced
-/// (read single-copy or streamed), and so is every body over `crowded_inline_max` where ranks
-/// outnumber the cores and it would be read single-copy (`ring_message_single_copy`: we may
-/// read the peer's memory, so it may read ours, the same probe and rules; otherwise it would be
-/// streamed, two copies and more steps than inline), unless blocking exchanges lately went
-/// clearly faster with such bodies inline (`crowded_exchange_starts`).
-/// Inline against single-copy, measured on 2026-12-06 (dc-bench
-/// sendrecv, 2 ranks, 5 interleaved rounds, medians of inline/single-copy time): 40 / 48 / 64
-/// KiB 0.53 / 0.58 / 0.66 idle, 0.62 / 0.67 / 0.77 beside a busy process (dcrun), 0.68 / 0.73 /
-/// 0.75 under a plain launcher; in 15 idle rounds 64 KiB 0.74 in medians and 0.94 in means, but
-/// with 3 rounds of 18-25 us where single-copy's worst was 15.5 (the copies' slow mode). (An
-/// earlier run had single-copy ahead from 40 KiB: 64 KiB 0.75 of the inline time idle, 0.58
-/// beside a busy process, the inline copies falling into a mode 3-4x slower at times.)
 impl SocketTransport {
+    /// Whether a body of `len` bytes goes inside a ring that takes bodies up to `inline_max` (a
+    /// quarter of the ring, 64 KiB at most): every body it takes does, larger ones are announced
+    /// (read single-copy or streamed), and so is every body over `crowded_inline_max` where ranks
+    /// outnumber the cores and it would be read single-copy (`ring_message_single_copy`: we may
+    /// read the peer's memory, so it may read ours, the same probe and rules; otherwise it would be
+    /// streamed, two copies and more steps than inline), unless blocking exchanges lately went
+    /// clearly faster with such bodies inline (see `crowded`).
+    /// Inline against single-copy, measured on 2026-12-06 (dc-bench
+    /// sendrecv, 2 ranks, 5 interleaved rounds, medians of inline/single-copy time): 40 / 48 / 64
+    /// KiB 0.53 / 0.58 / 0.66 idle, 0.62 / 0.67 / 0.77 beside a busy process (dcrun), 0.68 / 0.73 /
+    /// 0.75 under a plain launcher; in 15 idle rounds 64 KiB 0.74 in medians and 0.94 in means, but
+    /// with 3 rounds of 18-25 us where single-copy's worst was 15.5 (the copies' slow mode). (An
+    /// earlier run had single-copy ahead from 40 KiB: 64 KiB 0.75 of the inline time idle, 0.58
+    /// beside a busy process, the inline copies falling into a mode 3-4x slower at times.)
     fn goes_inline(&self, peer: &Peer, inline_max: usize, len: usize) -> bool {
         len <= inline_max
             && (len <= crowded_inline_max()
                 || !super::messages::ring_message_single_copy(peer, len)
                 || crate::placement::yields_lose_the_core()
-                || self.crowded_inline.load(Ordering::Relaxed))
+                || self.crowded.inline())
     }
-
-    /// A blocking exchange (sendrecv) that sends `len` bytes starts: where that is a crowded
-    /// body (past `crowded_inline_max`, within the largest ring's inline bodies), whether such
-    /// bodies now go inline, which the exchange's time is then reported with
-    /// (`crowded_exchange_took`). Single-copy is the first way, and inline the second, taken
-    /// while clearly faster: neither wins everywhere. Single-copy took 0.51-0.83x the inline
-    /// time at 64 KiB with 4 ranks on 2 cores on 2026-12-06 (the measures at
-    /// `crowded_inline_max`), inline 0.40-0.57x the single-copy time (median 13.3 against 23.3
-    /// us, 5 interleaved rounds) on 2026-12-07. Exchanges in a ring of ranks, each the same
-    /// number of calls, try the ways in the same calls: each rank's time is that of everyone
-    /// going one way.
-    pub fn crowded_exchange_starts(&self, len: usize) -> Option<bool> {
-        if len <= crowded_inline_max() || len > CROWDED_MAX {
-            return None;
-        }
-        let inline = lock(&self.crowded).of(len, crowded_inline_max()).second();
-        self.crowded_inline.store(inline, Ordering::Relaxed);
-        Some(inline)
-    }
-
-    /// A blocking exchange that `crowded_exchange_starts` saw start with bodies `inline` (or
-    /// not) took `took`.
-    pub fn crowded_exchange_took(&self, inline: bool, len: usize, took: std::time::Duration) {
-        lock(&self.crowded).of(len, crowded_inline_max()).took(inline, len, took);
-    }
-}
-
-/// The largest body a ring takes inline (a quarter of the largest ring).
-const CROWDED_MAX: usize = super::ring::MAX_RING_BYTES / 4;
-
-/// Where ranks outnumber the cores, the largest body that goes inline: larger ones are read
-/// single-copy (each rank copies once where inline it copies twice, and the cores are what the
-/// ranks wait for), unless the sender's yields lately lost its core (a busy process beside
-/// us keeps the cores it is handed, so every hand-off of a single-copy exchange, announce,
-/// read and answer, can wait for a time slice; inline, the sender is done at once). No limit
-/// (beyond the ring's) otherwise. Measured (dc-bench sendrecv, 5-7 interleaved rounds, medians
-/// of single-copy/inline time) at 4 / 8 ranks on 2 cores: 16 KiB 1.40 / 1.46, 24 KiB 1.07 /
-/// 0.75, 32 KiB 1.19 / 0.47-0.54, 48 KiB 0.77 / 0.44, 64 KiB 0.51-0.83 / 0.43-0.65 idle; beside
-/// a busy process under a plain launcher 16 KiB 1.65 / 2.30, 24 KiB 1.59 / 1.04, 64 KiB
-/// 0.41-0.74 / 0.83-1.07. Hence 32 KiB up to two ranks a core and 24 KiB beyond. (Beside the
-/// busy process, with and without the yields' test, single-copy/inline was level: 0.97-1.03
-/// at 4 ranks, 0.88-1.27 at 8.)
-fn crowded_inline_max() -> usize {
-    static MAX: once_cell::sync::Lazy<usize> = once_cell::sync::Lazy::new(|| {
-        if !crate::completion::oversubscribed() {
-            return usize::MAX;
-        }
-        let (local, cores) = (crate::params::get().local_world_size.unwrap_or(1), crate::completion::host_cores());
-        if local <= 2 * cores { 32 * 1024 } else { 24 * 1024 }
-    });
-    *MAX
 }
 
 /// The wire through our ring in a same-host peer's segment (set up at init for pairs that

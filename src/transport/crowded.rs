@@ -1,0 +1,90 @@
+//! Where a host's ranks outnumber its cores: whether bodies past `crowded_inline_max` that fit
+//! a ring inline go inline (two copies, the sender done at once) or are read single-copy (one
+//! copy each, and hand-offs: announce, read, answer), chosen by how fast blocking exchanges
+//! (`dc_sendrecv`, `MPI_Sendrecv`) went lately each way. Crowded, the time that matters is the
+//! exchange's, which includes waiting for the peers' turns on the cores; each exchange times
+//! itself by size class (`pick`; single-copy is the first way, inline the second, taken while
+//! clearly faster) and sets the way every send of such a body takes. Exchanges in a ring of
+//! ranks, each the same number of calls, try the ways in the same calls, so each rank's time is
+//! that of everyone going one way. Neither wins everywhere on this VM, whose copies through
+//! shared memory run 2-4x slower in some minutes than in others: on 2026-12-06 single-copy took
+//! 0.51-0.83x the inline time at 64 KiB with 4 ranks on 2 cores, on 2026-12-07 inline took
+//! 0.35-0.45x the single-copy time (6.6 against 18.5 us).
+//!
+//! The same for large messages, streamed or read once, was tried and left out: at 16 MiB with
+//! 4 ranks a stream forced for all took 0.54x a read's time, but single calls ran 3-4 or 7-12
+//! ms either way, and the ranks' picks, each timing its own exchanges, settled on different
+//! ways, which was slower than either (the receiver's own pick stays, see `read_announced`).
+
+use super::endpoint::{lock, SocketTransport};
+use crate::pick::BySize;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// The largest body a ring takes inline (a quarter of the largest ring).
+const INLINE_MAX: usize = super::ring::MAX_RING_BYTES / 4;
+
+/// The exchanges' recent times each way, and the way the latest chose.
+#[derive(Default)]
+pub struct Crowded {
+    pick: Mutex<BySize>,
+    inline: AtomicBool,
+}
+
+/// An exchange under way that chose a way: report its time with `crowded_exchange_took`.
+#[derive(Clone, Copy, Debug)]
+pub struct Trial {
+    inline: bool,
+    len: usize,
+}
+
+impl Crowded {
+    /// Whether bodies past `crowded_inline_max` go inline now.
+    pub fn inline(&self) -> bool {
+        self.inline.load(Ordering::Relaxed)
+    }
+}
+
+impl SocketTransport {
+    /// A blocking exchange that sends `len` bytes starts: where that is a crowded body, the way
+    /// such bodies go now, to report the exchange's time with.
+    pub fn crowded_exchange_starts(&self, len: usize) -> Option<Trial> {
+        if len <= crowded_inline_max() || len > INLINE_MAX {
+            return None;
+        }
+        let inline = lock(&self.crowded.pick).of(len, crowded_inline_max()).second();
+        self.crowded.inline.store(inline, Ordering::Relaxed);
+        Some(Trial { inline, len })
+    }
+
+    /// The exchange of `trial` took `took`.
+    pub fn crowded_exchange_took(&self, trial: Trial, took: Duration) {
+        lock(&self.crowded.pick).of(trial.len, crowded_inline_max()).took(trial.inline, trial.len, took);
+    }
+}
+
+/// Where ranks outnumber the cores, the largest body that goes inline: larger ones are read
+/// single-copy (each rank copies once where inline it copies twice, and the cores are what the
+/// ranks wait for), unless the sender's yields lately lost its core (a busy process beside
+/// us keeps the cores it is handed, so every hand-off of a single-copy exchange, announce,
+/// read and answer, can wait for a time slice; inline, the sender is done at once) or the
+/// exchanges chose inline (see the module's comment). No limit
+/// (beyond the ring's) otherwise. Measured (dc-bench sendrecv, 5-7 interleaved rounds, medians
+/// of single-copy/inline time) at 4 / 8 ranks on 2 cores: 16 KiB 1.40 / 1.46, 24 KiB 1.07 /
+/// 0.75, 32 KiB 1.19 / 0.47-0.54, 48 KiB 0.77 / 0.44, 64 KiB 0.51-0.83 / 0.43-0.65 idle; beside
+/// a busy process under a plain launcher 16 KiB 1.65 / 2.30, 24 KiB 1.59 / 1.04, 64 KiB
+/// 0.41-0.74 / 0.83-1.07. Hence 32 KiB up to two ranks a core and 24 KiB beyond. (Beside the
+/// busy process, with and without the yields' test, single-copy/inline was level: 0.97-1.03
+/// at 4 ranks, 0.88-1.27 at 8.)
+pub(super) fn crowded_inline_max() -> usize {
+    static MAX: once_cell::sync::Lazy<usize> = once_cell::sync::Lazy::new(|| {
+        if !crate::completion::oversubscribed() {
+            return usize::MAX;
+        }
+        let (local, cores) = (crate::params::get().local_world_size.unwrap_or(1), crate::completion::host_cores());
+        if local <= 2 * cores { 32 * 1024 } else { 24 * 1024 }
+    });
+    *MAX
+}
+
