@@ -498,6 +498,16 @@ impl<'a> ShmRun<'a> {
                 self.bytes = input.len() as u64;
                 self.post(input).and_then(|_| self.reduce_posted(input, me * block, block, out, *dt, *op))
             }
+            // The others post their block and go on; the root copies every block.
+            CollArgs::Gather { send, recv, root, .. } if send.len() <= EAGER_BYTES => {
+                self.bytes = send.len() as u64;
+                self.eager_gather(*send, *recv, *root)
+            }
+            // The root posts every block and goes on; each other rank copies its own.
+            CollArgs::Scatter { send, recv, root, .. } if recv.len() * self.n() <= EAGER_BYTES => {
+                self.bytes = recv.len() as u64;
+                self.eager_scatter(*send, *recv, *root)
+            }
             CollArgs::Allreduce { send, recv, dt, op } if recv.len() <= EAGER_BYTES => {
                 self.bytes = recv.len() as u64;
                 let input = send.map_or_else(|| whole(*recv), |s| s.as_slice());
@@ -523,6 +533,35 @@ impl<'a> ShmRun<'a> {
         let mine = send.map_or_else(|| std::slice::from_raw_parts(recv.as_ptr().add(at) as *const u8, len), |s| s.as_slice());
         self.post(mine)?;
         self.gather_posted(0, blocks, recv, mine.as_ptr())
+    }
+
+    /// gather through the mailboxes: the others post their block and go on, as eager sends
+    /// would; the root posts its stamp and copies every block into `recv`.
+    unsafe fn eager_gather(&mut self, send: ConstBuf, recv: Option<MutBuf>, root: usize) -> Result<()> {
+        let mine = send.as_slice();
+        if self.me() != root {
+            return self.post(mine);
+        }
+        let Some(recv) = recv else { return Err(Error::new(Status::InvalidArgument, "gather: the root needs a recv buffer")) };
+        self.post(&[])?;
+        self.gather_posted(0, Blocks::Even(mine.len()), recv, mine.as_ptr())
+    }
+
+    /// scatter through the mailboxes: the root posts every block (all of them at most
+    /// `EAGER_BYTES`) and goes on; the others post their stamp and copy their block out.
+    unsafe fn eager_scatter(&mut self, send: Option<ConstBuf>, recv: MutBuf, root: usize) -> Result<()> {
+        let (me, block) = (self.me(), recv.len());
+        if me == root {
+            let Some(send) = send else { return Err(Error::new(Status::InvalidArgument, "scatter: the root needs a send buffer")) };
+            self.post(send.as_slice())?;
+            copy(send.as_slice().as_ptr().add(me * block), recv.as_ptr(), block);
+            return Ok(());
+        }
+        self.post(&[])?;
+        // The root's post holds every block: longer than the size we agree on (one block).
+        let posted = self.fetch_slot(root)?;
+        copy(posted[me * block..][..block].as_ptr(), recv.as_ptr(), block);
+        Ok(())
     }
 
     /// The root posts the data and goes on; the others post their stamp and copy the root's.
@@ -1819,6 +1858,58 @@ mod tests {
                     _ => panic!("rank {me} call {call}: {r:?}"),
                 }
             }
+        }
+    }
+
+    /// Small gathers and scatters go through the mailboxes; the root moves from call to call,
+    /// and the sizes run up to the slot's 2 KiB (scatter: all blocks together). Each rank checks
+    /// the call before it as it fills its buffers for the next.
+    #[test]
+    fn small_gathers_and_scatters_arrive_whole() {
+        const BLOCKS: [usize; 4] = [1, 48, 500, 682];
+        struct Bufs {
+            me: usize,
+            call: usize,
+            mine: Vec<u8>,
+            all: Vec<u8>,
+            wrong: Vec<usize>,
+        }
+        fn want(call: usize, rank: usize, i: usize) -> u8 {
+            (i * 7 + call * 13 + rank * 5) as u8
+        }
+        // Call c: root c % 3, block BLOCKS[c / 2 % 4]; a gather when even, a scatter when odd.
+        fn args(b: &mut Bufs) -> CollArgs {
+            if b.call > 0 {
+                let (c, root) = (b.call - 1, (b.call - 1) % 3);
+                let block = b.mine.len();
+                let ok = if c % 2 == 0 {
+                    b.me != root || (0..3).all(|r| b.all[r * block..][..block].iter().enumerate().all(|(i, &x)| x == want(c, r, i)))
+                } else {
+                    b.mine.iter().enumerate().all(|(i, &x)| x == want(c, b.me, i))
+                };
+                if !ok {
+                    b.wrong.push(c);
+                }
+            }
+            let (c, root, block) = (b.call, b.call % 3, BLOCKS[b.call / 2 % 4]);
+            b.call += 1;
+            if c % 2 == 0 {
+                b.mine = (0..block).map(|i| want(c, b.me, i)).collect();
+                b.all = vec![0xEE; 3 * block];
+                let recv = (b.me == root).then(|| MutBuf::from_slice(&mut b.all));
+                CollArgs::Gather { send: ConstBuf::from_slice(&b.mine), recv, dt: crate::dtype::DType::Uint8, root }
+            } else {
+                b.all = (0..3 * block).map(|i| want(c, i / block, i % block)).collect();
+                b.mine = vec![0xEE; block];
+                let send = (b.me == root).then(|| ConstBuf::from_slice(&b.all));
+                CollArgs::Scatter { send, recv: MutBuf::from_slice(&mut b.mine), dt: crate::dtype::DType::Uint8, root }
+            }
+        }
+        let make = |me| Bufs { me, call: 0, mine: Vec::new(), all: Vec::new(), wrong: Vec::new() };
+        for (me, (results, mut b)) in calls_on_threads(3, 64 * 1024, 40, false, our_pids(3), make, args).into_iter().enumerate() {
+            assert!(results.iter().all(|r| matches!(r, Some(Ok(())))), "rank {me}: {results:?}");
+            args(&mut b);
+            assert!(b.wrong.is_empty(), "rank {me}: calls that arrived wrong: {:?}", b.wrong);
         }
     }
 
