@@ -1,5 +1,5 @@
 /*
- * mpi_vcoll: MPI_Gather, MPI_Scatter, MPI_Allgather(v) and MPI_Alltoall(v) timed at a sweep of
+ * mpi_vcoll: MPI_Gather(v), MPI_Scatter(v), MPI_Allgather(v) and MPI_Alltoall(v) timed at a sweep of
  * block sizes (bytes per rank), the collectives mpi_bench does not cover. Built once against the
  * standard ABI and run on either library (bench/mpi_vcoll.sh interleaves them).
  * SPDX-License-Identifier: Apache-2.0
@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { GATHER, SCATTER, ALLGATHER, ALLGATHERV, ALLTOALL, ALLTOALLV, OPS };
-static const char *names[OPS] = {"gather", "scatter", "allgather", "allgatherv", "alltoall", "alltoallv"};
+enum { GATHER, GATHERV, SCATTER, SCATTERV, ALLGATHER, ALLGATHERV, ALLTOALL, ALLTOALLV, OPS };
+static const char *names[OPS] = {"gather", "gatherv", "scatter", "scatterv", "allgather", "allgatherv", "alltoall", "alltoallv"};
 
 static int rank, n;
 static unsigned char *sbuf, *rbuf;
@@ -25,7 +25,9 @@ static int *counts, *displs;
 static void call(int op, int b) {
   switch (op) {
   case GATHER: MPI_Gather(sbuf, b, MPI_BYTE, rbuf, b, MPI_BYTE, 0, MPI_COMM_WORLD); break;
+  case GATHERV: MPI_Gatherv(sbuf, b, MPI_BYTE, rbuf, counts, displs, MPI_BYTE, 0, MPI_COMM_WORLD); break;
   case SCATTER: MPI_Scatter(sbuf, b, MPI_BYTE, rbuf, b, MPI_BYTE, 0, MPI_COMM_WORLD); break;
+  case SCATTERV: MPI_Scatterv(sbuf, counts, displs, MPI_BYTE, rbuf, b, MPI_BYTE, 0, MPI_COMM_WORLD); break;
   case ALLGATHER: MPI_Allgather(sbuf, b, MPI_BYTE, rbuf, b, MPI_BYTE, MPI_COMM_WORLD); break;
   case ALLGATHERV: MPI_Allgatherv(sbuf, b, MPI_BYTE, rbuf, counts, displs, MPI_BYTE, MPI_COMM_WORLD); break;
   case ALLTOALL: MPI_Alltoall(sbuf, b, MPI_BYTE, rbuf, b, MPI_BYTE, MPI_COMM_WORLD); break;
@@ -38,15 +40,15 @@ static unsigned char val(int from, int to, long i) { return (unsigned char)(i * 
 
 /* One checked call: the bytes each rank must hold afterwards. */
 static long check(int op, int b) {
-  int a2a = op == ALLTOALL || op == ALLTOALLV, scatter = op == SCATTER;
+  int a2a = op == ALLTOALL || op == ALLTOALLV, scatter = op == SCATTER || op == SCATTERV;
   for (int j = 0; j < n; j++)
     for (long i = 0; i < b; i++) sbuf[(long)j * b + i] = scatter ? val(rank, j, i) : a2a ? val(rank, j, i) : val(rank, 0, i);
   memset(rbuf, 0xEE, (size_t)n * b);
   call(op, b);
   long wrong = 0;
-  if (op == SCATTER) {
+  if (scatter) {
     for (long i = 0; i < b; i++) wrong += rbuf[i] != val(0, rank, i);
-  } else if (op != GATHER || rank == 0) {
+  } else if ((op != GATHER && op != GATHERV) || rank == 0) {
     for (int r = 0; r < n; r++)
       for (long i = 0; i < b; i++) wrong += rbuf[(long)r * b + i] != (a2a ? val(r, rank, i) : val(r, 0, i));
   }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/mpi_vcoll.sh: bench/mpi_vcoll.c (gather, scatter, allgather(v), alltoall(v)) built once
+# bench/mpi_vcoll.sh: bench/mpi_vcoll.c (gather(v), scatter(v), allgather(v), alltoall(v)) built once
 # with MPICH 5.0.2's mpicc_abi, run in interleaved rounds on MPICH's libmpi_abi.so.1 (its
 # mpiexec, FI_PROVIDER=shm) and on distcomm's (our mpiexec); prints the median over rounds of
 # distcomm's time / MPICH's per op and block size (below 1: distcomm faster).

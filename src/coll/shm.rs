@@ -1045,8 +1045,9 @@ impl<'a> ShmRun<'a> {
 
     /// alltoallv: through the mailboxes when every rank's data fits its slot, else staged or
     /// read directly, as rank 0 says. Each rank posts, with its stamp, rank 0's choice and, when
-    /// its data fits, its counts and data (`A2AV_HEAD`); having read every post (which it does
-    /// anyway, to check that everyone calls alltoallv), each knows whether all fit.
+    /// its data for the others fits, its counts and that data (`A2AV_HEAD`); having read every
+    /// post (which it does anyway, to check that everyone calls alltoallv), each knows whether
+    /// all fit.
     #[allow(clippy::too_many_arguments)]
     unsafe fn alltoallv(&mut self, send: ConstBuf, scounts: &[usize], sdispls: &[usize], recv: MutBuf, rcounts: &[usize], rdispls: &[usize]) -> Result<()> {
         let (n, me, started) = (self.n(), self.me(), Instant::now());
@@ -1054,7 +1055,8 @@ impl<'a> ShmRun<'a> {
         let total: usize = scounts.iter().sum();
         let reads = me == 0 && self.alltoallv_reads(total);
         let data_at = A2AV_HEAD + (2 * n).next_multiple_of(8);
-        let fits = data_at.checked_add(total).is_some_and(|end| end <= EAGER_BYTES);
+        // Our own block is copied from our buffer, not posted.
+        let fits = data_at.checked_add(total - scounts[me]).is_some_and(|end| end <= EAGER_BYTES);
         // Built in the scratch (kept from call to call: no 2 KiB to clear each time).
         let mut post = std::mem::take(&mut self.scratch.post);
         post.resize(EAGER_BYTES, 0);
@@ -1063,11 +1065,12 @@ impl<'a> ShmRun<'a> {
         let mut end = A2AV_HEAD;
         if fits {
             end = data_at;
-            for (j, (&c, &d)) in scounts.iter().zip(sdispls).enumerate() {
+            for (j, (&c, &d)) in scounts.iter().zip(sdispls).enumerate().filter(|&(j, _)| j != me) {
                 post[A2AV_HEAD + 2 * j..][..2].copy_from_slice(&(c as u16).to_le_bytes());
                 copy(src.add(d), post.as_mut_ptr().add(end), c);
                 end += c;
             }
+            post[A2AV_HEAD + 2 * me..][..2].fill(0);
         }
         let posted = self.post(&post[..end]);
         self.scratch.post = post;
@@ -1114,7 +1117,8 @@ impl<'a> ShmRun<'a> {
                 (send.as_slice(), sdispls[me], scounts[me])
             } else {
                 let post = self.fetch_slot(r)?;
-                (post, data_at + (0..me).map(|j| counts_of(post, j)).sum::<usize>(), counts_of(post, me))
+                // r's blocks for the others in rank order (r's own is not posted).
+                (post, data_at + (0..me).filter(|&j| j != r).map(|j| counts_of(post, j)).sum::<usize>(), counts_of(post, me))
             };
             if count != rcounts[r] || at + count > post.len() {
                 let msg = format!("rank {r} sends {count} bytes to rank {me}, which expects {}", rcounts[r]);
@@ -1750,6 +1754,8 @@ mod tests {
         fn count(call: usize, from: usize, to: usize) -> usize {
             let uneven = |base: usize| base * (1 + (from * 3 + to) % 4) / 4 + (from + to) % 3;
             match call.min(3) {
+                // Fits the slot only without the block to itself, which is not posted.
+                0 if from == to => 1900 + from,
                 0 => uneven(100),
                 1 if from == 1 => 5000 + to,
                 1 => uneven(10),
