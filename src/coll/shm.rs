@@ -66,6 +66,17 @@ const READ_PIECES_MAX: usize = 1 << 20;
 /// Bytes before the counts in an alltoallv's mailbox post: rank 0's choice, and whether the
 /// poster's counts and data follow (see `alltoallv`).
 const A2AV_HEAD: usize = 16;
+
+/// Where an alltoallv post of `n` ranks' counts (2 bytes each, the poster's own 0) puts its
+/// data: the blocks for the other ranks, in rank order.
+fn a2av_data_at(n: usize) -> usize {
+    A2AV_HEAD + (2 * n).next_multiple_of(8)
+}
+
+/// The count for rank `j` in an alltoallv post.
+fn a2av_count(post: &[u8], j: usize) -> usize {
+    u16::from_le_bytes([post[A2AV_HEAD + 2 * j], post[A2AV_HEAD + 2 * j + 1]]) as usize
+}
 /// Words a measured collective posts with its stamp, at most (see `measured`).
 const MEASURED_WORDS: usize = 3;
 
@@ -300,6 +311,13 @@ impl Blocks<'_> {
 fn pieces(total: usize, piece: usize) -> impl Iterator<Item = (usize, usize)> {
     let steps = total.div_ceil(piece.max(1)).max(1);
     (0..steps).map(move |i| (i * piece, piece.min(total - (i * piece).min(total))))
+}
+
+/// The part of a block of `len` bytes that the piece at `off` of `p` bytes covers: its offset in
+/// the block and its length (empty past the block's end). Blocks of different lengths step by
+/// the longest one's pieces.
+fn piece_of(len: usize, off: usize, p: usize) -> (usize, usize) {
+    (off.min(len), p.min(len.saturating_sub(off)))
 }
 
 /// Largest piece (bytes, element-aligned) of which `k` fit in one slot.
@@ -1054,7 +1072,7 @@ impl<'a> ShmRun<'a> {
         let src = send.as_slice().as_ptr();
         let total: usize = scounts.iter().sum();
         let reads = me == 0 && self.alltoallv_reads(total);
-        let data_at = A2AV_HEAD + (2 * n).next_multiple_of(8);
+        let data_at = a2av_data_at(n);
         // Our own block is copied from our buffer, not posted.
         let fits = data_at.checked_add(total - scounts[me]).is_some_and(|end| end <= EAGER_BYTES);
         // Built in the scratch (kept from call to call: no 2 KiB to clear each time).
@@ -1109,8 +1127,7 @@ impl<'a> ShmRun<'a> {
     /// its block from every post, checking it against what it expects.
     unsafe fn alltoallv_posted(&mut self, send: ConstBuf, scounts: &[usize], sdispls: &[usize], recv: MutBuf, rcounts: &[usize], rdispls: &[usize]) -> Result<()> {
         let (n, me) = (self.n(), self.me());
-        let counts_of = |post: &[u8], j: usize| u16::from_le_bytes([post[A2AV_HEAD + 2 * j], post[A2AV_HEAD + 2 * j + 1]]) as usize;
-        let data_at = A2AV_HEAD + (2 * n).next_multiple_of(8);
+        let data_at = a2av_data_at(n);
         let mut first_err = None;
         for r in 0..n {
             let (post, at, count) = if r == me {
@@ -1118,7 +1135,7 @@ impl<'a> ShmRun<'a> {
             } else {
                 let post = self.fetch_slot(r)?;
                 // r's blocks for the others in rank order (r's own is not posted).
-                (post, data_at + (0..me).filter(|&j| j != r).map(|j| counts_of(post, j)).sum::<usize>(), counts_of(post, me))
+                (post, data_at + (0..me).filter(|&j| j != r).map(|j| a2av_count(post, j)).sum::<usize>(), a2av_count(post, me))
             };
             if count != rcounts[r] || at + count > post.len() {
                 let msg = format!("rank {r} sends {count} bytes to rank {me}, which expects {}", rcounts[r]);
@@ -1188,18 +1205,18 @@ impl<'a> ShmRun<'a> {
                 count.min(rcounts[r])
             })
             .collect();
-        // The part of a block of `len` bytes in the piece at `off` of `p` bytes.
-        let clip = |len: usize, off: usize, p: usize| p.min(len.saturating_sub(off));
         let piece = piece_for(self.arena.chunk(), n, 1);
         for (off, p) in pieces(largest, piece) {
             let s = self.begin()?;
             let stage = self.arena.my_stage(s).as_mut_ptr();
             for j in (0..n).filter(|&j| j != me) {
-                copy(src.add(sdispls[j] + off.min(scounts[j])), stage.add(j * piece), clip(scounts[j], off, p));
+                let (at, len) = piece_of(scounts[j], off, p);
+                copy(src.add(sdispls[j] + at), stage.add(j * piece), len);
             }
             self.staged(s)?;
             for r in (0..n).filter(|&r| r != me) {
-                copy(self.arena.stage(r, s).as_ptr().add(me * piece), recv.as_ptr().add(rdispls[r] + off.min(sent[r])), clip(sent[r], off, p));
+                let (at, len) = piece_of(sent[r], off, p);
+                copy(self.arena.stage(r, s).as_ptr().add(me * piece), recv.as_ptr().add(rdispls[r] + at), len);
             }
         }
         copy(src.add(sdispls[me]), recv.as_ptr().add(rdispls[me]), sent[me]);
@@ -1337,16 +1354,16 @@ impl<'a> ShmRun<'a> {
         let (n, me) = (self.n(), self.me());
         let out = recv.filter(|_| root.is_none_or(|r| r == me));
         let (my_at, my_len) = blocks.of(me);
-        // The part of a block of `len` bytes that the piece at `off` of `p` bytes covers.
-        let clip = |len: usize, off: usize, p: usize| p.min(len.saturating_sub(off));
         for (off, p) in pieces(blocks.largest(), self.arena.chunk()) {
             let s = self.begin()?;
-            copy(mine.add(off.min(my_len)), self.arena.my_stage(s).as_mut_ptr(), clip(my_len, off, p));
+            let (at, len) = piece_of(my_len, off, p);
+            copy(mine.add(at), self.arena.my_stage(s).as_mut_ptr(), len);
             self.staged(s)?;
             if let Some(out) = out {
                 for r in (0..n).filter(|&r| r != me) {
-                    let (at, len) = blocks.of(r);
-                    copy(self.arena.stage(r, s).as_ptr(), out.as_ptr().add(at + off.min(len)), clip(len, off, p));
+                    let (block_at, block_len) = blocks.of(r);
+                    let (at, len) = piece_of(block_len, off, p);
+                    copy(self.arena.stage(r, s).as_ptr(), out.as_ptr().add(block_at + at), len);
                 }
             }
         }
