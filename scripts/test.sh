@@ -182,12 +182,13 @@ DCRUN="$PREFIX/bin/dcrun" DC_TEST_STRICT=1 DISTCOMM_EXPECT_INSTALLED=1 \
 banner "distcomm.torch: torch.distributed's backend \"distcomm\" (torch in build/venv-torch)"
 # torch is large (with its CUDA runtime packages from PyPI, also without a GPU): it goes into a
 # venv under build/ that later runs reuse; only the package is reinstalled into it each time.
+# --no-cache-dir: pip's cache would hold a second copy of its ~4 GB of wheels on the CI's disk.
 TVENV="$ROOT/build/venv-torch"
 torch_tests=skipped
 if ! "$TVENV/bin/python" -c 'import torch, numpy, pytest' >/dev/null 2>&1; then
   rm -rf "$TVENV"
   if ! { "$PY" -m venv "$TVENV" &&
-         "$TVENV/bin/python" -m pip install -q --disable-pip-version-check torch numpy pytest; }; then
+         "$TVENV/bin/python" -m pip install -q --disable-pip-version-check --no-cache-dir torch numpy pytest; }; then
     echo "SKIP: torch could not be installed from PyPI here; the distcomm.torch tests did not run"
     rm -rf "$TVENV"
   fi

@@ -174,11 +174,14 @@ def init_rpc(name: str, rank: Optional[int] = None, world_size: Optional[int] = 
         agent = c_void_p()
         _lib.check(lib.dc_rpc_init(name.encode(), ctypes.byref(opts), ctypes.byref(agent)), "dc_rpc_init")
         handler = _HANDLER(_serve)
+        # Published before registering: once registered, calls held for the handler run at once
+        # on the agent's threads, and a served function may use the RPC API itself.
+        _agent, _handler_ref = agent.value, handler
         status = lib.dc_rpc_register(agent, _ENTRY, handler, None)
         if status != 0:
             lib.dc_rpc_shutdown(agent)
+            _agent, _handler_ref = None, None
             _lib.check(status, "dc_rpc_register")
-        _agent, _handler_ref = agent.value, handler
 
 
 def _timeout_ms(timeout: float) -> int:
