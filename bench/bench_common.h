@@ -38,9 +38,13 @@
 /* ------------------------------------------------------------------------------------------ */
 /* Names                                                                                       */
 
-enum op { OP_ALLREDUCE, OP_BROADCAST, OP_REDUCE, OP_ALLGATHER, OP_REDUCE_SCATTER, OP_ALLTOALL, OP_SENDRECV, OP_BARRIER, NOPS };
-static const char *const op_names[NOPS] = {"allreduce", "broadcast", "reduce", "allgather",
-                                           "reduce_scatter", "alltoall", "sendrecv", "barrier"};
+enum op {
+  OP_ALLREDUCE, OP_BROADCAST, OP_REDUCE, OP_ALLGATHER, OP_REDUCE_SCATTER, OP_ALLTOALL, OP_SENDRECV, OP_BARRIER,
+  OP_GATHER, OP_SCATTER, OP_ALLGATHERV, OP_ALLTOALLV, NOPS
+};
+static const char *const op_names[NOPS] = {"allreduce", "broadcast",  "reduce",  "allgather",
+                                           "reduce_scatter", "alltoall", "sendrecv", "barrier",
+                                           "gather",    "scatter",    "allgatherv", "alltoallv"};
 
 enum dt { DT_INT8, DT_UINT8, DT_INT32, DT_UINT32, DT_INT64, DT_UINT64, DT_HALF, DT_FLOAT, DT_DOUBLE, DT_BF16, NDTS };
 static const char *const dt_names[NDTS] = {"int8", "uint8", "int32", "uint32", "int64",
@@ -51,15 +55,21 @@ enum redop { R_SUM, R_PROD, R_MAX, R_MIN, R_AVG, R_BAND, R_BOR, R_BXOR, NREDOPS 
 static const char *const redop_names[NREDOPS] = {"sum", "prod", "max", "min", "avg", "band", "bor", "bxor"};
 
 static int op_reduces(int op) { return op == OP_ALLREDUCE || op == OP_REDUCE || op == OP_REDUCE_SCATTER; }
-static int op_has_root(int op) { return op == OP_BROADCAST || op == OP_REDUCE; }
-static int op_blocked(int op) { return op == OP_ALLGATHER || op == OP_REDUCE_SCATTER || op == OP_ALLTOALL; }
+static int op_has_root(int op) { return op == OP_BROADCAST || op == OP_REDUCE || op == OP_GATHER || op == OP_SCATTER; }
+/* Buffers split into one block per rank (the size is the total of the blocks). The v forms are
+   timed with every count the block and block j at j * block, as OSU's benchmarks call them. */
+static int op_blocked(int op) {
+  return op == OP_ALLGATHER || op == OP_REDUCE_SCATTER || op == OP_ALLTOALL || op == OP_GATHER || op == OP_SCATTER ||
+         op == OP_ALLGATHERV || op == OP_ALLTOALLV;
+}
 static int op_has_inplace(int op) {
   return op == OP_ALLREDUCE || op == OP_REDUCE || op == OP_ALLGATHER || op == OP_REDUCE_SCATTER;
 }
 static double bus_factor(int op, int n) {
   switch (op) {
   case OP_ALLREDUCE: return 2.0 * (n - 1) / n;
-  case OP_ALLGATHER: case OP_REDUCE_SCATTER: case OP_ALLTOALL: return (double)(n - 1) / n;
+  case OP_ALLGATHER: case OP_REDUCE_SCATTER: case OP_ALLTOALL: case OP_GATHER: case OP_SCATTER:
+  case OP_ALLGATHERV: case OP_ALLTOALLV: return (double)(n - 1) / n;
   case OP_BARRIER: return 0.0;
   default: return 1.0;
   }
@@ -271,6 +281,7 @@ struct program {
   int bitwise;       /* the library has band, bor and bxor (on integer types) */
   int rs_own_block;  /* reduce_scatter in place leaves its result in this rank's block of the
                         buffer (oneCCL, dc-bench), else at its start (MPI) */
+  const char *lacks; /* ops the library has no call for, comma-separated (skipped, said once) */
 };
 
 /* ------------------------------------------------------------------------------------------ */
@@ -516,16 +527,20 @@ static void prepare(struct bench *b, const struct kase *c, int inplace, uint64_t
     if (b->rank == b->root) fill(&d, b->recv, 0, sh.count, b->rank, seed);
     else memset(b->recv, poison, sh.bytes);
     break;
-  case OP_ALLGATHER:
+  case OP_ALLGATHER: case OP_ALLGATHERV: case OP_GATHER:
     memset(b->recv, poison, sh.bytes);
     if (inplace) fill(&d, b->recv, (size_t)b->rank * sh.block, sh.block, b->rank, seed);
     else fill(&d, b->send, 0, sh.block, b->rank, seed);
+    break;
+  case OP_SCATTER:
+    if (b->rank == b->root) fill(&d, b->send, 0, sh.count, b->rank, seed);
+    memset(b->recv, poison, sh.block * dt_sizes[c->dt]);
     break;
   case OP_REDUCE_SCATTER:
     if (inplace) fill(&d, b->recv, 0, sh.count, b->rank, seed);
     else { fill(&d, b->send, 0, sh.count, b->rank, seed); memset(b->recv, poison, sh.block * dt_sizes[c->dt]); }
     break;
-  case OP_ALLTOALL: case OP_SENDRECV:
+  case OP_ALLTOALL: case OP_ALLTOALLV: case OP_SENDRECV:
     fill(&d, b->send, 0, sh.count, b->rank, seed);
     memset(b->recv, poison, sh.bytes);
     break;
@@ -551,16 +566,20 @@ static uint64_t verify(const struct bench *b, const struct kase *c, int inplace,
   case OP_BROADCAST:
     for (size_t i = 0; i < sh.count; i++) EXPECT(i, encode(dt, value(&d, b->root, i, seed)));
     break;
-  case OP_ALLGATHER:
+  case OP_ALLGATHER: case OP_ALLGATHERV: case OP_GATHER:
+    if (c->op == OP_GATHER && rank != b->root) break; /* the root's result is an allgather's */
     for (int j = 0; j < n; j++)
       for (size_t i = 0; i < sh.block; i++) EXPECT(j * sh.block + i, encode(dt, value(&d, j, i, seed)));
+    break;
+  case OP_SCATTER:
+    for (size_t i = 0; i < sh.block; i++) EXPECT(i, encode(dt, value(&d, b->root, (size_t)rank * sh.block + i, seed)));
     break;
   case OP_REDUCE_SCATTER: { /* in place: see struct program's rs_own_block */
     size_t at = inplace && b->prog->rs_own_block ? (size_t)rank * sh.block : 0;
     for (size_t i = 0; i < sh.block; i++) EXPECT(at + i, encode(dt, reduced(&d, (size_t)rank * sh.block + i, seed)));
     break;
   }
-  case OP_ALLTOALL:
+  case OP_ALLTOALL: case OP_ALLTOALLV:
     for (int j = 0; j < n; j++)
       for (size_t i = 0; i < sh.block; i++)
         EXPECT(j * sh.block + i, encode(dt, value(&d, j, (size_t)rank * sh.block + i, seed)));
@@ -572,6 +591,15 @@ static uint64_t verify(const struct bench *b, const struct kase *c, int inplace,
   }
 #undef EXPECT
   return wrong;
+}
+
+/* Whether op is in the program's list of ops its library lacks. */
+static int program_lacks(const struct program *p, int op) {
+  size_t len = strlen(op_names[op]);
+  for (const char *at = p->lacks; at && *at; at += strcspn(at, ",") + (at[strcspn(at, ",")] == ',')) {
+    if (strcspn(at, ",") == len && strncmp(at, op_names[op], len) == 0) return 1;
+  }
+  return 0;
 }
 
 /* The slowest rank's time, from this rank's (a program's measure ends its timing with it). */
@@ -651,6 +679,10 @@ static long long sweep(struct bench *b, const struct args *a, measure_fn *measur
   char tb[32];
   for (int oi = 0; oi < a->nops; oi++) {
     int op = a->ops[oi];
+    if (program_lacks(b->prog, op)) {
+      if (rank == 0) printf("#\n# op: %s: the library has no such call, skipped\n", op_names[op]);
+      continue;
+    }
     if (rank == 0) {
       printf("#\n# op: %s\n", op_names[op]);
       printf("# %10s %12s %9s %6s %5s  %-36s  %-36s\n", "", "", "", "", "", "            out-of-place", "              in-place");

@@ -39,7 +39,9 @@ usage: bench/compare.sh [options]
 
   --ranks "2 4"          rank counts to compare (default "2 4")
   -o, --ops LIST         comma-separated dc-bench ops, or all (default all: allreduce,broadcast,
-                         reduce,allgather,reduce_scatter,alltoall,sendrecv,barrier)
+                         reduce,allgather,reduce_scatter,alltoall,sendrecv,barrier,gather,
+                         scatter,allgatherv,alltoallv; --peer oneccl: not gather and scatter,
+                         which oneCCL lacks)
   --sizes "16 1M 64M"    explicit sizes (K, M, G suffixes); default: the -b/-e/-f sweep
   -b, -e, -f             sweep: smallest, largest size, step factor (default 8, 64M, 4)
   -d, --datatype T       element type (default float)
@@ -56,7 +58,8 @@ usage: bench/compare.sh [options]
   -w, --warmup N         warm-up iterations per run (default by size: 200, 20, 5, 5)
   -c, --check N          checked runs per run (default 1; 0 turns checking off)
   --form oop|ip|both     which rows the ratio table shows (default oop: out-of-place; broadcast,
-                         alltoall, sendrecv and barrier only have that form)
+                         alltoall, sendrecv, barrier, gather, scatter and the v forms only
+                         have that form)
   --peer mpi|oneccl      what distcomm is compared with (default mpi: bench/mpi_bench.c on the
                          MPI of --mpi; oneccl: bench/oneccl_bench.cpp on Intel oneCCL, its
                          CPU library oneccl-cpu and headers oneccl-cpu-devel from PyPI (plus
@@ -211,7 +214,10 @@ esac
 [ "$MIN_RUN_MS" -ge 0 ] 2>/dev/null || { echo "compare.sh: --min-run-ms must be a number >= 0" >&2; exit 2; }
 case "$LAUNCHER" in dcrun | plain) ;; *) echo "compare.sh: --launcher is dcrun or plain" >&2; exit 2 ;; esac
 [ "$LAUNCHER" = dcrun ] || [ "$DC_MPI" = 0 ] || { echo "compare.sh: --launcher plain starts dc-bench, not --distcomm-mpi's mpiexec" >&2; exit 2; }
-[ "$OPS" = all ] && OPS="allreduce,broadcast,reduce,allgather,reduce_scatter,alltoall,sendrecv,barrier"
+if [ "$OPS" = all ]; then
+  OPS="allreduce,broadcast,reduce,allgather,reduce_scatter,alltoall,sendrecv,barrier"
+  if [ "$PEER" = oneccl ]; then OPS="$OPS,allgatherv,alltoallv"; else OPS="$OPS,gather,scatter,allgatherv,alltoallv"; fi
+fi
 
 # "64M" -> 67108864
 to_bytes() {

@@ -11,7 +11,9 @@
  *
  * Mapping to MPI: allreduce MPI_Allreduce, broadcast MPI_Bcast, reduce MPI_Reduce, allgather
  * MPI_Allgather, reduce_scatter MPI_Reduce_scatter_block, alltoall MPI_Alltoall, sendrecv
- * MPI_Sendrecv (ring: send to rank+1, receive from rank-1), barrier MPI_Barrier. In-place forms
+ * MPI_Sendrecv (ring: send to rank+1, receive from rank-1), barrier MPI_Barrier, gather MPI_Gather,
+ * scatter MPI_Scatter, allgatherv MPI_Allgatherv, alltoallv MPI_Alltoallv (v forms: every count
+ * the block, block j at j * block). In-place forms
  * use MPI_IN_PLACE (reduce_scatter's in-place result lands at the start of the buffer, as MPI
  * defines it). MPI has no avg: sum, then a division of the result in its type, timed with the
  * call (what an MPI user writes). MPI has no half/bfloat16: MPI_UINT16_T with user-defined
@@ -90,7 +92,18 @@ static const char usage[] =
     "  -b SIZE  -e SIZE  -f F  -i SIZE  -o OPS  -d TYPES  --redop OPS  -r ROOT  -w N  -n N  -c N\n"
     "  --csv FILE  --label NAME (default: openmpi or mpich, from the MPI library)\n";
 
-static const struct program prog = {"mpi_bench", usage, 1 /* unknown_whole */, 1 /* bitwise */, 0 /* rs_own_block */};
+static const struct program prog = {"mpi_bench", usage, 1 /* unknown_whole */, 1 /* bitwise */, 0 /* rs_own_block */,
+                                    NULL /* lacks */};
+
+/* The v forms' counts and displacements (every count the block, block j at j * block), made
+   once per shape so the timed calls do not pay for them. */
+static int *vcounts, *vdispls, vblock = -1;
+
+static void v_layout(int n, int blk) {
+  if (blk == vblock) return;
+  for (int j = 0; j < n; j++) vcounts[j] = blk, vdispls[j] = j * blk;
+  vblock = blk;
+}
 
 /* One call of the op in the given form, on MPI_COMM_WORLD. */
 static void call(struct bench *b, const struct kase *c, int inplace) {
@@ -120,6 +133,16 @@ static void call(struct bench *b, const struct kase *c, int inplace) {
     if (avg) divide(c->dt, b->recv, c->sh.block, b->n);
     break;
   case OP_ALLTOALL: MPI_Alltoall(b->send, blk, t, b->recv, blk, t, comm); break;
+  case OP_GATHER: MPI_Gather(b->send, blk, t, b->recv, blk, t, b->root, comm); break;
+  case OP_SCATTER: MPI_Scatter(b->send, blk, t, b->recv, blk, t, b->root, comm); break;
+  case OP_ALLGATHERV:
+    v_layout(b->n, blk);
+    MPI_Allgatherv(b->send, blk, t, b->recv, vcounts, vdispls, t, comm);
+    break;
+  case OP_ALLTOALLV:
+    v_layout(b->n, blk);
+    MPI_Alltoallv(b->send, vcounts, vdispls, t, b->recv, vcounts, vdispls, t, comm);
+    break;
   case OP_SENDRECV:
     MPI_Sendrecv(b->send, cnt, t, (b->rank + 1) % b->n, 0, b->recv, cnt, t, (b->rank + b->n - 1) % b->n, 0,
                  comm, MPI_STATUS_IGNORE);
@@ -164,6 +187,9 @@ int main(int argc, char **argv) {
 
   struct bench b;
   bench_init(&b, rank, n, &a, &prog, NULL, call);
+  vcounts = (int *)malloc(sizeof(int) * (size_t)n);
+  vdispls = (int *)malloc(sizeof(int) * (size_t)n);
+  if (!vcounts || !vdispls) MPI_Abort(MPI_COMM_WORLD, 1);
   int same_host;
   char *hosts = gather_hosts(n, &same_host);
   if (rank == 0) {
@@ -180,6 +206,8 @@ int main(int argc, char **argv) {
   long long total_wrong = sweep(&b, &a, measure);
   free(hosts);
   bench_free(&b);
+  free(vcounts);
+  free(vdispls);
   for (int i = 0; i < 2; i++)
     for (int j = 0; j < 4; j++) MPI_Op_free(&half_ops[i][j]);
   MPI_Finalize();

@@ -43,6 +43,7 @@
 #include <exception>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "bench_common.h"
 
@@ -84,9 +85,10 @@ static const char usage[] =
     "oneCCL's transport from its environment: CCL_ATL_TRANSPORT=ofi (CCL_ATL_SHM=1 FI_PROVIDER=shm,\n"
     "or FI_PROVIDER=tcp) or mpi;\n"
     "CCL_WORKER_OFFLOAD=0 runs its progress on the calling thread (on few cores). avg: sum, then a\n"
-    "division (oneCCL's host path has no avg); band, bor, bxor: not in oneCCL, skipped.\n";
+    "division (oneCCL's host path has no avg); band, bor, bxor, gather, scatter: not in oneCCL, skipped.\n";
 
-static const struct program prog = {"oneccl_bench", usage, 0 /* unknown_whole */, 0 /* bitwise */, 1 /* rs_own_block */};
+static const struct program prog = {"oneccl_bench", usage, 0 /* unknown_whole */, 0 /* bitwise */, 1 /* rs_own_block */,
+                                    "gather,scatter" /* lacks */};
 
 static ccl::communicator &comm_of(const bench *b) { return *static_cast<ccl::communicator *>(b->comm); }
 
@@ -116,6 +118,18 @@ static void call(bench *b, const kase *c, int inplace) {
     if (avg) divide(c->dt, inplace ? own : recv, blk, n);
     break;
   case OP_ALLTOALL: ccl::alltoall(send, recv, blk, t, comm).wait(); break;
+  case OP_ALLGATHERV: { /* every count the block: the blocks lie one after another, as oneCCL puts them */
+    static std::vector<size_t> counts;
+    counts.assign((size_t)n, blk);
+    ccl::allgatherv(send, blk, recv, counts, t, comm).wait();
+    break;
+  }
+  case OP_ALLTOALLV: {
+    static std::vector<size_t> counts;
+    counts.assign((size_t)n, blk);
+    ccl::alltoallv(send, counts, recv, counts, t, comm).wait();
+    break;
+  }
   case OP_SENDRECV: {
     ccl::event r = ccl::recv(recv, cnt, t, (rank + n - 1) % n, comm);
     ccl::event s = ccl::send(send, cnt, t, (rank + 1) % n, comm);

@@ -18,6 +18,8 @@
 #   6. the same sources built with MPICH's mpicc_abi, run on our library (LD_LIBRARY_PATH) by
 #      our mpiexec; our library started by MPICH's Hydra mpiexec (PMI-1); and our binaries
 #      run on MPICH's library by MPICH's mpiexec
+#   7. bench/mpi_bench.c (bench/compare.sh's benchmark) built with our mpicc: every op, checked,
+#      on our library and on MPICH's
 #
 # usage: scripts/mpi_test.sh [PREFIX]   (PREFIX: an installed distcomm; default: make install
 #                                        into a temporary prefix)
@@ -246,6 +248,24 @@ echo "ok t_fatal abort under Hydra (exit 3)"
 step "our binaries on MPICH's library (its mpiexec, FI_PROVIDER=shm)"
 for t in "${TESTS[@]}"; do
   run "$t -n 2 on MPICH" 2 env LD_LIBRARY_PATH="$MPICH_VENV/lib" FI_PROVIDER=shm "$MPICH_VENV/bin/mpiexec" -n 2 "$TMP/ours/$t"
+done
+
+step "bench/mpi_bench.c (compare.sh's benchmark): every op checked, one binary on both libraries"
+"$PREFIX/bin/mpicc" -O2 -std=c11 -Wall -Wextra -Werror bench/mpi_bench.c -o "$TMP/ours/mpi_bench" -lm
+# (MPICH at 2 ranks only: with more ranks than these 2 cores it takes milliseconds per call.)
+for job in "distcomm 3" "distcomm 2" "mpich 2"; do
+  read -r lib n <<<"$job"
+  if [ "$lib" = distcomm ]; then
+    cmd=(env LD_LIBRARY_PATH="$PREFIX/lib" "$PREFIX/bin/mpiexec" -n "$n")
+  else
+    cmd=(env LD_LIBRARY_PATH="$MPICH_VENV/lib" FI_PROVIDER=shm "$MPICH_VENV/bin/mpiexec" -n "$n")
+  fi
+  timeout 300 "${cmd[@]}" "$TMP/ours/mpi_bench" -o all -d int8,int32,half,double --redop sum,max -b 8 -e 1M -f 32 \
+    -r $((n - 1)) -n 2 -w 1 -c 2 > "$TMP/bench.txt" 2>&1 || { cat "$TMP/bench.txt"; fail "mpi_bench -n $n on $lib"; }
+  grep -q '^# wrong elements: 0 (OK)' "$TMP/bench.txt" || { cat "$TMP/bench.txt"; fail "mpi_bench -n $n on $lib: wrong results"; }
+  ops=$(grep -c '^# op: ' "$TMP/bench.txt")
+  [ "$ops" = 12 ] || { cat "$TMP/bench.txt"; fail "mpi_bench -n $n on $lib ran $ops ops, not 12"; }
+  echo "ok mpi_bench -n $n on $lib: 12 ops, $(grep -c '^ ' "$TMP/bench.txt") rows, every element right"
 done
 
 printf '\nmpi_test: all passed (%ds)\n' "$SECONDS"

@@ -128,7 +128,8 @@ fn every_op_checks_out_and_the_csv_parses() {
 
     let rows = parse_csv(&csv);
     assert!(rows.iter().all(|r| r[10] == "0" && r[11] == "2" && r[12] == "distcomm"), "{rows:?}");
-    for op in ["allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "alltoall", "sendrecv", "barrier"] {
+    let every = ["allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "alltoall", "sendrecv", "barrier", "gather", "scatter", "allgatherv", "alltoallv"];
+    for op in every {
         assert!(rows.iter().any(|r| r[0] == op), "no {op} rows");
     }
     // 8 B .. 64 KiB by 8: five sizes; in-place rows where the C API has an in-place form.
@@ -191,6 +192,30 @@ fn every_type_and_reduction_checks_out_at_three_ranks() {
     assert!(rows.iter().any(|r| r[4] == "bxor" && r[3] == "uint64"));
     assert!(rows.iter().filter(|r| r[0] == "reduce").all(|r| r[5] == "2"));
     assert!(std::fs::read_to_string(&svg).unwrap().contains("<polyline"));
+}
+
+/// Gather, scatter and the v forms at 3 ranks with the last rank as root, every type, each result
+/// checked twice, through the sizes where the library changes its way (mailboxes, staged,
+/// single-copy reads).
+#[test]
+fn gathers_scatters_and_v_forms_check_out_at_three_ranks() {
+    let dir = Scratch::new("vcoll");
+    let csv = dir.path("vcoll.csv");
+    let o = dc_bench(
+        "3",
+        &["-b", "3", "-e", "6M", "-f", "16", "-o", "gather,scatter,allgatherv,alltoallv", "-d", "all", "-r", "2", "-n", "1", "-w", "0", "-c", "2", "--csv", csv.to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(o.code, Some(0), "stdout:\n{}\nstderr:\n{}", o.stdout, o.stderr);
+    let rows = parse_csv(&csv);
+    assert!(rows.iter().all(|r| r[10] == "0" && r[6] == "0"), "{rows:?}");
+    for op in ["gather", "scatter", "allgatherv", "alltoallv"] {
+        // 3 B .. 3 MiB by 16 (6 sizes), each rounded down to 3 blocks of whole elements: 3 B
+        // only for the two 1-byte types, the other 5 sizes for all 10.
+        assert_eq!(rows.iter().filter(|r| r[0] == op).count(), 2 + 5 * 10, "{op}: {rows:?}");
+    }
+    assert!(rows.iter().filter(|r| r[0] == "gather" || r[0] == "scatter").all(|r| r[5] == "2"));
+    assert!(rows.iter().filter(|r| r[0] == "allgatherv" || r[0] == "alltoallv").all(|r| r[5] == "-1"));
 }
 
 #[test]

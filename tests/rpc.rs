@@ -344,6 +344,10 @@ fn spawn_job(role: &str, n: usize) -> Vec<Child> {
 fn rpc_child_entry() {
     let Ok(role) = std::env::var("DC_TEST_RPC_ROLE") else { return };
     let rank: usize = std::env::var("RANK").unwrap().parse().unwrap();
+    if role == "listener_panics" && rank == 1 {
+        // Before the agent exists: a request may reach w1's listener as soon as it does.
+        distcomm::panics::arm(Some("rpc"));
+    }
     let agent = RpcAgent::init(&name_of(rank), &InitOptions::from_env()).expect("init");
     agent.register("echo", echo()).unwrap();
     agent.register("die", handler(|_, _| {
@@ -414,9 +418,6 @@ fn rpc_child_entry() {
         "listener_panics" => {
             // w1's request listener panics on the first request it reads: w0's call to it
             // fails well within the timeout (60 s), and w1 is left with an aborted agent.
-            if rank == 1 {
-                distcomm::panics::arm(Some("rpc"));
-            }
             agent.call("w2", "echo", b"warm", 0).unwrap();
             if rank == 0 {
                 let t0 = Instant::now();

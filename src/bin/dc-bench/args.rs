@@ -16,12 +16,14 @@ options:
   -f, --stepfactor F        multiply the size by F each step (default 2)
   -i, --stepbytes SIZE      add SIZE each step instead (overrides -f)
   -o, --op LIST             allreduce, broadcast, reduce, allgather, reduce_scatter, alltoall,
-                            sendrecv, barrier, or all (comma-separated list; default allreduce)
+                            sendrecv, barrier, gather, scatter, allgatherv, alltoallv, or all
+                            (comma-separated list; default allreduce; the v forms with every
+                            count the block, block j at j * block)
   -d, --datatype LIST       int8, uint8, int32, uint32, int64, uint64, half, float, double,
                             bfloat16, or all (default float)
       --redop LIST          sum, prod, max, min, avg, band, bor, bxor, or all (default sum);
                             bitwise ops are skipped for float types
-  -r, --root R              root of broadcast and reduce (default 0)
+  -r, --root R              root of broadcast, reduce, gather and scatter (default 0)
   -w, --warmup_iters N      untimed iterations before timing (default 5)
   -n, --iters N             timed iterations per size (default 20)
   -c, --check N             0: no check; N > 0: after timing, N more runs per size with fresh data,
@@ -39,11 +41,13 @@ options:
                             alone (1.0: perfect overlap)
   -h, --help                this text
 
-Sizes: the total bytes of the op's data as nccl-tests counts them (allgather: the gathered
-buffer; reduce_scatter: the input; alltoall: one rank's send buffer; sendrecv: bytes each rank
-sends), rounded down to a multiple of ranks x type size where the op splits it into blocks.
+Sizes: the total bytes of the op's data as nccl-tests counts them (allgather(v), gather: the
+gathered buffer; scatter: the root's send buffer; reduce_scatter: the input; alltoall(v): one
+rank's send buffer; sendrecv: bytes each rank sends), rounded down to a multiple of ranks x
+type size where the op splits it into blocks.
 time: the slowest rank's average per iteration. algbw = size / time; busbw = algbw x factor
-(allreduce 2(n-1)/n; allgather, reduce_scatter, alltoall (n-1)/n; the others 1).
+(allreduce 2(n-1)/n; allgather(v), reduce_scatter, alltoall(v), gather, scatter (n-1)/n; the
+others 1).
 Exit status: 0, 1 on an error, 2 on a usage error, 3 if any element was wrong.
 ";
 
@@ -254,7 +258,7 @@ mod tests {
     #[test]
     fn lists() {
         let a = args("-o all -d float,half --redop sum,max");
-        assert_eq!(a.ops.len(), 8);
+        assert_eq!(a.ops.len(), 12);
         assert_eq!(a.dtypes, vec![Dt::Float, Dt::Half]);
         assert_eq!(a.redops, vec![Redop::Sum, Redop::Max]);
         assert!(parse(vec!["-o".into(), "nope".into()]).is_err());

@@ -18,10 +18,26 @@ pub enum Op {
     Alltoall,
     Sendrecv,
     Barrier,
+    Gather,
+    Scatter,
+    Allgatherv,
+    Alltoallv,
 }
 
-pub const ALL_OPS: [Op; 8] =
-    [Op::Allreduce, Op::Broadcast, Op::Reduce, Op::Allgather, Op::ReduceScatter, Op::Alltoall, Op::Sendrecv, Op::Barrier];
+pub const ALL_OPS: [Op; 12] = [
+    Op::Allreduce,
+    Op::Broadcast,
+    Op::Reduce,
+    Op::Allgather,
+    Op::ReduceScatter,
+    Op::Alltoall,
+    Op::Sendrecv,
+    Op::Barrier,
+    Op::Gather,
+    Op::Scatter,
+    Op::Allgatherv,
+    Op::Alltoallv,
+];
 
 impl Op {
     pub fn name(self) -> &'static str {
@@ -34,6 +50,10 @@ impl Op {
             Op::Alltoall => "alltoall",
             Op::Sendrecv => "sendrecv",
             Op::Barrier => "barrier",
+            Op::Gather => "gather",
+            Op::Scatter => "scatter",
+            Op::Allgatherv => "allgatherv",
+            Op::Alltoallv => "alltoallv",
         }
     }
 
@@ -47,6 +67,10 @@ impl Op {
             "alltoall" | "all_to_all" => Op::Alltoall,
             "sendrecv" | "send_recv" | "p2p" => Op::Sendrecv,
             "barrier" => Op::Barrier,
+            "gather" => Op::Gather,
+            "scatter" => Op::Scatter,
+            "allgatherv" | "all_gatherv" => Op::Allgatherv,
+            "alltoallv" | "all_to_allv" => Op::Alltoallv,
             _ => return None,
         })
     }
@@ -57,12 +81,17 @@ impl Op {
     }
 
     pub fn has_root(self) -> bool {
-        matches!(self, Op::Broadcast | Op::Reduce)
+        matches!(self, Op::Broadcast | Op::Reduce | Op::Gather | Op::Scatter)
     }
 
-    /// Buffers split into one block per rank (the size is the total of the blocks).
+    /// Buffers split into one block per rank (the size is the total of the blocks). The v forms
+    /// are timed with every count the block and block j at j * block, as OSU's benchmarks call
+    /// them (and as `bench/mpi_bench.c` does).
     pub fn blocked(self) -> bool {
-        matches!(self, Op::Allgather | Op::ReduceScatter | Op::Alltoall)
+        matches!(
+            self,
+            Op::Allgather | Op::ReduceScatter | Op::Alltoall | Op::Gather | Op::Scatter | Op::Allgatherv | Op::Alltoallv
+        )
     }
 
     /// nccl-tests' bus bandwidth factor: busbw = algbw * factor.
@@ -71,6 +100,7 @@ impl Op {
         match self {
             Op::Allreduce => 2.0 * (n - 1.0) / n,
             Op::Allgather | Op::ReduceScatter | Op::Alltoall => (n - 1.0) / n,
+            Op::Gather | Op::Scatter | Op::Allgatherv | Op::Alltoallv => (n - 1.0) / n,
             Op::Broadcast | Op::Reduce | Op::Sendrecv => 1.0,
             Op::Barrier => 0.0,
         }
@@ -78,11 +108,13 @@ impl Op {
 
     /// Which of the (out-of-place, in-place) forms exist for this op in the C API. Broadcast has
     /// one buffer and is reported in the out-of-place columns; alltoall and sendrecv have no
-    /// in-place form; barrier moves no data.
+    /// in-place form; barrier moves no data. Gather, scatter and the v forms are timed out of
+    /// place only.
     pub fn forms(self) -> (bool, bool) {
         match self {
             Op::Allreduce | Op::Reduce | Op::Allgather | Op::ReduceScatter => (true, true),
             Op::Broadcast | Op::Alltoall | Op::Sendrecv | Op::Barrier => (true, false),
+            Op::Gather | Op::Scatter | Op::Allgatherv | Op::Alltoallv => (true, false),
         }
     }
 }

@@ -146,6 +146,9 @@ struct Bench {
     recv: Buf,
     seed: u64,
     inject_wrong: bool,
+    /// The v forms' counts and displacements for the case being measured (`v_layout`).
+    vcounts: Vec<usize>,
+    vdispls: Vec<usize>,
 }
 
 fn last_error() -> String {
@@ -197,8 +200,25 @@ impl Bench {
                     p2p::dc_sendrecv(send, c.shape.count, dt, next, 0, recv, c.shape.count, dt, prev, 0, comm, std::ptr::null_mut())
                 }
                 (Op::Barrier, _) => coll::dc_barrier(comm),
+                (Op::Gather, _) => coll::dc_gather(send, recv, c.shape.block, dt, root, comm),
+                (Op::Scatter, _) => coll::dc_scatter(send, recv, c.shape.block, dt, root, comm),
+                (Op::Allgatherv, _) => {
+                    let (counts, displs) = (self.vcounts.as_ptr(), self.vdispls.as_ptr());
+                    coll::dc_allgatherv(send, c.shape.block, recv, counts, displs, dt, comm)
+                }
+                (Op::Alltoallv, _) => {
+                    let (counts, displs) = (self.vcounts.as_ptr(), self.vdispls.as_ptr());
+                    coll::dc_alltoallv(send, counts, displs, recv, counts, displs, dt, comm)
+                }
             }
         }
+    }
+
+    /// Every count the block, block j at j * block: made before the timed calls, which then do
+    /// not pay for them.
+    fn v_layout(&mut self, c: &Case) {
+        self.vcounts = vec![c.shape.block; self.n];
+        self.vdispls = (0..self.n).map(|j| j * c.shape.block).collect();
     }
 
     fn data(&self, c: &Case) -> Data {
@@ -236,7 +256,7 @@ impl Bench {
                     self.recv.bytes()[..sh.bytes].fill(poison);
                 }
             }
-            Op::Allgather => {
+            Op::Allgather | Op::Allgatherv | Op::Gather => {
                 self.recv.bytes()[..sh.bytes].fill(poison);
                 if inplace {
                     fill(self.recv.bytes(), rank * sh.block, sh.block, rank, 0);
@@ -252,7 +272,13 @@ impl Bench {
                     self.recv.bytes()[..sh.block * ts].fill(poison);
                 }
             }
-            Op::Alltoall => {
+            Op::Scatter => {
+                if rank == self.root {
+                    fill(self.send.bytes(), 0, sh.count, rank, 0);
+                }
+                self.recv.bytes()[..sh.block * ts].fill(poison);
+            }
+            Op::Alltoall | Op::Alltoallv => {
                 fill(self.send.bytes(), 0, sh.count, rank, 0);
                 self.recv.bytes()[..sh.bytes].fill(poison);
             }
@@ -280,7 +306,8 @@ impl Bench {
             Op::Reduce if rank == root => (0..sh.count).for_each(|i| expect(i, dt.encode(d.reduced(i, seed)))),
             Op::Reduce => {}
             Op::Broadcast => (0..sh.count).for_each(|i| expect(i, d.bits(root, i, seed))),
-            Op::Allgather => {
+            Op::Gather if rank != root => {}
+            Op::Allgather | Op::Allgatherv | Op::Gather => {
                 for j in 0..n {
                     (0..sh.block).for_each(|i| expect(j * sh.block + i, d.bits(j, i, seed)));
                 }
@@ -289,7 +316,8 @@ impl Bench {
                 let at = if inplace { rank * sh.block } else { 0 };
                 (0..sh.block).for_each(|i| expect(at + i, dt.encode(d.reduced(rank * sh.block + i, seed))));
             }
-            Op::Alltoall => {
+            Op::Scatter => (0..sh.block).for_each(|i| expect(i, d.bits(root, rank * sh.block + i, seed))),
+            Op::Alltoall | Op::Alltoallv => {
                 for j in 0..n {
                     (0..sh.block).for_each(|i| expect(j * sh.block + i, d.bits(j, rank * sh.block + i, seed)));
                 }
@@ -326,6 +354,7 @@ impl Bench {
     /// elements over all ranks or -1 when not checked).
     fn measure(&mut self, c: &Case, inplace: bool, args: &Args) -> (f64, i64) {
         let what = format!("dc_{}", c.op.name());
+        self.v_layout(c);
         self.prepare(c, inplace, 0);
         for _ in 0..args.warmup {
             check(self.call(c, inplace), &what, self.rank);
@@ -459,7 +488,7 @@ fn run(args: &Args) -> i32 {
 
     let bufsize = args.maxbytes.max(64) as usize;
     let mut b = Bench { comm, rank, n, root: args.root as usize, send: Buf::new(bufsize), recv: Buf::new(bufsize), seed: 0,
-        inject_wrong: std::env::var("DC_BENCH_INJECT_WRONG").is_ok_and(|v| v == "1") };
+        inject_wrong: std::env::var("DC_BENCH_INJECT_WRONG").is_ok_and(|v| v == "1"), vcounts: Vec::new(), vdispls: Vec::new() };
 
     if lead {
         let mut hs: Vec<(String, usize)> = Vec::new();
