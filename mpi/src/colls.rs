@@ -426,14 +426,87 @@ mod direct {
         None
     }
 
+    /// Not in place, the root's block of the same size as everyone's.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn gather(_: &Coll, _: *const c_void, _: i64, _: MPI_Datatype, _: *mut c_void, _: i64, _: MPI_Datatype, _: c_int) -> Option<Res> {
-        None
+    pub(super) fn gather(k: &Coll, sbuf: *const c_void, scount: i64, sdt: MPI_Datatype, rbuf: *mut c_void, rcount: i64, rdt: MPI_Datatype, root: c_int) -> Option<Res> {
+        let root = root_of(k, root)?;
+        let sb = dense_bytes(sdt, scount)?;
+        if in_place(sbuf) || missing(sbuf, sb) {
+            return None;
+        }
+        let recv = if k.rank() == root { Some(mb(rbuf, root_blocks(k, rbuf, rcount, rdt, sb)?)) } else { None };
+        run(k, CollArgs::Gather { send: cb(sbuf, sb), recv, dt: DType::Uint8, root })
+    }
+
+    /// Not in place, the root's block of the same size as everyone's.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn scatter(k: &Coll, sbuf: *const c_void, scount: i64, sdt: MPI_Datatype, rbuf: *mut c_void, rcount: i64, rdt: MPI_Datatype, root: c_int) -> Option<Res> {
+        let root = root_of(k, root)?;
+        let rb = dense_bytes(rdt, rcount)?;
+        if in_place(rbuf) || missing(rbuf, rb) {
+            return None;
+        }
+        let send = if k.rank() == root { Some(cb(sbuf, root_blocks(k, sbuf, scount, sdt, rb)?)) } else { None };
+        run(k, CollArgs::Scatter { send, recv: mb(rbuf, rb), dt: DType::Uint8, root })
+    }
+
+    /// The bytes of a root's buffer of one block per rank, where its block is dense and of
+    /// `block` bytes, as every other rank's.
+    fn root_blocks(k: &Coll, buf: *const c_void, count: i64, dt: MPI_Datatype, block: usize) -> Option<usize> {
+        let total = (dense_bytes(dt, count)? == block).then(|| block.checked_mul(k.size()))??;
+        (!missing(buf, total)).then_some(total)
+    }
+
+    /// A v-collective's counts and displacements in elements of a dense predefined `dt`, as
+    /// bytes, and the bytes they span. None where an array is NULL, an entry is negative or
+    /// the type is another: the general path decides (and names the error).
+    fn v_bytes(counts: *const c_int, displs: *const c_int, n: usize, dt: MPI_Datatype) -> Option<(Vec<usize>, Vec<usize>, usize)> {
+        let unit = dense_bytes(dt, 1)?;
+        if counts.is_null() || displs.is_null() {
+            return None;
+        }
+        // SAFETY: the caller's arrays have one entry per rank.
+        let (cs, ds) = unsafe { (std::slice::from_raw_parts(counts, n), std::slice::from_raw_parts(displs, n)) };
+        let (mut bc, mut bd, mut span) = (Vec::with_capacity(n), Vec::with_capacity(n), 0usize);
+        for (&c, &d) in cs.iter().zip(ds) {
+            let (b, off) = (usize::try_from(c).ok()?.checked_mul(unit)?, usize::try_from(d).ok()?.checked_mul(unit)?);
+            span = span.max(off.checked_add(b)?);
+            bc.push(b);
+            bd.push(off);
+        }
+        Some((bc, bd, span))
     }
 
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn scatter(_: &Coll, _: *const c_void, _: i64, _: MPI_Datatype, _: *mut c_void, _: i64, _: MPI_Datatype, _: c_int) -> Option<Res> {
-        None
+    pub(super) fn allgatherv(k: &Coll, sbuf: *const c_void, scount: c_int, sdt: MPI_Datatype, rbuf: *mut c_void, rcounts: *const c_int, displs: *const c_int, rdt: MPI_Datatype) -> Option<Res> {
+        let (counts, displs, span) = v_bytes(rcounts, displs, k.size(), rdt)?;
+        if missing(rbuf, span) {
+            return None;
+        }
+        let send = if in_place(sbuf) {
+            None
+        } else {
+            let sb = dense_bytes(sdt, scount as i64)?;
+            if sb != counts[k.rank()] || missing(sbuf, sb) {
+                return None;
+            }
+            Some(cb(sbuf, sb))
+        };
+        run(k, CollArgs::Allgatherv { send, recv: mb(rbuf, span), counts, displs, dt: DType::Uint8 })
+    }
+
+    /// Not in place (that sends from a copy).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn alltoallv(k: &Coll, sbuf: *const c_void, scounts: *const c_int, sdispls: *const c_int, sdt: MPI_Datatype, rbuf: *mut c_void, rcounts: *const c_int, rdispls: *const c_int, rdt: MPI_Datatype) -> Option<Res> {
+        if in_place(sbuf) {
+            return None;
+        }
+        let (sc, sd, sspan) = v_bytes(scounts, sdispls, k.size(), sdt)?;
+        let (rc, rd, rspan) = v_bytes(rcounts, rdispls, k.size(), rdt)?;
+        if missing(sbuf, sspan) || missing(rbuf, rspan) {
+            return None;
+        }
+        run(k, CollArgs::Alltoallv { send: cb(sbuf, sspan), scounts: sc, sdispls: sd, recv: mb(rbuf, rspan), rcounts: rc, rdispls: rd, dt: DType::Uint8 })
     }
 }
 
@@ -931,6 +1004,15 @@ pub(crate) fn build_alltoallv(k: &Coll, sbuf: *const c_void, scounts: &[i64], sd
 
 /// A v-collective's entry point: the arrays are read (`$body` builds), then run or started.
 macro_rules! v_entry {
+    // A blocking form with a shortcut (`direct::$name`) tried first, as `blocking` does.
+    ($name:ident, direct, ($($p:ident: $t:ty),*), |$k:ident| $body:block) => {
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe fn $name($($p: $t,)* c: MPI_Comm) -> Res {
+            blocking(c, |k| direct::$name(k, $($p),*), |mc| crate::inter::$name(mc, $($p),*), |$k| {
+                (|| -> Result<Built, MpiErr> { $body })().map_err(|e| e.on(c))
+            })
+        }
+    };
     ($name:ident, ($($p:ident: $t:ty),*), |$k:ident| $body:block) => {
         #[allow(clippy::too_many_arguments)]
         pub unsafe fn $name($($p: $t,)* c: MPI_Comm) -> Res {
@@ -993,7 +1075,7 @@ v_entry!(iscatterv_c => scatterv_c, (sbuf: *const c_void, scounts: *const MPI_Co
     let n = if is_root(&k, root) { k.size() } else { 0 };
     w_scatterv(&k, sbuf, &counts(scounts, n, "sendcounts")?, &aints(displs, n, "displs")?, sdt, rbuf, rcount, rdt, root)
 });
-v_entry!(allgatherv, (sbuf: *const c_void, scount: c_int, sdt: MPI_Datatype, rbuf: *mut c_void, rcounts: *const c_int, displs: *const c_int, rdt: MPI_Datatype), |k| {
+v_entry!(allgatherv, direct, (sbuf: *const c_void, scount: c_int, sdt: MPI_Datatype, rbuf: *mut c_void, rcounts: *const c_int, displs: *const c_int, rdt: MPI_Datatype), |k| {
     w_allgatherv(&k, sbuf, scount as i64, sdt, rbuf, &counts(rcounts, k.size(), "recvcounts")?, &counts(displs, k.size(), "displs")?, rdt)
 });
 v_entry!(allgatherv_c, (sbuf: *const c_void, scount: MPI_Count, sdt: MPI_Datatype, rbuf: *mut c_void, rcounts: *const MPI_Count, displs: *const MPI_Aint, rdt: MPI_Datatype), |k| {
@@ -1005,7 +1087,7 @@ v_entry!(iallgatherv => allgatherv, (sbuf: *const c_void, scount: c_int, sdt: MP
 v_entry!(iallgatherv_c => allgatherv_c, (sbuf: *const c_void, scount: MPI_Count, sdt: MPI_Datatype, rbuf: *mut c_void, rcounts: *const MPI_Count, displs: *const MPI_Aint, rdt: MPI_Datatype), request, |k| {
     w_allgatherv(&k, sbuf, scount, sdt, rbuf, &counts(rcounts, k.size(), "recvcounts")?, &aints(displs, k.size(), "displs")?, rdt)
 });
-v_entry!(alltoallv, (sbuf: *const c_void, scounts: *const c_int, sdispls: *const c_int, sdt: MPI_Datatype, rbuf: *mut c_void, rcounts: *const c_int, rdispls: *const c_int, rdt: MPI_Datatype), |k| {
+v_entry!(alltoallv, direct, (sbuf: *const c_void, scounts: *const c_int, sdispls: *const c_int, sdt: MPI_Datatype, rbuf: *mut c_void, rcounts: *const c_int, rdispls: *const c_int, rdt: MPI_Datatype), |k| {
     let (n, ip) = (k.size(), in_place(sbuf));
     let (sc, sd) = if ip { (Vec::new(), Vec::new()) } else { (counts(scounts, n, "sendcounts")?, counts(sdispls, n, "sdispls")?) };
     w_alltoallv(&k, sbuf, &sc, &sd, sdt, rbuf, &counts(rcounts, n, "recvcounts")?, &counts(rdispls, n, "rdispls")?, rdt)
