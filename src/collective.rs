@@ -4,7 +4,7 @@
 use crate::buffer::{ConstBuf, MutBuf};
 use crate::coll::{self, Link};
 use crate::dtype::{DType, ReduceOp};
-use crate::error::Result;
+use crate::error::{Error, Result, Status};
 
 /// Arguments of one collective call (sizes in bytes; counts/displacements converted to bytes).
 #[derive(Debug, Clone)]
@@ -80,6 +80,29 @@ impl CollArgs {
             "dc_allreduce", "dc_broadcast", "dc_reduce", "dc_allgather", "dc_allgatherv", "dc_gather", "dc_scatter",
             "dc_reduce_scatter", "dc_alltoall", "dc_alltoallv", "dc_barrier",
         ][self.kind()]
+    }
+
+    /// A send buffer of its own must not overlap the receive buffer: the copies between them
+    /// assume distinct memory. The in-place forms have no send buffer (or send from a copy).
+    /// Checked for every caller (the C API, the MPI layer) before anything is sent.
+    pub fn check_disjoint(&self) -> Result<()> {
+        use CollArgs::*;
+        let (send, recv) = match self {
+            Allreduce { send: Some(s), recv, .. }
+            | Reduce { send: Some(s), recv: Some(recv), .. }
+            | Allgather { send: Some(s), recv, .. }
+            | Allgatherv { send: Some(s), recv, .. }
+            | Gather { send: s, recv: Some(recv), .. }
+            | Scatter { send: Some(s), recv, .. }
+            | ReduceScatter { send: Some(s), recv, .. }
+            | Alltoall { send: s, recv, .. }
+            | Alltoallv { send: s, recv, .. } => (s, recv),
+            _ => return Ok(()),
+        };
+        if crate::buffer::overlaps(send.addr(), send.len(), recv.addr(), recv.len()) {
+            return Err(Error::new(Status::InvalidArgument, format!("{}: sendbuf and recvbuf overlap (only the documented in-place forms are allowed)", self.name())));
+        }
+        Ok(())
     }
 
     pub fn signature(&self) -> u32 {

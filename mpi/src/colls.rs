@@ -132,6 +132,7 @@ impl Coll {
     /// Runs `b` now (req None) or starts it and hands out a request.
     pub(crate) fn go(self, b: Built, req: Option<&mut MPI_Request>) -> Res {
         let h = self.mc.handle;
+        buffers_apart(&b.args, h)?;
         match req {
             None => {
                 self.mc.comm.collective(b.args).map_err(|e| MpiErr::from(e).on(h))?;
@@ -147,6 +148,13 @@ impl Coll {
             }
         }
     }
+}
+
+/// A send buffer that overlaps the receive buffer (not `MPI_IN_PLACE`) is the standard's
+/// aliasing error, `MPI_ERR_BUFFER` as MPICH answers it; the engine refuses it too, as an
+/// invalid argument.
+fn buffers_apart(args: &CollArgs, h: MPI_Comm) -> Res {
+    args.check_disjoint().map_err(|e| MpiErr::new(MPI_ERR_BUFFER, e.msg).on(h))
 }
 
 /// An intercommunicator's blocking collective (`f`, inter.rs's form), run here once the
@@ -348,7 +356,7 @@ mod direct {
     }
 
     fn run(k: &Coll, args: CollArgs) -> Option<Res> {
-        Some(k.mc.comm.collective(args).map_err(|e| MpiErr::from(e).on(k.mc.handle)))
+        Some(buffers_apart(&args, k.mc.handle).and_then(|()| k.mc.comm.collective(args).map_err(|e| MpiErr::from(e).on(k.mc.handle))))
     }
 
     pub(super) fn bcast(k: &Coll, buf: *mut c_void, count: i64, dt: MPI_Datatype, root: c_int) -> Option<Res> {

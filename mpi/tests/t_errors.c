@@ -81,6 +81,22 @@ int main(int argc, char **argv) {
     FAILS(MPI_Allreduce(&x, &y, -2, MPI_INT, MPI_SUM, MPI_COMM_WORLD), MPI_ERR_COUNT);
   OK(MPI_Allreduce(&x, &y, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
   CHECK(y == size);
+  {
+    /* Send and receive buffers that are the same (not MPI_IN_PLACE) or overlap: aliasing,
+     * refused before anything is sent (MPICH checks the same buffer only). */
+    int v[8] = {0}, *all = calloc((size_t)size * 2 + 1, sizeof(int));
+    FAILS(MPI_Allreduce(v, v, 4, MPI_INT, MPI_SUM, MPI_COMM_WORLD), MPI_ERR_BUFFER);
+    FAILS(MPI_Alltoall(all, 1, MPI_INT, all, 1, MPI_INT, MPI_COMM_WORLD), MPI_ERR_BUFFER);
+    if (expect_distcomm()) {
+      FAILS(MPI_Allreduce(v, v + 1, 4, MPI_INT, MPI_SUM, MPI_COMM_WORLD), MPI_ERR_BUFFER);
+      FAILS(MPI_Allgather(all + size - 1, 1, MPI_INT, all, 1, MPI_INT, MPI_COMM_WORLD), MPI_ERR_BUFFER);
+      FAILS(MPI_Alltoall(all + size - 1, 1, MPI_INT, all, 1, MPI_INT, MPI_COMM_WORLD), MPI_ERR_BUFFER);
+      MPI_Request q;
+      FAILS(MPI_Iallreduce(v, v + 2, 4, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &q), MPI_ERR_BUFFER);
+    }
+    OK(MPI_Allreduce(v, v + 4, 4, MPI_INT, MPI_SUM, MPI_COMM_WORLD)); /* apart: fine */
+    free(all);
+  }
 
   /* Buffered sends: none without a buffer, none beyond its size. */
   FAILS(MPI_Bsend(&x, 1, MPI_INT, rank, 0, MPI_COMM_WORLD), MPI_ERR_BUFFER);

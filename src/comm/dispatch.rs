@@ -154,6 +154,7 @@ impl Comm {
     /// Runs a collective on the calling thread.
     pub fn collective(&self, args: CollArgs) -> Result<()> {
         self.check_usable()?;
+        args.check_disjoint()?;
         #[cfg(feature = "nccl")]
         if let Some((dev, op)) = self.launch_on_device(&args)? {
             return dev.wait(&op, self.deadline(), self.timeout_ms(), &|| self.ctx.abort_error()).map_err(|e| e.context("on CUDA device memory (NCCL)"));
@@ -167,6 +168,7 @@ impl Comm {
     /// Queues a collective on the comm's worker thread; it progresses while the caller computes.
     pub fn start_collective(self: &Arc<Self>, args: CollArgs) -> Result<Request> {
         self.check_usable()?;
+        args.check_disjoint()?;
         #[cfg(feature = "nccl")]
         if let Some((_, op)) = self.launch_on_device(&args)? {
             return Ok(Request::device(self.clone(), op, self.deadline()));

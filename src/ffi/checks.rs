@@ -1,6 +1,6 @@
 //! Argument checks shared by the exports: pointers, enum values, sizes, ranks.
 
-use crate::buffer::{overlaps, ConstBuf, MutBuf};
+use crate::buffer::{ConstBuf, MutBuf};
 use crate::comm::Comm;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result, Status};
@@ -84,15 +84,6 @@ pub unsafe fn dst_buf(p: *mut libc::c_void, len: usize, what: &str) -> Result<Mu
         return Err(invalid(format!("{what} is NULL")));
     }
     Ok(MutBuf::new(p as *mut u8, len))
-}
-
-/// Refuses partially overlapping send and receive buffers (the in-place forms are detected
-/// by the caller before this check).
-pub fn disjoint(send: &ConstBuf, recv: &MutBuf) -> Result<()> {
-    if overlaps(send.addr(), send.len(), recv.addr(), recv.len()) {
-        return Err(invalid("sendbuf and recvbuf overlap (only the documented in-place forms are allowed)".into()));
-    }
-    Ok(())
 }
 
 /// Reads `n` entries of a caller array.

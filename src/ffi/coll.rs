@@ -35,9 +35,6 @@ unsafe fn allreduce_args(sendbuf: *const c_void, recvbuf: *mut c_void, count: us
     let n = checks::bytes(count, dt, "count")?;
     let recv = checks::dst_buf(recvbuf, n, "recvbuf")?;
     let send = if sendbuf == recvbuf as *const c_void { None } else { Some(checks::src_buf(sendbuf, n, "sendbuf")?) };
-    if let Some(s) = &send {
-        checks::disjoint(s, &recv)?;
-    }
     Ok(CollArgs::Allreduce { send, recv, dt, op })
 }
 
@@ -59,9 +56,6 @@ unsafe fn reduce_args(c: &Comm, sendbuf: *const c_void, recvbuf: *mut c_void, co
     }
     let recv = checks::dst_buf(recvbuf, n, "recvbuf")?;
     let send = if sendbuf == recvbuf as *const c_void { None } else { Some(checks::src_buf(sendbuf, n, "sendbuf")?) };
-    if let Some(s) = &send {
-        checks::disjoint(s, &recv)?;
-    }
     Ok(CollArgs::Reduce { send, recv: Some(recv), bytes: n, dt, op, root })
 }
 
@@ -71,9 +65,6 @@ unsafe fn allgather_args(c: &Comm, sendbuf: *const c_void, recvbuf: *mut c_void,
     let recv = checks::dst_buf(recvbuf, total(block, c.size(), "sendcount")?, "recvbuf")?;
     let in_place = !recvbuf.is_null() && sendbuf as usize == recvbuf as usize + c.rank() * block;
     let send = if in_place { None } else { Some(checks::src_buf(sendbuf, block, "sendbuf")?) };
-    if let Some(s) = &send {
-        checks::disjoint(s, &recv)?;
-    }
     Ok(CollArgs::Allgather { send, recv, dt })
 }
 
@@ -97,9 +88,6 @@ unsafe fn allgatherv_args(
     let recv = checks::dst_buf(recvbuf, len, "recvbuf")?;
     let in_place = !recvbuf.is_null() && sendbuf as usize == recvbuf as usize + displs_b[c.rank()];
     let send = if in_place { None } else { Some(checks::src_buf(sendbuf, counts_b[c.rank()], "sendbuf")?) };
-    if let Some(s) = &send {
-        checks::disjoint(s, &recv)?;
-    }
     Ok(CollArgs::Allgatherv { send, recv, counts: counts_b, displs: displs_b, dt })
 }
 
@@ -109,9 +97,7 @@ unsafe fn gather_args(c: &Comm, sendbuf: *const c_void, recvbuf: *mut c_void, se
     let block = checks::bytes(sendcount, dt, "sendcount")?;
     let send = checks::src_buf(sendbuf, block, "sendbuf")?;
     let recv = if c.rank() == root {
-        let r = checks::dst_buf(recvbuf, total(block, c.size(), "sendcount")?, "recvbuf")?;
-        checks::disjoint(&send, &r)?;
-        Some(r)
+        Some(checks::dst_buf(recvbuf, total(block, c.size(), "sendcount")?, "recvbuf")?)
     } else {
         None
     };
@@ -124,9 +110,7 @@ unsafe fn scatter_args(c: &Comm, sendbuf: *const c_void, recvbuf: *mut c_void, r
     let block = checks::bytes(recvcount, dt, "recvcount")?;
     let recv = checks::dst_buf(recvbuf, block, "recvbuf")?;
     let send = if c.rank() == root {
-        let s = checks::src_buf(sendbuf, total(block, c.size(), "recvcount")?, "sendbuf")?;
-        checks::disjoint(&s, &recv)?;
-        Some(s)
+        Some(checks::src_buf(sendbuf, total(block, c.size(), "recvcount")?, "sendbuf")?)
     } else {
         None
     };
@@ -145,7 +129,6 @@ unsafe fn reduce_scatter_args(c: &Comm, sendbuf: *const c_void, recvbuf: *mut c_
     }
     let send = checks::src_buf(sendbuf, whole, "sendbuf")?;
     let recv = checks::dst_buf(recvbuf, block, "recvbuf")?;
-    checks::disjoint(&send, &recv)?;
     Ok(CollArgs::ReduceScatter { send: Some(send), recv, dt, op })
 }
 
@@ -154,7 +137,6 @@ unsafe fn alltoall_args(c: &Comm, sendbuf: *const c_void, recvbuf: *mut c_void, 
     let whole = total(checks::bytes(count, dt, "count")?, c.size(), "count")?;
     let send = checks::src_buf(sendbuf, whole, "sendbuf")?;
     let recv = checks::dst_buf(recvbuf, whole, "recvbuf")?;
-    checks::disjoint(&send, &recv)?;
     Ok(CollArgs::Alltoall { send, recv, dt })
 }
 
@@ -177,7 +159,6 @@ unsafe fn alltoallv_args(
         checks::layout(checks::array(recvcounts, n, "recvcounts")?, checks::array(rdispls, n, "rdispls")?, dt, "recvcounts/rdispls")?;
     let send = checks::src_buf(sendbuf, slen, "sendbuf")?;
     let recv = checks::dst_buf(recvbuf, rlen, "recvbuf")?;
-    checks::disjoint(&send, &recv)?;
     Ok(CollArgs::Alltoallv { send, scounts, sdispls, recv, rcounts, rdispls, dt })
 }
 
