@@ -6,6 +6,9 @@ use crate::coll::{self, Link};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result, Status};
 
+/// What `CollArgs::check_disjoint`'s error says (the MPI layer gives it its own class).
+pub const OVERLAP: &str = "sendbuf and recvbuf overlap (only the documented in-place forms are allowed)";
+
 /// Arguments of one collective call (sizes in bytes; counts/displacements converted to bytes).
 #[derive(Debug, Clone)]
 pub enum CollArgs {
@@ -85,6 +88,7 @@ impl CollArgs {
     /// A send buffer of its own must not overlap the receive buffer: the copies between them
     /// assume distinct memory. The in-place forms have no send buffer (or send from a copy).
     /// Checked for every caller (the C API, the MPI layer) before anything is sent.
+    #[inline]
     pub fn check_disjoint(&self) -> Result<()> {
         use CollArgs::*;
         let (send, recv) = match self {
@@ -100,7 +104,7 @@ impl CollArgs {
             _ => return Ok(()),
         };
         if crate::buffer::overlaps(send.addr(), send.len(), recv.addr(), recv.len()) {
-            return Err(Error::new(Status::InvalidArgument, format!("{}: sendbuf and recvbuf overlap (only the documented in-place forms are allowed)", self.name())));
+            return Err(Error::new(Status::InvalidArgument, format!("{}: {OVERLAP}", self.name())));
         }
         Ok(())
     }
