@@ -161,6 +161,47 @@ mod tests {
     use super::*;
 
     #[test]
+    fn overlapping_send_and_receive_buffers_are_refused() {
+        let mut mem = vec![0u8; 64];
+        let base = mem.as_mut_ptr();
+        // SAFETY: ranges inside `mem`; nothing is read or written, only addresses compared.
+        let send = |at: usize, len: usize| unsafe { ConstBuf::new(base.add(at), len) };
+        let recv = |at: usize, len: usize| unsafe { MutBuf::new(base.add(at), len) };
+        let v = |n: usize| vec![n; 2];
+        let (f, i) = (DType::Float32, DType::Int32);
+        let overlapping = [
+            CollArgs::Allreduce { send: Some(send(0, 16)), recv: recv(8, 16), dt: f, op: ReduceOp::Sum },
+            CollArgs::Reduce { send: Some(send(0, 16)), recv: Some(recv(0, 16)), bytes: 16, dt: f, op: ReduceOp::Sum, root: 0 },
+            CollArgs::Allgather { send: Some(send(28, 8)), recv: recv(0, 32), dt: i },
+            CollArgs::Allgatherv { send: Some(send(4, 4)), recv: recv(0, 8), counts: v(4), displs: vec![0, 4], dt: i },
+            CollArgs::Gather { send: send(0, 8), recv: Some(recv(4, 16)), dt: i, root: 0 },
+            CollArgs::Scatter { send: Some(send(0, 16)), recv: recv(15, 8), dt: i, root: 0 },
+            CollArgs::ReduceScatter { send: Some(send(0, 16)), recv: recv(12, 8), dt: f, op: ReduceOp::Sum },
+            CollArgs::Alltoall { send: send(0, 16), recv: recv(0, 16), dt: i },
+            CollArgs::Alltoallv { send: send(16, 16), scounts: v(8), sdispls: vec![0, 8], recv: recv(0, 17), rcounts: v(8), rdispls: vec![0, 8], dt: i },
+        ];
+        for a in &overlapping {
+            let e = a.check_disjoint().expect_err(a.name());
+            assert_eq!(e.status, Status::InvalidArgument);
+            assert!(e.msg.starts_with(a.name()) && e.msg.ends_with(OVERLAP), "{}", e.msg);
+        }
+        // Apart (touching is apart), in place, empty, or without a second buffer: fine.
+        let fine = [
+            CollArgs::Allreduce { send: Some(send(0, 16)), recv: recv(16, 16), dt: f, op: ReduceOp::Sum },
+            CollArgs::Allreduce { send: None, recv: recv(0, 16), dt: f, op: ReduceOp::Sum },
+            CollArgs::Reduce { send: Some(send(0, 16)), recv: None, bytes: 16, dt: f, op: ReduceOp::Sum, root: 1 },
+            CollArgs::Allgather { send: None, recv: recv(0, 32), dt: i },
+            CollArgs::Gather { send: send(0, 8), recv: None, dt: i, root: 1 },
+            CollArgs::Alltoall { send: send(0, 0), recv: recv(0, 0), dt: i },
+            CollArgs::Broadcast { buf: recv(0, 64), dt: i, root: 0 },
+            CollArgs::Barrier,
+        ];
+        for a in &fine {
+            assert!(a.check_disjoint().is_ok(), "{a:?}");
+        }
+    }
+
+    #[test]
     fn signatures_describe_themselves() {
         let s = signature(0, Some(DType::Float32), Some(ReduceOp::Sum), None);
         assert_eq!(describe(s), "allreduce(float32, sum)");
