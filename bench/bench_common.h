@@ -595,10 +595,9 @@ static uint64_t verify(const struct bench *b, const struct kase *c, int inplace,
 
 /* Whether op is in the program's list of ops its library lacks. */
 static int program_lacks(const struct program *p, int op) {
-  size_t len = strlen(op_names[op]);
-  for (const char *at = p->lacks; at && *at; at += strcspn(at, ",") + (at[strcspn(at, ",")] == ',')) {
-    if (strcspn(at, ",") == len && strncmp(at, op_names[op], len) == 0) return 1;
-  }
+  int lacked[NOPS], n = p->lacks ? parse_list(p->lacks, lacked, NOPS, find_op) : 0;
+  for (int i = 0; i < n; i++)
+    if (lacked[i] == op) return 1;
   return 0;
 }
 

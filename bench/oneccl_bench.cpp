@@ -90,6 +90,14 @@ static const char usage[] =
 static const struct program prog = {"oneccl_bench", usage, 0 /* unknown_whole */, 0 /* bitwise */, 1 /* rs_own_block */,
                                     "gather,scatter" /* lacks */};
 
+/* The v forms' counts (every count the block: the blocks lie one after another, as oneCCL puts
+   them), made again only when the shape changes, so the timed calls do not pay for them. */
+static const std::vector<size_t> &v_counts(int n, size_t blk) {
+  static std::vector<size_t> counts;
+  if (counts.size() != (size_t)n || (n > 0 && counts[0] != blk)) counts.assign((size_t)n, blk);
+  return counts;
+}
+
 static ccl::communicator &comm_of(const bench *b) { return *static_cast<ccl::communicator *>(b->comm); }
 
 /* One call of the op in the given form, waited for. */
@@ -118,18 +126,8 @@ static void call(bench *b, const kase *c, int inplace) {
     if (avg) divide(c->dt, inplace ? own : recv, blk, n);
     break;
   case OP_ALLTOALL: ccl::alltoall(send, recv, blk, t, comm).wait(); break;
-  case OP_ALLGATHERV: { /* every count the block: the blocks lie one after another, as oneCCL puts them */
-    static std::vector<size_t> counts;
-    counts.assign((size_t)n, blk);
-    ccl::allgatherv(send, blk, recv, counts, t, comm).wait();
-    break;
-  }
-  case OP_ALLTOALLV: {
-    static std::vector<size_t> counts;
-    counts.assign((size_t)n, blk);
-    ccl::alltoallv(send, counts, recv, counts, t, comm).wait();
-    break;
-  }
+  case OP_ALLGATHERV: ccl::allgatherv(send, blk, recv, v_counts(n, blk), t, comm).wait(); break;
+  case OP_ALLTOALLV: ccl::alltoallv(send, v_counts(n, blk), recv, v_counts(n, blk), t, comm).wait(); break;
   case OP_SENDRECV: {
     ccl::event r = ccl::recv(recv, cnt, t, (rank + n - 1) % n, comm);
     ccl::event s = ccl::send(send, cnt, t, (rank + 1) % n, comm);
