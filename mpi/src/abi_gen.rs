@@ -484,9 +484,9 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Alltoallw_c", true),
     ("MPI_Alltoallw_init", true),
     ("MPI_Alltoallw_init_c", true),
-    ("MPI_Attr_delete", false),
-    ("MPI_Attr_get", false),
-    ("MPI_Attr_put", false),
+    ("MPI_Attr_delete", true),
+    ("MPI_Attr_get", true),
+    ("MPI_Attr_put", true),
     ("MPI_Barrier", true),
     ("MPI_Barrier_init", true),
     ("MPI_Bcast", true),
@@ -785,8 +785,8 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Isendrecv_replace_c", true),
     ("MPI_Issend", true),
     ("MPI_Issend_c", true),
-    ("MPI_Keyval_create", false),
-    ("MPI_Keyval_free", false),
+    ("MPI_Keyval_create", true),
+    ("MPI_Keyval_free", true),
     ("MPI_Lookup_name", false),
     ("MPI_Mprobe", true),
     ("MPI_Mrecv", true),
@@ -1416,27 +1416,27 @@ pub unsafe extern "C" fn PMPI_Alltoallw_init_c(sendbuf: *const c_void, sendcount
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Attr_delete(comm: MPI_Comm, keyval: c_int) -> c_int {
-    crate::err::unsupported("MPI_Attr_delete", comm)
+    crate::err::guard("MPI_Attr_delete", || unsafe { crate::api::attr_delete(comm, keyval) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Attr_delete(comm: MPI_Comm, keyval: c_int) -> c_int {
-    crate::err::unsupported("MPI_Attr_delete", comm)
+    crate::err::guard("MPI_Attr_delete", || unsafe { crate::api::attr_delete(comm, keyval) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Attr_get(comm: MPI_Comm, keyval: c_int, attribute_val: *mut c_void, flag: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Attr_get", comm)
+    crate::err::guard("MPI_Attr_get", || unsafe { crate::api::attr_get(comm, keyval, attribute_val, flag) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Attr_get(comm: MPI_Comm, keyval: c_int, attribute_val: *mut c_void, flag: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Attr_get", comm)
+    crate::err::guard("MPI_Attr_get", || unsafe { crate::api::attr_get(comm, keyval, attribute_val, flag) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Attr_put(comm: MPI_Comm, keyval: c_int, attribute_val: *mut c_void) -> c_int {
-    crate::err::unsupported("MPI_Attr_put", comm)
+    crate::err::guard("MPI_Attr_put", || unsafe { crate::api::attr_put(comm, keyval, attribute_val) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Attr_put(comm: MPI_Comm, keyval: c_int, attribute_val: *mut c_void) -> c_int {
-    crate::err::unsupported("MPI_Attr_put", comm)
+    crate::err::guard("MPI_Attr_put", || unsafe { crate::api::attr_put(comm, keyval, attribute_val) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Barrier(comm: MPI_Comm) -> c_int {
@@ -3824,19 +3824,19 @@ pub unsafe extern "C" fn PMPI_Issend_c(buf: *const c_void, count: MPI_Count, dat
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Keyval_create(copy_fn: Option<MPI_Copy_function>, delete_fn: Option<MPI_Delete_function>, keyval: *mut c_int, extra_state: *mut c_void) -> c_int {
-    crate::err::unsupported("MPI_Keyval_create", MPI_COMM_SELF)
+    crate::err::guard("MPI_Keyval_create", || unsafe { crate::api::keyval_create(copy_fn, delete_fn, keyval, extra_state) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Keyval_create(copy_fn: Option<MPI_Copy_function>, delete_fn: Option<MPI_Delete_function>, keyval: *mut c_int, extra_state: *mut c_void) -> c_int {
-    crate::err::unsupported("MPI_Keyval_create", MPI_COMM_SELF)
+    crate::err::guard("MPI_Keyval_create", || unsafe { crate::api::keyval_create(copy_fn, delete_fn, keyval, extra_state) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Keyval_free(keyval: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Keyval_free", MPI_COMM_SELF)
+    crate::err::guard("MPI_Keyval_free", || unsafe { crate::api::keyval_free(keyval) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Keyval_free(keyval: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Keyval_free", MPI_COMM_SELF)
+    crate::err::guard("MPI_Keyval_free", || unsafe { crate::api::keyval_free(keyval) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Lookup_name(service_name: *const c_char, info: MPI_Info, port_name: *mut c_char) -> c_int {

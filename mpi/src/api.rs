@@ -202,6 +202,7 @@ pub unsafe fn comm_set_errhandler(c: MPI_Comm, eh: MPI_Errhandler) -> Res {
         return Err(MpiErr::new(MPI_ERR_ARG, format!("{eh:#x} is not a valid error handler")).on(c));
     }
     mc.errhandler.store(eh, Ordering::Relaxed);
+    err::handler_set_on(c);
     Ok(())
 }
 
@@ -262,6 +263,8 @@ pub unsafe fn comm_rank(c: MPI_Comm, rank: *mut c_int) -> Res {
 pub unsafe fn comm_dup(c: MPI_Comm, newcomm: *mut MPI_Comm) -> Res {
     let mc = comm(c)?;
     let o = out(newcomm, "newcomm").map_err(|e| e.on(c))?;
+    // A failing copy callback leaves MPI_COMM_NULL (as MPICH does).
+    *o = MPI_COMM_NULL;
     let attrs = crate::info::copied_attrs(&mc).map_err(|e| e.on(c))?;
     *o = dup_groups(&mc)?;
     crate::topo::copy_to(&mc, *o)?;
@@ -1302,6 +1305,12 @@ pub use crate::inter::{comm_remote_group, comm_remote_size, comm_test_inter, int
 
 // ---- info and attributes: see info.rs -------------------------------------------------------------
 
+// MPI-1's names of the communicator attribute functions (deprecated, still in the ABI).
+pub use self::comm_get_attr as attr_get;
+pub use crate::info::{
+    comm_create_keyval as keyval_create, comm_delete_attr as attr_delete, comm_free_keyval as keyval_free,
+    comm_set_attr as attr_put,
+};
 pub use crate::info::{
     comm_create_keyval, comm_delete_attr, comm_free_keyval, comm_set_attr, info_create, info_delete, info_dup, info_free, info_get,
     info_get_nkeys, info_get_nthkey, info_get_string, info_get_valuelen, info_set,

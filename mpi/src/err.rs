@@ -6,9 +6,11 @@ use crate::abi_gen::*;
 use crate::state;
 use distcomm::log::Level;
 use std::ffi::c_int;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-/// An MPI error on its way out: class, message, and the communicator whose handler it goes to.
+/// An MPI error on its way out: class, message, and the communicator whose handler it goes to
+/// (`NO_OBJECT` for an error of no communicator, window, file or session: see `raise`).
 #[derive(Debug, Clone)]
 pub struct MpiErr {
     pub class: c_int,
@@ -20,12 +22,12 @@ pub type Res = Result<(), MpiErr>;
 
 impl MpiErr {
     pub fn new(class: c_int, msg: impl Into<String>) -> MpiErr {
-        MpiErr { class, msg: msg.into(), comm: MPI_COMM_SELF }
+        MpiErr { class, msg: msg.into(), comm: NO_OBJECT }
     }
 
     /// The error goes to `comm`'s error handler (unless it is already routed to a comm).
     pub fn on(mut self, comm: MPI_Comm) -> MpiErr {
-        if self.comm == MPI_COMM_SELF {
+        if self.comm == NO_OBJECT {
             self.comm = comm;
         }
         self
@@ -273,6 +275,34 @@ pub fn call_user_handler(h: MPI_Errhandler, mut comm: MPI_Comm, code: c_int) {
     IN_HANDLER.with(|f| f.set(false));
 }
 
+/// The `comm` of an error that belongs to no object.
+pub const NO_OBJECT: MPI_Comm = MPI_COMM_NULL;
+
+/// Where an error of no object goes: MPI_COMM_SELF's handler (MPI 4), unless the program set
+/// none there and set one on MPI_COMM_WORLD, where MPI 3 sent such errors; MPICH does the same
+/// for programs written before MPI 4 (its `attrerrtype` test sets only MPI_COMM_WORLD's).
+fn no_object_comm() -> MPI_Comm {
+    if !SET_ON_SELF.load(Ordering::Relaxed) && SET_ON_WORLD.load(Ordering::Relaxed) {
+        MPI_COMM_WORLD
+    } else {
+        MPI_COMM_SELF
+    }
+}
+
+/// Whether the program set MPI_COMM_SELF's or MPI_COMM_WORLD's error handler (see
+/// `no_object_comm`).
+static SET_ON_SELF: AtomicBool = AtomicBool::new(false);
+static SET_ON_WORLD: AtomicBool = AtomicBool::new(false);
+
+/// The program set `comm`'s error handler.
+pub fn handler_set_on(comm: MPI_Comm) {
+    match comm {
+        MPI_COMM_SELF => SET_ON_SELF.store(true, Ordering::Relaxed),
+        MPI_COMM_WORLD => SET_ON_WORLD.store(true, Ordering::Relaxed),
+        _ => {}
+    }
+}
+
 /// Raises `e` (already logged) on its communicator's handler; returns the code to give back.
 fn raise(func: &str, e: MpiErr) -> c_int {
     let text = format!("{func}: {}: {}", class_name(e.class).unwrap_or("MPI_ERR_UNKNOWN"), e.msg);
@@ -280,7 +310,7 @@ fn raise(func: &str, e: MpiErr) -> c_int {
         distcomm::log::write(Level::Warn, state::world_rank(), format_args!("{text}"));
     }
     let code = make_code(e.class, text.clone());
-    let comm = e.comm;
+    let comm = if e.comm == NO_OBJECT { no_object_comm() } else { e.comm };
     let handler = state::errhandler_of(comm);
     match handler {
         MPI_ERRORS_RETURN => code,

@@ -1,7 +1,8 @@
 //! Error classes, codes and strings that the program adds (MPI_Add_error_class/code/string)
 //! and removes (MPI_Remove_error_class/code/string, MPI 4.1). Their values start at
 //! USER_BASE, far above MPI_ERR_LASTCODE and above the codes `err` makes for its messages
-//! ((slot + 1) << 14 | class, below 2^27), so the three kinds of value never meet.
+//! ((slot + 1) << 14 | class, below 2^27), so the three kinds of value never meet. A removed
+//! value is handed out again by a later add (MPICH's `adderr` adds and removes 1.6 million).
 
 use crate::abi_gen::*;
 use crate::err::MpiErr;
@@ -17,13 +18,21 @@ struct Entry {
     class: c_int,
     text: Option<String>,
     live: bool,
+    /// A class's live codes.
+    codes: u32,
 }
 
-static USER: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
+/// Every value handed out (by `value - USER_BASE`), and the removed ones to hand out again.
+struct Table {
+    entries: Vec<Entry>,
+    removed: Vec<usize>,
+}
+
+static USER: Mutex<Table> = Mutex::new(Table { entries: Vec::new(), removed: Vec::new() });
 /// MPI_LASTUSEDCODE's value: the largest value handed out so far.
 static LASTUSED: AtomicI32 = AtomicI32::new(MPI_ERR_LASTCODE);
 
-fn lock() -> std::sync::MutexGuard<'static, Vec<Entry>> {
+fn lock() -> std::sync::MutexGuard<'static, Table> {
     USER.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -31,10 +40,21 @@ pub fn is_user(v: c_int) -> bool {
     v >= USER_BASE
 }
 
-fn add(v: &mut Vec<Entry>, class: Option<c_int>) -> Result<c_int, MpiErr> {
-    let value = USER_BASE.checked_add(v.len() as c_int).filter(|_| v.len() < (1 << 24)).ok_or_else(|| MpiErr::new(MPI_ERR_OTHER, "no error values left"))?;
-    v.push(Entry { class: class.unwrap_or(value), text: None, live: true });
-    LASTUSED.store(value, Ordering::Relaxed);
+fn add(t: &mut Table, class: Option<c_int>) -> Result<c_int, MpiErr> {
+    let i = match t.removed.pop() {
+        Some(i) => i,
+        None if t.entries.len() < (1 << 24) => {
+            t.entries.push(Entry { class: 0, text: None, live: false, codes: 0 });
+            t.entries.len() - 1
+        }
+        None => return mpi_err!(MPI_ERR_OTHER, "no error values left"),
+    };
+    let value = USER_BASE + i as c_int;
+    t.entries[i] = Entry { class: class.unwrap_or(value), text: None, live: true, codes: 0 };
+    if let Some(c) = class.filter(|&c| is_user(c)) {
+        t.entries[(c - USER_BASE) as usize].codes += 1;
+    }
+    LASTUSED.fetch_max(value, Ordering::Relaxed);
     Ok(value)
 }
 
@@ -46,7 +66,7 @@ pub fn add_class() -> Result<c_int, MpiErr> {
 pub fn add_code(class: c_int) -> Result<c_int, MpiErr> {
     let mut v = lock();
     let ok = if is_user(class) {
-        v.get((class - USER_BASE) as usize).is_some_and(|e| e.live && e.class == class)
+        v.entries.get((class - USER_BASE) as usize).is_some_and(|e| e.live && e.class == class)
     } else {
         crate::err::class_name(class).is_some() && class != MPI_SUCCESS
     };
@@ -57,11 +77,11 @@ pub fn add_code(class: c_int) -> Result<c_int, MpiErr> {
 }
 
 /// The live entry of an added class or code, or MPI_ERR_ARG.
-fn entry(v: &mut [Entry], value: c_int) -> Result<&mut Entry, MpiErr> {
+fn entry(t: &mut Table, value: c_int) -> Result<&mut Entry, MpiErr> {
     if !is_user(value) {
         return mpi_err!(MPI_ERR_ARG, "{value} is not an error class or code added by MPI_Add_error_class/code");
     }
-    match v.get_mut((value - USER_BASE) as usize) {
+    match t.entries.get_mut((value - USER_BASE) as usize) {
         Some(e) if e.live => Ok(e),
         _ => mpi_err!(MPI_ERR_ARG, "{value} is not an added error class or code (never added, or removed)"),
     }
@@ -97,6 +117,11 @@ pub fn remove_code(code: c_int) -> Result<(), MpiErr> {
         return mpi_err!(MPI_ERR_ARG, "error code {code} still has a string (MPI_Remove_error_string first)");
     }
     e.live = false;
+    let class = e.class;
+    if is_user(class) {
+        v.entries[(class - USER_BASE) as usize].codes -= 1;
+    }
+    v.removed.push((code - USER_BASE) as usize);
     Ok(())
 }
 
@@ -110,24 +135,24 @@ pub fn remove_class(class: c_int) -> Result<(), MpiErr> {
     if e.text.is_some() {
         return mpi_err!(MPI_ERR_ARG, "error class {class} still has a string (MPI_Remove_error_string first)");
     }
-    let codes = v.iter().enumerate().filter(|(i, e)| e.live && e.class == class && USER_BASE + *i as c_int != class).count();
-    if codes > 0 {
-        return mpi_err!(MPI_ERR_ARG, "error class {class} still has {codes} error codes (MPI_Remove_error_code first)");
+    if e.codes > 0 {
+        return mpi_err!(MPI_ERR_ARG, "error class {class} still has {} error codes (MPI_Remove_error_code first)", e.codes);
     }
-    v[(class - USER_BASE) as usize].live = false;
+    e.live = false;
+    v.removed.push((class - USER_BASE) as usize);
     Ok(())
 }
 
 /// The class of a live added class or code.
 pub fn class_of(value: c_int) -> Option<c_int> {
     let v = lock();
-    v.get(value.checked_sub(USER_BASE)? as usize).filter(|e| e.live).map(|e| e.class)
+    v.entries.get(value.checked_sub(USER_BASE)? as usize).filter(|e| e.live).map(|e| e.class)
 }
 
 /// The string of a live added class or code ("" until one is added).
 pub fn string_of(value: c_int) -> Option<String> {
     let v = lock();
-    v.get(value.checked_sub(USER_BASE)? as usize).filter(|e| e.live).map(|e| e.text.clone().unwrap_or_default())
+    v.entries.get(value.checked_sub(USER_BASE)? as usize).filter(|e| e.live).map(|e| e.text.clone().unwrap_or_default())
 }
 
 /// Where MPI_LASTUSEDCODE's value lies (the attribute is a pointer to it).
@@ -165,5 +190,15 @@ mod tests {
         assert!(remove_class(cls).is_err() && class_of(cls).is_none());
         assert!(remove_class(MPI_ERR_OTHER).is_err() && remove_code(0).is_err() && remove_string(0).is_err());
         remove_code(other).unwrap();
+        // Removed values come back; a class counts its codes.
+        let again = add_class().unwrap();
+        assert!(again == cls || again == c1 || again == other, "a removed value is reused");
+        let codes: Vec<c_int> = (0..3).map(|_| add_code(again).unwrap()).collect();
+        assert!(remove_class(again).is_err());
+        for c in &codes {
+            remove_code(*c).unwrap();
+        }
+        remove_class(again).unwrap();
+        assert!(*lastused() >= codes.iter().copied().max().unwrap());
     }
 }

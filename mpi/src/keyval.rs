@@ -4,6 +4,11 @@
 //!
 //! Callbacks never run with a lock held: a delete callback may free another object (mpi4py's
 //! tests free a window from one), which comes back here.
+//!
+//! A keyval freed while attributes still use it stays usable until the last of them is
+//! deleted (MPI: "the actual free does not transpire until after all references ... have been
+//! freed"); freeing it again meanwhile is no error (as in MPICH: MPICH's `attr` tests free a
+//! keyval from its own delete callback and then again).
 
 use crate::abi_gen::*;
 use crate::err::{MpiErr, Res};
@@ -47,6 +52,15 @@ struct Keyval {
     extra: usize,
     /// False once freed: no longer usable, but attributes still set keep their callbacks.
     live: bool,
+    /// Attributes set with it on objects not freed yet.
+    attached: usize,
+}
+
+impl Keyval {
+    /// Live, or freed while attributes still use it.
+    fn usable(&self) -> bool {
+        self.live || self.attached > 0
+    }
 }
 
 static KEYVALS: Mutex<Vec<Keyval>> = Mutex::new(Vec::new());
@@ -60,12 +74,27 @@ fn entry(k: c_int) -> Option<Keyval> {
     k.checked_sub(KEYVAL_BASE).and_then(|i| usize::try_from(i).ok()).and_then(|i| v.get(i).copied())
 }
 
-/// The live keyval `k` of `kind`, or MPI_ERR_KEYVAL.
+/// The usable keyval `k` of `kind`, or MPI_ERR_KEYVAL.
 fn live(kind: Kind, k: c_int) -> Result<Keyval, MpiErr> {
     match entry(k) {
-        Some(kv) if kv.live && kv.kind == kind => Ok(kv),
-        Some(kv) if kv.live => crate::mpi_err!(MPI_ERR_KEYVAL, "keyval {k} is a {} keyval, not a {} one", kv.kind.name(), kind.name()),
+        Some(kv) if kv.usable() && kv.kind == kind => Ok(kv),
+        Some(kv) if kv.usable() => crate::mpi_err!(MPI_ERR_KEYVAL, "keyval {k} is a {} keyval, not a {} one", kv.kind.name(), kind.name()),
         _ => crate::mpi_err!(MPI_ERR_KEYVAL, "keyval {k} is not a valid {} keyval (never made, or freed)", kind.name()),
+    }
+}
+
+/// `n` more (or fewer) attributes use keyval `k`.
+fn attach(k: c_int, n: isize) {
+    let mut v = lock(&KEYVALS);
+    if let Some(kv) = k.checked_sub(KEYVAL_BASE).and_then(|i| usize::try_from(i).ok()).and_then(|i| v.get_mut(i)) {
+        kv.attached = kv.attached.saturating_add_signed(n);
+    }
+}
+
+/// The attributes in `list` now belong to a new object (a duplicate's, see `copied`).
+pub fn attached(list: &[(c_int, usize)]) {
+    for &(k, _) in list {
+        attach(k, 1);
     }
 }
 
@@ -75,11 +104,12 @@ pub fn is_user(kind: Kind, k: c_int) -> bool {
 
 pub fn create(kind: Kind, copy: usize, delete: usize, extra: *mut c_void) -> c_int {
     let mut v = lock(&KEYVALS);
-    v.push(Keyval { kind, copy, delete, extra: extra as usize, live: true });
+    v.push(Keyval { kind, copy, delete, extra: extra as usize, live: true, attached: 0 });
     KEYVAL_BASE + v.len() as c_int - 1
 }
 
-/// MPI_*_free_keyval: sets `*k` to MPI_KEYVAL_INVALID.
+/// MPI_*_free_keyval: sets `*k` to MPI_KEYVAL_INVALID (see the module comment for a keyval
+/// that attributes still use).
 pub fn free(kind: Kind, k: &mut c_int) -> Res {
     live(kind, *k)?;
     lock(&KEYVALS)[(*k - KEYVAL_BASE) as usize].live = false;
@@ -99,23 +129,23 @@ fn call_delete(kv: &Keyval, obj: usize, k: c_int, val: usize) -> Res {
     Ok(())
 }
 
-/// MPI_*_set_attr: a value replacing another has the old one's delete callback run.
+/// MPI_*_set_attr: a value replacing another has the old one's delete callback run first; if
+/// that fails, the old value stays and the call fails (as MPICH's `attrerr*` tests expect).
 pub fn set(kind: Kind, obj: usize, attrs: &Attrs, k: c_int, val: *mut c_void) -> Res {
     let kv = live(kind, k)?;
-    let old = {
-        let mut a = lock(attrs);
-        match a.iter_mut().find(|(ak, _)| *ak == k) {
-            Some(x) => Some(std::mem::replace(&mut x.1, val as usize)),
-            None => {
-                a.push((k, val as usize));
-                None
-            }
-        }
-    };
-    match old {
-        Some(o) => call_delete(&kv, obj, k, o),
-        None => Ok(()),
+    let old = lock(attrs).iter().find(|(ak, _)| *ak == k).map(|x| x.1);
+    if let Some(o) = old {
+        call_delete(&kv, obj, k, o)?;
     }
+    let mut a = lock(attrs);
+    match a.iter_mut().find(|(ak, _)| *ak == k) {
+        Some(x) => x.1 = val as usize,
+        None => {
+            a.push((k, val as usize));
+            attach(k, 1);
+        }
+    }
+    Ok(())
 }
 
 /// MPI_*_get_attr of a user keyval: Ok(None) when the object has no value for it.
@@ -137,17 +167,19 @@ pub fn get_into(kind: Kind, attrs: &Attrs, k: c_int, value: *mut c_void, flag: &
     Ok(())
 }
 
-/// MPI_*_delete_attr.
+/// MPI_*_delete_attr: the attribute goes only if its delete callback succeeds.
 pub fn delete(kind: Kind, obj: usize, attrs: &Attrs, k: c_int) -> Res {
     let kv = live(kind, k)?;
-    let v = {
-        let mut a = lock(attrs);
-        match a.iter().position(|(ak, _)| *ak == k) {
-            Some(i) => a.remove(i).1,
-            None => return crate::mpi_err!(MPI_ERR_KEYVAL, "keyval {k} has no value on this {}", kind.name()),
-        }
+    let Some(v) = lock(attrs).iter().find(|(ak, _)| *ak == k).map(|x| x.1) else {
+        return crate::mpi_err!(MPI_ERR_KEYVAL, "keyval {k} has no value on this {}", kind.name());
     };
-    call_delete(&kv, obj, k, v)
+    call_delete(&kv, obj, k, v)?;
+    let mut a = lock(attrs);
+    if let Some(i) = a.iter().position(|(ak, _)| *ak == k) {
+        a.remove(i);
+        attach(k, -1);
+    }
+    Ok(())
 }
 
 /// Runs the delete callbacks of every attribute of an object being freed (freed keyvals too),
@@ -159,6 +191,7 @@ pub fn delete_all(obj: usize, attrs: &Attrs) -> Res {
     for (k, v) in list.into_iter().rev() {
         if let Some(kv) = entry(k) {
             let r = call_delete(&kv, obj, k, v);
+            attach(k, -1);
             if first.is_ok() {
                 first = r;
             }
@@ -167,7 +200,8 @@ pub fn delete_all(obj: usize, attrs: &Attrs) -> Res {
     first
 }
 
-/// The attributes a duplicate of `obj` gets: each keyval's copy callback decides.
+/// The attributes a duplicate of `obj` gets: each keyval's copy callback decides (the
+/// duplicate, once made, takes them with `attached`).
 pub fn copied(obj: usize, attrs: &Attrs) -> Result<Vec<(c_int, usize)>, MpiErr> {
     let list = lock(attrs).clone();
     let mut out = Vec::new();
@@ -265,6 +299,7 @@ pub fn type_copied(dt: MPI_Datatype) -> Result<Vec<(c_int, usize)>, MpiErr> {
 
 pub fn type_set_all(dt: MPI_Datatype, list: Vec<(c_int, usize)>) {
     if !list.is_empty() {
+        attached(&list);
         *lock(&type_attrs(dt, true).expect("made")) = list;
     }
 }

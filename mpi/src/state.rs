@@ -276,6 +276,7 @@ pub fn add_comm(comm: Arc<Comm>, errhandler: MPI_Errhandler) -> MPI_Comm {
 /// Sets the attributes a new communicator starts with (a dup's copies).
 pub fn set_attrs(h: MPI_Comm, attrs: Vec<(c_int, usize)>) {
     if let Ok(c) = get_comm(h) {
+        crate::keyval::attached(&attrs);
         *c.attrs.lock().unwrap_or_else(|p| p.into_inner()) = attrs;
     }
 }

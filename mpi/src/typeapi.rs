@@ -310,7 +310,11 @@ pub unsafe fn type_create_resized_c(old: MPI_Datatype, lb: MPI_Count, extent: MP
 }
 
 pub unsafe fn type_dup(old: MPI_Datatype, new: *mut MPI_Datatype) -> Res {
-    // The copy callbacks run first: one that fails makes no type (see keyval.rs).
+    // The copy callbacks run first: one that fails makes no type (see keyval.rs), and leaves
+    // MPI_DATATYPE_NULL (as MPICH does).
+    if !new.is_null() {
+        *new = MPI_DATATYPE_NULL;
+    }
     datatype::resolve_any(old)?;
     let attrs = crate::keyval::type_copied(old)?;
     put_new(new, || datatype::dup(old))?;

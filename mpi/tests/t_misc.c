@@ -1,5 +1,6 @@
 /* Groups, Comm_create, Comm_split_type, names, Alloc_mem, Sendrecv_replace, Waitsome/Testsome,
- * Request_get_status, extents, status helpers. */
+ * Request_get_status, extents, status helpers, attributes (their callbacks' failures, keyvals
+ * freed while in use, MPI-1's names). */
 #include "common.h"
 
 static int deleted = 0, copied = 0;
@@ -16,9 +17,55 @@ static int delete_fn(MPI_Comm c, int k, void *val, void *extra) {
   return MPI_SUCCESS;
 }
 
+/* Callbacks that fail: a delete that refuses while `refuse` is set, a copy that always does. */
+static int refuse = 1;
+static int refusing_delete(MPI_Comm c, int k, void *val, void *extra) {
+  (void)c; (void)k; (void)val; (void)extra;
+  return refuse ? MPI_ERR_OTHER : MPI_SUCCESS;
+}
+static int failing_copy(MPI_Comm c, int k, void *extra, void *in, void *out, int *flag) {
+  (void)c; (void)k; (void)extra; (void)in; (void)out;
+  *flag = 1;
+  return MPI_ERR_OTHER;
+}
+static int type_deletes = 0;
+static int refusing_type_delete(MPI_Datatype t, int k, void *val, void *extra) {
+  (void)t; (void)k; (void)val; (void)extra;
+  type_deletes++;
+  return refuse ? MPI_ERR_OTHER : MPI_SUCCESS;
+}
+
 int main(int argc, char **argv) {
   int rank, size, r, s, res, flag;
   t_init(&argc, &argv, &rank, &size);
+
+  /* A datatype's error goes to MPI_COMM_SELF's handler, or, where the program set none there,
+   * to MPI_COMM_WORLD's (MPI 3's rule, which MPICH keeps): with only the world's set to
+   * return (first thing here: nothing has set MPI_COMM_SELF's yet), the failing delete
+   * callback's error comes back instead of ending the job, and the attribute stays. */
+  static char tval[2];
+  void *tgot = NULL;
+  MPI_Datatype td, td2;
+  int tkv;
+  OK(MPI_Type_dup(MPI_DOUBLE, &td));
+  OK(MPI_Type_create_keyval(MPI_TYPE_NULL_COPY_FN, refusing_type_delete, &tkv, NULL));
+  OK(MPI_Type_set_attr(td, tkv, tval));
+  OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  FAILS(MPI_Type_set_attr(td, tkv, tval + 1), MPI_ERR_OTHER);
+  FAILS(MPI_Type_delete_attr(td, tkv), MPI_ERR_OTHER);
+  CHECK(type_deletes == 2);
+  OK(MPI_Type_get_attr(td, tkv, &tgot, &flag));
+  CHECK(flag == 1 && tgot == tval);
+  OK(MPI_Type_dup(td, &td2));
+  OK(MPI_Type_get_attr(td2, tkv, &tgot, &flag));
+  CHECK(flag == 0);
+  OK(MPI_Type_free(&td2));
+  refuse = 0;
+  OK(MPI_Type_free(&td));
+  refuse = 1;
+  CHECK(type_deletes == 3);
+  OK(MPI_Type_free_keyval(&tkv));
+  OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL));
 
   /* Groups: the world's, reversed, the even ranks; translation and comparison. */
   MPI_Group world, rev, even, empty;
@@ -287,6 +334,62 @@ int main(int argc, char **argv) {
   OK(MPI_Comm_free_keyval(&kv1));
   OK(MPI_Comm_free_keyval(&kv2));
   CHECK(kv1 == MPI_KEYVAL_INVALID);
+
+  /* A keyval freed while an attribute uses it keeps working for that attribute: its copy and
+   * delete callbacks run, the attribute can be read and deleted by the old value, and freeing
+   * it again meanwhile is no error (MPICH's attr tests do all of these). */
+  int kv3, kv3_value;
+  copied = deleted = 0;
+  OK(MPI_Comm_create_keyval(copy_fn, delete_fn, &kv3, &extra));
+  kv3_value = kv3;
+  OK(MPI_Comm_set_attr(d, kv3, payload));
+  OK(MPI_Comm_free_keyval(&kv3));
+  CHECK(kv3 == MPI_KEYVAL_INVALID);
+  OK(MPI_Comm_dup(d, &d2));
+  CHECK(copied == 1);
+  OK(MPI_Comm_get_attr(d2, kv3_value, &got_attr, &flag));
+  CHECK(flag == 1 && got_attr == payload + 1);
+  OK(MPI_Comm_free(&d2));
+  CHECK(deleted == 1);
+  kv3 = kv3_value;
+  OK(MPI_Comm_free_keyval(&kv3));
+  OK(MPI_Comm_delete_attr(d, kv3_value));
+  CHECK(deleted == 2);
+
+  /* Failing callbacks: a delete callback that fails leaves the attribute where it was (set,
+   * delete), a copy callback that fails fails the dup, whose new handle is then the null one. */
+  OK(MPI_Comm_set_errhandler(d, MPI_ERRORS_RETURN));
+  int kv4;
+  OK(MPI_Comm_create_keyval(failing_copy, refusing_delete, &kv4, NULL));
+  OK(MPI_Comm_set_attr(d, kv4, payload));
+  FAILS(MPI_Comm_set_attr(d, kv4, payload + 1), MPI_ERR_OTHER);
+  OK(MPI_Comm_get_attr(d, kv4, &got_attr, &flag));
+  CHECK(flag == 1 && got_attr == payload);
+  FAILS(MPI_Comm_delete_attr(d, kv4), MPI_ERR_OTHER);
+  OK(MPI_Comm_get_attr(d, kv4, &got_attr, &flag));
+  CHECK(flag == 1 && got_attr == payload);
+  d2 = MPI_COMM_WORLD;
+  FAILS(MPI_Comm_dup(d, &d2), MPI_ERR_OTHER);
+  CHECK(d2 == MPI_COMM_NULL);
+  refuse = 0;
+  OK(MPI_Comm_delete_attr(d, kv4));
+  OK(MPI_Comm_get_attr(d, kv4, &got_attr, &flag));
+  CHECK(flag == 0);
+  OK(MPI_Comm_free_keyval(&kv4));
+
+  /* MPI-1's names of the same functions (deprecated, still in the ABI). */
+  int kv5, *tag_ub = NULL;
+  OK(MPI_Keyval_create(MPI_NULL_COPY_FN, MPI_NULL_DELETE_FN, &kv5, NULL));
+  OK(MPI_Attr_put(d, kv5, payload + 3));
+  OK(MPI_Attr_get(d, kv5, &got_attr, &flag));
+  CHECK(flag == 1 && got_attr == payload + 3);
+  OK(MPI_Attr_delete(d, kv5));
+  OK(MPI_Attr_get(d, kv5, &got_attr, &flag));
+  CHECK(flag == 0);
+  OK(MPI_Keyval_free(&kv5));
+  CHECK(kv5 == MPI_KEYVAL_INVALID);
+  OK(MPI_Attr_get(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &flag));
+  CHECK(flag == 1 && tag_ub && *tag_ub >= 32767);
 
   OK(MPI_Comm_free(&d));
   free(ranks);

@@ -24,9 +24,10 @@ static int type_delete(MPI_Datatype t, int k, void *val, void *extra) {
   type_deleted++;
   return MPI_SUCCESS;
 }
+static int type_delete_refuses = 1;
 static int type_delete_fails(MPI_Datatype t, int k, void *val, void *extra) {
   (void)t; (void)k; (void)val; (void)extra;
-  return MPI_ERR_OTHER;
+  return type_delete_refuses ? MPI_ERR_OTHER : MPI_SUCCESS;
 }
 static void win_handler(MPI_Win *w, int *code, ...) {
   eh_calls++;
@@ -347,6 +348,11 @@ int main(int argc, char **argv) {
   OK(MPI_Type_create_keyval(MPI_TYPE_NULL_COPY_FN, type_delete_fails, &tk2, NULL));
   OK(MPI_Type_set_attr(t, tk2, &tv));
   FAILS(MPI_Type_delete_attr(t, tk2), MPI_ERR_OTHER);
+  /* The attribute whose delete failed is still there. */
+  OK(MPI_Type_get_attr(t, tk2, &tp, &flag));
+  CHECK(flag && tp == &tv);
+  type_delete_refuses = 0;
+  OK(MPI_Type_delete_attr(t, tk2));
   /* Attributes on a predefined type too. */
   OK(MPI_Type_set_attr(MPI_INT, tk, &tv));
   OK(MPI_Type_get_attr(MPI_INT, tk, &tp, &flag));
