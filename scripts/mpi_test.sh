@@ -197,6 +197,15 @@ for mode in fatal abort; do
   fi
   echo "ok t_fatal $mode (exit $rc)"
 done
+# MPIEXEC_TIMEOUT (as MPICH's mpiexec): a job still running then is stopped, status 124.
+set +e
+start=$SECONDS
+MPIEXEC_TIMEOUT=2 timeout 60 "$PREFIX/bin/mpiexec" -n 2 "$TMP/ours/t_fatal" stuck > "$TMP/fatal.txt" 2>&1
+rc=$?
+set -e
+[ "$rc" = 124 ] && [ $((SECONDS - start)) -lt 30 ] || { cat "$TMP/fatal.txt"; fail "MPIEXEC_TIMEOUT=2: exit status $rc after $((SECONDS - start)) s, expected 124 within seconds"; }
+grep -q "time limit of 2 s" "$TMP/fatal.txt" || { cat "$TMP/fatal.txt"; fail "MPIEXEC_TIMEOUT: no message"; }
+echo "ok MPIEXEC_TIMEOUT ends a stuck job (exit $rc)"
 
 step "a failed process: MPIX_ERR_PROC_FAILED on the survivors (distcomm only)"
 # Rank 1 exits 0 at once (the launcher leaves the others running), then is killed (SIGKILL)

@@ -12,7 +12,11 @@ into --out (mpitestconf.h and friends: what a Linux/glibc build of it would defi
 
 Each line of a folder's testlist.in runs once (`name ranks arg=... env=...`); lines that need
 MPICH's own control variables (env=MPIR_CVAR_...) or more than --max-np ranks are skipped. A
-test passes when it exits 0 and prints "No Errors". MPICH's own expected failures (xfail=) are
+test passes when it exits 0 and prints "No Errors", or, where its line says resultTest=TestStatus
+or TestErrFatal (a rank that exits non-zero, an error handler that must end the job, a job
+stopped by its time limit), when the job ends with a non-zero status, as MPICH's runtests
+judges them. Every job gets MPIEXEC_TIMEOUT (timeLimit=, else --timeout), as runtests sets
+it; a job still running 10 s later is killed here (TIMEOUT). MPICH's own expected failures (xfail=) are
 reported as such. With --mpich VENV (an `pip install mpich` venv: lib/libmpi_abi.so.1,
 bin/mpiexec), a test that fails on distcomm is run again on MPICH's library (the binary is the
 standard ABI's, so it runs on either): "fails on MPICH too" tells the test's expectation apart
@@ -120,16 +124,22 @@ def main():
         r = run([mpicc, *cflags, f"-I{src}/{d}", c, *main, threads, *objs, "-lm", "-lpthread", "-o", exe])
         return (exe, "") if r.returncode == 0 else (None, (r.stderr.strip().splitlines() or ["?"])[-1][:160])
 
-    def attempt(exe, np, args, env, launcher, limit):
+    def attempt(exe, np, args, env, launcher, limit, fails_job):
+        t0 = time.time()
         try:
-            r = run(["timeout", "-k", "5", str(limit), *launcher, "-n", str(np), exe, *args], env=env, cwd=rundir)
+            env = dict(env, MPIEXEC_TIMEOUT=str(limit))
+            r = run(["timeout", "-k", "5", str(limit + 10), *launcher, "-n", str(np), exe, *args], env=env, cwd=rundir)
         except OSError as e:
             return "FAIL", str(e)
         text = r.stdout + r.stderr
+        tail = " | ".join(text.strip().splitlines()[-3:])[:300]
+        if r.returncode in (124, 137) and time.time() - t0 >= limit + 9:
+            return "TIMEOUT", tail
+        if fails_job:
+            return ("pass", "") if r.returncode != 0 else ("FAIL", "exited 0 where the job should fail | " + tail)
         if r.returncode == 0 and re.search(r"No Errors", text, re.IGNORECASE):
             return "pass", ""
-        tail = " | ".join(text.strip().splitlines()[-3:])[:300]
-        return ("TIMEOUT" if r.returncode == 124 else "FAIL"), tail
+        return "FAIL", tail
 
     counts, regressions = {}, 0
     for d in a.dirs.split():
@@ -156,10 +166,11 @@ def main():
                 if exe is None:
                     verdict = "BUILD"
                 else:
-                    verdict, why = attempt(exe, np, args, env, [mpiexec], limit)
+                    fails_job = any(o in ("resultTest=TestStatus", "resultTest=TestErrFatal") for o in opts)
+                    verdict, why = attempt(exe, np, args, env, [mpiexec], limit, fails_job)
                     if verdict != "pass" and mpich:
                         menv = dict(env, FI_PROVIDER="shm", LD_LIBRARY_PATH=f"{mpich}/lib")
-                        theirs, _ = attempt(exe, np, args, menv, [f"{mpich}/bin/mpiexec"], limit)
+                        theirs, _ = attempt(exe, np, args, menv, [f"{mpich}/bin/mpiexec"], limit, fails_job)
                         why = ("[fails on MPICH too] " if theirs != "pass" else "[MPICH passes] ") + why
                         regressions += theirs == "pass" and not any(o.startswith("xfail=") for o in opts)
                 if exe:

@@ -87,6 +87,17 @@ fn failing_rank_tears_down_the_others() {
 }
 
 #[test]
+fn a_job_past_its_time_limit_is_stopped() {
+    let t0 = Instant::now();
+    let o = dcrun(&["-n", "2", "--time-limit", "1", "sh", "-c", "if [ \"$RANK\" = 1 ]; then trap '' TERM; fi; exec sleep 30"]);
+    assert_eq!(o.status.code(), Some(124), "{o:?}");
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("time limit of 1 s"), "{o:?}");
+    let quick = dcrun(&["-n", "2", "--time-limit", "20", "true"]);
+    assert_eq!(quick.status.code(), Some(0), "{quick:?}");
+}
+
+#[test]
 fn keep_going_leaves_the_others_running() {
     let o = dcrun(&["-n", "3", "--keep-going", "sh", "-c", "if [ \"$RANK\" = 1 ]; then kill -9 $$; fi; sleep 0.5; echo done $RANK"]);
     assert_eq!(o.status.code(), Some(137), "{o:?}");

@@ -38,6 +38,9 @@ options:
       --keep-going        a rank that fails does not stop the others (for programs that go on
                           without a failed rank, e.g. under MPI_ERRORS_RETURN); dcrun still
                           exits with the first failed rank's status once every rank has ended
+      --time-limit S      stop the ranks (SIGTERM, then SIGKILL) once the job has run S seconds
+                          and exit with status 124 (0: no limit, the default; mpiexec passes
+                          MPIEXEC_TIMEOUT as this, as MPICH's mpiexec honours it)
       --bind MODE         auto (default): cores when the ranks are no more than the cores dcrun
                           may use; more ranks than cores are bound round robin while nothing
                           else runs on the host and unbound while other work does (dcrun
@@ -149,6 +152,8 @@ struct Args {
     rank0_store: bool,
     /// --keep-going: a failed rank does not stop the others (fault-tolerant programs).
     keep_going: bool,
+    /// --time-limit: the ranks are stopped once the job has run this long.
+    time_limit: Option<Duration>,
     prog: Vec<OsString>,
 }
 
@@ -167,6 +172,7 @@ fn parse_args(argv: Vec<OsString>) -> Result<Action, String> {
     let mut bind = Bind::Auto;
     let mut rank0_store = false;
     let mut keep_going = false;
+    let mut time_limit = None;
     let mut it = argv.into_iter().peekable();
     let mut prog = Vec::new();
 
@@ -217,6 +223,10 @@ fn parse_args(argv: Vec<OsString>) -> Result<Action, String> {
             "--no-prefix" => prefix = false,
             "--rank0-store" => rank0_store = true,
             "--keep-going" => keep_going = true,
+            "--time-limit" => {
+                let secs = number(&name, Some(value(&name)?))?;
+                time_limit = (secs > 0).then(|| Duration::from_secs(secs as u64));
+            }
             "--bind" | "--bind-to" => {
                 bind = match value(&name)?.as_str() {
                     "auto" => Bind::Auto,
@@ -245,7 +255,7 @@ fn parse_args(argv: Vec<OsString>) -> Result<Action, String> {
     if prog.is_empty() {
         return Err("no program given".into());
     }
-    Ok(Action::Run(Args { nproc, nnodes, node_rank, master, prefix, bind, rank0_store, keep_going, prog }))
+    Ok(Action::Run(Args { nproc, nnodes, node_rank, master, prefix, bind, rank0_store, keep_going, time_limit, prog }))
 }
 
 fn main() {
@@ -566,6 +576,7 @@ fn run(args: Args) -> i32 {
 
     let mut result: Option<i32> = None;
     let mut kill_at: Option<Instant> = None;
+    let mut time_up_at = args.time_limit.map(|d| Instant::now() + d);
     let mut user_signals = 0u32;
     let mut last_user_signal = 0i32;
     if let Some((code, _)) = spawn_error {
@@ -606,11 +617,18 @@ fn run(args: Args) -> i32 {
         if alive.is_empty() {
             break;
         }
+        if time_up_at.is_some_and(|t| Instant::now() >= t) {
+            time_up_at = None;
+            eprintln!("dcrun: the job ran past its time limit of {} s (--time-limit); stopping the ranks", args.time_limit.unwrap_or_default().as_secs());
+            result.get_or_insert(124);
+            signal_all(&alive, libc::SIGTERM);
+            kill_at = Some(Instant::now() + GRACE);
+        }
         if kill_at.is_some_and(|t| Instant::now() >= t) {
             signal_all(&alive, libc::SIGKILL);
             kill_at = None;
         }
-        let timeout_ms = match kill_at {
+        let timeout_ms = match kill_at.into_iter().chain(time_up_at).min() {
             Some(t) => t.saturating_duration_since(Instant::now()).as_millis().clamp(1, 1000) as libc::c_int,
             None => 1000,
         };
