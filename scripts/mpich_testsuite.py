@@ -114,14 +114,33 @@ def main():
             sys.exit(f"building util/{n}.c failed:\n{r.stderr}")
         extra[n] = o
 
+    def automake(d, name):
+        """A program's sources and defines from its folder's Makefile.am (name_SOURCES,
+        name_CPPFLAGS), for tests made of shared sources (threads/pt2pt's mt_*); else None."""
+        mk = f"{src}/{d}/Makefile.am"
+        if not os.path.exists(mk):
+            return None
+        text = open(mk, errors="replace").read().replace("\\\n", " ")
+        var = lambda v: (re.search(rf"^{re.escape(name)}_{v}\s*=(.*)$", text, re.M) or [None, None])[1]
+        sources = var("SOURCES")
+        if sources is None:
+            return None
+        defines = [f for f in (var("CPPFLAGS") or "").split() if f.startswith(("-D", "-I")) and "$(" not in f]
+        return [f"{src}/{d}/{f}" for f in sources.split()], defines
+
     def build(d, name):
-        exe = f"{bindir}/{d}_{name}"
+        exe = f"{bindir}/{d.replace('/', '_')}_{name}"  # (threads/pt2pt: one flat folder)
         c = f"{src}/{d}/{name}.c"
+        sources, defines = [c], []
         if not os.path.exists(c):
-            return None, "no source"
-        main = [] if re.search(r"\bmain\s*\(", open(c, errors="replace").read()) else [extra["run_mpitests"]]
+            made = automake(d, name)
+            if made is None:
+                return None, "no source"
+            sources, defines = made
+        text = "".join(open(f, errors="replace").read() for f in sources)
+        main = [] if re.search(r"\bmain\s*\(", text) else [extra["run_mpitests"]]
         threads = extra["mtest_thread" if d.startswith("threads") else "mtest_single"]
-        r = run([mpicc, *cflags, f"-I{src}/{d}", c, *main, threads, *objs, "-lm", "-lpthread", "-o", exe])
+        r = run([mpicc, *cflags, *defines, f"-I{src}/{d}", *sources, *main, threads, *objs, "-lm", "-lpthread", "-o", exe])
         return (exe, "") if r.returncode == 0 else (None, (r.stderr.strip().splitlines() or ["?"])[-1][:160])
 
     def attempt(exe, np, args, env, launcher, limit, fails_job):
