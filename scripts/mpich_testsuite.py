@@ -156,6 +156,8 @@ def main():
             return "TIMEOUT", tail
         if fails_job:
             return ("pass", "") if r.returncode != 0 else ("FAIL", "exited 0 where the job should fail | " + tail)
+        if r.returncode in (124, 137) and time.time() - t0 >= limit - 1:
+            return "TIMEOUT", tail  # (stopped by its mpiexec at MPIEXEC_TIMEOUT)
         if r.returncode == 0 and re.search(r"No Errors", text, re.IGNORECASE):
             return "pass", ""
         return "FAIL", tail
