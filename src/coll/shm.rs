@@ -1,6 +1,7 @@
 //! Collectives over a shared-memory arena (all members on one host). The calling thread does
-//! the work. Small ones (up to `EAGER_BYTES`) go through the per-rank mailboxes (`run_eager`):
-//! writers post and go on, readers take what they need. Larger ones take steps: data is staged
+//! the work. Small ones (up to `Arena::eager_capacity`: 4 KiB up to 64 ranks, 2 KiB above) go
+//! through the per-rank mailboxes (`run_eager`): writers post and go on, readers take what
+//! they need. Larger ones take steps: data is staged
 //! in per-rank slots, reduced in parallel with each rank owning a share of every chunk, and
 //! copied out, chunk by chunk so it stays in cache; reductions up to 16 KiB take one step in
 //! which everyone reduces every input in rank order. Every rank ends with the same bytes
@@ -468,32 +469,37 @@ impl<'a> ShmRun<'a> {
         self.arena.wait_all(Flag::Result, s, self.deadline, self.interrupt)
     }
 
-    /// Runs a broadcast or reduce of at most `EAGER_BYTES` through the mailboxes (see
-    /// `transport::shm`): the root of a broadcast (the contributors of a reduce) post and go
-    /// on, the others wait only for what they read. `None` for anything else.
+    /// Runs a collective whose posts fit a mailbox slot (`Arena::eager_capacity`: 4 KiB up to
+    /// 64 ranks, else 2 KiB) through the mailboxes (see `transport::shm`): the root of a
+    /// broadcast (the contributors of a reduce) post and go on, the others wait only for what
+    /// they read. `None` for anything else.
     ///
     /// # Safety
     /// As for `run`.
     pub unsafe fn run_eager(&mut self, args: &CollArgs) -> Option<Result<()>> {
         self.sig = args.signature();
         let whole = |b: MutBuf| std::slice::from_raw_parts(b.as_ptr() as *const u8, b.len());
+        // The large slots serve what was measured faster through them than staged (see
+        // `LARGE_EAGER_BYTES`); alltoall and reduce_scatter were 12-18% slower there at 3-4
+        // KiB (each rank reads a block of every post), so they keep to the small slots.
+        let cap = self.arena.eager_capacity();
         Some(match args {
             // Everyone stamps its slot and waits for every other stamp.
             CollArgs::Barrier => {
                 self.bytes = 0;
                 self.post(&[]).and_then(|_| (0..self.n()).filter(|&r| r != self.me()).try_for_each(|r| self.fetch_agreeing(r).map(|_| ())))
             }
-            CollArgs::Broadcast { buf, root, .. } if buf.len() <= EAGER_BYTES => {
+            CollArgs::Broadcast { buf, root, .. } if buf.len() <= cap => {
                 self.bytes = buf.len() as u64;
                 self.eager_broadcast(*buf, *root)
             }
             // Everyone posts its block and copies every other's.
-            CollArgs::Allgather { send, recv, .. } if recv.len() / self.n() <= EAGER_BYTES => {
+            CollArgs::Allgather { send, recv, .. } if recv.len() / self.n() <= cap => {
                 let block = recv.len() / self.n();
                 self.bytes = block as u64;
                 self.eager_allgatherv(*send, *recv, Blocks::Even(block))
             }
-            CollArgs::Allgatherv { send, recv, counts, displs, .. } if counts.iter().all(|&c| c <= EAGER_BYTES) => {
+            CollArgs::Allgatherv { send, recv, counts, displs, .. } if counts.iter().all(|&c| c <= cap) => {
                 self.bytes = counts.iter().sum::<usize>() as u64;
                 self.eager_allgatherv(*send, *recv, Blocks::Listed { counts, displs })
             }
@@ -517,21 +523,21 @@ impl<'a> ShmRun<'a> {
                 self.post(input).and_then(|_| self.reduce_posted(input, me * block, block, out, *dt, *op))
             }
             // The others post their block and go on; the root copies every block.
-            CollArgs::Gather { send, recv, root, .. } if send.len() <= EAGER_BYTES => {
+            CollArgs::Gather { send, recv, root, .. } if send.len() <= cap => {
                 self.bytes = send.len() as u64;
                 self.eager_gather(*send, *recv, *root)
             }
             // The root posts every block and goes on; each other rank copies its own.
-            CollArgs::Scatter { send, recv, root, .. } if recv.len() * self.n() <= EAGER_BYTES => {
+            CollArgs::Scatter { send, recv, root, .. } if recv.len() * self.n() <= cap => {
                 self.bytes = recv.len() as u64;
                 self.eager_scatter(*send, *recv, *root)
             }
-            CollArgs::Allreduce { send, recv, dt, op } if recv.len() <= EAGER_BYTES => {
+            CollArgs::Allreduce { send, recv, dt, op } if recv.len() <= cap => {
                 self.bytes = recv.len() as u64;
                 let input = send.map_or_else(|| whole(*recv), |s| s.as_slice());
                 self.eager_reduce(input, Some(*recv), *dt, *op, None)
             }
-            CollArgs::Reduce { send, recv, bytes, dt, op, root } if *bytes <= EAGER_BYTES => {
+            CollArgs::Reduce { send, recv, bytes, dt, op, root } if *bytes <= cap => {
                 self.bytes = *bytes as u64;
                 let input = match (send, recv) {
                     (Some(s), _) => s.as_slice(),
@@ -545,7 +551,8 @@ impl<'a> ShmRun<'a> {
         })
     }
 
-    /// Everyone posts its block (at most `EAGER_BYTES`) and copies every other's into its place.
+    /// Everyone posts its block (at most a slot's capacity) and copies every other's into its
+    /// place.
     unsafe fn eager_allgatherv(&mut self, send: Option<ConstBuf>, recv: MutBuf, blocks: Blocks) -> Result<()> {
         let (at, len) = blocks.of(self.me());
         let mine = send.map_or_else(|| std::slice::from_raw_parts(recv.as_ptr().add(at) as *const u8, len), |s| s.as_slice());
@@ -566,7 +573,7 @@ impl<'a> ShmRun<'a> {
     }
 
     /// scatter through the mailboxes: the root posts every block (all of them at most
-    /// `EAGER_BYTES`) and goes on; the others post their stamp and copy their block out.
+    /// the capacity) and goes on; the others post their stamp and copy their block out.
     unsafe fn eager_scatter(&mut self, send: Option<ConstBuf>, recv: MutBuf, root: usize) -> Result<()> {
         let (me, block) = (self.me(), recv.len());
         if me == root {
@@ -626,8 +633,8 @@ impl<'a> ShmRun<'a> {
         Ok(())
     }
 
-    /// Copies each rank's block (its length in `blocks`, at most `EAGER_BYTES`) from offset `at`
-    /// of its posted data into its place in `recv`, and our own block from `own`.
+    /// Copies each rank's block (its length in `blocks`, at most a slot's capacity) from offset
+    /// `at` of its posted data into its place in `recv`, and our own block from `own`.
     unsafe fn gather_posted(&self, at: usize, blocks: Blocks, recv: MutBuf, own: *const u8) -> Result<()> {
         let me = self.me();
         for r in (0..self.n()).filter(|&r| r != me) {
@@ -648,14 +655,15 @@ impl<'a> ShmRun<'a> {
     }
 
     /// Rank `r`'s mailbox data for this collective (as long as the size we agree on, at most
-    /// `EAGER_BYTES`), if it calls what we call.
+    /// its slot's), if it calls what we call.
     fn fetch_agreeing(&self, r: usize) -> Result<&'a [u8]> {
         let slot = self.fetch_slot(r)?;
         Ok(&slot[..(self.bytes as usize).min(slot.len())])
     }
 
-    /// Rank `r`'s whole mailbox data area for this collective (`EAGER_BYTES`), if it calls what
-    /// we call: for data whose length the data itself says (see `alltoallv`).
+    /// Rank `r`'s whole mailbox data area for this collective (a small slot's `EAGER_BYTES`, or
+    /// the large slot where its data went), if it calls what we call: for data whose length the
+    /// data itself says (see `alltoallv`, which posts at most `EAGER_BYTES`).
     fn fetch_slot(&self, r: usize) -> Result<&'a [u8]> {
         let (sig, len, data) = self.arena.fetch(r, self.coll, self.deadline, self.interrupt)?;
         self.disagreement(r, sig, len).map_or(Ok(data), Err)
