@@ -3,8 +3,8 @@
 # tmpfs of a few MiB mounted on /dev/shm (the host's /dev/shm is untouched), through dcrun and
 # dc-bench, a few seconds each.
 #   1. 16 ranks in 64 MiB (Docker's default): arena and point-to-point rings both fit (about
-#      41 MiB), every rank uses them, no WARN line, every element right.
-#   2. 16 ranks in 8 MiB: the arena (10.6 MiB) cannot be reserved: a WARN line naming the bytes
+#      42 MiB), every rank uses them, no WARN line, every element right.
+#   2. 16 ranks in 8 MiB: the arena (11.6 MiB) cannot be reserved: a WARN line naming the bytes
 #      needed and free, collectives over sockets, every element still right, no SIGBUS.
 #   3. the same under DC_TRANSPORT=shm: the job fails with that reason.
 # Needs root (mount namespaces, tmpfs mounts): prints SKIP and exits 0 without it.
