@@ -846,18 +846,19 @@ mod tests {
         assert_eq!(chunk_for(1024, Some(4096)), min_chunk(1024));
     }
 
-    /// The algorithms of `coll::shm` on arenas of many ranks with the sizes chosen here (fewer
-    /// mailbox slots, small chunks, the floor), one thread per rank.
-    fn run_many(n: usize, chunk: usize) {
-        use crate::buffer::{ConstBuf, MutBuf};
+    use crate::buffer::{ConstBuf, MutBuf};
+    use crate::collective::CollArgs;
+    use crate::dtype::{DType, ReduceOp};
+
+    /// Runs `body(me, arena, run)` on a thread per rank of a fresh arena of `n` ranks, where
+    /// `run` makes one collective of `coll::shm` on it (through the mailboxes where it can,
+    /// else in steps; `mailboxes_only`: a collective that cannot go through them fails).
+    fn on_ranks(n: usize, chunk: usize, tag: u64, mailboxes_only: bool, body: fn(usize, &Arena, &mut dyn FnMut(CollArgs))) {
         use crate::coll::shm::{Scratch, ShmRun};
-        use crate::collective::CollArgs;
-        use crate::dtype::{DType, ReduceOp};
-        let path = segment_path(0x6d61_6e79_0000 ^ (n as u64) << 20 ^ std::process::id() as u64);
+        let path = segment_path(tag ^ (n as u64) << 20 ^ std::process::id() as u64);
         let first = Arc::new(Arena::create(&path, n, chunk, 3).unwrap());
         let arenas: Vec<Arc<Arena>> = (0..n).map(|r| if r == 0 { first.clone() } else { Arc::new(Arena::open(&path, n, chunk, 3, r).unwrap()) }).collect();
         std::fs::remove_file(&path).unwrap();
-        assert_eq!(first.eager_slots(), eager_slots(n));
         let far = Instant::now() + Duration::from_secs(120);
         let threads: Vec<_> = arenas
             .into_iter()
@@ -871,34 +872,13 @@ mod tests {
                         let (deadline, interrupt) = (|| far, |_| None);
                         let mut r = ShmRun::new(&a, &steps, coll, &deadline, &interrupt, &mut scratch, None);
                         // SAFETY: the buffers outlive the call.
-                        let done = unsafe { r.run_eager(&args) }.or_else(|| unsafe { r.run(&args) }).expect("an arena algorithm");
+                        let eager = unsafe { r.run_eager(&args) };
+                        assert!(eager.is_some() || !mailboxes_only, "rank {me}: not through the mailboxes");
+                        let done = eager.or_else(|| unsafe { r.run(&args) }).expect("an arena algorithm");
                         a.finished(coll);
                         done.unwrap();
                     };
-                    // More small collectives than mailbox slots (slot reuse), then the chunked
-                    // allreduce (one f64 per rank's share of a chunk at the floor).
-                    for k in 0..(2 * eager_slots(n) + 3) {
-                        let send = ((me + k) as f64).to_le_bytes();
-                        let mut recv = [0u8; 8];
-                        run(CollArgs::Allreduce { send: Some(ConstBuf::from_slice(&send)), recv: MutBuf::from_slice(&mut recv), dt: DType::Float64, op: ReduceOp::Sum });
-                        assert_eq!(f64::from_le_bytes(recv), (n * (n - 1) / 2 + n * k) as f64);
-                    }
-                    let count = 3 * chunk / 8 + 5;
-                    let send: Vec<u8> = (0..count).flat_map(|i| ((me + i % 5) as f64).to_le_bytes()).collect();
-                    let mut recv = vec![0u8; send.len()];
-                    run(CollArgs::Allreduce { send: Some(ConstBuf::from_slice(&send)), recv: MutBuf::from_slice(&mut recv), dt: DType::Float64, op: ReduceOp::Sum });
-                    for (i, v) in recv.chunks(8).enumerate() {
-                        assert_eq!(f64::from_le_bytes(v.try_into().unwrap()), (n * (n - 1) / 2 + n * (i % 5)) as f64, "rank {me} element {i}");
-                    }
-                    // reduce_scatter: one element per rank, and alltoall: blocks of 24 bytes.
-                    let mut block = [0u8; 8];
-                    let input: Vec<u8> = (0..n).flat_map(|j| ((me * j) as f64).to_le_bytes()).collect();
-                    run(CollArgs::ReduceScatter { send: Some(ConstBuf::from_slice(&input)), recv: MutBuf::from_slice(&mut block), dt: DType::Float64, op: ReduceOp::Sum });
-                    assert_eq!(f64::from_le_bytes(block), (me * n * (n - 1) / 2) as f64);
-                    let send: Vec<u8> = (0..n * 24).map(|i| (i / 24 * 3 + me) as u8).collect();
-                    let mut recv = vec![0u8; n * 24];
-                    run(CollArgs::Alltoall { send: ConstBuf::from_slice(&send), recv: MutBuf::from_slice(&mut recv), dt: DType::Uint8 });
-                    assert!((0..n * 24).all(|i| recv[i] == (me * 3 + i / 24) as u8), "rank {me}: alltoall");
+                    body(me, &a, &mut run);
                 })
             })
             .collect();
@@ -907,60 +887,63 @@ mod tests {
         }
     }
 
+    /// The algorithms of `coll::shm` on arenas of many ranks with the sizes chosen here (fewer
+    /// mailbox slots, small chunks, the floor), one thread per rank.
+    fn run_many(n: usize, chunk: usize) {
+        on_ranks(n, chunk, 0x6d61_6e79_0000, false, |me, a, run| {
+            let (n, chunk) = (a.layout.ranks, a.layout.chunk);
+            assert_eq!(a.eager_slots(), eager_slots(n));
+            // More small collectives than mailbox slots (slot reuse), then the chunked
+            // allreduce (one f64 per rank's share of a chunk at the floor).
+            for k in 0..(2 * eager_slots(n) + 3) {
+                let send = ((me + k) as f64).to_le_bytes();
+                let mut recv = [0u8; 8];
+                run(CollArgs::Allreduce { send: Some(ConstBuf::from_slice(&send)), recv: MutBuf::from_slice(&mut recv), dt: DType::Float64, op: ReduceOp::Sum });
+                assert_eq!(f64::from_le_bytes(recv), (n * (n - 1) / 2 + n * k) as f64);
+            }
+            let count = 3 * chunk / 8 + 5;
+            let send: Vec<u8> = (0..count).flat_map(|i| ((me + i % 5) as f64).to_le_bytes()).collect();
+            let mut recv = vec![0u8; send.len()];
+            run(CollArgs::Allreduce { send: Some(ConstBuf::from_slice(&send)), recv: MutBuf::from_slice(&mut recv), dt: DType::Float64, op: ReduceOp::Sum });
+            for (i, v) in recv.chunks(8).enumerate() {
+                assert_eq!(f64::from_le_bytes(v.try_into().unwrap()), (n * (n - 1) / 2 + n * (i % 5)) as f64, "rank {me} element {i}");
+            }
+            // reduce_scatter: one element per rank, and alltoall: blocks of 24 bytes.
+            let mut block = [0u8; 8];
+            let input: Vec<u8> = (0..n).flat_map(|j| ((me * j) as f64).to_le_bytes()).collect();
+            run(CollArgs::ReduceScatter { send: Some(ConstBuf::from_slice(&input)), recv: MutBuf::from_slice(&mut block), dt: DType::Float64, op: ReduceOp::Sum });
+            assert_eq!(f64::from_le_bytes(block), (me * n * (n - 1) / 2) as f64);
+            let send: Vec<u8> = (0..n * 24).map(|i| (i / 24 * 3 + me) as u8).collect();
+            let mut recv = vec![0u8; n * 24];
+            run(CollArgs::Alltoall { send: ConstBuf::from_slice(&send), recv: MutBuf::from_slice(&mut recv), dt: DType::Uint8 });
+            assert!((0..n * 24).all(|i| recv[i] == (me * 3 + i / 24) as u8), "rank {me}: alltoall");
+        });
+    }
+
     /// Broadcasts and allreduces of 16 B to 4 KiB through the mailboxes, the small slots and the
     /// large ones (past 2 KiB), the root moving and running ahead: more calls than either kind
     /// has slots, so both are reused. Every byte checked.
     #[test]
     fn mailboxes_take_up_to_4_kib_in_small_and_large_slots() {
-        use crate::buffer::{ConstBuf, MutBuf};
-        use crate::coll::shm::{Scratch, ShmRun};
-        use crate::collective::CollArgs;
-        use crate::dtype::{DType, ReduceOp};
-        let n = 3;
-        let path = segment_path(0x6c61_7267_0000 ^ std::process::id() as u64);
-        let first = Arc::new(Arena::create(&path, n, 64 << 10, 5).unwrap());
-        let arenas: Vec<Arc<Arena>> = (0..n).map(|r| if r == 0 { first.clone() } else { Arc::new(Arena::open(&path, n, 64 << 10, 5, r).unwrap()) }).collect();
-        std::fs::remove_file(&path).unwrap();
-        assert_eq!(first.eager_capacity(), LARGE_EAGER_BYTES);
-        let far = Instant::now() + Duration::from_secs(60);
-        let sizes = [16usize, 2049, 4096, 3000, 2048, 48, 4000];
-        let threads: Vec<_> = arenas
-            .into_iter()
-            .enumerate()
-            .map(|(me, a)| {
-                std::thread::spawn(move || {
-                    let (steps, mut scratch) = (Steps::default(), Scratch::default());
-                    let mut coll = 0u32;
-                    let mut run = |args: CollArgs| {
-                        coll += 1;
-                        let (deadline, interrupt) = (|| far, |_| None);
-                        let mut r = ShmRun::new(&a, &steps, coll, &deadline, &interrupt, &mut scratch, None);
-                        // SAFETY: the buffers outlive the call.
-                        let done = unsafe { r.run_eager(&args) }.expect("through the mailboxes");
-                        a.finished(coll);
-                        done.unwrap();
-                    };
-                    for k in 0..(3 * EAGER_SLOTS) {
-                        let len = sizes[k % sizes.len()];
-                        let root = k / 40 % n;
-                        let mut buf: Vec<u8> = (0..len).map(|i| if me == root { (i * 7 + k) as u8 } else { 0 }).collect();
-                        run(CollArgs::Broadcast { buf: MutBuf::from_slice(&mut buf), dt: DType::Uint8, root });
-                        assert!(buf.iter().enumerate().all(|(i, &b)| b == (i * 7 + k) as u8), "rank {me}: broadcast {k} of {len} bytes");
-                        if k % 5 == 0 {
-                            let send: Vec<u8> = (0..512).flat_map(|i| ((me + i + k) as f64).to_le_bytes()).collect();
-                            let mut recv = vec![0u8; send.len()];
-                            run(CollArgs::Allreduce { send: Some(ConstBuf::from_slice(&send)), recv: MutBuf::from_slice(&mut recv), dt: DType::Float64, op: ReduceOp::Sum });
-                            for (i, v) in recv.chunks(8).enumerate() {
-                                assert_eq!(f64::from_le_bytes(v.try_into().unwrap()), (3 + 3 * (i + k)) as f64, "rank {me}: allreduce {k}");
-                            }
-                        }
+        on_ranks(3, 64 << 10, 0x6c61_7267_0000, true, |me, a, run| {
+            assert_eq!(a.eager_capacity(), LARGE_EAGER_BYTES);
+            let (n, sizes) = (3, [16usize, 2049, 4096, 3000, 2048, 48, 4000]);
+            for k in 0..(3 * EAGER_SLOTS) {
+                let len = sizes[k % sizes.len()];
+                let root = k / 40 % n;
+                let mut buf: Vec<u8> = (0..len).map(|i| if me == root { (i * 7 + k) as u8 } else { 0 }).collect();
+                run(CollArgs::Broadcast { buf: MutBuf::from_slice(&mut buf), dt: DType::Uint8, root });
+                assert!(buf.iter().enumerate().all(|(i, &b)| b == (i * 7 + k) as u8), "rank {me}: broadcast {k} of {len} bytes");
+                if k % 5 == 0 {
+                    let send: Vec<u8> = (0..512).flat_map(|i| ((me + i + k) as f64).to_le_bytes()).collect();
+                    let mut recv = vec![0u8; send.len()];
+                    run(CollArgs::Allreduce { send: Some(ConstBuf::from_slice(&send)), recv: MutBuf::from_slice(&mut recv), dt: DType::Float64, op: ReduceOp::Sum });
+                    for (i, v) in recv.chunks(8).enumerate() {
+                        assert_eq!(f64::from_le_bytes(v.try_into().unwrap()), (3 + 3 * (i + k)) as f64, "rank {me}: allreduce {k}");
                     }
-                })
-            })
-            .collect();
-        for t in threads {
-            t.join().unwrap();
-        }
+                }
+            }
+        });
     }
 
     #[test]
