@@ -999,17 +999,17 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Win_allocate_c", true),
     ("MPI_Win_allocate_shared", true),
     ("MPI_Win_allocate_shared_c", true),
-    ("MPI_Win_attach", false),
+    ("MPI_Win_attach", true),
     ("MPI_Win_call_errhandler", true),
     ("MPI_Win_complete", true),
     ("MPI_Win_create", true),
     ("MPI_Win_create_c", true),
-    ("MPI_Win_create_dynamic", false),
+    ("MPI_Win_create_dynamic", true),
     ("MPI_Win_create_errhandler", true),
     ("MPIX_Win_create_errhandler_x", false),
     ("MPI_Win_create_keyval", true),
     ("MPI_Win_delete_attr", true),
-    ("MPI_Win_detach", false),
+    ("MPI_Win_detach", true),
     ("MPI_Win_fence", true),
     ("MPI_Win_flush", true),
     ("MPI_Win_flush_all", true),
@@ -5536,11 +5536,11 @@ pub unsafe extern "C" fn PMPI_Win_allocate_shared_c(size: MPI_Aint, disp_unit: M
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_attach(win: MPI_Win, base: *mut c_void, size: MPI_Aint) -> c_int {
-    crate::err::unsupported("MPI_Win_attach", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_attach", || unsafe { crate::api::win_attach(win, base, size) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_attach(win: MPI_Win, base: *mut c_void, size: MPI_Aint) -> c_int {
-    crate::err::unsupported("MPI_Win_attach", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_attach", || unsafe { crate::api::win_attach(win, base, size) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_call_errhandler(win: MPI_Win, errorcode: c_int) -> c_int {
@@ -5576,11 +5576,11 @@ pub unsafe extern "C" fn PMPI_Win_create_c(base: *mut c_void, size: MPI_Aint, di
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_create_dynamic(info: MPI_Info, comm: MPI_Comm, win: *mut MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Win_create_dynamic", comm)
+    crate::err::guard("MPI_Win_create_dynamic", || unsafe { crate::api::win_create_dynamic(info, comm, win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_create_dynamic(info: MPI_Info, comm: MPI_Comm, win: *mut MPI_Win) -> c_int {
-    crate::err::unsupported("MPI_Win_create_dynamic", comm)
+    crate::err::guard("MPI_Win_create_dynamic", || unsafe { crate::api::win_create_dynamic(info, comm, win) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_create_errhandler(win_errhandler_fn: Option<MPI_Win_errhandler_function>, errhandler: *mut MPI_Errhandler) -> c_int {
@@ -5616,11 +5616,11 @@ pub unsafe extern "C" fn PMPI_Win_delete_attr(win: MPI_Win, win_keyval: c_int) -
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_detach(win: MPI_Win, base: *const c_void) -> c_int {
-    crate::err::unsupported("MPI_Win_detach", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_detach", || unsafe { crate::api::win_detach(win, base) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_detach(win: MPI_Win, base: *const c_void) -> c_int {
-    crate::err::unsupported("MPI_Win_detach", MPI_COMM_SELF)
+    crate::err::guard("MPI_Win_detach", || unsafe { crate::api::win_detach(win, base) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Win_fence(assert: c_int, win: MPI_Win) -> c_int {

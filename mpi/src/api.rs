@@ -1338,7 +1338,7 @@ pub unsafe fn comm_set_info(c: MPI_Comm, info: MPI_Info) -> Res {
 // ---- sessions, windows, files, datatype attributes: see session.rs, win.rs, file.rs, keyval.rs ----
 
 pub use crate::win::{
-    win_create_c, win_create, win_allocate_c, win_allocate, win_allocate_shared_c, win_allocate_shared, win_shared_query_c,
+    win_create_c, win_create, win_allocate_c, win_allocate, win_allocate_shared_c, win_allocate_shared, win_create_dynamic, win_attach, win_detach, win_shared_query_c,
     win_shared_query, win_free, win_fence, win_post, win_start, win_complete, win_wait, win_test, win_lock, win_unlock, win_lock_all, win_unlock_all, win_flush, win_flush_local,
     win_flush_all, win_flush_local_all, win_sync, put_c, put, get_c, get, accumulate_c, accumulate, get_accumulate_c,
     get_accumulate, fetch_and_op, compare_and_swap, rput_c, rput, rget_c, rget, raccumulate_c, raccumulate,

@@ -13,6 +13,9 @@
 
 use crate::abi_gen::*;
 use crate::err::{MpiErr, Res};
+
+/// The reply length that says the target refused the records (see `serve`).
+const REFUSED: u64 = u64::MAX;
 use crate::mpi_err;
 use crate::rma::{self, deadline, Local, Pending};
 use distcomm::buffer::{ConstBuf, MutBuf};
@@ -100,7 +103,11 @@ impl Passive {
         let op = self.comm.post_recv(MutBuf::from_slice(&mut len), Some(rank), Some(REPLY)).map_err(MpiErr::from)?;
         request(&self.comm, rank, DATA, &recs, deadline)?;
         self.comm.wait_p2p(&op, deadline, &what).map_err(MpiErr::from)?;
-        let data = rma::recv_bytes(&self.comm, rank, REPLY, u64::from_le_bytes(len) as usize, deadline, &what).map_err(MpiErr::from)?;
+        let len = u64::from_le_bytes(len);
+        if len == REFUSED {
+            return Err(rma::refused(rank));
+        }
+        let data = rma::recv_bytes(&self.comm, rank, REPLY, len as usize, deadline, &what).map_err(MpiErr::from)?;
         rma::land(&landings, &data);
         Ok(())
     }
@@ -110,10 +117,15 @@ impl Passive {
         if !self.holds(rank) {
             return mpi_err!(MPI_ERR_RMA_SYNC, "this process does not hold the lock of window rank {rank}");
         }
-        self.flush(rank, pending, timeout_ms)?;
+        // Transfers the target refused (a dynamic window's memory not attached there) are done
+        // all the same: the lock is given back and the refusal reported.
+        let flushed = self.flush(rank, pending, timeout_ms);
+        if flushed.as_ref().is_err_and(|e| e.class != MPI_ERR_RMA_RANGE) {
+            return flushed;
+        }
         request(&self.comm, rank, UNLOCK, &[], deadline(timeout_ms))?;
         lock(&self.held)[rank] = false;
-        Ok(())
+        flushed
     }
 
     /// Stops this process's server (the window is being freed; every process has left its
@@ -220,9 +232,11 @@ fn serve(comm: &Comm, local: &Local) {
             DATA => {
                 let what = || "a one-sided request's records".to_string();
                 rma::recv_bytes(comm, origin, REQ_DATA, len, Instant::now() + FOREVER, &what).and_then(|recs| {
-                    // A malformed or out-of-range record still gets an answer (empty), or its
-                    // origin would wait; the origin checked its transfers before sending them.
-                    let reply = rma::apply(local, &recs).unwrap_or_default();
+                    // A malformed or out-of-range record is answered REFUSED (for a dynamic
+                    // window only the target can tell), or its origin would wait.
+                    let Ok(reply) = rma::apply(local, &recs) else {
+                        return answer(comm, origin, REPLY, &REFUSED.to_le_bytes());
+                    };
                     answer(comm, origin, REPLY, &(reply.len() as u64).to_le_bytes())?;
                     if reply.is_empty() { Ok(()) } else { answer(comm, origin, REPLY, &reply) }
                 })

@@ -160,9 +160,29 @@ pub struct Local {
     /// and this process's own transfers to itself take turns, so an accumulate is atomic per
     /// element against the others (MPI's rule; two read-modify-writes at once lost one).
     pub turns: Arc<Mutex<()>>,
+    /// A dynamic window's attached memory, (address, length) each (MPI_Win_attach); its
+    /// offsets are addresses (`base` 0). None for the other flavors.
+    pub attached: Option<Arc<Mutex<Vec<(usize, usize)>>>>,
 }
 
 impl Local {
+    /// Whether `len` bytes at offset `at` (an address in a dynamic window) lie in this window's
+    /// memory: within its size, or within attached regions (several that adjoin, as MPICH's
+    /// tests attach two halves of one array and write across both).
+    pub fn holds(&self, at: u64, len: u64) -> bool {
+        let Some(end) = at.checked_add(len) else { return false };
+        let Some(regions) = &self.attached else { return end <= self.size as u64 };
+        let regions = regions.lock().unwrap_or_else(|p| p.into_inner());
+        let mut covered = at;
+        while covered < end {
+            match regions.iter().find(|&&(b, l)| b as u64 <= covered && covered < (b + l) as u64) {
+                Some(&(b, l)) => covered = (b + l) as u64,
+                None => return false,
+            }
+        }
+        true
+    }
+
     /// `f` while no other transfer touches this memory.
     pub fn in_turn<T>(&self, f: impl FnOnce() -> T) -> T {
         let _turn = self.turns.lock().unwrap_or_else(|p| p.into_inner());
@@ -178,7 +198,7 @@ fn ranges(w: &Local, disp: i64, count: u64, extent: i64, blocks: &[(i64, u64)]) 
     let base = disp.checked_mul(w.disp_unit)?;
     let inside = |at: i64, len: i64| -> Option<(usize, usize)> {
         let end = at.checked_add(len)?;
-        (at >= 0 && end as u64 <= w.size as u64).then_some((at as usize, len as usize))
+        (at >= 0 && end >= at && w.holds(at as u64, len as u64)).then_some((at as usize, len as usize))
     };
     if let [(off, len)] = blocks {
         if *len as i64 == extent {
@@ -316,14 +336,19 @@ pub fn recv_bytes(comm: &Comm, from: usize, tag: u32, len: usize, deadline: Inst
 pub fn fence(comm: &Comm, w: &Local, pending: Pending) -> Res {
     let n = comm.size();
     let got = exchange(comm, &pending.out)?;
-    // Every record is applied even when one fails, so the replies' shapes stay as expected.
+    // Each origin that sent records gets a status byte (OK or REFUSED: a record out of this
+    // window's memory, which only a dynamic window's target can tell) and what its gets read.
     let mut first: Res = Ok(());
     let mut replies = Vec::with_capacity(n);
     for recs in &got {
+        if recs.is_empty() {
+            replies.push(Vec::new());
+            continue;
+        }
         match apply(w, recs) {
-            Ok(r) => replies.push(r),
+            Ok(r) => replies.push([&[OK][..], &r].concat()),
             Err(e) => {
-                replies.push(Vec::new());
+                replies.push(vec![REFUSED]);
                 if first.is_ok() {
                     first = Err(e);
                 }
@@ -331,10 +356,26 @@ pub fn fence(comm: &Comm, w: &Local, pending: Pending) -> Res {
         }
     }
     let back = exchange(comm, &replies)?;
-    for (r, data) in back.iter().enumerate() {
-        land(pending.landings.get(r).map(|v| v.as_slice()).unwrap_or(&[]), data);
+    for (r, data) in back.iter().enumerate().filter(|(r, _)| pending.out.get(*r).is_some_and(|o| !o.is_empty())) {
+        match data.split_first() {
+            Some((&OK, read)) => land(pending.landings.get(r).map(|v| v.as_slice()).unwrap_or(&[]), read),
+            _ => {
+                if first.is_ok() {
+                    first = Err(refused(r));
+                }
+            }
+        }
     }
     first
+}
+
+/// A reply's status: the records were applied, or one was refused (see `fence`).
+const OK: u8 = 0;
+const REFUSED: u8 = 1;
+
+/// The error of an origin whose transfers `rank` refused.
+pub fn refused(rank: usize) -> MpiErr {
+    MpiErr::new(MPI_ERR_RMA_RANGE, format!("window rank {rank} refused a transfer of this epoch: its target data is not within the memory attached there"))
 }
 
 /// Unpacks what one target's gets read (`data`, in record order) into their origin buffers.
@@ -356,7 +397,7 @@ mod tests {
 
     #[test]
     fn ranges_are_merged_and_checked_against_the_window() {
-        let w = Local { base: 0, size: 1 << 23, disp_unit: 1, turns: Default::default() };
+        let w = Local { base: 0, size: 1 << 23, disp_unit: 1, turns: Default::default(), attached: None };
         // 4 Mi bytes of a dense type: one range.
         assert_eq!(ranges(&w, 8, 4 << 20, 1, &[(0, 1)]), Some(vec![(8, 4 << 20)]));
         assert_eq!(ranges(&w, 0, 0, 4, &[(0, 4)]), Some(vec![]));
@@ -369,8 +410,20 @@ mod tests {
         assert_eq!(ranges(&w, -1, 1, 1, &[(0, 1)]), None);
         assert_eq!(ranges(&w, 1, 1 << 23, 1, &[(0, 1)]), None);
         assert_eq!(ranges(&w, 0, 3, 1 << 22, &[(0, 4)]), None);
-        let w4 = Local { base: 0, size: 64, disp_unit: 4, turns: Default::default() };
+        let w4 = Local { base: 0, size: 64, disp_unit: 4, turns: Default::default(), attached: None };
         assert_eq!(ranges(&w4, 15, 1, 4, &[(0, 4)]), Some(vec![(60, 4)]));
         assert_eq!(ranges(&w4, 16, 1, 4, &[(0, 4)]), None);
+        // A dynamic window: offsets are addresses, inside one attached region each.
+        let regions = Arc::new(Mutex::new(vec![(0x1000, 64), (0x2000, 16)]));
+        let wd = Local { base: 0, size: 0, disp_unit: 1, turns: Default::default(), attached: Some(regions.clone()) };
+        assert_eq!(ranges(&wd, 0x1000, 64, 1, &[(0, 1)]), Some(vec![(0x1000, 64)]));
+        assert_eq!(ranges(&wd, 0x2008, 2, 4, &[(0, 4)]), Some(vec![(0x2008, 8)]));
+        assert_eq!(ranges(&wd, 0x1000, 65, 1, &[(0, 1)]), None, "past the region's end");
+        assert_eq!(ranges(&wd, 0x103c, 2, 4, &[(0, 4)]), None, "across two regions' gap");
+        regions.lock().unwrap().push((0x1040, 16));
+        assert_eq!(ranges(&wd, 0x103c, 2, 4, &[(0, 4)]), Some(vec![(0x103c, 8)]), "across two that adjoin");
+        assert_eq!(ranges(&wd, 0x3000, 1, 1, &[(0, 1)]), None, "not attached");
+        regions.lock().unwrap().clear();
+        assert_eq!(ranges(&wd, 0x1000, 1, 1, &[(0, 1)]), None, "detached");
     }
 }

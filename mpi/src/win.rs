@@ -83,7 +83,11 @@ fn make(base: usize, size: i64, disp_unit: i64, c: MPI_Comm, flavor: c_int, owne
     let mc = crate::state::get_comm(c)?;
     let all: Vec<usize> = (0..mc.size()).collect();
     let comm = mc.comm.new_group(&all).map_err(|e| MpiErr::from(e).on(c))?.expect("every rank is a member of its dup");
-    let peers = if comm.size() == 1 {
+    let dynamic = flavor == MPI_WIN_FLAVOR_DYNAMIC;
+    let peers = if dynamic {
+        // Attached memory is checked where it is, by the target (`rma::Local::holds`).
+        vec![(i64::MAX, 1); comm.size()]
+    } else if comm.size() == 1 {
         vec![(size, disp_unit)]
     } else {
         let send: Vec<u8> = [size as u64, disp_unit as u64].iter().flat_map(|x| x.to_le_bytes()).collect();
@@ -99,7 +103,7 @@ fn make(base: usize, size: i64, disp_unit: i64, c: MPI_Comm, flavor: c_int, owne
         }
         recv.chunks_exact(16).map(|x| (i64::from_le_bytes(x[..8].try_into().unwrap()), i64::from_le_bytes(x[8..].try_into().unwrap()))).collect()
     };
-    let local = rma::Local { base, size: size as usize, disp_unit, turns: Default::default() };
+    let local = rma::Local { base, size: size as usize, disp_unit, turns: Default::default(), attached: dynamic.then(Default::default) };
     let passive = if comm.size() > 1 {
         let all: Vec<usize> = (0..comm.size()).collect();
         match comm.new_group(&all) {
@@ -179,6 +183,58 @@ unsafe fn allocate(size: MPI_Aint, disp_unit: MPI_Aint, c: MPI_Comm, baseptr: *m
             Err(e)
         }
     }
+}
+
+/// MPI_Win_create_dynamic: a window without memory; each process attaches and detaches its
+/// own (MPI_Win_attach), and transfers name target memory by its address (MPI_Get_address),
+/// checked against what the target has attached when they arrive.
+pub unsafe fn win_create_dynamic(_info: MPI_Info, c: MPI_Comm, w: *mut MPI_Win) -> Res {
+    check_new(0, 1, c)?;
+    let o = out(w, "win").map_err(|e| e.on(c))?;
+    *o = make(0, 0, 1, c, MPI_WIN_FLAVOR_DYNAMIC, false)?;
+    Ok(())
+}
+
+/// The attached regions of a dynamic window, or MPI_ERR_RMA_FLAVOR.
+fn attached(w: &Win) -> Result<&Mutex<Vec<(usize, usize)>>, MpiErr> {
+    match &w.local.attached {
+        Some(a) => Ok(a),
+        None => mpi_err!(MPI_ERR_RMA_FLAVOR, "the window was not made by MPI_Win_create_dynamic"),
+    }
+}
+
+pub unsafe fn win_attach(h: MPI_Win, base: *mut c_void, size: MPI_Aint) -> Res {
+    with_win(h, |w| {
+        let regions = attached(w)?;
+        if size < 0 {
+            return mpi_err!(MPI_ERR_SIZE, "size {size} is negative");
+        }
+        if base.is_null() && size > 0 {
+            return mpi_err!(MPI_ERR_ARG, "base is NULL");
+        }
+        let (b, len) = (base as usize, size as usize);
+        let Some(end) = b.checked_add(len) else { return mpi_err!(MPI_ERR_ARG, "base + size overflows") };
+        let mut v = lock(regions);
+        if let Some(&(ob, ol)) = v.iter().find(|&&(ob, ol)| b < ob + ol && ob < end) {
+            return mpi_err!(MPI_ERR_RMA_ATTACH, "[{b:#x}, {end:#x}) overlaps memory attached already, [{ob:#x}, {:#x})", ob + ol);
+        }
+        v.push((b, len));
+        Ok(())
+    })
+}
+
+pub unsafe fn win_detach(h: MPI_Win, base: *const c_void) -> Res {
+    with_win(h, |w| {
+        let regions = attached(w)?;
+        let mut v = lock(regions);
+        match v.iter().position(|&(b, _)| b == base as usize) {
+            Some(i) => {
+                v.remove(i);
+                Ok(())
+            }
+            None => mpi_err!(MPI_ERR_RMA_ATTACH, "no memory attached to this window starts at {base:p}"),
+        }
+    })
 }
 
 pub unsafe fn win_allocate_c(size: MPI_Aint, disp_unit: MPI_Aint, _info: MPI_Info, c: MPI_Comm, baseptr: *mut c_void, w: *mut MPI_Win) -> Res {
@@ -455,8 +511,9 @@ impl Where {
     }
 }
 
-/// Checks the target data lies within a window of `size` bytes at `disp` * `unit`.
-fn check_range(t: &Type, count: i64, disp: MPI_Aint, unit: i64, size: i64) -> Res {
+/// Checks the target data lies within a window of `size` bytes at `disp` * `unit`; gives the
+/// bytes it spans, [lo, hi) (empty for no data).
+fn check_range(t: &Type, count: i64, disp: MPI_Aint, unit: i64, size: i64) -> Result<(i128, i128), MpiErr> {
     if disp < 0 {
         return mpi_err!(MPI_ERR_RMA_RANGE, "target_disp {disp} is negative");
     }
@@ -468,8 +525,9 @@ fn check_range(t: &Type, count: i64, disp: MPI_Aint, unit: i64, size: i64) -> Re
         if lo < 0 || hi > size as i128 {
             return mpi_err!(MPI_ERR_RMA_RANGE, "the target data [{lo}, {hi}) leaves the window of {size} bytes");
         }
+        return Ok((lo, hi));
     }
-    Ok(())
+    Ok((off, off))
 }
 
 /// Checks a transfer's target and finds it: in this process's window, or another's.
@@ -484,7 +542,7 @@ fn target(w: &Win, rank: c_int, disp: MPI_Aint, count: i64, dt: MPI_Datatype) ->
     }
     let r = rank as usize;
     let (size, unit) = w.peers[r];
-    check_range(&t, count, disp, unit, size)?;
+    let (lo, hi) = check_range(&t, count, disp, unit, size)?;
     if r != w.comm.rank() {
         let locked = w.passive.as_ref().is_some_and(|p| p.holds(r));
         if !locked && !w.fenced.load(Ordering::Relaxed) && !lock(&w.epochs).is_access_target(r) {
@@ -495,6 +553,9 @@ fn target(w: &Win, rank: c_int, disp: MPI_Aint, count: i64, dt: MPI_Datatype) ->
             );
         }
         return Ok(Where::There { rank: r, disp: disp as i64, count: count as u64, t });
+    }
+    if w.local.attached.is_some() && !w.local.holds(lo as u64, (hi - lo) as u64) {
+        return mpi_err!(MPI_ERR_RMA_RANGE, "the target data [{lo:#x}, {hi:#x}) is not within memory attached to this dynamic window");
     }
     let off = disp as i128 * unit as i128;
     Ok(Where::Here(Target { addr: (w.base as *mut u8).wrapping_add(off as usize), t, count: count as u64 }))

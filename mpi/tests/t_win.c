@@ -321,6 +321,77 @@ int main(int argc, char **argv) {
     if (expect_distcomm() && size > 1) FAILS(MPI_Put(&v, 1, MPI_INT, right, 0, 1, MPI_INT, lw), MPI_ERR_RMA_SYNC);
     OK(MPI_Win_free(&lw));
   }
+  /* A dynamic window: each rank attaches two buffers of its own and tells the others their
+   * addresses; transfers name target memory by address: puts to the right neighbour in a fence
+   * epoch, an accumulate under a lock, a get back; then detached. */
+  {
+    MPI_Win dw;
+    int got_flavor = 0, *pflavor = NULL;
+    int a[4] = {0, 0, 0, 0}, b[2] = {0, 0}, mine[2] = {rank, rank * 10};
+    OK(MPI_Win_create_dynamic(MPI_INFO_NULL, MPI_COMM_WORLD, &dw));
+    OK(MPI_Win_get_attr(dw, MPI_WIN_CREATE_FLAVOR, &pflavor, &got_flavor));
+    CHECK(got_flavor && *pflavor == MPI_WIN_FLAVOR_DYNAMIC);
+    OK(MPI_Win_attach(dw, a, sizeof a));
+    OK(MPI_Win_attach(dw, b, sizeof b));
+    MPI_Aint addrs[2], all[2 * 64];
+    OK(MPI_Get_address(a, &addrs[0]));
+    OK(MPI_Get_address(b, &addrs[1]));
+    CHECK(size <= 64);
+    OK(MPI_Allgather(addrs, 2, MPI_AINT, all, 2, MPI_AINT, MPI_COMM_WORLD));
+    int dright = (rank + 1) % size, dleft = (rank + size - 1) % size;
+    OK(MPI_Win_fence(0, dw));
+    OK(MPI_Put(mine, 2, MPI_INT, dright, MPI_Aint_add(all[2 * dright], sizeof(int)), 2, MPI_INT, dw));
+    OK(MPI_Win_fence(0, dw));
+    CHECK(a[0] == 0 && a[1] == dleft && a[2] == dleft * 10 && a[3] == 0);
+    int one = 1, back[2] = {-1, -1};
+    OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, dright, 0, dw));
+    OK(MPI_Accumulate(&one, 1, MPI_INT, dright, all[2 * dright + 1], 1, MPI_INT, MPI_SUM, dw));
+    OK(MPI_Win_unlock(dright, dw));
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    CHECK(b[0] == 1 && b[1] == 0);
+    OK(MPI_Win_lock(MPI_LOCK_SHARED, dleft, 0, dw));
+    OK(MPI_Get(back, 2, MPI_INT, dleft, MPI_Aint_add(all[2 * dleft], sizeof(int)), 2, MPI_INT, dw));
+    OK(MPI_Win_unlock(dleft, dw));
+    int lleft = (dleft + size - 1) % size;
+    CHECK(back[0] == lleft && back[1] == lleft * 10);
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    if (expect_distcomm()) {
+      /* Bad attachments and transfers to memory not attached (to ourselves: checked at once). */
+      OK(MPI_Win_set_errhandler(dw, MPI_ERRORS_RETURN));
+      FAILS(MPI_Win_attach(dw, &a[2], sizeof(int)), MPI_ERR_RMA_ATTACH);
+      FAILS(MPI_Win_detach(dw, &a[1]), MPI_ERR_RMA_ATTACH);
+      OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, rank, 0, dw));
+      FAILS(MPI_Put(mine, 2, MPI_INT, rank, MPI_Aint_add(addrs[0], 3 * sizeof(int)), 2, MPI_INT, dw), MPI_ERR_RMA_RANGE);
+      OK(MPI_Put(mine, 1, MPI_INT, rank, addrs[1], 1, MPI_INT, dw));
+      OK(MPI_Win_unlock(rank, dw));
+      CHECK(b[0] == rank);
+      MPI_Win cw;
+      OK(MPI_Win_create(a, sizeof a, 1, MPI_INFO_NULL, MPI_COMM_SELF, &cw));
+      OK(MPI_Win_set_errhandler(cw, MPI_ERRORS_RETURN));
+      FAILS(MPI_Win_attach(cw, b, sizeof b), MPI_ERR_RMA_FLAVOR);
+      OK(MPI_Win_free(&cw));
+      if (size > 1) {
+        /* To another process's memory it has not attached (address 64): refused there, and
+         * the origin told, under a lock (given back all the same) and in a fence epoch. */
+        OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, dright, 0, dw));
+        OK(MPI_Put(mine, 1, MPI_INT, dright, 64, 1, MPI_INT, dw));
+        FAILS(MPI_Win_unlock(dright, dw), MPI_ERR_RMA_RANGE);
+        OK(MPI_Win_fence(0, dw));
+        OK(MPI_Put(mine, 1, MPI_INT, dright, 64, 1, MPI_INT, dw));
+        FAILS(MPI_Win_fence(0, dw), MPI_ERR_RMA_RANGE);
+        OK(MPI_Win_fence(0, dw));
+      }
+    }
+    OK(MPI_Win_detach(dw, a));
+    OK(MPI_Win_detach(dw, b));
+    if (expect_distcomm()) {
+      OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, rank, 0, dw));
+      FAILS(MPI_Put(mine, 1, MPI_INT, rank, addrs[1], 1, MPI_INT, dw), MPI_ERR_RMA_RANGE);
+      OK(MPI_Win_unlock(rank, dw));
+    }
+    OK(MPI_Win_free(&dw));
+  }
+
   /* A window made by MPI_Win_create at MPI_BOTTOM (mpi4py's test objects). */
   OK(MPI_Win_create(MPI_BOTTOM, 0, 1, MPI_INFO_NULL, MPI_COMM_SELF, &w));
   OK(MPI_Win_free(&w));
