@@ -47,6 +47,7 @@ pub mod pscw;
 pub mod request;
 pub mod rma;
 pub mod session;
+pub mod shwin;
 pub mod slots;
 pub mod splittype;
 pub mod startup;

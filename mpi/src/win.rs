@@ -35,6 +35,9 @@ pub struct Win {
     model: c_int,
     /// Memory MPI_Win_allocate made (freed with the window).
     owned: bool,
+    /// MPI_Win_allocate_shared over several processes: the segment every member maps
+    /// (unmapped with the window).
+    segment: Option<crate::shwin::Segment>,
     /// Every rank's (size, disp_unit), for the checks of transfers to it.
     peers: Vec<(i64, i64)>,
     /// Transfers to other processes waiting for the next fence.
@@ -79,7 +82,7 @@ fn with_win<T>(h: MPI_Win, f: impl FnOnce(&Arc<Win>) -> Result<T, MpiErr>) -> Re
 }
 
 /// Collective over `c`: a window of `size` bytes at `base`.
-fn make(base: usize, size: i64, disp_unit: i64, c: MPI_Comm, flavor: c_int, owned: bool) -> Result<MPI_Win, MpiErr> {
+fn make(base: usize, size: i64, disp_unit: i64, c: MPI_Comm, flavor: c_int, owned: bool, segment: Option<crate::shwin::Segment>) -> Result<MPI_Win, MpiErr> {
     let mc = crate::state::get_comm(c)?;
     let all: Vec<usize> = (0..mc.size()).collect();
     let comm = mc.comm.new_group(&all).map_err(|e| MpiErr::from(e).on(c))?.expect("every rank is a member of its dup");
@@ -125,6 +128,7 @@ fn make(base: usize, size: i64, disp_unit: i64, c: MPI_Comm, flavor: c_int, owne
         flavor,
         model: MPI_WIN_UNIFIED,
         owned,
+        segment,
         peers,
         pending: Mutex::new(rma::Pending::default()),
         fenced: AtomicBool::new(false),
@@ -154,7 +158,7 @@ fn check_new(size: i64, disp_unit: i64, c: MPI_Comm) -> Res {
 pub unsafe fn win_create_c(base: *mut c_void, size: MPI_Aint, disp_unit: MPI_Aint, _info: MPI_Info, c: MPI_Comm, w: *mut MPI_Win) -> Res {
     check_new(size as i64, disp_unit as i64, c)?;
     let o = out(w, "win").map_err(|e| e.on(c))?;
-    *o = make(base as usize, size as i64, disp_unit as i64, c, MPI_WIN_FLAVOR_CREATE, false)?;
+    *o = make(base as usize, size as i64, disp_unit as i64, c, MPI_WIN_FLAVOR_CREATE, false, None)?;
     Ok(())
 }
 
@@ -171,7 +175,7 @@ unsafe fn allocate(size: MPI_Aint, disp_unit: MPI_Aint, c: MPI_Comm, baseptr: *m
     if mem.is_null() {
         return Err(MpiErr::new(MPI_ERR_NO_MEM, format!("cannot allocate {size} bytes for the window")).on(c));
     }
-    match make(mem as usize, size as i64, disp_unit as i64, c, flavor, true) {
+    match make(mem as usize, size as i64, disp_unit as i64, c, flavor, true, None) {
         Ok(h) => {
             *o = h;
             *b = mem;
@@ -191,7 +195,7 @@ unsafe fn allocate(size: MPI_Aint, disp_unit: MPI_Aint, c: MPI_Comm, baseptr: *m
 pub unsafe fn win_create_dynamic(_info: MPI_Info, c: MPI_Comm, w: *mut MPI_Win) -> Res {
     check_new(0, 1, c)?;
     let o = out(w, "win").map_err(|e| e.on(c))?;
-    *o = make(0, 0, 1, c, MPI_WIN_FLAVOR_DYNAMIC, false)?;
+    *o = make(0, 0, 1, c, MPI_WIN_FLAVOR_DYNAMIC, false, None)?;
     Ok(())
 }
 
@@ -245,15 +249,41 @@ pub unsafe fn win_allocate(size: MPI_Aint, disp_unit: c_int, info: MPI_Info, c: 
     win_allocate_c(size, disp_unit as MPI_Aint, info, c, baseptr, w)
 }
 
-/// Shared memory windows: on a communicator of one process only (other processes' memory would
-/// need a segment mapped by all, which this library does not make yet).
+/// Shared memory windows: on one process, its own memory; on several (all on this host,
+/// else MPI_ERR_RMA_SHARED), one segment they all map, each process's part after the one of
+/// the rank before it (`shwin`), which MPI_Win_shared_query finds. Transfers between them go
+/// as on any window; loads and stores reach the others' parts directly.
 pub unsafe fn win_allocate_shared_c(size: MPI_Aint, disp_unit: MPI_Aint, _info: MPI_Info, c: MPI_Comm, baseptr: *mut c_void, w: *mut MPI_Win) -> Res {
     crate::state::check_active()?;
     let mc = crate::state::get_comm(c)?;
-    if mc.size() != 1 {
-        return Err(MpiErr::new(MPI_ERR_UNSUPPORTED_OPERATION, format!("MPI_Win_allocate_shared on {} processes is not supported by distcomm's MPI library (only on a communicator of one process)", mc.size())).on(c));
+    if mc.size() == 1 {
+        return allocate(size, disp_unit, c, baseptr, w, MPI_WIN_FLAVOR_SHARED);
     }
-    allocate(size, disp_unit, c, baseptr, w, MPI_WIN_FLAVOR_SHARED)
+    check_new(size as i64, disp_unit as i64, c)?;
+    let on = |e: MpiErr| e.on(c);
+    let o = out(w, "win").map_err(on)?;
+    let b = out(baseptr as *mut *mut c_void, "baseptr").map_err(on)?;
+    let hosts = &mc.comm.world().hosts;
+    let members = mc.group_members();
+    if members.iter().any(|&m| hosts[m as usize] != hosts[members[0] as usize]) {
+        return Err(MpiErr::new(MPI_ERR_RMA_SHARED, "MPI_Win_allocate_shared: the communicator's processes are not all on one host").on(c));
+    }
+    // Every member's (size, disp_unit), for the segment's layout.
+    let send: Vec<u8> = [size as u64, disp_unit as u64].iter().flat_map(|x| x.to_le_bytes()).collect();
+    let mut recv = vec![0u8; 16 * mc.size()];
+    mc.comm
+        .collective(distcomm::collective::CollArgs::Allgather {
+            send: Some(distcomm::buffer::ConstBuf::from_slice(&send)),
+            recv: distcomm::buffer::MutBuf::from_slice(&mut recv),
+            dt: distcomm::DType::Uint64,
+        })
+        .map_err(|e| MpiErr::from(e).on(c))?;
+    let parts: Vec<(i64, i64)> = recv.chunks_exact(16).map(|x| (i64::from_le_bytes(x[..8].try_into().unwrap()), i64::from_le_bytes(x[8..].try_into().unwrap()))).collect();
+    let seg = crate::shwin::Segment::make(&mc.comm, &parts).map_err(on)?;
+    let base = seg.base_of(mc.rank());
+    *o = make(base, size as i64, disp_unit as i64, c, MPI_WIN_FLAVOR_SHARED, false, Some(seg))?;
+    *b = base as *mut c_void;
+    Ok(())
 }
 
 pub unsafe fn win_allocate_shared(size: MPI_Aint, disp_unit: c_int, info: MPI_Info, c: MPI_Comm, baseptr: *mut c_void, w: *mut MPI_Win) -> Res {
@@ -262,15 +292,20 @@ pub unsafe fn win_allocate_shared(size: MPI_Aint, disp_unit: c_int, info: MPI_In
 
 pub unsafe fn win_shared_query_c(h: MPI_Win, rank: c_int, size: *mut MPI_Aint, disp_unit: *mut MPI_Aint, baseptr: *mut c_void) -> Res {
     with_win(h, |w| {
-        if w.flavor != MPI_WIN_FLAVOR_SHARED {
-            return mpi_err!(MPI_ERR_RMA_FLAVOR, "the window was not made by MPI_Win_allocate_shared");
-        }
-        if rank != MPI_PROC_NULL && rank as usize != w.comm.rank() {
+        if rank != MPI_PROC_NULL && !(0..w.comm.size() as c_int).contains(&rank) {
             return mpi_err!(MPI_ERR_RANK, "rank {rank} is not a rank of the window's group (size {})", w.comm.size());
         }
-        *out(size, "size")? = w.size;
-        *out(disp_unit, "disp_unit")? = w.disp_unit as MPI_Aint;
-        *out(baseptr as *mut usize, "baseptr")? = w.base;
+        // Windows of every flavor may be asked (MPI 4.1): beyond a shared segment, only this
+        // process's own memory is reachable by load and store; the others' is 0 bytes at NULL.
+        let me = w.comm.rank();
+        let (s, d, b) = match &w.segment {
+            Some(seg) => seg.query((rank != MPI_PROC_NULL).then_some(rank as usize)),
+            None if rank == MPI_PROC_NULL || rank as usize == me => (w.size as i64, w.disp_unit as i64, w.base),
+            None => (0, w.peers[rank as usize].1.min(c_int::MAX as i64), 0),
+        };
+        *out(size, "size")? = s as MPI_Aint;
+        *out(disp_unit, "disp_unit")? = d as MPI_Aint;
+        *out(baseptr as *mut usize, "baseptr")? = b;
         Ok(())
     })
 }

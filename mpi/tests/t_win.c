@@ -392,6 +392,43 @@ int main(int argc, char **argv) {
     OK(MPI_Win_free(&dw));
   }
 
+  /* A shared window: every process's part in one segment, rank after rank; each reads the
+   * others' parts by load, and a put to the right neighbour in a fence epoch lands where the
+   * neighbour's pointer sees it. */
+  {
+    MPI_Win sw;
+    int *mine_part = NULL, *p0 = NULL, du = 0;
+    MPI_Aint n_me = (rank + 1) * (MPI_Aint)sizeof(int), qsize = 0;
+    OK(MPI_Win_allocate_shared(n_me, sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &mine_part, &sw));
+    /* The standard's idiom for loads and stores of the others' parts: a passive epoch, sync,
+     * barrier, sync (a fence that ends no epoch need not be a barrier, and MPICH's is not). */
+    OK(MPI_Win_lock_all(MPI_MODE_NOCHECK, sw));
+    for (int i = 0; i <= rank; i++) mine_part[i] = 1000 * rank + i;
+    OK(MPI_Win_sync(sw));
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    OK(MPI_Win_sync(sw));
+    for (int r = 0; r < size; r++) {
+      int *pr = NULL;
+      OK(MPI_Win_shared_query(sw, r, &qsize, &du, &pr));
+      CHECK(qsize == (r + 1) * (MPI_Aint)sizeof(int) && du == (int)sizeof(int));
+      for (int i = 0; i <= r; i++) CHECK(pr[i] == 1000 * r + i);
+      if (r == 0) p0 = pr;
+      /* Contiguous, as MPICH lays them out by default. */
+      CHECK(pr == p0 + r * (r + 1) / 2);
+      if (r == rank) CHECK(pr == mine_part);
+    }
+    int *pn = NULL;
+    OK(MPI_Win_shared_query(sw, MPI_PROC_NULL, &qsize, &du, &pn));
+    CHECK(pn == p0 && qsize == (MPI_Aint)sizeof(int));
+    OK(MPI_Win_unlock_all(sw));
+    OK(MPI_Win_fence(0, sw));
+    int sright = (rank + 1) % size, sleft = (rank + size - 1) % size, v = -rank - 1;
+    OK(MPI_Put(&v, 1, MPI_INT, sright, 0, 1, MPI_INT, sw));
+    OK(MPI_Win_fence(0, sw));
+    CHECK(mine_part[0] == -sleft - 1);
+    OK(MPI_Win_free(&sw));
+  }
+
   /* A window made by MPI_Win_create at MPI_BOTTOM (mpi4py's test objects). */
   OK(MPI_Win_create(MPI_BOTTOM, 0, 1, MPI_INFO_NULL, MPI_COMM_SELF, &w));
   OK(MPI_Win_free(&w));
