@@ -91,10 +91,8 @@ impl Segment {
         self.addr + self.parts[r].0
     }
 
-    /// Rank `r`'s (size, disp_unit, base here); for MPI_PROC_NULL the first rank whose part is
-    /// not empty (rank 0 if all are), as the standard says.
-    pub fn query(&self, r: Option<usize>) -> (i64, i64, usize) {
-        let r = r.unwrap_or_else(|| self.parts.iter().position(|p| p.1 > 0).unwrap_or(0));
+    /// Rank `r`'s (size, disp_unit, base here).
+    pub fn query(&self, r: usize) -> (i64, i64, usize) {
         let (_, size, unit) = self.parts[r];
         (size, unit, self.base_of(r))
     }

@@ -297,11 +297,13 @@ pub unsafe fn win_shared_query_c(h: MPI_Win, rank: c_int, size: *mut MPI_Aint, d
         }
         // Windows of every flavor may be asked (MPI 4.1): beyond a shared segment, only this
         // process's own memory is reachable by load and store; the others' is 0 bytes at NULL.
+        // MPI_PROC_NULL: the lowest rank whose memory is not empty.
         let me = w.comm.rank();
+        let r = if rank == MPI_PROC_NULL { w.peers.iter().position(|p| p.0 > 0).unwrap_or(0) } else { rank as usize };
         let (s, d, b) = match &w.segment {
-            Some(seg) => seg.query((rank != MPI_PROC_NULL).then_some(rank as usize)),
-            None if rank == MPI_PROC_NULL || rank as usize == me => (w.size as i64, w.disp_unit as i64, w.base),
-            None => (0, w.peers[rank as usize].1.min(c_int::MAX as i64), 0),
+            Some(seg) => seg.query(r),
+            None if r == me => (w.size as i64, w.disp_unit as i64, w.base),
+            None => (0, w.peers[r].1.min(c_int::MAX as i64), 0),
         };
         *out(size, "size")? = s as MPI_Aint;
         *out(disp_unit, "disp_unit")? = d as MPI_Aint;
