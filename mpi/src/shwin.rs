@@ -50,8 +50,17 @@ impl Segment {
                 }
             }
         }
-        comm.collective(CollArgs::Broadcast { buf: MutBuf::from_slice(&mut name), dt: DType::Uint8, root: 0 }).map_err(MpiErr::from)?;
+        let sent = comm.collective(CollArgs::Broadcast { buf: MutBuf::from_slice(&mut name), dt: DType::Uint8, root: 0 });
         let text = String::from_utf8_lossy(&name[1..]).trim_end_matches('\0').to_string();
+        if let Err(e) = sent {
+            if fd >= 0 {
+                // Nobody else will map it: rank 0's file goes at once.
+                // SAFETY: our descriptor, and the path we made.
+                unsafe { libc::close(fd) };
+                unlink(&text);
+            }
+            return Err(MpiErr::from(e));
+        }
         if name[0] != 0 {
             return Err(MpiErr::new(MPI_ERR_NO_MEM, format!("cannot make the shared window's segment of {len} bytes: {text}")));
         }
@@ -73,10 +82,7 @@ impl Segment {
         let mut failed = [u8::from(addr.is_none())];
         let r = comm.collective(CollArgs::Allreduce { send: None, recv: MutBuf::from_slice(&mut failed), dt: DType::Uint8, op: ReduceOp::Max });
         if comm.rank() == 0 {
-            if let Ok(path) = CString::new(text.clone()) {
-                // SAFETY: a valid NUL-terminated path.
-                unsafe { libc::unlink(path.as_ptr()) };
-            }
+            unlink(&text);
         }
         let seg = addr.map(|addr| Segment { addr, len, parts: offsets.iter().zip(parts).map(|(&o, &(s, d))| (o, s, d)).collect() });
         r.map_err(MpiErr::from)?;
@@ -102,6 +108,13 @@ impl Drop for Segment {
     fn drop(&mut self) {
         // SAFETY: the mapping made in `make`, unmapped once (the window is gone).
         unsafe { libc::munmap(self.addr as *mut libc::c_void, self.len) };
+    }
+}
+
+fn unlink(path: &str) {
+    if let Ok(c) = CString::new(path) {
+        // SAFETY: a valid NUL-terminated path.
+        unsafe { libc::unlink(c.as_ptr()) };
     }
 }
 
