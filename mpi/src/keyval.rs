@@ -69,9 +69,14 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Where keyval `k` is in `KEYVALS` (if it is a user keyval's number at all).
+fn index(k: c_int) -> Option<usize> {
+    k.checked_sub(KEYVAL_BASE).and_then(|i| usize::try_from(i).ok())
+}
+
 fn entry(k: c_int) -> Option<Keyval> {
     let v = lock(&KEYVALS);
-    k.checked_sub(KEYVAL_BASE).and_then(|i| usize::try_from(i).ok()).and_then(|i| v.get(i).copied())
+    index(k).and_then(|i| v.get(i).copied())
 }
 
 /// The usable keyval `k` of `kind`, or MPI_ERR_KEYVAL.
@@ -86,7 +91,7 @@ fn live(kind: Kind, k: c_int) -> Result<Keyval, MpiErr> {
 /// `n` more (or fewer) attributes use keyval `k`.
 fn attach(k: c_int, n: isize) {
     let mut v = lock(&KEYVALS);
-    if let Some(kv) = k.checked_sub(KEYVAL_BASE).and_then(|i| usize::try_from(i).ok()).and_then(|i| v.get_mut(i)) {
+    if let Some(kv) = index(k).and_then(|i| v.get_mut(i)) {
         kv.attached = kv.attached.saturating_add_signed(n);
     }
 }

@@ -13,9 +13,6 @@
 
 use crate::abi_gen::*;
 use crate::err::{MpiErr, Res};
-
-/// The reply length that says the target refused the records (see `serve`).
-const REFUSED: u64 = u64::MAX;
 use crate::mpi_err;
 use crate::rma::{self, deadline, Local, Pending};
 use distcomm::buffer::{ConstBuf, MutBuf};
@@ -24,6 +21,9 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+/// The reply length that says the target refused the records (see `serve`).
+const REFUSED: u64 = u64::MAX;
 
 // Tags on the server's communicator.
 const REQ: u32 = 0x5054_0001;

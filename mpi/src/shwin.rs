@@ -97,6 +97,11 @@ impl Segment {
         self.addr + self.parts[r].0
     }
 
+    /// Every rank's (size, disp_unit).
+    pub fn parts(&self) -> Vec<(i64, i64)> {
+        self.parts.iter().map(|&(_, s, d)| (s, d)).collect()
+    }
+
     /// Rank `r`'s (size, disp_unit, base here).
     pub fn query(&self, r: usize) -> (i64, i64, usize) {
         let (_, size, unit) = self.parts[r];

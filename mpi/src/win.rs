@@ -81,6 +81,18 @@ fn with_win<T>(h: MPI_Win, f: impl FnOnce(&Arc<Win>) -> Result<T, MpiErr>) -> Re
     f(&w).map_err(|e| e.on(h))
 }
 
+/// Collective over `comm`: every member's (size, disp_unit).
+fn all_parts(comm: &distcomm::comm::Comm, size: i64, disp_unit: i64) -> Result<Vec<(i64, i64)>, distcomm::Error> {
+    let send: Vec<u8> = [size as u64, disp_unit as u64].iter().flat_map(|x| x.to_le_bytes()).collect();
+    let mut recv = vec![0u8; 16 * comm.size()];
+    comm.collective(distcomm::collective::CollArgs::Allgather {
+        send: Some(distcomm::buffer::ConstBuf::from_slice(&send)),
+        recv: distcomm::buffer::MutBuf::from_slice(&mut recv),
+        dt: distcomm::DType::Uint64,
+    })?;
+    Ok(recv.chunks_exact(16).map(|x| (i64::from_le_bytes(x[..8].try_into().unwrap()), i64::from_le_bytes(x[8..].try_into().unwrap()))).collect())
+}
+
 /// Collective over `c`: a window of `size` bytes at `base`.
 fn make(base: usize, size: i64, disp_unit: i64, c: MPI_Comm, flavor: c_int, owned: bool, segment: Option<crate::shwin::Segment>) -> Result<MPI_Win, MpiErr> {
     let mc = crate::state::get_comm(c)?;
@@ -90,21 +102,19 @@ fn make(base: usize, size: i64, disp_unit: i64, c: MPI_Comm, flavor: c_int, owne
     let peers = if dynamic {
         // Attached memory is checked where it is, by the target (`rma::Local::holds`).
         vec![(i64::MAX, 1); comm.size()]
+    } else if let Some(seg) = &segment {
+        // Gathered already, to lay the segment out.
+        seg.parts()
     } else if comm.size() == 1 {
         vec![(size, disp_unit)]
     } else {
-        let send: Vec<u8> = [size as u64, disp_unit as u64].iter().flat_map(|x| x.to_le_bytes()).collect();
-        let mut recv = vec![0u8; 16 * comm.size()];
-        let r = comm.collective(distcomm::collective::CollArgs::Allgather {
-            send: Some(distcomm::buffer::ConstBuf::from_slice(&send)),
-            recv: distcomm::buffer::MutBuf::from_slice(&mut recv),
-            dt: distcomm::DType::Uint64,
-        });
-        if let Err(e) = r {
-            comm.destroy();
-            return Err(MpiErr::from(e).on(c));
+        match all_parts(&comm, size, disp_unit) {
+            Ok(p) => p,
+            Err(e) => {
+                comm.destroy();
+                return Err(MpiErr::from(e).on(c));
+            }
         }
-        recv.chunks_exact(16).map(|x| (i64::from_le_bytes(x[..8].try_into().unwrap()), i64::from_le_bytes(x[8..].try_into().unwrap()))).collect()
     };
     let local = rma::Local { base, size: size as usize, disp_unit, turns: Default::default(), attached: dynamic.then(Default::default) };
     let passive = if comm.size() > 1 {
@@ -268,17 +278,7 @@ pub unsafe fn win_allocate_shared_c(size: MPI_Aint, disp_unit: MPI_Aint, _info: 
     if members.iter().any(|&m| hosts[m as usize] != hosts[members[0] as usize]) {
         return Err(MpiErr::new(MPI_ERR_RMA_SHARED, "MPI_Win_allocate_shared: the communicator's processes are not all on one host").on(c));
     }
-    // Every member's (size, disp_unit), for the segment's layout.
-    let send: Vec<u8> = [size as u64, disp_unit as u64].iter().flat_map(|x| x.to_le_bytes()).collect();
-    let mut recv = vec![0u8; 16 * mc.size()];
-    mc.comm
-        .collective(distcomm::collective::CollArgs::Allgather {
-            send: Some(distcomm::buffer::ConstBuf::from_slice(&send)),
-            recv: distcomm::buffer::MutBuf::from_slice(&mut recv),
-            dt: distcomm::DType::Uint64,
-        })
-        .map_err(|e| MpiErr::from(e).on(c))?;
-    let parts: Vec<(i64, i64)> = recv.chunks_exact(16).map(|x| (i64::from_le_bytes(x[..8].try_into().unwrap()), i64::from_le_bytes(x[8..].try_into().unwrap()))).collect();
+    let parts = all_parts(&mc.comm, size as i64, disp_unit as i64).map_err(|e| MpiErr::from(e).on(c))?;
     let seg = crate::shwin::Segment::make(&mc.comm, &parts).map_err(on)?;
     let base = seg.base_of(mc.rank());
     *o = make(base, size as i64, disp_unit as i64, c, MPI_WIN_FLAVOR_SHARED, false, Some(seg))?;

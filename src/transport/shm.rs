@@ -86,8 +86,8 @@ const PAGE: usize = 4096;
 pub const EAGER_BYTES: usize = 2048;
 /// Bytes of data a large mailbox slot holds (see the module comment): up to this, collectives
 /// of at most `LARGE_EAGER_MAX_RANKS` ranks go through the mailboxes. Measured against staging
-/// them (2 ranks, dc-bench, 7 interleaved rounds, medians of new/old time at 3 / 4 KiB):
-/// allreduce 0.59 / 0.56, reduce 0.63 / 0.79, broadcast 0.78 / 0.94.
+/// them (2 ranks, dc-bench, full LTO, 7 interleaved rounds, medians of new/old time at 3 / 4
+/// KiB): allreduce 0.55-0.57 / 0.52, reduce 0.65 / 0.61, broadcast 0.73-0.74 / 0.73-0.74.
 pub const LARGE_EAGER_BYTES: usize = 4096;
 /// Large mailbox slots per rank: a writer of such data runs up to this many collectives ahead.
 const LARGE_EAGER_SLOTS: usize = 16;
