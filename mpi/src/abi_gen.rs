@@ -583,83 +583,83 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_File_get_group", true),
     ("MPI_File_get_info", true),
     ("MPI_File_get_position", true),
-    ("MPI_File_get_position_shared", false),
+    ("MPI_File_get_position_shared", true),
     ("MPI_File_get_size", true),
-    ("MPI_File_get_type_extent", false),
-    ("MPI_File_get_type_extent_c", false),
-    ("MPI_File_get_view", false),
-    ("MPI_File_iread", false),
-    ("MPI_File_iread_c", false),
-    ("MPI_File_iread_all", false),
-    ("MPI_File_iread_all_c", false),
-    ("MPI_File_iread_at", false),
-    ("MPI_File_iread_at_c", false),
-    ("MPI_File_iread_at_all", false),
-    ("MPI_File_iread_at_all_c", false),
-    ("MPI_File_iread_shared", false),
-    ("MPI_File_iread_shared_c", false),
-    ("MPI_File_iwrite", false),
-    ("MPI_File_iwrite_c", false),
-    ("MPI_File_iwrite_all", false),
-    ("MPI_File_iwrite_all_c", false),
-    ("MPI_File_iwrite_at", false),
-    ("MPI_File_iwrite_at_c", false),
-    ("MPI_File_iwrite_at_all", false),
-    ("MPI_File_iwrite_at_all_c", false),
-    ("MPI_File_iwrite_shared", false),
-    ("MPI_File_iwrite_shared_c", false),
+    ("MPI_File_get_type_extent", true),
+    ("MPI_File_get_type_extent_c", true),
+    ("MPI_File_get_view", true),
+    ("MPI_File_iread", true),
+    ("MPI_File_iread_c", true),
+    ("MPI_File_iread_all", true),
+    ("MPI_File_iread_all_c", true),
+    ("MPI_File_iread_at", true),
+    ("MPI_File_iread_at_c", true),
+    ("MPI_File_iread_at_all", true),
+    ("MPI_File_iread_at_all_c", true),
+    ("MPI_File_iread_shared", true),
+    ("MPI_File_iread_shared_c", true),
+    ("MPI_File_iwrite", true),
+    ("MPI_File_iwrite_c", true),
+    ("MPI_File_iwrite_all", true),
+    ("MPI_File_iwrite_all_c", true),
+    ("MPI_File_iwrite_at", true),
+    ("MPI_File_iwrite_at_c", true),
+    ("MPI_File_iwrite_at_all", true),
+    ("MPI_File_iwrite_at_all_c", true),
+    ("MPI_File_iwrite_shared", true),
+    ("MPI_File_iwrite_shared_c", true),
     ("MPI_File_open", true),
-    ("MPI_File_preallocate", false),
+    ("MPI_File_preallocate", true),
     ("MPI_File_read", true),
     ("MPI_File_read_c", true),
-    ("MPI_File_read_all", false),
-    ("MPI_File_read_all_c", false),
-    ("MPI_File_read_all_begin", false),
-    ("MPI_File_read_all_begin_c", false),
-    ("MPI_File_read_all_end", false),
+    ("MPI_File_read_all", true),
+    ("MPI_File_read_all_c", true),
+    ("MPI_File_read_all_begin", true),
+    ("MPI_File_read_all_begin_c", true),
+    ("MPI_File_read_all_end", true),
     ("MPI_File_read_at", true),
     ("MPI_File_read_at_c", true),
-    ("MPI_File_read_at_all", false),
-    ("MPI_File_read_at_all_c", false),
-    ("MPI_File_read_at_all_begin", false),
-    ("MPI_File_read_at_all_begin_c", false),
-    ("MPI_File_read_at_all_end", false),
-    ("MPI_File_read_ordered", false),
-    ("MPI_File_read_ordered_c", false),
-    ("MPI_File_read_ordered_begin", false),
-    ("MPI_File_read_ordered_begin_c", false),
-    ("MPI_File_read_ordered_end", false),
-    ("MPI_File_read_shared", false),
-    ("MPI_File_read_shared_c", false),
+    ("MPI_File_read_at_all", true),
+    ("MPI_File_read_at_all_c", true),
+    ("MPI_File_read_at_all_begin", true),
+    ("MPI_File_read_at_all_begin_c", true),
+    ("MPI_File_read_at_all_end", true),
+    ("MPI_File_read_ordered", true),
+    ("MPI_File_read_ordered_c", true),
+    ("MPI_File_read_ordered_begin", true),
+    ("MPI_File_read_ordered_begin_c", true),
+    ("MPI_File_read_ordered_end", true),
+    ("MPI_File_read_shared", true),
+    ("MPI_File_read_shared_c", true),
     ("MPI_File_seek", true),
-    ("MPI_File_seek_shared", false),
+    ("MPI_File_seek_shared", true),
     ("MPI_File_set_atomicity", true),
     ("MPI_File_set_errhandler", true),
     ("MPI_File_set_info", true),
     ("MPI_File_set_size", true),
-    ("MPI_File_set_view", false),
+    ("MPI_File_set_view", true),
     ("MPI_File_sync", true),
     ("MPI_File_write", true),
     ("MPI_File_write_c", true),
-    ("MPI_File_write_all", false),
-    ("MPI_File_write_all_c", false),
-    ("MPI_File_write_all_begin", false),
-    ("MPI_File_write_all_begin_c", false),
-    ("MPI_File_write_all_end", false),
+    ("MPI_File_write_all", true),
+    ("MPI_File_write_all_c", true),
+    ("MPI_File_write_all_begin", true),
+    ("MPI_File_write_all_begin_c", true),
+    ("MPI_File_write_all_end", true),
     ("MPI_File_write_at", true),
     ("MPI_File_write_at_c", true),
-    ("MPI_File_write_at_all", false),
-    ("MPI_File_write_at_all_c", false),
-    ("MPI_File_write_at_all_begin", false),
-    ("MPI_File_write_at_all_begin_c", false),
-    ("MPI_File_write_at_all_end", false),
-    ("MPI_File_write_ordered", false),
-    ("MPI_File_write_ordered_c", false),
-    ("MPI_File_write_ordered_begin", false),
-    ("MPI_File_write_ordered_begin_c", false),
-    ("MPI_File_write_ordered_end", false),
-    ("MPI_File_write_shared", false),
-    ("MPI_File_write_shared_c", false),
+    ("MPI_File_write_at_all", true),
+    ("MPI_File_write_at_all_c", true),
+    ("MPI_File_write_at_all_begin", true),
+    ("MPI_File_write_at_all_begin_c", true),
+    ("MPI_File_write_at_all_end", true),
+    ("MPI_File_write_ordered", true),
+    ("MPI_File_write_ordered_c", true),
+    ("MPI_File_write_ordered_begin", true),
+    ("MPI_File_write_ordered_begin_c", true),
+    ("MPI_File_write_ordered_end", true),
+    ("MPI_File_write_shared", true),
+    ("MPI_File_write_shared_c", true),
     ("MPI_Finalize", true),
     ("MPI_Finalized", true),
     ("MPI_Free_mem", true),
@@ -2208,11 +2208,11 @@ pub unsafe extern "C" fn PMPI_File_get_position(fh: MPI_File, offset: *mut MPI_O
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_get_position_shared(fh: MPI_File, offset: *mut MPI_Offset) -> c_int {
-    crate::err::unsupported("MPI_File_get_position_shared", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_get_position_shared", || unsafe { crate::api::file_get_position_shared(fh, offset) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_get_position_shared(fh: MPI_File, offset: *mut MPI_Offset) -> c_int {
-    crate::err::unsupported("MPI_File_get_position_shared", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_get_position_shared", || unsafe { crate::api::file_get_position_shared(fh, offset) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_get_size(fh: MPI_File, size: *mut MPI_Offset) -> c_int {
@@ -2224,187 +2224,187 @@ pub unsafe extern "C" fn PMPI_File_get_size(fh: MPI_File, size: *mut MPI_Offset)
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_get_type_extent(fh: MPI_File, datatype: MPI_Datatype, extent: *mut MPI_Aint) -> c_int {
-    crate::err::unsupported("MPI_File_get_type_extent", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_get_type_extent", || unsafe { crate::api::file_get_type_extent(fh, datatype, extent) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_get_type_extent(fh: MPI_File, datatype: MPI_Datatype, extent: *mut MPI_Aint) -> c_int {
-    crate::err::unsupported("MPI_File_get_type_extent", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_get_type_extent", || unsafe { crate::api::file_get_type_extent(fh, datatype, extent) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_get_type_extent_c(fh: MPI_File, datatype: MPI_Datatype, extent: *mut MPI_Count) -> c_int {
-    crate::err::unsupported("MPI_File_get_type_extent_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_get_type_extent_c", || unsafe { crate::api::file_get_type_extent_c(fh, datatype, extent) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_get_type_extent_c(fh: MPI_File, datatype: MPI_Datatype, extent: *mut MPI_Count) -> c_int {
-    crate::err::unsupported("MPI_File_get_type_extent_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_get_type_extent_c", || unsafe { crate::api::file_get_type_extent_c(fh, datatype, extent) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_get_view(fh: MPI_File, disp: *mut MPI_Offset, etype: *mut MPI_Datatype, filetype: *mut MPI_Datatype, datarep: *mut c_char) -> c_int {
-    crate::err::unsupported("MPI_File_get_view", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_get_view", || unsafe { crate::api::file_get_view(fh, disp, etype, filetype, datarep) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_get_view(fh: MPI_File, disp: *mut MPI_Offset, etype: *mut MPI_Datatype, filetype: *mut MPI_Datatype, datarep: *mut c_char) -> c_int {
-    crate::err::unsupported("MPI_File_get_view", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_get_view", || unsafe { crate::api::file_get_view(fh, disp, etype, filetype, datarep) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_iread(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_File_iread", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_iread", || unsafe { crate::api::file_iread(fh, buf, count, datatype, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_iread(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_File_iread", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_iread", || unsafe { crate::api::file_iread(fh, buf, count, datatype, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_iread_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_File_iread_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_iread_c", || unsafe { crate::api::file_iread_c(fh, buf, count, datatype, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_iread_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_File_iread_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_iread_c", || unsafe { crate::api::file_iread_c(fh, buf, count, datatype, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_iread_all(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_File_iread_all", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_iread_all", || unsafe { crate::api::file_iread_all(fh, buf, count, datatype, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_iread_all(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_File_iread_all", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_iread_all", || unsafe { crate::api::file_iread_all(fh, buf, count, datatype, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_iread_all_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_File_iread_all_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_iread_all_c", || unsafe { crate::api::file_iread_all_c(fh, buf, count, datatype, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_iread_all_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_File_iread_all_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_iread_all_c", || unsafe { crate::api::file_iread_all_c(fh, buf, count, datatype, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_iread_at(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_File_iread_at", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_iread_at", || unsafe { crate::api::file_iread_at(fh, offset, buf, count, datatype, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_iread_at(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_File_iread_at", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_iread_at", || unsafe { crate::api::file_iread_at(fh, offset, buf, count, datatype, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_iread_at_c(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_File_iread_at_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_iread_at_c", || unsafe { crate::api::file_iread_at_c(fh, offset, buf, count, datatype, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_iread_at_c(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_File_iread_at_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_iread_at_c", || unsafe { crate::api::file_iread_at_c(fh, offset, buf, count, datatype, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_iread_at_all(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_File_iread_at_all", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_iread_at_all", || unsafe { crate::api::file_iread_at_all(fh, offset, buf, count, datatype, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_iread_at_all(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_File_iread_at_all", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_iread_at_all", || unsafe { crate::api::file_iread_at_all(fh, offset, buf, count, datatype, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_iread_at_all_c(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_File_iread_at_all_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_iread_at_all_c", || unsafe { crate::api::file_iread_at_all_c(fh, offset, buf, count, datatype, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_iread_at_all_c(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_File_iread_at_all_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_iread_at_all_c", || unsafe { crate::api::file_iread_at_all_c(fh, offset, buf, count, datatype, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_iread_shared(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_File_iread_shared", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_iread_shared", || unsafe { crate::api::file_iread_shared(fh, buf, count, datatype, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_iread_shared(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_File_iread_shared", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_iread_shared", || unsafe { crate::api::file_iread_shared(fh, buf, count, datatype, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_iread_shared_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_File_iread_shared_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_iread_shared_c", || unsafe { crate::api::file_iread_shared_c(fh, buf, count, datatype, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_iread_shared_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_File_iread_shared_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_iread_shared_c", || unsafe { crate::api::file_iread_shared_c(fh, buf, count, datatype, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_iwrite(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_File_iwrite", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_iwrite", || unsafe { crate::api::file_iwrite(fh, buf, count, datatype, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_iwrite(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_File_iwrite", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_iwrite", || unsafe { crate::api::file_iwrite(fh, buf, count, datatype, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_iwrite_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_File_iwrite_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_iwrite_c", || unsafe { crate::api::file_iwrite_c(fh, buf, count, datatype, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_iwrite_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_File_iwrite_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_iwrite_c", || unsafe { crate::api::file_iwrite_c(fh, buf, count, datatype, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_iwrite_all(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_File_iwrite_all", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_iwrite_all", || unsafe { crate::api::file_iwrite_all(fh, buf, count, datatype, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_iwrite_all(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_File_iwrite_all", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_iwrite_all", || unsafe { crate::api::file_iwrite_all(fh, buf, count, datatype, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_iwrite_all_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_File_iwrite_all_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_iwrite_all_c", || unsafe { crate::api::file_iwrite_all_c(fh, buf, count, datatype, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_iwrite_all_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_File_iwrite_all_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_iwrite_all_c", || unsafe { crate::api::file_iwrite_all_c(fh, buf, count, datatype, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_iwrite_at(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: c_int, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_File_iwrite_at", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_iwrite_at", || unsafe { crate::api::file_iwrite_at(fh, offset, buf, count, datatype, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_iwrite_at(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: c_int, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_File_iwrite_at", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_iwrite_at", || unsafe { crate::api::file_iwrite_at(fh, offset, buf, count, datatype, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_iwrite_at_c(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_File_iwrite_at_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_iwrite_at_c", || unsafe { crate::api::file_iwrite_at_c(fh, offset, buf, count, datatype, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_iwrite_at_c(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_File_iwrite_at_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_iwrite_at_c", || unsafe { crate::api::file_iwrite_at_c(fh, offset, buf, count, datatype, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_iwrite_at_all(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: c_int, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_File_iwrite_at_all", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_iwrite_at_all", || unsafe { crate::api::file_iwrite_at_all(fh, offset, buf, count, datatype, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_iwrite_at_all(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: c_int, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_File_iwrite_at_all", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_iwrite_at_all", || unsafe { crate::api::file_iwrite_at_all(fh, offset, buf, count, datatype, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_iwrite_at_all_c(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_File_iwrite_at_all_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_iwrite_at_all_c", || unsafe { crate::api::file_iwrite_at_all_c(fh, offset, buf, count, datatype, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_iwrite_at_all_c(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_File_iwrite_at_all_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_iwrite_at_all_c", || unsafe { crate::api::file_iwrite_at_all_c(fh, offset, buf, count, datatype, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_iwrite_shared(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_File_iwrite_shared", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_iwrite_shared", || unsafe { crate::api::file_iwrite_shared(fh, buf, count, datatype, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_iwrite_shared(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_File_iwrite_shared", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_iwrite_shared", || unsafe { crate::api::file_iwrite_shared(fh, buf, count, datatype, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_iwrite_shared_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_File_iwrite_shared_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_iwrite_shared_c", || unsafe { crate::api::file_iwrite_shared_c(fh, buf, count, datatype, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_iwrite_shared_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_File_iwrite_shared_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_iwrite_shared_c", || unsafe { crate::api::file_iwrite_shared_c(fh, buf, count, datatype, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_open(comm: MPI_Comm, filename: *const c_char, amode: c_int, info: MPI_Info, fh: *mut MPI_File) -> c_int {
@@ -2416,11 +2416,11 @@ pub unsafe extern "C" fn PMPI_File_open(comm: MPI_Comm, filename: *const c_char,
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_preallocate(fh: MPI_File, size: MPI_Offset) -> c_int {
-    crate::err::unsupported("MPI_File_preallocate", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_preallocate", || unsafe { crate::api::file_preallocate(fh, size) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_preallocate(fh: MPI_File, size: MPI_Offset) -> c_int {
-    crate::err::unsupported("MPI_File_preallocate", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_preallocate", || unsafe { crate::api::file_preallocate(fh, size) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
@@ -2440,43 +2440,43 @@ pub unsafe extern "C" fn PMPI_File_read_c(fh: MPI_File, buf: *mut c_void, count:
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_all(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_read_all", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_read_all", || unsafe { crate::api::file_read_all(fh, buf, count, datatype, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_all(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_read_all", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_read_all", || unsafe { crate::api::file_read_all(fh, buf, count, datatype, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_all_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_read_all_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_read_all_c", || unsafe { crate::api::file_read_all_c(fh, buf, count, datatype, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_all_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_read_all_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_read_all_c", || unsafe { crate::api::file_read_all_c(fh, buf, count, datatype, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_all_begin(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_File_read_all_begin", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_read_all_begin", || unsafe { crate::api::file_read_all_begin(fh, buf, count, datatype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_all_begin(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_File_read_all_begin", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_read_all_begin", || unsafe { crate::api::file_read_all_begin(fh, buf, count, datatype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_all_begin_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_File_read_all_begin_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_read_all_begin_c", || unsafe { crate::api::file_read_all_begin_c(fh, buf, count, datatype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_all_begin_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_File_read_all_begin_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_read_all_begin_c", || unsafe { crate::api::file_read_all_begin_c(fh, buf, count, datatype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_all_end(fh: MPI_File, buf: *mut c_void, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_read_all_end", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_read_all_end", || unsafe { crate::api::file_read_all_end(fh, buf, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_all_end(fh: MPI_File, buf: *mut c_void, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_read_all_end", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_read_all_end", || unsafe { crate::api::file_read_all_end(fh, buf, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_at(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
@@ -2496,99 +2496,99 @@ pub unsafe extern "C" fn PMPI_File_read_at_c(fh: MPI_File, offset: MPI_Offset, b
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_at_all(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_read_at_all", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_read_at_all", || unsafe { crate::api::file_read_at_all(fh, offset, buf, count, datatype, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_at_all(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_read_at_all", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_read_at_all", || unsafe { crate::api::file_read_at_all(fh, offset, buf, count, datatype, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_at_all_c(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_read_at_all_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_read_at_all_c", || unsafe { crate::api::file_read_at_all_c(fh, offset, buf, count, datatype, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_at_all_c(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_read_at_all_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_read_at_all_c", || unsafe { crate::api::file_read_at_all_c(fh, offset, buf, count, datatype, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_at_all_begin(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_File_read_at_all_begin", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_read_at_all_begin", || unsafe { crate::api::file_read_at_all_begin(fh, offset, buf, count, datatype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_at_all_begin(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_File_read_at_all_begin", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_read_at_all_begin", || unsafe { crate::api::file_read_at_all_begin(fh, offset, buf, count, datatype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_at_all_begin_c(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_File_read_at_all_begin_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_read_at_all_begin_c", || unsafe { crate::api::file_read_at_all_begin_c(fh, offset, buf, count, datatype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_at_all_begin_c(fh: MPI_File, offset: MPI_Offset, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_File_read_at_all_begin_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_read_at_all_begin_c", || unsafe { crate::api::file_read_at_all_begin_c(fh, offset, buf, count, datatype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_at_all_end(fh: MPI_File, buf: *mut c_void, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_read_at_all_end", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_read_at_all_end", || unsafe { crate::api::file_read_at_all_end(fh, buf, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_at_all_end(fh: MPI_File, buf: *mut c_void, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_read_at_all_end", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_read_at_all_end", || unsafe { crate::api::file_read_at_all_end(fh, buf, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_ordered(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_read_ordered", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_read_ordered", || unsafe { crate::api::file_read_ordered(fh, buf, count, datatype, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_ordered(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_read_ordered", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_read_ordered", || unsafe { crate::api::file_read_ordered(fh, buf, count, datatype, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_ordered_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_read_ordered_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_read_ordered_c", || unsafe { crate::api::file_read_ordered_c(fh, buf, count, datatype, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_ordered_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_read_ordered_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_read_ordered_c", || unsafe { crate::api::file_read_ordered_c(fh, buf, count, datatype, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_ordered_begin(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_File_read_ordered_begin", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_read_ordered_begin", || unsafe { crate::api::file_read_ordered_begin(fh, buf, count, datatype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_ordered_begin(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_File_read_ordered_begin", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_read_ordered_begin", || unsafe { crate::api::file_read_ordered_begin(fh, buf, count, datatype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_ordered_begin_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_File_read_ordered_begin_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_read_ordered_begin_c", || unsafe { crate::api::file_read_ordered_begin_c(fh, buf, count, datatype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_ordered_begin_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_File_read_ordered_begin_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_read_ordered_begin_c", || unsafe { crate::api::file_read_ordered_begin_c(fh, buf, count, datatype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_ordered_end(fh: MPI_File, buf: *mut c_void, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_read_ordered_end", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_read_ordered_end", || unsafe { crate::api::file_read_ordered_end(fh, buf, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_ordered_end(fh: MPI_File, buf: *mut c_void, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_read_ordered_end", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_read_ordered_end", || unsafe { crate::api::file_read_ordered_end(fh, buf, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_shared(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_read_shared", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_read_shared", || unsafe { crate::api::file_read_shared(fh, buf, count, datatype, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_shared(fh: MPI_File, buf: *mut c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_read_shared", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_read_shared", || unsafe { crate::api::file_read_shared(fh, buf, count, datatype, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_read_shared_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_read_shared_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_read_shared_c", || unsafe { crate::api::file_read_shared_c(fh, buf, count, datatype, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_shared_c(fh: MPI_File, buf: *mut c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_read_shared_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_read_shared_c", || unsafe { crate::api::file_read_shared_c(fh, buf, count, datatype, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_seek(fh: MPI_File, offset: MPI_Offset, whence: c_int) -> c_int {
@@ -2600,11 +2600,11 @@ pub unsafe extern "C" fn PMPI_File_seek(fh: MPI_File, offset: MPI_Offset, whence
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_seek_shared(fh: MPI_File, offset: MPI_Offset, whence: c_int) -> c_int {
-    crate::err::unsupported("MPI_File_seek_shared", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_seek_shared", || unsafe { crate::api::file_seek_shared(fh, offset, whence) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_seek_shared(fh: MPI_File, offset: MPI_Offset, whence: c_int) -> c_int {
-    crate::err::unsupported("MPI_File_seek_shared", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_seek_shared", || unsafe { crate::api::file_seek_shared(fh, offset, whence) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_set_atomicity(fh: MPI_File, flag: c_int) -> c_int {
@@ -2640,11 +2640,11 @@ pub unsafe extern "C" fn PMPI_File_set_size(fh: MPI_File, size: MPI_Offset) -> c
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_set_view(fh: MPI_File, disp: MPI_Offset, etype: MPI_Datatype, filetype: MPI_Datatype, datarep: *const c_char, info: MPI_Info) -> c_int {
-    crate::err::unsupported("MPI_File_set_view", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_set_view", || unsafe { crate::api::file_set_view(fh, disp, etype, filetype, datarep, info) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_set_view(fh: MPI_File, disp: MPI_Offset, etype: MPI_Datatype, filetype: MPI_Datatype, datarep: *const c_char, info: MPI_Info) -> c_int {
-    crate::err::unsupported("MPI_File_set_view", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_set_view", || unsafe { crate::api::file_set_view(fh, disp, etype, filetype, datarep, info) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_sync(fh: MPI_File) -> c_int {
@@ -2672,43 +2672,43 @@ pub unsafe extern "C" fn PMPI_File_write_c(fh: MPI_File, buf: *const c_void, cou
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_all(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_write_all", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_write_all", || unsafe { crate::api::file_write_all(fh, buf, count, datatype, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_all(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_write_all", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_write_all", || unsafe { crate::api::file_write_all(fh, buf, count, datatype, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_all_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_write_all_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_write_all_c", || unsafe { crate::api::file_write_all_c(fh, buf, count, datatype, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_all_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_write_all_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_write_all_c", || unsafe { crate::api::file_write_all_c(fh, buf, count, datatype, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_all_begin(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_File_write_all_begin", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_write_all_begin", || unsafe { crate::api::file_write_all_begin(fh, buf, count, datatype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_all_begin(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_File_write_all_begin", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_write_all_begin", || unsafe { crate::api::file_write_all_begin(fh, buf, count, datatype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_all_begin_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_File_write_all_begin_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_write_all_begin_c", || unsafe { crate::api::file_write_all_begin_c(fh, buf, count, datatype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_all_begin_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_File_write_all_begin_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_write_all_begin_c", || unsafe { crate::api::file_write_all_begin_c(fh, buf, count, datatype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_all_end(fh: MPI_File, buf: *const c_void, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_write_all_end", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_write_all_end", || unsafe { crate::api::file_write_all_end(fh, buf, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_all_end(fh: MPI_File, buf: *const c_void, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_write_all_end", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_write_all_end", || unsafe { crate::api::file_write_all_end(fh, buf, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_at(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
@@ -2728,99 +2728,99 @@ pub unsafe extern "C" fn PMPI_File_write_at_c(fh: MPI_File, offset: MPI_Offset, 
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_at_all(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_write_at_all", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_write_at_all", || unsafe { crate::api::file_write_at_all(fh, offset, buf, count, datatype, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_at_all(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_write_at_all", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_write_at_all", || unsafe { crate::api::file_write_at_all(fh, offset, buf, count, datatype, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_at_all_c(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_write_at_all_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_write_at_all_c", || unsafe { crate::api::file_write_at_all_c(fh, offset, buf, count, datatype, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_at_all_c(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_write_at_all_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_write_at_all_c", || unsafe { crate::api::file_write_at_all_c(fh, offset, buf, count, datatype, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_at_all_begin(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_File_write_at_all_begin", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_write_at_all_begin", || unsafe { crate::api::file_write_at_all_begin(fh, offset, buf, count, datatype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_at_all_begin(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_File_write_at_all_begin", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_write_at_all_begin", || unsafe { crate::api::file_write_at_all_begin(fh, offset, buf, count, datatype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_at_all_begin_c(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_File_write_at_all_begin_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_write_at_all_begin_c", || unsafe { crate::api::file_write_at_all_begin_c(fh, offset, buf, count, datatype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_at_all_begin_c(fh: MPI_File, offset: MPI_Offset, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_File_write_at_all_begin_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_write_at_all_begin_c", || unsafe { crate::api::file_write_at_all_begin_c(fh, offset, buf, count, datatype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_at_all_end(fh: MPI_File, buf: *const c_void, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_write_at_all_end", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_write_at_all_end", || unsafe { crate::api::file_write_at_all_end(fh, buf, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_at_all_end(fh: MPI_File, buf: *const c_void, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_write_at_all_end", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_write_at_all_end", || unsafe { crate::api::file_write_at_all_end(fh, buf, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_ordered(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_write_ordered", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_write_ordered", || unsafe { crate::api::file_write_ordered(fh, buf, count, datatype, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_ordered(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_write_ordered", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_write_ordered", || unsafe { crate::api::file_write_ordered(fh, buf, count, datatype, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_ordered_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_write_ordered_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_write_ordered_c", || unsafe { crate::api::file_write_ordered_c(fh, buf, count, datatype, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_ordered_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_write_ordered_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_write_ordered_c", || unsafe { crate::api::file_write_ordered_c(fh, buf, count, datatype, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_ordered_begin(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_File_write_ordered_begin", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_write_ordered_begin", || unsafe { crate::api::file_write_ordered_begin(fh, buf, count, datatype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_ordered_begin(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_File_write_ordered_begin", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_write_ordered_begin", || unsafe { crate::api::file_write_ordered_begin(fh, buf, count, datatype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_ordered_begin_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_File_write_ordered_begin_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_write_ordered_begin_c", || unsafe { crate::api::file_write_ordered_begin_c(fh, buf, count, datatype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_ordered_begin_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype) -> c_int {
-    crate::err::unsupported("MPI_File_write_ordered_begin_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_write_ordered_begin_c", || unsafe { crate::api::file_write_ordered_begin_c(fh, buf, count, datatype) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_ordered_end(fh: MPI_File, buf: *const c_void, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_write_ordered_end", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_write_ordered_end", || unsafe { crate::api::file_write_ordered_end(fh, buf, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_ordered_end(fh: MPI_File, buf: *const c_void, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_write_ordered_end", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_write_ordered_end", || unsafe { crate::api::file_write_ordered_end(fh, buf, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_shared(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_write_shared", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_write_shared", || unsafe { crate::api::file_write_shared(fh, buf, count, datatype, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_shared(fh: MPI_File, buf: *const c_void, count: c_int, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_write_shared", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_write_shared", || unsafe { crate::api::file_write_shared(fh, buf, count, datatype, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_File_write_shared_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_write_shared_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_write_shared_c", || unsafe { crate::api::file_write_shared_c(fh, buf, count, datatype, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_write_shared_c(fh: MPI_File, buf: *const c_void, count: MPI_Count, datatype: MPI_Datatype, status: *mut MPI_Status) -> c_int {
-    crate::err::unsupported("MPI_File_write_shared_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_File_write_shared_c", || unsafe { crate::api::file_write_shared_c(fh, buf, count, datatype, status) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Finalize() -> c_int {

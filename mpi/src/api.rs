@@ -1347,10 +1347,7 @@ pub use crate::win::{
     win_set_errhandler, win_get_errhandler, win_call_errhandler,
 };
 pub use crate::file::{
-    file_open, file_close, file_delete, file_get_size, file_set_size, file_sync, file_get_amode, file_get_group,
-    file_get_atomicity, file_set_atomicity, file_get_info, file_set_info, file_read_at_c, file_read_at, file_write_at_c,
-    file_write_at, file_read_c, file_read, file_write_c, file_write, file_seek, file_get_position, file_get_byte_offset,
-    file_create_errhandler, file_set_errhandler, file_get_errhandler, file_call_errhandler,
+    file_call_errhandler, file_close, file_create_errhandler, file_delete, file_get_amode, file_get_atomicity, file_get_byte_offset, file_get_errhandler, file_get_group, file_get_info, file_get_position, file_get_position_shared, file_get_size, file_get_type_extent, file_get_type_extent_c, file_get_view, file_iread, file_iread_all, file_iread_all_c, file_iread_at, file_iread_at_all, file_iread_at_all_c, file_iread_at_c, file_iread_c, file_iread_shared, file_iread_shared_c, file_iwrite, file_iwrite_all, file_iwrite_all_c, file_iwrite_at, file_iwrite_at_all, file_iwrite_at_all_c, file_iwrite_at_c, file_iwrite_c, file_iwrite_shared, file_iwrite_shared_c, file_open, file_preallocate, file_read, file_read_all, file_read_all_begin, file_read_all_begin_c, file_read_all_c, file_read_all_end, file_read_at, file_read_at_all, file_read_at_all_begin, file_read_at_all_begin_c, file_read_at_all_c, file_read_at_all_end, file_read_at_c, file_read_c, file_read_ordered, file_read_ordered_begin, file_read_ordered_begin_c, file_read_ordered_c, file_read_ordered_end, file_read_shared, file_read_shared_c, file_seek, file_seek_shared, file_set_atomicity, file_set_errhandler, file_set_info, file_set_size, file_set_view, file_sync, file_write, file_write_all, file_write_all_begin, file_write_all_begin_c, file_write_all_c, file_write_all_end, file_write_at, file_write_at_all, file_write_at_all_begin, file_write_at_all_begin_c, file_write_at_all_c, file_write_at_all_end, file_write_at_c, file_write_c, file_write_ordered, file_write_ordered_begin, file_write_ordered_begin_c, file_write_ordered_c, file_write_ordered_end, file_write_shared, file_write_shared_c,
 };
 pub use crate::session::{
     comm_create_from_group, session_init, session_finalize, session_get_num_psets, session_get_nth_pset,

@@ -1,12 +1,18 @@
-//! MPI-IO files: open / close / delete, sizes, access modes, groups, error handlers, and
-//! independent reads and writes at explicit offsets or the individual file pointer, on the
-//! default view (the file is bytes, an etype of MPI_BYTE): each process does its own
-//! pread / pwrite. Views, shared file pointers, collective and non-blocking I/O are not here
-//! (their functions answer MPI_ERR_UNSUPPORTED_OPERATION).
+//! MPI-IO files: open / close / delete, sizes, access modes, groups, hints, error handlers,
+//! views, and the file pointers. Each process reads and writes the file itself (pread /
+//! pwrite through its view, `io.rs`); the data access functions are in `access.rs`, the view's
+//! arithmetic in `view.rs`. The shared file pointer is a counter in the job's key-value store,
+//! so it works across hosts as the file system does.
 //!
 //! Errors of MPI_File_open and MPI_File_delete go to MPI_FILE_NULL's error handler; files
 //! start with the one MPI_FILE_NULL has (MPI_ERRORS_RETURN unless changed: the standard's
 //! default for files).
+
+mod access;
+mod io;
+mod view;
+
+pub use access::*;
 
 use crate::abi_gen::*;
 use crate::api::out;
@@ -16,9 +22,10 @@ use crate::slots::Slots;
 use distcomm::buffer::MutBuf;
 use distcomm::collective::CollArgs;
 use distcomm::comm::Comm;
-use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::ffi::{c_char, c_int, CStr, CString};
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use view::{Datarep, View};
 
 pub const FILE_BASE: usize = 0x0900_0000;
 
@@ -29,11 +36,56 @@ pub struct File {
     /// The file's own communicator (a dup of the opening one): open and close agree over it.
     comm: Arc<Comm>,
     errhandler: AtomicUsize,
-    /// The individual file pointer, in bytes (the default view).
+    view: Mutex<Arc<View>>,
+    /// The individual file pointer, in etypes of the view.
     pos: AtomicI64,
     /// Serializes the pointer's read-and-advance with the transfer.
     io: Mutex<()>,
     atomic: AtomicUsize,
+    shared: SharedPointer,
+    /// The open split collective: its begin call's name and status.
+    split: Mutex<Option<(&'static str, MPI_Status)>>,
+}
+
+impl File {
+    fn view(&self) -> Arc<View> {
+        self.view.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn is_atomic(&self) -> bool {
+        self.atomic.load(Ordering::Relaxed) != 0
+    }
+
+    fn size(&self) -> Result<i64, MpiErr> {
+        // SAFETY: st is ours to fill; the fd is the file's.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        if unsafe { libc::fstat(self.fd, &mut st) } != 0 {
+            return Err(io_err("cannot stat", &self.path, errno()));
+        }
+        Ok(st.st_size)
+    }
+}
+
+/// The shared file pointer (in etypes): a counter in the job's store under a key rank 0 of the
+/// opening group drew, so that every member adds to the same one.
+struct SharedPointer {
+    store: Arc<dyn distcomm::rendezvous::Store>,
+    key: String,
+}
+
+impl SharedPointer {
+    /// Adds `n` etypes: the pointer before.
+    fn fetch_add(&self, n: i64) -> Result<i64, MpiErr> {
+        let now = self.store.add(&self.key, n).map_err(|e| MpiErr::new(MPI_ERR_OTHER, format!("the shared file pointer cannot be updated: {e}")))?;
+        Ok(now - n)
+    }
+
+    /// Moves the pointer to `to` (rank 0 of a collective call only).
+    fn set(&self, to: i64) -> Result<i64, MpiErr> {
+        let now = self.fetch_add(0)?;
+        self.fetch_add(to - now)?;
+        Ok(to)
+    }
 }
 
 static FILES: Slots<File> = Slots::new(FILE_BASE);
@@ -115,14 +167,16 @@ fn flags(amode: c_int) -> Result<c_int, MpiErr> {
     Ok(f | libc::O_CLOEXEC)
 }
 
-/// Collective over `comm`: rank 0's int to everyone.
-fn bcast_i32(comm: &Comm, v: i32) -> Result<i32, MpiErr> {
-    if comm.size() == 1 {
-        return Ok(v);
+/// Collective over `comm`: rank 0's numbers to everyone.
+fn bcast_i64s<const N: usize>(comm: &Comm, mut v: [i64; N]) -> Result<[i64; N], MpiErr> {
+    if comm.size() > 1 {
+        let mut b: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        comm.collective(CollArgs::Broadcast { buf: MutBuf::from_slice(&mut b), dt: distcomm::DType::Int64, root: 0 }).map_err(MpiErr::from)?;
+        for (x, c) in v.iter_mut().zip(b.chunks_exact(8)) {
+            *x = i64::from_le_bytes(c.try_into().expect("8 bytes"));
+        }
     }
-    let mut b = v.to_le_bytes();
-    comm.collective(CollArgs::Broadcast { buf: MutBuf::from_slice(&mut b), dt: distcomm::DType::Int32, root: 0 }).map_err(MpiErr::from)?;
-    Ok(i32::from_le_bytes(b))
+    Ok(v)
 }
 
 /// Collective over `comm`: whether every rank's `ok` is true.
@@ -135,6 +189,13 @@ fn all_ok(comm: &Comm, ok: bool) -> Result<bool, MpiErr> {
     comm.collective(CollArgs::Allgather { send: Some(distcomm::buffer::ConstBuf::from_slice(&send)), recv: MutBuf::from_slice(&mut recv), dt: distcomm::DType::Uint8 })
         .map_err(MpiErr::from)?;
     Ok(recv.iter().all(|&b| b == 1))
+}
+
+/// The store key whose counter numbers the files opened in the job.
+const FILE_IDS: &str = "mpi/file/ids";
+
+fn shared_pointer(comm: &Comm, id: i64) -> SharedPointer {
+    SharedPointer { store: comm.world().store.clone(), key: format!("mpi/file/{id}/shared") }
 }
 
 pub unsafe fn file_open(c: MPI_Comm, filename: *const c_char, amode: c_int, _info: MPI_Info, fh: *mut MPI_File) -> Res {
@@ -152,16 +213,29 @@ pub unsafe fn file_open(c: MPI_Comm, filename: *const c_char, amode: c_int, _inf
     let comm = mc.comm.new_group(&all).map_err(|e| MpiErr::from(e).on(c))?.expect("every rank is a member of its dup");
     // Rank 0 creates (and, with MPI_MODE_EXCL, is the one that may find it existing); the others
     // open what it made. Every rank learns rank 0's outcome, so all succeed or fail alike.
+    // Rank 0 also draws the key of the shared file pointer and, for MPI_MODE_APPEND, sets it
+    // to the end of the file.
     let mut fd = -1;
     let mut e = 0;
+    let mut id = 0;
     if comm.rank() == 0 {
         // SAFETY: a NUL-terminated path; mode 0666 as fopen's (less the umask).
         fd = unsafe { libc::open(path.as_ptr(), fl, 0o666 as libc::c_uint) };
         if fd < 0 {
             e = errno();
+        } else {
+            let end = if amode & MPI_MODE_APPEND != 0 { unsafe { libc::lseek(fd, 0, libc::SEEK_END) }.max(0) } else { 0 };
+            match comm.world().store.add(FILE_IDS, 1) {
+                Ok(n) => id = n,
+                Err(_) => e = libc::EIO,
+            }
+            if e == 0 && end > 0 && shared_pointer(&comm, id).set(end).is_err() {
+                e = libc::EIO;
+            }
         }
     }
-    let e0 = bcast_i32(&comm, e).map_err(|x| x.on(c))?;
+    let [e0, id] = bcast_i64s(&comm, [e as i64, id]).map_err(|x| x.on(c))?;
+    let e0 = e0 as c_int;
     if e0 == 0 && comm.rank() != 0 {
         fd = unsafe { libc::open(path.as_ptr(), fl & !(libc::O_CREAT | libc::O_EXCL), 0o666 as libc::c_uint) };
         if fd < 0 {
@@ -183,14 +257,22 @@ pub unsafe fn file_open(c: MPI_Comm, filename: *const c_char, amode: c_int, _inf
         return Err(null(err));
     }
     let eh = NULL_ERRH.load(Ordering::Relaxed);
-    let (h, _) = FILES.add(|_| File { fd, path, amode, comm, errhandler: AtomicUsize::new(eh), pos: AtomicI64::new(0), io: Mutex::new(()), atomic: AtomicUsize::new(0) });
-    if amode & MPI_MODE_APPEND != 0 {
-        // The pointers start at the end of the file (the standard's MPI_MODE_APPEND).
-        let end = unsafe { libc::lseek(fd, 0, libc::SEEK_END) };
-        if let Some(f) = FILES.get(h) {
-            f.pos.store(end.max(0), Ordering::Relaxed);
-        }
-    }
+    // The pointers start at the end of the file with MPI_MODE_APPEND (the default view counts bytes).
+    let start = if amode & MPI_MODE_APPEND != 0 { unsafe { libc::lseek(fd, 0, libc::SEEK_END) }.max(0) } else { 0 };
+    let shared = shared_pointer(&comm, id);
+    let (h, _) = FILES.add(|_| File {
+        fd,
+        path,
+        amode,
+        comm,
+        errhandler: AtomicUsize::new(eh),
+        view: Mutex::new(Arc::new(View::bytes())),
+        pos: AtomicI64::new(start),
+        io: Mutex::new(()),
+        atomic: AtomicUsize::new(0),
+        shared,
+        split: Mutex::new(None),
+    });
     *o = h;
     Ok(())
 }
@@ -237,12 +319,7 @@ pub unsafe fn file_delete(filename: *const c_char, _info: MPI_Info) -> Res {
 pub unsafe fn file_get_size(h: MPI_File, size: *mut MPI_Offset) -> Res {
     with_file(h, |f| {
         let o = out(size, "size")?;
-        // SAFETY: st is ours to fill; the fd is the file's.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        if unsafe { libc::fstat(f.fd, &mut st) } != 0 {
-            return Err(io_err("cannot stat", &f.path, errno()));
-        }
-        *o = st.st_size as MPI_Offset;
+        *o = f.size()?;
         Ok(())
     })
 }
@@ -314,122 +391,27 @@ pub unsafe fn file_set_info(h: MPI_File, info: MPI_Info) -> Res {
     })
 }
 
-// ---- data ------------------------------------------------------------------------------------------
+// ---- views and file pointers -------------------------------------------------------------------------
 
-fn status_of(st: *mut MPI_Status, bytes: usize) {
-    let mut s = crate::request::empty_status();
-    crate::request::set_count(&mut s, bytes);
-    crate::api::write_status(st, s);
-}
-
-fn read_at(f: &File, off: MPI_Offset, buf: *mut c_void, count: MPI_Count, dt: MPI_Datatype, st: *mut MPI_Status) -> Result<usize, MpiErr> {
-    if f.amode & MPI_MODE_WRONLY != 0 {
-        return mpi_err!(MPI_ERR_ACCESS, "the file was opened MPI_MODE_WRONLY");
-    }
-    if off < 0 {
-        return mpi_err!(MPI_ERR_ARG, "offset {off} is negative");
-    }
-    let i = crate::packing::incoming(buf, count, dt)?;
-    let mut done = 0usize;
-    while done < i.len {
-        // SAFETY: the destination holds i.len bytes (the caller's buffer or our packed one).
-        let n = unsafe { libc::pread(f.fd, i.ptr.add(done) as *mut c_void, i.len - done, off + done as i64) };
-        if n < 0 {
-            let e = errno();
-            if e == libc::EINTR {
-                continue;
-            }
-            return Err(io_err("cannot read", &f.path, e));
+/// The pointer `whence` and `off` (etypes) name: from the start of the view, from `cur`, or
+/// from the end of the file's data in the view.
+fn seek_target(f: &File, off: MPI_Offset, whence: c_int, cur: impl FnOnce() -> Result<i64, MpiErr>) -> Result<i64, MpiErr> {
+    let base = match whence {
+        MPI_SEEK_SET => 0,
+        MPI_SEEK_CUR => cur()?,
+        MPI_SEEK_END => {
+            let v = f.view();
+            (v.data_before(f.size()?) / v.esize) as i64
         }
-        if n == 0 {
-            break; // end of file: the status says how much was read
-        }
-        done += n as usize;
-    }
-    if let Some((tmp, unpack)) = i.tmp {
-        unpack.run(&tmp[..]);
-    }
-    status_of(st, done);
-    Ok(done)
-}
-
-fn write_at(f: &File, off: MPI_Offset, buf: *const c_void, count: MPI_Count, dt: MPI_Datatype, st: *mut MPI_Status) -> Result<usize, MpiErr> {
-    if f.amode & MPI_MODE_RDONLY != 0 {
-        return mpi_err!(MPI_ERR_READ_ONLY, "the file was opened MPI_MODE_RDONLY");
-    }
-    if off < 0 {
-        return mpi_err!(MPI_ERR_ARG, "offset {off} is negative");
-    }
-    let o = crate::packing::outgoing(buf, count, dt)?;
-    let mut done = 0usize;
-    while done < o.len {
-        // SAFETY: the source holds o.len bytes.
-        let n = unsafe { libc::pwrite(f.fd, o.ptr.add(done) as *const c_void, o.len - done, off + done as i64) };
-        if n < 0 {
-            let e = errno();
-            if e == libc::EINTR {
-                continue;
-            }
-            return Err(io_err("cannot write", &f.path, e));
-        }
-        done += n as usize;
-    }
-    status_of(st, done);
-    Ok(done)
-}
-
-pub unsafe fn file_read_at_c(h: MPI_File, off: MPI_Offset, buf: *mut c_void, count: MPI_Count, dt: MPI_Datatype, st: *mut MPI_Status) -> Res {
-    with_file(h, |f| read_at(f, off, buf, count, dt, st).map(|_| ()))
-}
-pub unsafe fn file_read_at(h: MPI_File, off: MPI_Offset, buf: *mut c_void, count: c_int, dt: MPI_Datatype, st: *mut MPI_Status) -> Res {
-    file_read_at_c(h, off, buf, count as MPI_Count, dt, st)
-}
-pub unsafe fn file_write_at_c(h: MPI_File, off: MPI_Offset, buf: *const c_void, count: MPI_Count, dt: MPI_Datatype, st: *mut MPI_Status) -> Res {
-    with_file(h, |f| write_at(f, off, buf, count, dt, st).map(|_| ()))
-}
-pub unsafe fn file_write_at(h: MPI_File, off: MPI_Offset, buf: *const c_void, count: c_int, dt: MPI_Datatype, st: *mut MPI_Status) -> Res {
-    file_write_at_c(h, off, buf, count as MPI_Count, dt, st)
-}
-
-pub unsafe fn file_read_c(h: MPI_File, buf: *mut c_void, count: MPI_Count, dt: MPI_Datatype, st: *mut MPI_Status) -> Res {
-    with_file(h, |f| {
-        let _g = f.io.lock().unwrap_or_else(|p| p.into_inner());
-        let n = read_at(f, f.pos.load(Ordering::Relaxed), buf, count, dt, st)?;
-        f.pos.fetch_add(n as i64, Ordering::Relaxed);
-        Ok(())
-    })
-}
-pub unsafe fn file_read(h: MPI_File, buf: *mut c_void, count: c_int, dt: MPI_Datatype, st: *mut MPI_Status) -> Res {
-    file_read_c(h, buf, count as MPI_Count, dt, st)
-}
-pub unsafe fn file_write_c(h: MPI_File, buf: *const c_void, count: MPI_Count, dt: MPI_Datatype, st: *mut MPI_Status) -> Res {
-    with_file(h, |f| {
-        let _g = f.io.lock().unwrap_or_else(|p| p.into_inner());
-        let n = write_at(f, f.pos.load(Ordering::Relaxed), buf, count, dt, st)?;
-        f.pos.fetch_add(n as i64, Ordering::Relaxed);
-        Ok(())
-    })
-}
-pub unsafe fn file_write(h: MPI_File, buf: *const c_void, count: c_int, dt: MPI_Datatype, st: *mut MPI_Status) -> Res {
-    file_write_c(h, buf, count as MPI_Count, dt, st)
+        _ => return mpi_err!(MPI_ERR_ARG, "whence {whence} is not MPI_SEEK_SET, MPI_SEEK_CUR or MPI_SEEK_END"),
+    };
+    base.checked_add(off).filter(|&p| p >= 0).ok_or_else(|| MpiErr::new(MPI_ERR_ARG, format!("seeking to {base} + {off} etypes leaves the file")))
 }
 
 pub unsafe fn file_seek(h: MPI_File, off: MPI_Offset, whence: c_int) -> Res {
     with_file(h, |f| {
         let _g = f.io.lock().unwrap_or_else(|p| p.into_inner());
-        let base = match whence {
-            MPI_SEEK_SET => 0,
-            MPI_SEEK_CUR => f.pos.load(Ordering::Relaxed),
-            MPI_SEEK_END => {
-                let mut st: libc::stat = unsafe { std::mem::zeroed() };
-                if unsafe { libc::fstat(f.fd, &mut st) } != 0 {
-                    return Err(io_err("cannot stat", &f.path, errno()));
-                }
-                st.st_size
-            }
-            _ => return mpi_err!(MPI_ERR_ARG, "whence {whence} is not MPI_SEEK_SET, MPI_SEEK_CUR or MPI_SEEK_END"),
-        };
-        let p = base.checked_add(off).filter(|&p| p >= 0).ok_or_else(|| MpiErr::new(MPI_ERR_ARG, format!("seeking to {base} + {off} leaves the file")))?;
+        let p = seek_target(f, off, whence, || Ok(f.pos.load(Ordering::Relaxed)))?;
         f.pos.store(p, Ordering::Relaxed);
         Ok(())
     })
@@ -442,10 +424,130 @@ pub unsafe fn file_get_position(h: MPI_File, off: *mut MPI_Offset) -> Res {
     })
 }
 
-/// On the default view a byte offset is the offset itself.
+/// Collective: every member names the same place; rank 0 moves the pointer.
+pub unsafe fn file_seek_shared(h: MPI_File, off: MPI_Offset, whence: c_int) -> Res {
+    with_file(h, |f| {
+        let to = if f.comm.rank() == 0 { seek_target(f, off, whence, || f.shared.fetch_add(0)).and_then(|p| f.shared.set(p)) } else { Ok(0) };
+        access::bcast_i64(f, to)?;
+        Ok(())
+    })
+}
+
+pub unsafe fn file_get_position_shared(h: MPI_File, off: *mut MPI_Offset) -> Res {
+    with_file(h, |f| {
+        let o = out(off, "offset")?;
+        *o = f.shared.fetch_add(0)?;
+        Ok(())
+    })
+}
+
+/// The absolute byte offset of the view's etype offset `off`.
 pub unsafe fn file_get_byte_offset(h: MPI_File, off: MPI_Offset, disp: *mut MPI_Offset) -> Res {
-    with_file(h, |_| {
-        *out(disp, "disp")? = off;
+    with_file(h, |f| {
+        let o = out(disp, "disp")?;
+        if off < 0 {
+            return mpi_err!(MPI_ERR_ARG, "offset {off} is negative");
+        }
+        let v = f.view();
+        let pos = (off as u64).checked_mul(v.esize).ok_or_else(|| MpiErr::new(MPI_ERR_ARG, format!("offset {off} overflows")))?;
+        *o = v.byte_offset(pos)?;
+        Ok(())
+    })
+}
+
+/// Collective: a new view; both file pointers go back to its start.
+pub unsafe fn file_set_view(h: MPI_File, disp: MPI_Offset, etype: MPI_Datatype, filetype: MPI_Datatype, datarep: *const c_char, _info: MPI_Info) -> Res {
+    with_file(h, |f| {
+        if datarep.is_null() {
+            return mpi_err!(MPI_ERR_ARG, "datarep is NULL");
+        }
+        // SAFETY: a NUL-terminated string from the caller.
+        let rep = Datarep::parse(&unsafe { CStr::from_ptr(datarep) }.to_string_lossy())?;
+        let disp = if disp == MPI_DISPLACEMENT_CURRENT {
+            if f.amode & MPI_MODE_SEQUENTIAL == 0 {
+                return mpi_err!(MPI_ERR_ARG, "MPI_DISPLACEMENT_CURRENT needs a file opened MPI_MODE_SEQUENTIAL");
+            }
+            // Rank 0 reads the pointer before it moves it back to 0 below.
+            let now = access::bcast_i64(f, if f.comm.rank() == 0 { f.shared.fetch_add(0) } else { Ok(0) })?;
+            f.view().byte_offset(now as u64 * f.view().esize)?
+        } else {
+            disp
+        };
+        let v = View::new(disp, etype, filetype, rep, f.amode & MPI_MODE_RDONLY != 0)?;
+        if f.split.lock().unwrap_or_else(|p| p.into_inner()).is_some() {
+            return mpi_err!(MPI_ERR_OTHER, "a split collective is open on this file");
+        }
+        let _g = f.io.lock().unwrap_or_else(|p| p.into_inner());
+        *f.view.lock().unwrap_or_else(|p| p.into_inner()) = Arc::new(v);
+        f.pos.store(0, Ordering::Relaxed);
+        drop(_g);
+        // Every member has its new view before the shared pointer moves under it.
+        let reset = if f.comm.rank() == 0 { f.shared.set(0) } else { Ok(0) };
+        access::bcast_i64(f, reset)?;
+        Ok(())
+    })
+}
+
+/// The view: its displacement, etype and filetype (derived ones as new handles the caller
+/// frees) and data representation.
+pub unsafe fn file_get_view(h: MPI_File, disp: *mut MPI_Offset, etype: *mut MPI_Datatype, filetype: *mut MPI_Datatype, datarep: *mut c_char) -> Res {
+    with_file(h, |f| {
+        let v = f.view();
+        let (d, e, t) = (out(disp, "disp")?, out(etype, "etype")?, out(filetype, "filetype")?);
+        if datarep.is_null() {
+            return mpi_err!(MPI_ERR_ARG, "datarep is NULL");
+        }
+        let handle = |(h, t): &(MPI_Datatype, Arc<crate::datatype::Type>)| if crate::datatype::predefined(*h).is_some() { *h } else { crate::datatype::handle_for(t) };
+        *d = v.disp;
+        *e = handle(&v.etype);
+        *t = handle(&v.filetype);
+        let name = v.datarep.name().as_bytes();
+        // SAFETY: the caller's buffer holds MPI_MAX_DATAREP_STRING bytes (the standard's contract).
+        unsafe {
+            std::ptr::copy_nonoverlapping(name.as_ptr(), datarep as *mut u8, name.len());
+            *datarep.add(name.len()) = 0;
+        }
+        Ok(())
+    })
+}
+
+/// The extent of a datatype in the file: its extent in memory (the views store types whose
+/// elements keep their size).
+pub unsafe fn file_get_type_extent_c(h: MPI_File, dt: MPI_Datatype, extent: *mut MPI_Count) -> Res {
+    with_file(h, |f| {
+        let o = out(extent, "extent")?;
+        let (t, _) = crate::datatype::resolve_any(dt)?;
+        f.view().datarep.check(&t, "the datatype")?;
+        *o = t.map.extent() as MPI_Count;
+        Ok(())
+    })
+}
+pub unsafe fn file_get_type_extent(h: MPI_File, dt: MPI_Datatype, extent: *mut MPI_Aint) -> Res {
+    let mut x: MPI_Count = 0;
+    file_get_type_extent_c(h, dt, &mut x)?;
+    *out(extent, "extent")? = x as MPI_Aint;
+    Ok(())
+}
+
+/// Collective: the file keeps at least `size` bytes of storage (rank 0 allocates them).
+pub unsafe fn file_preallocate(h: MPI_File, size: MPI_Offset) -> Res {
+    with_file(h, |f| {
+        if size < 0 {
+            return mpi_err!(MPI_ERR_ARG, "size {size} is negative");
+        }
+        if f.amode & MPI_MODE_RDONLY != 0 {
+            return mpi_err!(MPI_ERR_READ_ONLY, "the file was opened MPI_MODE_RDONLY");
+        }
+        let done = if f.comm.rank() == 0 && size > 0 {
+            // SAFETY: the file's fd.
+            match unsafe { libc::posix_fallocate(f.fd, 0, size) } {
+                0 => Ok(0),
+                e => Err(io_err("cannot preallocate", &f.path, e)),
+            }
+        } else {
+            Ok(0)
+        };
+        access::bcast_i64(f, done)?;
         Ok(())
     })
 }
