@@ -27,6 +27,8 @@ pub struct MpiComm {
     /// Set once, right after the handle is made, for a Cartesian or graph communicator (see
     /// topo.rs).
     pub topo: std::sync::OnceLock<crate::topo::Topo>,
+    /// Made by the first MPI_File_open on this communicator (see file/group.rs).
+    pub io: std::sync::OnceLock<Arc<crate::file::IoGroup>>,
 }
 
 impl MpiComm {
@@ -41,8 +43,16 @@ impl MpiComm {
     pub fn group_members(&self) -> Vec<u32> {
         self.inter.get().map_or_else(|| self.comm.members().to_vec(), |x| x.local.clone())
     }
+    /// Its files' communicator goes once their last one is closed.
+    pub fn release_io(&self) {
+        if let Some(g) = self.io.get() {
+            g.comm_freed();
+        }
+    }
+
     /// Releases the engine comms (MPI_Comm_free, MPI_Finalize).
     pub fn destroy(&self) {
+        self.release_io();
         self.comm.destroy();
         if let Some(x) = self.inter.get() {
             x.union.destroy();
@@ -142,7 +152,7 @@ fn wrap(comm: Arc<Comm>, handle: MPI_Comm) -> Arc<MpiComm> {
         MPI_COMM_SELF => "MPI_COMM_SELF",
         _ => "",
     };
-    Arc::new(MpiComm { comm, errhandler: AtomicUsize::new(MPI_ERRORS_ARE_FATAL), handle, name: Mutex::new(name.to_string()), attrs: Mutex::new(Vec::new()), inter: std::sync::OnceLock::new(), topo: std::sync::OnceLock::new() })
+    Arc::new(MpiComm { comm, errhandler: AtomicUsize::new(MPI_ERRORS_ARE_FATAL), handle, name: Mutex::new(name.to_string()), attrs: Mutex::new(Vec::new()), inter: std::sync::OnceLock::new(), topo: std::sync::OnceLock::new(), io: std::sync::OnceLock::new() })
 }
 
 /// A communicator that has no handle of its own (a topology's neighbourhood traffic): errors
@@ -207,7 +217,9 @@ pub fn finalize() -> Result<(), MpiErr> {
     }
     let s = get_comm(MPI_COMM_SELF)?;
     crate::info::delete_all(&s);
+    s.release_io();
     s.comm.destroy();
+    world.release_io();
     world.comm.destroy();
     // The world's handle outlives finalize (see `WORLD`): the job's transport goes now.
     world.comm.close_world();

@@ -90,13 +90,13 @@ fn moved(f: &File, place: Place, mode: Mode, data: Data, count: MPI_Count, dt: M
         (Place::Shared, Mode::Ordered) => {
             let etypes = (data_bytes(&view, count, dt)? / view.esize) as i64;
             let (mine, total) = rank_order(f, etypes)?;
-            let base = if f.comm.rank() == 0 { f.shared.fetch_add(total) } else { Ok(0) };
+            let base = if f.comm.rank() == 0 { f.shared_add(total) } else { Ok(0) };
             let base = bcast_i64(f, base)?;
             transfer(f, &view, base + mine, data, count, dt)
         }
         (Place::Shared, _) => {
             let etypes = (data_bytes(&view, count, dt)? / view.esize) as i64;
-            let at = f.shared.fetch_add(etypes)?;
+            let at = f.shared_add(etypes)?;
             transfer(f, &view, at, data, count, dt)
         }
     }

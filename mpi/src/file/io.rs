@@ -72,6 +72,9 @@ pub fn transfer(f: &File, view: &View, at: i64, data: Data, count: MPI_Count, dt
                 src = &ext;
             }
             let mut done = 0usize;
+            if bytes > 0 {
+                f.dirty.store(true, std::sync::atomic::Ordering::Release);
+            }
             view.for_each_range(pos, bytes, |off, n| {
                 pwrite_all(f, &src[done..done + n], off)?;
                 done += n;

@@ -1,18 +1,20 @@
 //! MPI-IO files: open / close / delete, sizes, access modes, groups, hints, error handlers,
 //! views, and the file pointers. Each process reads and writes the file itself (pread /
 //! pwrite through its view, `io.rs`); the data access functions are in `access.rs`, the view's
-//! arithmetic in `view.rs`. The shared file pointer is a counter in the job's key-value store,
-//! so it works across hosts as the file system does.
+//! arithmetic in `view.rs`. Files opened on one communicator share a duplicate of it and a set
+//! of shared file pointer counters (`group.rs`).
 //!
 //! Errors of MPI_File_open and MPI_File_delete go to MPI_FILE_NULL's error handler; files
 //! start with the one MPI_FILE_NULL has (MPI_ERRORS_RETURN unless changed: the standard's
 //! default for files).
 
 mod access;
+mod group;
 mod io;
 mod view;
 
 pub use access::*;
+pub use group::IoGroup;
 
 use crate::abi_gen::*;
 use crate::api::out;
@@ -33,8 +35,11 @@ pub struct File {
     fd: c_int,
     path: CString,
     amode: c_int,
-    /// The file's own communicator (a dup of the opening one): open and close agree over it.
+    /// The collectives of the files of the opening communicator go over this (their group's).
     comm: Arc<Comm>,
+    group: Arc<IoGroup>,
+    /// The group's counter that is this file's shared file pointer (in etypes).
+    slot: usize,
     errhandler: AtomicUsize,
     view: Mutex<Arc<View>>,
     /// The individual file pointer, in etypes of the view.
@@ -42,7 +47,8 @@ pub struct File {
     /// Serializes the pointer's read-and-advance with the transfer.
     io: Mutex<()>,
     atomic: AtomicUsize,
-    shared: SharedPointer,
+    /// Written since the last MPI_File_sync.
+    dirty: std::sync::atomic::AtomicBool,
     /// The open split collective: its begin call's name and status.
     split: Mutex<Option<(&'static str, MPI_Status)>>,
 }
@@ -56,6 +62,17 @@ impl File {
         self.atomic.load(Ordering::Relaxed) != 0
     }
 
+    /// Moves the shared file pointer on by `n` etypes: where it was.
+    fn shared_add(&self, n: i64) -> Result<i64, MpiErr> {
+        self.group.fetch_add(self.slot, n)
+    }
+
+    /// Moves the shared file pointer to `to` (rank 0 in a collective call).
+    fn shared_set(&self, to: i64) -> Result<i64, MpiErr> {
+        self.group.set(self.slot, to)?;
+        Ok(to)
+    }
+
     fn size(&self) -> Result<i64, MpiErr> {
         // SAFETY: st is ours to fill; the fd is the file's.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
@@ -63,28 +80,6 @@ impl File {
             return Err(io_err("cannot stat", &self.path, errno()));
         }
         Ok(st.st_size)
-    }
-}
-
-/// The shared file pointer (in etypes): a counter in the job's store under a key rank 0 of the
-/// opening group drew, so that every member adds to the same one.
-struct SharedPointer {
-    store: Arc<dyn distcomm::rendezvous::Store>,
-    key: String,
-}
-
-impl SharedPointer {
-    /// Adds `n` etypes: the pointer before.
-    fn fetch_add(&self, n: i64) -> Result<i64, MpiErr> {
-        let now = self.store.add(&self.key, n).map_err(|e| MpiErr::new(MPI_ERR_OTHER, format!("the shared file pointer cannot be updated: {e}")))?;
-        Ok(now - n)
-    }
-
-    /// Moves the pointer to `to` (rank 0 of a collective call only).
-    fn set(&self, to: i64) -> Result<i64, MpiErr> {
-        let now = self.fetch_add(0)?;
-        self.fetch_add(to - now)?;
-        Ok(to)
     }
 }
 
@@ -191,13 +186,6 @@ fn all_ok(comm: &Comm, ok: bool) -> Result<bool, MpiErr> {
     Ok(recv.iter().all(|&b| b == 1))
 }
 
-/// The store key whose counter numbers the files opened in the job.
-const FILE_IDS: &str = "mpi/file/ids";
-
-fn shared_pointer(comm: &Comm, id: i64) -> SharedPointer {
-    SharedPointer { store: comm.world().store.clone(), key: format!("mpi/file/{id}/shared") }
-}
-
 pub unsafe fn file_open(c: MPI_Comm, filename: *const c_char, amode: c_int, _info: MPI_Info, fh: *mut MPI_File) -> Res {
     crate::state::check_active()?;
     let mc = crate::state::get_comm(c)?;
@@ -209,15 +197,18 @@ pub unsafe fn file_open(c: MPI_Comm, filename: *const c_char, amode: c_int, _inf
     // SAFETY: a NUL-terminated string from the caller.
     let path = unsafe { CStr::from_ptr(filename) }.to_owned();
     let fl = flags(amode).map_err(null)?;
-    let all: Vec<usize> = (0..mc.size()).collect();
-    let comm = mc.comm.new_group(&all).map_err(|e| MpiErr::from(e).on(c))?.expect("every rank is a member of its dup");
+    if mc.inter.get().is_some() {
+        return Err(MpiErr::new(MPI_ERR_COMM, "files are opened on intracommunicators, not intercommunicators").on(c));
+    }
+    let group = IoGroup::of(&mc).map_err(|e| e.on(c))?;
+    let comm = group.comm.clone();
     // Rank 0 creates (and, with MPI_MODE_EXCL, is the one that may find it existing); the others
     // open what it made. Every rank learns rank 0's outcome, so all succeed or fail alike.
-    // Rank 0 also draws the key of the shared file pointer and, for MPI_MODE_APPEND, sets it
-    // to the end of the file.
+    // Rank 0 also takes the shared file pointer's counter, at the end of the file for
+    // MPI_MODE_APPEND.
     let mut fd = -1;
     let mut e = 0;
-    let mut id = 0;
+    let mut slot = -1;
     if comm.rank() == 0 {
         // SAFETY: a NUL-terminated path; mode 0666 as fopen's (less the umask).
         fd = unsafe { libc::open(path.as_ptr(), fl, 0o666 as libc::c_uint) };
@@ -225,16 +216,14 @@ pub unsafe fn file_open(c: MPI_Comm, filename: *const c_char, amode: c_int, _inf
             e = errno();
         } else {
             let end = if amode & MPI_MODE_APPEND != 0 { unsafe { libc::lseek(fd, 0, libc::SEEK_END) }.max(0) } else { 0 };
-            match comm.world().store.add(FILE_IDS, 1) {
-                Ok(n) => id = n,
+            match group.take_slot(end) {
+                Ok(Some(s)) => slot = s as i64,
+                Ok(None) => e = libc::EMFILE,
                 Err(_) => e = libc::EIO,
-            }
-            if e == 0 && end > 0 && shared_pointer(&comm, id).set(end).is_err() {
-                e = libc::EIO;
             }
         }
     }
-    let [e0, id] = bcast_i64s(&comm, [e as i64, id]).map_err(|x| x.on(c))?;
+    let [e0, slot] = bcast_i64s(&comm, [e as i64, slot]).map_err(|x| x.on(c))?;
     let e0 = e0 as c_int;
     if e0 == 0 && comm.rank() != 0 {
         fd = unsafe { libc::open(path.as_ptr(), fl & !(libc::O_CREAT | libc::O_EXCL), 0o666 as libc::c_uint) };
@@ -248,7 +237,9 @@ pub unsafe fn file_open(c: MPI_Comm, filename: *const c_char, amode: c_int, _inf
             // SAFETY: our fd, closed once.
             unsafe { libc::close(fd) };
         }
-        comm.destroy();
+        if comm.rank() == 0 && slot >= 0 {
+            group.give_slot(slot as usize);
+        }
         let why = if e0 != 0 { e0 } else if e != 0 { e } else { libc::EIO };
         let mut err = io_err("cannot open", &path, why);
         if e0 == 0 && e == 0 {
@@ -259,18 +250,20 @@ pub unsafe fn file_open(c: MPI_Comm, filename: *const c_char, amode: c_int, _inf
     let eh = NULL_ERRH.load(Ordering::Relaxed);
     // The pointers start at the end of the file with MPI_MODE_APPEND (the default view counts bytes).
     let start = if amode & MPI_MODE_APPEND != 0 { unsafe { libc::lseek(fd, 0, libc::SEEK_END) }.max(0) } else { 0 };
-    let shared = shared_pointer(&comm, id);
+    group.file_opened();
     let (h, _) = FILES.add(|_| File {
         fd,
         path,
         amode,
         comm,
+        group,
+        slot: slot as usize,
         errhandler: AtomicUsize::new(eh),
         view: Mutex::new(Arc::new(View::bytes())),
         pos: AtomicI64::new(start),
         io: Mutex::new(()),
         atomic: AtomicUsize::new(0),
-        shared,
+        dirty: std::sync::atomic::AtomicBool::new(false),
         split: Mutex::new(None),
     });
     *o = h;
@@ -296,7 +289,10 @@ pub unsafe fn file_close(fh: *mut MPI_File) -> Res {
             res = Err(io_err("cannot delete", &f.path, errno()).on(MPI_FILE_NULL));
         }
     }
-    f.comm.destroy();
+    if f.comm.rank() == 0 {
+        f.group.give_slot(f.slot);
+    }
+    f.group.file_closed();
     if e != 0 && res.is_ok() {
         res = Err(io_err("cannot close", &f.path, e).on(MPI_FILE_NULL));
     }
@@ -344,6 +340,10 @@ pub unsafe fn file_set_size(h: MPI_File, size: MPI_Offset) -> Res {
 
 pub unsafe fn file_sync(h: MPI_File) -> Res {
     with_file(h, |f| {
+        // Nothing written here since the last sync: nothing to flush (as ROMIO skips it).
+        if !f.dirty.swap(false, Ordering::AcqRel) {
+            return Ok(());
+        }
         if unsafe { libc::fsync(f.fd) } != 0 {
             return Err(io_err("cannot sync", &f.path, errno()));
         }
@@ -427,7 +427,7 @@ pub unsafe fn file_get_position(h: MPI_File, off: *mut MPI_Offset) -> Res {
 /// Collective: every member names the same place; rank 0 moves the pointer.
 pub unsafe fn file_seek_shared(h: MPI_File, off: MPI_Offset, whence: c_int) -> Res {
     with_file(h, |f| {
-        let to = if f.comm.rank() == 0 { seek_target(f, off, whence, || f.shared.fetch_add(0)).and_then(|p| f.shared.set(p)) } else { Ok(0) };
+        let to = if f.comm.rank() == 0 { seek_target(f, off, whence, || f.shared_add(0)).and_then(|p| f.shared_set(p)) } else { Ok(0) };
         access::bcast_i64(f, to)?;
         Ok(())
     })
@@ -436,7 +436,7 @@ pub unsafe fn file_seek_shared(h: MPI_File, off: MPI_Offset, whence: c_int) -> R
 pub unsafe fn file_get_position_shared(h: MPI_File, off: *mut MPI_Offset) -> Res {
     with_file(h, |f| {
         let o = out(off, "offset")?;
-        *o = f.shared.fetch_add(0)?;
+        *o = f.shared_add(0)?;
         Ok(())
     })
 }
@@ -468,7 +468,7 @@ pub unsafe fn file_set_view(h: MPI_File, disp: MPI_Offset, etype: MPI_Datatype, 
                 return mpi_err!(MPI_ERR_ARG, "MPI_DISPLACEMENT_CURRENT needs a file opened MPI_MODE_SEQUENTIAL");
             }
             // Rank 0 reads the pointer before it moves it back to 0 below.
-            let now = access::bcast_i64(f, if f.comm.rank() == 0 { f.shared.fetch_add(0) } else { Ok(0) })?;
+            let now = access::bcast_i64(f, if f.comm.rank() == 0 { f.shared_add(0) } else { Ok(0) })?;
             f.view().byte_offset(now as u64 * f.view().esize)?
         } else {
             disp
@@ -482,7 +482,7 @@ pub unsafe fn file_set_view(h: MPI_File, disp: MPI_Offset, etype: MPI_Datatype, 
         f.pos.store(0, Ordering::Relaxed);
         drop(_g);
         // Every member has its new view before the shared pointer moves under it.
-        let reset = if f.comm.rank() == 0 { f.shared.set(0) } else { Ok(0) };
+        let reset = if f.comm.rank() == 0 { f.shared_set(0) } else { Ok(0) };
         access::bcast_i64(f, reset)?;
         Ok(())
     })
