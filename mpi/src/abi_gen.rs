@@ -857,8 +857,8 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Reduce_scatter_block_init_c", true),
     ("MPI_Reduce_scatter_init", true),
     ("MPI_Reduce_scatter_init_c", true),
-    ("MPI_Register_datarep", false),
-    ("MPI_Register_datarep_c", false),
+    ("MPI_Register_datarep", true),
+    ("MPI_Register_datarep_c", true),
     ("MPI_Remove_error_class", true),
     ("MPI_Remove_error_code", true),
     ("MPI_Remove_error_string", true),
@@ -4400,19 +4400,19 @@ pub unsafe extern "C" fn PMPI_Reduce_scatter_init_c(sendbuf: *const c_void, recv
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Register_datarep(datarep: *const c_char, read_conversion_fn: Option<MPI_Datarep_conversion_function>, write_conversion_fn: Option<MPI_Datarep_conversion_function>, dtype_file_extent_fn: Option<MPI_Datarep_extent_function>, extra_state: *mut c_void) -> c_int {
-    crate::err::unsupported("MPI_Register_datarep", MPI_COMM_SELF)
+    crate::err::guard("MPI_Register_datarep", || unsafe { crate::api::register_datarep(datarep, read_conversion_fn, write_conversion_fn, dtype_file_extent_fn, extra_state) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Register_datarep(datarep: *const c_char, read_conversion_fn: Option<MPI_Datarep_conversion_function>, write_conversion_fn: Option<MPI_Datarep_conversion_function>, dtype_file_extent_fn: Option<MPI_Datarep_extent_function>, extra_state: *mut c_void) -> c_int {
-    crate::err::unsupported("MPI_Register_datarep", MPI_COMM_SELF)
+    crate::err::guard("MPI_Register_datarep", || unsafe { crate::api::register_datarep(datarep, read_conversion_fn, write_conversion_fn, dtype_file_extent_fn, extra_state) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Register_datarep_c(datarep: *const c_char, read_conversion_fn: Option<MPI_Datarep_conversion_function_c>, write_conversion_fn: Option<MPI_Datarep_conversion_function_c>, dtype_file_extent_fn: Option<MPI_Datarep_extent_function>, extra_state: *mut c_void) -> c_int {
-    crate::err::unsupported("MPI_Register_datarep_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Register_datarep_c", || unsafe { crate::api::register_datarep_c(datarep, read_conversion_fn, write_conversion_fn, dtype_file_extent_fn, extra_state) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Register_datarep_c(datarep: *const c_char, read_conversion_fn: Option<MPI_Datarep_conversion_function_c>, write_conversion_fn: Option<MPI_Datarep_conversion_function_c>, dtype_file_extent_fn: Option<MPI_Datarep_extent_function>, extra_state: *mut c_void) -> c_int {
-    crate::err::unsupported("MPI_Register_datarep_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Register_datarep_c", || unsafe { crate::api::register_datarep_c(datarep, read_conversion_fn, write_conversion_fn, dtype_file_extent_fn, extra_state) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Remove_error_class(errorclass: c_int) -> c_int {

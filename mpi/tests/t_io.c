@@ -13,6 +13,32 @@ static char path[256];
 /* The value rank r writes as the j-th int of its t-th block. */
 static int value(int r, int t, int j) { return r * 1000 + t * 2 + j; }
 
+/* A data representation of the test's: ints stored negated. */
+static int negate_write(void *userbuf, MPI_Datatype dt, int count, void *filebuf, MPI_Offset position, void *extra) {
+  (void)dt;
+  (*(int *)extra)++;
+  for (int i = 0; i < count; i++) ((int *)filebuf)[i] = -((int *)userbuf)[position + i];
+  return MPI_SUCCESS;
+}
+static int negate_read(void *userbuf, MPI_Datatype dt, int count, void *filebuf, MPI_Offset position, void *extra) {
+  (void)dt;
+  (*(int *)extra)++;
+  for (int i = 0; i < count; i++) ((int *)userbuf)[position + i] = -((int *)filebuf)[i];
+  return MPI_SUCCESS;
+}
+static int native_extent(MPI_Datatype dt, MPI_Aint *extent, void *extra) {
+  (void)extra;
+  MPI_Aint lb;
+  return MPI_Type_get_extent(dt, &lb, extent);
+}
+static int wide_extent(MPI_Datatype dt, MPI_Aint *extent, void *extra) {
+  (void)extra;
+  MPI_Aint lb;
+  int rc = MPI_Type_get_extent(dt, &lb, extent);
+  *extent *= 2;
+  return rc;
+}
+
 static MPI_Offset file_size(MPI_File f) {
   MPI_Offset sz = -1;
   OK(MPI_File_get_size(f, &sz));
@@ -169,6 +195,35 @@ int main(int argc, char **argv) {
   unsigned char raw[4];
   OK(MPI_File_read_at(f, 4096 + 4 * rank, raw, 4, MPI_BYTE, &st));
   CHECK(raw[0] == 1 && raw[1] == 2 && raw[2] == 3 && raw[3] == 4 + rank);
+
+  /* Registered data representations, without conversions (the data as in memory) and with
+   * them (MPICH registers the first kind but uses neither in a view). */
+  OK(MPI_Register_datarep("t_io-plain", MPI_CONVERSION_FN_NULL, MPI_CONVERSION_FN_NULL, native_extent, NULL));
+  FAILS(MPI_Register_datarep("t_io-plain", MPI_CONVERSION_FN_NULL, MPI_CONVERSION_FN_NULL, native_extent, NULL), MPI_ERR_DUP_DATAREP);
+  int two[2] = {rank + 5, 7};
+  if (expect_distcomm()) {
+    OK(MPI_File_set_view(f, 12288, MPI_INT, MPI_INT, "t_io-plain", MPI_INFO_NULL));
+    OK(MPI_File_get_view(f, &got_disp, &got_etype, &got_filetype, rep));
+    CHECK(strcmp(rep, "t_io-plain") == 0 && got_disp == 12288);
+    OK(MPI_File_write_at_all(f, 2 * rank, two, 2, MPI_INT, &st));
+    memset(back, 0, sizeof back);
+    OK(MPI_File_read_at(f, 2 * rank, back, 2, MPI_INT, &st));
+    CHECK(back[0] == rank + 5 && back[1] == 7);
+    int conversions = 0;
+    OK(MPI_Register_datarep("t_io-negated", negate_read, negate_write, native_extent, &conversions));
+    OK(MPI_File_set_view(f, 12288, MPI_INT, MPI_INT, "t_io-negated", MPI_INFO_NULL));
+    OK(MPI_File_write_at_all(f, 2 * rank, two, 2, MPI_INT, &st));
+    memset(back, 0, sizeof back);
+    OK(MPI_File_read_at(f, 2 * rank, back, 2, MPI_INT, &st));
+    CHECK(back[0] == rank + 5 && back[1] == 7 && conversions == 2);
+    OK(MPI_File_set_view(f, 0, MPI_BYTE, MPI_BYTE, "native", MPI_INFO_NULL));
+    OK(MPI_File_read_at(f, 12288 + 8 * rank, back, 2, MPI_INT, &st));
+    CHECK(back[0] == -(rank + 5) && back[1] == -7);
+    /* Only the native layout is stored: a representation of other extents is refused. */
+    OK(MPI_Register_datarep("t_io-wide", MPI_CONVERSION_FN_NULL, MPI_CONVERSION_FN_NULL, wide_extent, NULL));
+    FAILS(MPI_File_set_view(f, 0, MPI_INT, MPI_INT, "t_io-wide", MPI_INFO_NULL), MPI_ERR_UNSUPPORTED_DATAREP);
+  }
+  OK(MPI_File_set_view(f, 0, MPI_BYTE, MPI_BYTE, "native", MPI_INFO_NULL));
 
   /* Atomic mode; preallocate. */
   OK(MPI_File_set_atomicity(f, 1));

@@ -4,7 +4,8 @@
 //! (open file description locks) for the whole access, so that another process sees all of it
 //! or none.
 
-use super::view::{Datarep, View};
+use super::datarep::Datarep;
+use super::view::View;
 use super::{errno, io_err, File};
 use crate::abi_gen::*;
 use crate::err::MpiErr;
@@ -57,7 +58,7 @@ pub fn transfer(f: &File, view: &View, at: i64, data: Data, count: MPI_Count, dt
     }
     let bytes = data_bytes(view, count, dt)?;
     let pos = (at as u64).checked_mul(view.esize).ok_or_else(|| MpiErr::new(MPI_ERR_ARG, format!("offset {at} overflows")))?;
-    if view.datarep == Datarep::External32 {
+    if !matches!(view.datarep, Datarep::Native) {
         view.datarep.check(&*crate::datatype::resolve(dt)?, "the datatype")?;
     }
     let _lock = if f.is_atomic() && bytes > 0 { Some(RangeLock::take(f, view, pos, bytes, data.is_write())?) } else { None };
@@ -65,12 +66,9 @@ pub fn transfer(f: &File, view: &View, at: i64, data: Data, count: MPI_Count, dt
         Data::Write(buf) => {
             let o = crate::packing::outgoing(buf, count, dt)?;
             // SAFETY: `outgoing` gives o.len readable bytes.
-            let mut src = unsafe { std::slice::from_raw_parts(o.ptr, o.len) };
-            let ext;
-            if view.datarep == Datarep::External32 {
-                ext = crate::external32::encode(&crate::datatype::resolve(dt)?.map, src, count as u64)?;
-                src = &ext;
-            }
+            let native = unsafe { std::slice::from_raw_parts(o.ptr, o.len) };
+            let converted = view.datarep.to_file(native, buf, count, dt)?;
+            let src = converted.as_deref().unwrap_or(native);
             let mut done = 0usize;
             if bytes > 0 {
                 f.dirty.store(true, std::sync::atomic::Ordering::Release);
@@ -83,22 +81,23 @@ pub fn transfer(f: &File, view: &View, at: i64, data: Data, count: MPI_Count, dt
             Ok(done)
         }
         Data::Read(buf) => {
+            let size = crate::datatype::resolve(dt)?.map.size;
+            let whole = |done: usize| if size == 0 { 0 } else { done as u64 / size };
+            if view.datarep.reads_into_caller() {
+                // The program's conversion reads the file's bytes into its buffer.
+                let mut file = vec![0u8; bytes as usize];
+                let done = read_ranges(f, view, pos, bytes, &mut file)?;
+                let n = whole(done);
+                view.datarep.from_file(&mut file[..(n * size) as usize], buf, n, dt)?;
+                return Ok(done);
+            }
             let i = crate::packing::incoming(buf, count, dt)?;
-            let mut done = 0usize;
-            {
-                // SAFETY: `incoming` gives i.len writable bytes (the caller's or ours).
-                let dst = unsafe { std::slice::from_raw_parts_mut(i.ptr, i.len) };
-                view.for_each_range(pos, bytes, |off, n| {
-                    let got = pread_full(f, &mut dst[done..done + n], off)?;
-                    done += got;
-                    Ok(got == n)
-                })?;
-                if view.datarep == Datarep::External32 {
-                    let t = crate::datatype::resolve(dt)?;
-                    let whole = if t.map.size == 0 { 0 } else { done as u64 / t.map.size };
-                    let native = crate::external32::decode(&t.map, &dst[..(whole * t.map.size) as usize], whole)?;
-                    dst[..native.len()].copy_from_slice(&native);
-                }
+            // SAFETY: `incoming` gives i.len writable bytes (the caller's or ours).
+            let dst = unsafe { std::slice::from_raw_parts_mut(i.ptr, i.len) };
+            let done = read_ranges(f, view, pos, bytes, dst)?;
+            if view.datarep.converts_reads() {
+                let n = whole(done);
+                view.datarep.from_file(&mut dst[..(n * size) as usize], buf, n, dt)?;
             }
             if let Some((tmp, unpack)) = i.tmp {
                 unpack.run(&tmp[..done]);
@@ -106,6 +105,18 @@ pub fn transfer(f: &File, view: &View, at: i64, data: Data, count: MPI_Count, dt
             Ok(done)
         }
     }
+}
+
+/// Reads the view's `bytes` from data byte `pos` into `dst`: the bytes read (fewer at the end
+/// of the file).
+fn read_ranges(f: &File, view: &View, pos: u64, bytes: u64, dst: &mut [u8]) -> Result<usize, MpiErr> {
+    let mut done = 0usize;
+    view.for_each_range(pos, bytes, |off, n| {
+        let got = pread_full(f, &mut dst[done..done + n], off)?;
+        done += got;
+        Ok(got == n)
+    })?;
+    Ok(done)
 }
 
 fn pwrite_all(f: &File, mut src: &[u8], mut off: i64) -> Result<(), MpiErr> {

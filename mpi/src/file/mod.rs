@@ -9,11 +9,13 @@
 //! default for files).
 
 mod access;
+mod datarep;
 mod group;
 mod io;
 mod view;
 
 pub use access::*;
+pub use datarep::{register_datarep, register_datarep_c};
 pub use group::IoGroup;
 
 use crate::abi_gen::*;
@@ -27,7 +29,8 @@ use distcomm::comm::Comm;
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use view::{Datarep, View};
+use datarep::Datarep;
+use view::View;
 
 pub const FILE_BASE: usize = 0x0900_0000;
 

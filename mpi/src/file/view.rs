@@ -3,48 +3,13 @@
 //! pointers count etypes of that data. A transfer of `len` data bytes from data byte `pos`
 //! becomes the file ranges `for_each_range` gives.
 
+use super::datarep::Datarep;
 use crate::abi_gen::*;
 use crate::datatype::{resolve, Type};
 use crate::err::MpiErr;
 use crate::mpi_err;
 use crate::typemap::Block;
 use std::sync::Arc;
-
-/// How data lies in the file (the view's datarep).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Datarep {
-    /// As in memory ("native"; "internal" is the same here).
-    Native,
-    /// Every basic element big-endian (MPI_Pack_external's form), for types whose external32
-    /// size is their native size.
-    External32,
-}
-
-impl Datarep {
-    pub fn parse(s: &str) -> Result<Datarep, MpiErr> {
-        match s {
-            "native" | "internal" => Ok(Datarep::Native),
-            "external32" => Ok(Datarep::External32),
-            _ => mpi_err!(MPI_ERR_UNSUPPORTED_DATAREP, "data representation {s:?} is not one of \"native\", \"internal\" and \"external32\""),
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Datarep::Native => "native",
-            Datarep::External32 => "external32",
-        }
-    }
-
-    /// Refuses a type external32 would resize (MPI_LONG is 4 bytes there): the view's layout
-    /// is the native one, so only types of the same size both ways are stored so.
-    pub fn check(self, t: &Type, what: &str) -> Result<(), MpiErr> {
-        if self == Datarep::External32 && crate::external32::size(&t.map, 1)? != t.map.size {
-            return mpi_err!(MPI_ERR_UNSUPPORTED_DATAREP, "{what} has elements whose external32 size is not their native size (such as MPI_LONG); distcomm stores only same-size types as external32");
-        }
-        Ok(())
-    }
-}
 
 pub struct View {
     pub disp: i64,
