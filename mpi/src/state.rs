@@ -53,6 +53,7 @@ impl MpiComm {
     /// Releases the engine comms (MPI_Comm_free, MPI_Finalize).
     pub fn destroy(&self) {
         self.release_io();
+        crate::pcoll::release_pool(self);
         self.comm.destroy();
         if let Some(x) = self.inter.get() {
             x.union.destroy();

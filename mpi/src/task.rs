@@ -58,6 +58,11 @@ impl<T> CallerArgs<T> {
     pub fn take(self) -> T {
         self.0
     }
+
+    /// A look at them, for a request started again and again (a persistent one).
+    pub fn peek(&self) -> &T {
+        &self.0
+    }
 }
 
 impl<T: Copy> CallerArgs<T> {

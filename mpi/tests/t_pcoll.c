@@ -79,6 +79,40 @@ int main(int argc, char **argv) {
   OK(MPI_Get_count(&st, MPI_BYTE, &cnt));
   CHECK(st.MPI_SOURCE == rank && cnt == 0);
 
+  /* The count and displacement arrays are read by the init call (as MPICH does): changed
+   * afterwards, they do not change what each start moves. */
+  {
+    int *counts = malloc(size * sizeof(int)), *displs = malloc(size * sizeof(int));
+    int *all = calloc(2 * size, sizeof(int)), mine[2] = {rank, -rank};
+    for (int i = 0; i < size; i++) counts[i] = 2, displs[i] = 2 * i;
+    MPI_Request r;
+    OK(MPI_Allgatherv_init(mine, 2, MPI_INT, all, counts, displs, MPI_INT, MPI_COMM_WORLD, MPI_INFO_NULL, &r));
+    for (int i = 0; i < size; i++) counts[i] = -7, displs[i] = 1 << 30;
+    for (int round = 0; round < 2; round++) {
+      OK(MPI_Start(&r));
+      OK(MPI_Wait(&r, MPI_STATUS_IGNORE));
+      for (int i = 0; i < size; i++) CHECK(all[2 * i] == i && all[2 * i + 1] == -i);
+    }
+    OK(MPI_Request_free(&r));
+    free(counts);
+    free(displs);
+    free(all);
+  }
+
+  /* Requests made and freed again and again (their communicators are reused once every member
+   * has freed theirs), freed in different orders on different ranks. */
+  for (int i = 0; i < 200; i++) {
+    MPI_Request p[2];
+    int x = rank == 0 ? i : -1, y = rank == size - 1 ? 2 * i : -1;
+    OK(MPI_Bcast_init(&x, 1, MPI_INT, 0, MPI_COMM_WORLD, MPI_INFO_NULL, &p[0]));
+    OK(MPI_Bcast_init(&y, 1, MPI_INT, size - 1, MPI_COMM_WORLD, MPI_INFO_NULL, &p[1]));
+    OK(MPI_Startall(2, p));
+    OK(MPI_Waitall(2, p, MPI_STATUSES_IGNORE));
+    CHECK(x == i && y == 2 * i);
+    OK(MPI_Request_free(&p[rank % 2]));
+    OK(MPI_Request_free(&p[1 - rank % 2]));
+  }
+
   t_done("t_pcoll");
   OK(MPI_Finalize());
   return 0;
