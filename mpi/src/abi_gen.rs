@@ -897,21 +897,21 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Sendrecv_c", true),
     ("MPI_Sendrecv_replace", true),
     ("MPI_Sendrecv_replace_c", true),
-    ("MPI_Session_attach_buffer", false),
-    ("MPI_Session_attach_buffer_c", false),
+    ("MPI_Session_attach_buffer", true),
+    ("MPI_Session_attach_buffer_c", true),
     ("MPI_Session_call_errhandler", true),
     ("MPI_Session_create_errhandler", true),
     ("MPIX_Session_create_errhandler_x", false),
-    ("MPI_Session_detach_buffer", false),
-    ("MPI_Session_detach_buffer_c", false),
+    ("MPI_Session_detach_buffer", true),
+    ("MPI_Session_detach_buffer_c", true),
     ("MPI_Session_finalize", true),
-    ("MPI_Session_flush_buffer", false),
+    ("MPI_Session_flush_buffer", true),
     ("MPI_Session_get_errhandler", true),
     ("MPI_Session_get_info", true),
     ("MPI_Session_get_nth_pset", true),
     ("MPI_Session_get_num_psets", true),
     ("MPI_Session_get_pset_info", true),
-    ("MPI_Session_iflush_buffer", false),
+    ("MPI_Session_iflush_buffer", true),
     ("MPI_Session_init", true),
     ("MPI_Session_set_errhandler", true),
     ("MPI_Ssend", true),
@@ -4720,19 +4720,19 @@ pub unsafe extern "C" fn PMPI_Sendrecv_replace_c(buf: *mut c_void, count: MPI_Co
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Session_attach_buffer(session: MPI_Session, buffer: *mut c_void, size: c_int) -> c_int {
-    crate::err::unsupported("MPI_Session_attach_buffer", MPI_COMM_SELF)
+    crate::err::guard("MPI_Session_attach_buffer", || unsafe { crate::api::session_attach_buffer(session, buffer, size) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Session_attach_buffer(session: MPI_Session, buffer: *mut c_void, size: c_int) -> c_int {
-    crate::err::unsupported("MPI_Session_attach_buffer", MPI_COMM_SELF)
+    crate::err::guard("MPI_Session_attach_buffer", || unsafe { crate::api::session_attach_buffer(session, buffer, size) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Session_attach_buffer_c(session: MPI_Session, buffer: *mut c_void, size: MPI_Count) -> c_int {
-    crate::err::unsupported("MPI_Session_attach_buffer_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Session_attach_buffer_c", || unsafe { crate::api::session_attach_buffer_c(session, buffer, size) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Session_attach_buffer_c(session: MPI_Session, buffer: *mut c_void, size: MPI_Count) -> c_int {
-    crate::err::unsupported("MPI_Session_attach_buffer_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Session_attach_buffer_c", || unsafe { crate::api::session_attach_buffer_c(session, buffer, size) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Session_call_errhandler(session: MPI_Session, errorcode: c_int) -> c_int {
@@ -4760,19 +4760,19 @@ pub unsafe extern "C" fn PMPIX_Session_create_errhandler_x(comm_errhandler_fn_x:
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Session_detach_buffer(session: MPI_Session, buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Session_detach_buffer", MPI_COMM_SELF)
+    crate::err::guard("MPI_Session_detach_buffer", || unsafe { crate::api::session_detach_buffer(session, buffer_addr, size) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Session_detach_buffer(session: MPI_Session, buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Session_detach_buffer", MPI_COMM_SELF)
+    crate::err::guard("MPI_Session_detach_buffer", || unsafe { crate::api::session_detach_buffer(session, buffer_addr, size) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Session_detach_buffer_c(session: MPI_Session, buffer_addr: *mut c_void, size: *mut MPI_Count) -> c_int {
-    crate::err::unsupported("MPI_Session_detach_buffer_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Session_detach_buffer_c", || unsafe { crate::api::session_detach_buffer_c(session, buffer_addr, size) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Session_detach_buffer_c(session: MPI_Session, buffer_addr: *mut c_void, size: *mut MPI_Count) -> c_int {
-    crate::err::unsupported("MPI_Session_detach_buffer_c", MPI_COMM_SELF)
+    crate::err::guard("MPI_Session_detach_buffer_c", || unsafe { crate::api::session_detach_buffer_c(session, buffer_addr, size) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Session_finalize(session: *mut MPI_Session) -> c_int {
@@ -4784,11 +4784,11 @@ pub unsafe extern "C" fn PMPI_Session_finalize(session: *mut MPI_Session) -> c_i
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Session_flush_buffer(session: MPI_Session) -> c_int {
-    crate::err::unsupported("MPI_Session_flush_buffer", MPI_COMM_SELF)
+    crate::err::guard("MPI_Session_flush_buffer", || unsafe { crate::api::session_flush_buffer(session) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Session_flush_buffer(session: MPI_Session) -> c_int {
-    crate::err::unsupported("MPI_Session_flush_buffer", MPI_COMM_SELF)
+    crate::err::guard("MPI_Session_flush_buffer", || unsafe { crate::api::session_flush_buffer(session) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Session_get_errhandler(session: MPI_Session, errhandler: *mut MPI_Errhandler) -> c_int {
@@ -4832,11 +4832,11 @@ pub unsafe extern "C" fn PMPI_Session_get_pset_info(session: MPI_Session, pset_n
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Session_iflush_buffer(session: MPI_Session, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Session_iflush_buffer", MPI_COMM_SELF)
+    crate::err::guard("MPI_Session_iflush_buffer", || unsafe { crate::api::session_iflush_buffer(session, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Session_iflush_buffer(session: MPI_Session, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Session_iflush_buffer", MPI_COMM_SELF)
+    crate::err::guard("MPI_Session_iflush_buffer", || unsafe { crate::api::session_iflush_buffer(session, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Session_init(info: MPI_Info, errhandler: MPI_Errhandler, session: *mut MPI_Session) -> c_int {

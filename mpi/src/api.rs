@@ -267,6 +267,7 @@ pub unsafe fn comm_dup(c: MPI_Comm, newcomm: *mut MPI_Comm) -> Res {
     *o = MPI_COMM_NULL;
     let attrs = crate::info::copied_attrs(&mc).map_err(|e| e.on(c))?;
     *o = dup_groups(&mc)?;
+    crate::bsend::comm_derived(c, *o);
     crate::topo::copy_to(&mc, *o)?;
     state::set_attrs(*o, attrs);
     Ok(())
@@ -302,6 +303,7 @@ pub unsafe fn comm_split(c: MPI_Comm, color: c_int, key: c_int, newcomm: *mut MP
         Some(child) => state::add_comm(child, mc.errhandler.load(Ordering::Relaxed)),
         None => MPI_COMM_NULL,
     };
+    crate::bsend::comm_derived(c, *o);
     Ok(())
 }
 
@@ -1276,6 +1278,7 @@ pub unsafe fn comm_create(c: MPI_Comm, g: MPI_Group, newcomm: *mut MPI_Comm) -> 
         Some(child) => state::add_comm(child, mc.errhandler.load(Ordering::Relaxed)),
         None => MPI_COMM_NULL,
     };
+    crate::bsend::comm_derived(c, *o);
     Ok(())
 }
 

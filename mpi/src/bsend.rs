@@ -1,6 +1,7 @@
 //! Buffered sends and their buffers: the process's (MPI_Buffer_attach) and, from MPI 4.1, one
-//! per communicator (MPI_Comm_attach_buffer), which a buffered send on that communicator uses
-//! instead. A buffered send copies the message (into memory of ours; the attached buffer only
+//! per communicator (MPI_Comm_attach_buffer) and one per session (MPI_Session_attach_buffer).
+//! A buffered send uses its communicator's buffer, else the buffer of the session the
+//! communicator derives from, else the process's. A buffered send copies the message (into memory of ours; the attached buffer only
 //! limits how much may be in flight, as the standard accounts it: size + MPI_BSEND_OVERHEAD per
 //! message) and sends from the copy, so it never waits for the receiver. MPI_BUFFER_AUTOMATIC
 //! sets no limit.
@@ -16,16 +17,23 @@ use std::ffi::{c_int, c_void};
 /// Buffered messages of this many bytes or more keep their space until they are matched.
 const HOLD_UNTIL_MATCHED: usize = 64 << 10;
 
-/// Whose buffer: the process's (None) or a communicator's.
-type Owner = Option<MPI_Comm>;
+/// Whose buffer.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Owner {
+    Process,
+    Comm(MPI_Comm),
+    Session(MPI_Session),
+}
 
 struct Bsend {
     attached: Vec<(Owner, usize, usize)>,
+    /// Communicators made from a session's group, and those derived from them: their session.
+    sessions: Vec<(MPI_Comm, MPI_Session)>,
     /// Buffered sends in flight, by the buffer they count against.
     pending: Vec<(Owner, Req, Vec<u8>)>,
 }
 
-static BSEND: std::sync::Mutex<Bsend> = std::sync::Mutex::new(Bsend { attached: Vec::new(), pending: Vec::new() });
+static BSEND: std::sync::Mutex<Bsend> = std::sync::Mutex::new(Bsend { attached: Vec::new(), sessions: Vec::new(), pending: Vec::new() });
 
 fn bsend_lock() -> std::sync::MutexGuard<'static, Bsend> {
     BSEND.lock().unwrap_or_else(|p| p.into_inner())
@@ -56,8 +64,21 @@ fn finish_all(pending: Vec<(Owner, Req, Vec<u8>)>) -> Res {
 
 /// Waits for every buffered send (MPI_Finalize).
 pub fn bsend_flush() -> Res {
-    let p = bsend_lock().take(None, true);
+    let p = bsend_lock().take(Owner::Process, true);
     finish_all(p)
+}
+
+/// `c` derives from session `s` (MPI_Comm_create_from_group of a group of the session's).
+pub fn comm_from_session(c: MPI_Comm, s: MPI_Session) {
+    bsend_lock().sessions.push((c, s));
+}
+
+/// `child` was made from `parent` (a duplicate, a split): it derives from the same session.
+pub fn comm_derived(parent: MPI_Comm, child: MPI_Comm) {
+    let mut b = bsend_lock();
+    if let Some(&(_, s)) = b.sessions.iter().find(|x| x.0 == parent) {
+        b.sessions.push((child, s));
+    }
 }
 
 pub(crate) fn start_bsend(buf: *const c_void, count: MPI_Count, dt: MPI_Datatype, dest: c_int, tag: c_int, c: MPI_Comm) -> Res {
@@ -75,10 +96,11 @@ pub(crate) fn start_bsend(buf: *const c_void, count: MPI_Count, dt: MPI_Datatype
             i += 1;
         }
     }
-    // The communicator's buffer if it has one, else the process's.
-    let owner = if b.buffer(Some(c)).is_some() { Some(c) } else { None };
+    // The communicator's buffer if it has one, else its session's, else the process's.
+    let session = b.sessions.iter().find(|x| x.0 == c).map(|x| Owner::Session(x.1));
+    let owner = [Some(Owner::Comm(c)), session].into_iter().flatten().find(|&o| b.buffer(o).is_some()).unwrap_or(Owner::Process);
     let Some((addr, size)) = b.buffer(owner) else {
-        return Err(MpiErr::new(MPI_ERR_BUFFER, "no buffer is attached (MPI_Buffer_attach or MPI_Comm_attach_buffer) for a buffered send").on(c));
+        return Err(MpiErr::new(MPI_ERR_BUFFER, "no buffer is attached (MPI_Buffer_attach, MPI_Comm_attach_buffer or MPI_Session_attach_buffer) for a buffered send").on(c));
     };
     if addr != MPI_BUFFER_AUTOMATIC {
         let used: usize = b.pending.iter().filter(|p| p.0 == owner).map(|p| p.2.len() + MPI_BSEND_OVERHEAD as usize).sum();
@@ -157,20 +179,20 @@ fn detach_int(o: Owner, addr: *mut c_void, size: *mut c_int) -> Res {
 }
 
 pub unsafe fn buffer_attach_c(buffer: *mut c_void, size: MPI_Count) -> Res {
-    attach(None, buffer, size)
+    attach(Owner::Process, buffer, size)
 }
 pub unsafe fn buffer_attach(buffer: *mut c_void, size: c_int) -> Res {
-    attach(None, buffer, size as MPI_Count)
+    attach(Owner::Process, buffer, size as MPI_Count)
 }
 pub unsafe fn buffer_detach_c(addr: *mut c_void, size: *mut MPI_Count) -> Res {
-    detach(None, addr, size)
+    detach(Owner::Process, addr, size)
 }
 pub unsafe fn buffer_detach(addr: *mut c_void, size: *mut c_int) -> Res {
-    detach_int(None, addr, size)
+    detach_int(Owner::Process, addr, size)
 }
 /// Waits for the buffered sends that use the process's buffer.
 pub unsafe fn buffer_flush() -> Res {
-    let p = bsend_lock().take(None, false);
+    let p = bsend_lock().take(Owner::Process, false);
     finish_all(p)
 }
 
@@ -180,7 +202,7 @@ pub unsafe fn buffer_iflush(req: *mut MPI_Request) -> Res {
     state::check_active()?;
     let r = out(req, "request")?;
     let me = state::get_comm(MPI_COMM_SELF)?;
-    let p = bsend_lock().take(None, false);
+    let p = bsend_lock().take(Owner::Process, false);
     *r = request::add(crate::task::start(&me, &me.comm, "MPI_Buffer_iflush", move || finish_all(p), None)?);
     Ok(())
 }
@@ -192,23 +214,23 @@ fn comm_ok(c: MPI_Comm) -> Res {
 
 pub unsafe fn comm_attach_buffer_c(c: MPI_Comm, buffer: *mut c_void, size: MPI_Count) -> Res {
     comm_ok(c)?;
-    attach(Some(c), buffer, size).map_err(|e| e.on(c))
+    attach(Owner::Comm(c), buffer, size).map_err(|e| e.on(c))
 }
 pub unsafe fn comm_attach_buffer(c: MPI_Comm, buffer: *mut c_void, size: c_int) -> Res {
     comm_attach_buffer_c(c, buffer, size as MPI_Count)
 }
 pub unsafe fn comm_detach_buffer_c(c: MPI_Comm, addr: *mut c_void, size: *mut MPI_Count) -> Res {
     comm_ok(c)?;
-    detach(Some(c), addr, size).map_err(|e| e.on(c))
+    detach(Owner::Comm(c), addr, size).map_err(|e| e.on(c))
 }
 pub unsafe fn comm_detach_buffer(c: MPI_Comm, addr: *mut c_void, size: *mut c_int) -> Res {
     comm_ok(c)?;
-    detach_int(Some(c), addr, size).map_err(|e| e.on(c))
+    detach_int(Owner::Comm(c), addr, size).map_err(|e| e.on(c))
 }
 /// Waits for the buffered sends that use the communicator's buffer.
 pub unsafe fn comm_flush_buffer(c: MPI_Comm) -> Res {
     comm_ok(c)?;
-    let p = bsend_lock().take(Some(c), false);
+    let p = bsend_lock().take(Owner::Comm(c), false);
     finish_all(p).map_err(|e| e.on(c))
 }
 /// The same as a request: a task on the comm's worker waits for the sends.
@@ -216,12 +238,61 @@ pub unsafe fn comm_iflush_buffer(c: MPI_Comm, req: *mut MPI_Request) -> Res {
     comm_ok(c)?;
     let r = out(req, "request").map_err(|e| e.on(c))?;
     let mc = state::get_comm(c)?;
-    let p = bsend_lock().take(Some(c), false);
+    let p = bsend_lock().take(Owner::Comm(c), false);
     *r = request::add(crate::task::start(&mc, &mc.comm, "MPI_Comm_iflush_buffer", move || finish_all(p), None)?);
     Ok(())
 }
 
 /// A freed communicator's buffer is detached (its sends in flight go on).
 pub fn forget_comm(c: MPI_Comm) {
-    bsend_lock().attached.retain(|a| a.0 != Some(c));
+    let mut b = bsend_lock();
+    b.attached.retain(|a| a.0 != Owner::Comm(c));
+    b.sessions.retain(|x| x.0 != c);
+}
+
+/// MPI_Session_finalize: the sends that use the session's buffer are delivered, and the buffer
+/// is detached.
+pub fn session_finalized(s: MPI_Session) -> Res {
+    let p = bsend_lock().take(Owner::Session(s), false);
+    let r = finish_all(p);
+    let mut b = bsend_lock();
+    b.attached.retain(|a| a.0 != Owner::Session(s));
+    b.sessions.retain(|x| x.1 != s);
+    r
+}
+
+fn session_ok(s: MPI_Session) -> Res {
+    state::check_active()?;
+    crate::session::check(s)
+}
+
+pub unsafe fn session_attach_buffer_c(s: MPI_Session, buffer: *mut c_void, size: MPI_Count) -> Res {
+    session_ok(s)?;
+    attach(Owner::Session(s), buffer, size).map_err(|e| e.on(s))
+}
+pub unsafe fn session_attach_buffer(s: MPI_Session, buffer: *mut c_void, size: c_int) -> Res {
+    session_attach_buffer_c(s, buffer, size as MPI_Count)
+}
+pub unsafe fn session_detach_buffer_c(s: MPI_Session, addr: *mut c_void, size: *mut MPI_Count) -> Res {
+    session_ok(s)?;
+    detach(Owner::Session(s), addr, size).map_err(|e| e.on(s))
+}
+pub unsafe fn session_detach_buffer(s: MPI_Session, addr: *mut c_void, size: *mut c_int) -> Res {
+    session_ok(s)?;
+    detach_int(Owner::Session(s), addr, size).map_err(|e| e.on(s))
+}
+/// Waits for the buffered sends that use the session's buffer.
+pub unsafe fn session_flush_buffer(s: MPI_Session) -> Res {
+    session_ok(s)?;
+    let p = bsend_lock().take(Owner::Session(s), false);
+    finish_all(p).map_err(|e| e.on(s))
+}
+/// The same as a request: a task on MPI_COMM_SELF's worker waits for the sends.
+pub unsafe fn session_iflush_buffer(s: MPI_Session, req: *mut MPI_Request) -> Res {
+    session_ok(s)?;
+    let r = out(req, "request").map_err(|e| e.on(s))?;
+    let me = state::get_comm(MPI_COMM_SELF)?;
+    let p = bsend_lock().take(Owner::Session(s), false);
+    *r = request::add(crate::task::start(&me, &me.comm, "MPI_Session_iflush_buffer", move || finish_all(p), None)?);
+    Ok(())
 }

@@ -44,5 +44,6 @@ pub fn free(h: MPI_Group) -> Result<(), MpiErr> {
     }
     get(h)?;
     lock(&GROUPS)[h - GROUP_BASE] = None;
+    crate::session::forget_group(h);
     Ok(())
 }

@@ -41,6 +41,23 @@ fn session(h: MPI_Session) -> Result<Arc<Session>, MpiErr> {
     }
 }
 
+/// MPI_ERR_SESSION unless `h` is a live session.
+pub fn check(h: MPI_Session) -> Res {
+    session(h).map(|_| ())
+}
+
+/// Groups made from a session's process sets, and the session (see `comm_create_from_group`).
+static GROUP_SESSION: std::sync::Mutex<Vec<(MPI_Group, MPI_Session)>> = std::sync::Mutex::new(Vec::new());
+
+fn group_sessions() -> std::sync::MutexGuard<'static, Vec<(MPI_Group, MPI_Session)>> {
+    GROUP_SESSION.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A freed group's handle may be reused for a group of no session.
+pub fn forget_group(g: MPI_Group) {
+    group_sessions().retain(|x| x.0 != g);
+}
+
 fn with_session<T>(h: MPI_Session, f: impl FnOnce(&Arc<Session>) -> Result<T, MpiErr>) -> Result<T, MpiErr> {
     let s = session(h)?;
     f(&s).map_err(|e| e.on(h))
@@ -66,9 +83,12 @@ pub unsafe fn session_init(info: MPI_Info, eh: MPI_Errhandler, out_s: *mut MPI_S
 pub unsafe fn session_finalize(s: *mut MPI_Session) -> Res {
     let p = out(s, "session")?;
     session(*p)?;
-    SESSIONS.remove(*p);
+    let h = *p;
+    let flushed = crate::bsend::session_finalized(h).map_err(|e| e.on(h));
+    group_sessions().retain(|x| x.1 != h);
+    SESSIONS.remove(h);
     *p = MPI_SESSION_NULL;
-    Ok(())
+    flushed
 }
 
 pub unsafe fn session_get_num_psets(h: MPI_Session, _info: MPI_Info, n: *mut c_int) -> Res {
@@ -151,6 +171,9 @@ pub unsafe fn group_from_session_pset(h: MPI_Session, name: *const c_char, g: *m
         let o = out(g, "newgroup")?;
         let (_, m) = members(name)?;
         *o = crate::group::add(m);
+        if *o != MPI_GROUP_EMPTY {
+            group_sessions().push((*o, h));
+        }
         Ok(())
     })
 }
@@ -198,5 +221,9 @@ pub unsafe fn comm_create_from_group(g: MPI_Group, tag: *const c_char, _info: MP
     let id = crate::ctxid::members_only(world.comm.context_id(), crate::ctxid::CREATE_FROM_GROUP, &m, tag);
     let c = world.comm.new_from_parts(id, rank, m.to_vec(), true).map_err(MpiErr::from)?;
     *o = crate::state::add_comm(c, eh);
+    // Its buffered sends may use the session's buffer.
+    if let Some(&(_, s)) = group_sessions().iter().find(|x| x.0 == g) {
+        crate::bsend::comm_from_session(*o, s);
+    }
     Ok(())
 }

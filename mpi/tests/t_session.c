@@ -81,6 +81,34 @@ int main(int argc, char **argv) {
   OK(MPI_Comm_get_errhandler(cw, &got));
   CHECK(got == MPI_ERRORS_RETURN);
   OK(MPI_Errhandler_free(&got));
+  /* Buffered sends on a communicator of the session use the session's buffer (MPI 4.1), also
+   * on a duplicate of it. */
+  {
+    int bsize = 4 * (int)(sizeof(int) + MPI_BSEND_OVERHEAD), v = rank, r = -1;
+    int peer = (rank + 1) % size, from = (rank + size - 1) % size;
+    char *bbuf = malloc(bsize);
+    MPI_Comm dup;
+    OK(MPI_Comm_dup(cw, &dup));
+    FAILS(MPI_Bsend(&v, 1, MPI_INT, peer, 7, cw), MPI_ERR_BUFFER);
+    OK(MPI_Session_attach_buffer(s, bbuf, bsize));
+    OK(MPI_Bsend(&v, 1, MPI_INT, peer, 7, cw));
+    OK(MPI_Recv(&r, 1, MPI_INT, from, 7, cw, MPI_STATUS_IGNORE));
+    CHECK(r == from);
+    OK(MPI_Bsend(&v, 1, MPI_INT, peer, 8, dup));
+    OK(MPI_Recv(&r, 1, MPI_INT, from, 8, dup, MPI_STATUS_IGNORE));
+    CHECK(r == from);
+    OK(MPI_Session_flush_buffer(s));
+    MPI_Request fr;
+    OK(MPI_Session_iflush_buffer(s, &fr));
+    OK(MPI_Wait(&fr, MPI_STATUS_IGNORE));
+    void *back = NULL;
+    int back_size = 0;
+    OK(MPI_Session_detach_buffer(s, &back, &back_size));
+    CHECK(back == bbuf && back_size == bsize);
+    FAILS(MPI_Bsend(&v, 1, MPI_INT, peer, 7, cw), MPI_ERR_BUFFER);
+    OK(MPI_Comm_free(&dup));
+    free(bbuf);
+  }
   OK(MPI_Comm_create_from_group(gs, "t_session.self", MPI_INFO_NULL, MPI_ERRORS_RETURN, &cs));
   OK(MPI_Comm_size(cs, &n));
   CHECK(n == 1);
