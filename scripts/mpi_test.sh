@@ -99,7 +99,7 @@ MPICC_CC="$PREFIX/bin/mpicc" timeout 60 "$PREFIX/bin/mpicc" -c "$TMP/cc_env.c" -
 [ -x "$PREFIX/bin/mpirun" ] || fail "no mpirun"
 
 step "C tests built with the installed mpicc"
-TESTS=(t_env t_comm t_comm2 t_intercomm t_p2p t_coll t_coll2 t_pcoll t_topo t_greq t_misc t_errors t_probe t_threads t_dtype t_win t_file t_io t_session t_ops2)
+TESTS=(t_env t_comm t_comm2 t_intercomm t_p2p t_coll t_coll2 t_pcoll t_topo t_greq t_misc t_errors t_probe t_threads t_dtype t_win t_file t_io t_session t_ops2 t_partitioned)
 mkdir -p "$TMP/ours" "$TMP/mpich"
 for t in "${TESTS[@]}" t_fatal t_proc_failed t_timeout; do
   "$PREFIX/bin/mpicc" -std=c11 -Wall -Wextra -Werror -O1 -g -pthread "mpi/tests/$t.c" -o "$TMP/ours/$t"

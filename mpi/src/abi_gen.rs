@@ -825,14 +825,14 @@ pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Pack_external_size_c", true),
     ("MPI_Pack_size", true),
     ("MPI_Pack_size_c", true),
-    ("MPI_Parrived", false),
+    ("MPI_Parrived", true),
     ("MPI_Pcontrol", true),
-    ("MPI_Pready", false),
-    ("MPI_Pready_list", false),
-    ("MPI_Pready_range", false),
-    ("MPI_Precv_init", false),
+    ("MPI_Pready", true),
+    ("MPI_Pready_list", true),
+    ("MPI_Pready_range", true),
+    ("MPI_Precv_init", true),
     ("MPI_Probe", true),
-    ("MPI_Psend_init", false),
+    ("MPI_Psend_init", true),
     ("MPI_Publish_name", false),
     ("MPI_Put", true),
     ("MPI_Put_c", true),
@@ -4144,11 +4144,11 @@ pub unsafe extern "C" fn PMPI_Pack_size_c(incount: MPI_Count, datatype: MPI_Data
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Parrived(request: MPI_Request, partition: c_int, flag: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Parrived", MPI_COMM_SELF)
+    crate::err::guard("MPI_Parrived", || unsafe { crate::api::parrived(request, partition, flag) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Parrived(request: MPI_Request, partition: c_int, flag: *mut c_int) -> c_int {
-    crate::err::unsupported("MPI_Parrived", MPI_COMM_SELF)
+    crate::err::guard("MPI_Parrived", || unsafe { crate::api::parrived(request, partition, flag) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Pcontrol(level: c_int) -> c_int {
@@ -4160,35 +4160,35 @@ pub unsafe extern "C" fn PMPI_Pcontrol(level: c_int) -> c_int {
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Pready(partition: c_int, request: MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Pready", MPI_COMM_SELF)
+    crate::err::guard("MPI_Pready", || unsafe { crate::api::pready(partition, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Pready(partition: c_int, request: MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Pready", MPI_COMM_SELF)
+    crate::err::guard("MPI_Pready", || unsafe { crate::api::pready(partition, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Pready_list(length: c_int, array_of_partitions: *const c_int, request: MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Pready_list", MPI_COMM_SELF)
+    crate::err::guard("MPI_Pready_list", || unsafe { crate::api::pready_list(length, array_of_partitions, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Pready_list(length: c_int, array_of_partitions: *const c_int, request: MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Pready_list", MPI_COMM_SELF)
+    crate::err::guard("MPI_Pready_list", || unsafe { crate::api::pready_list(length, array_of_partitions, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Pready_range(partition_low: c_int, partition_high: c_int, request: MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Pready_range", MPI_COMM_SELF)
+    crate::err::guard("MPI_Pready_range", || unsafe { crate::api::pready_range(partition_low, partition_high, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Pready_range(partition_low: c_int, partition_high: c_int, request: MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Pready_range", MPI_COMM_SELF)
+    crate::err::guard("MPI_Pready_range", || unsafe { crate::api::pready_range(partition_low, partition_high, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Precv_init(buf: *mut c_void, partitions: c_int, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Precv_init", comm)
+    crate::err::guard("MPI_Precv_init", || unsafe { crate::api::precv_init(buf, partitions, count, datatype, dest, tag, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Precv_init(buf: *mut c_void, partitions: c_int, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Precv_init", comm)
+    crate::err::guard("MPI_Precv_init", || unsafe { crate::api::precv_init(buf, partitions, count, datatype, dest, tag, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Probe(source: c_int, tag: c_int, comm: MPI_Comm, status: *mut MPI_Status) -> c_int {
@@ -4200,11 +4200,11 @@ pub unsafe extern "C" fn PMPI_Probe(source: c_int, tag: c_int, comm: MPI_Comm, s
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Psend_init(buf: *const c_void, partitions: c_int, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Psend_init", comm)
+    crate::err::guard("MPI_Psend_init", || unsafe { crate::api::psend_init(buf, partitions, count, datatype, dest, tag, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Psend_init(buf: *const c_void, partitions: c_int, count: MPI_Count, datatype: MPI_Datatype, dest: c_int, tag: c_int, comm: MPI_Comm, info: MPI_Info, request: *mut MPI_Request) -> c_int {
-    crate::err::unsupported("MPI_Psend_init", comm)
+    crate::err::guard("MPI_Psend_init", || unsafe { crate::api::psend_init(buf, partitions, count, datatype, dest, tag, comm, info, request) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Publish_name(service_name: *const c_char, info: MPI_Info, port_name: *const c_char) -> c_int {

@@ -1302,6 +1302,7 @@ pub unsafe fn irsend(buf: *const c_void, count: c_int, dt: MPI_Datatype, dest: c
 }
 
 pub use crate::bsend::*;
+pub use crate::partitioned::{parrived, precv_init, pready, pready_list, pready_range, psend_init};
 pub use crate::failure_ack::{x_comm_failure_ack, x_comm_failure_get_acked};
 pub use crate::commnew::{comm_create_group, comm_get_parent, comm_idup, comm_idup_with_info};
 pub use crate::inter::{comm_remote_group, comm_remote_size, comm_test_inter, intercomm_create, intercomm_create_from_groups, intercomm_merge};

@@ -37,6 +37,7 @@ pub mod objerrh;
 pub mod op;
 pub mod opnum;
 pub mod packing;
+pub mod partitioned;
 pub mod neighbor;
 pub mod passive;
 pub mod pcoll;

@@ -28,6 +28,8 @@ pub enum Req {
     Packed(Box<crate::packing::Packed>),
     /// The program's own operation (MPI_Grequest_start).
     Generalized(crate::greq::Greq),
+    /// A started partitioned send or receive (MPI_Psend_init, MPI_Precv_init).
+    Partitioned(std::sync::Arc<crate::partitioned::Part>),
 }
 
 /// Done when both are; the receive's status. `keep` holds what the send sends from when it is
@@ -167,6 +169,7 @@ impl Req {
             Req::Persistent(p) => Some(&p.comm),
             Req::Pair(p) => p.recv.comm().or(p.send.comm()),
             Req::Packed(p) => p.inner.comm(),
+            Req::Partitioned(p) => Some(p.comm()),
         }
     }
 
@@ -179,6 +182,7 @@ impl Req {
             Req::Pair(p) => p.recv.is_done() && p.send.is_done(),
             Req::Packed(p) => p.inner.is_done(),
             Req::Generalized(g) => g.is_done(),
+            Req::Partitioned(p) => p.is_done(),
         }
     }
 
@@ -192,6 +196,7 @@ impl Req {
         match self {
             Req::Done(s) => return Some(Ok(*s)),
             Req::Generalized(g) => return g.peek(),
+            Req::Partitioned(p) => return p.peek(),
             Req::Persistent(p) => return p.active.as_mut().map_or(Some(Ok(st)), |r| r.peek()),
             Req::Pair(p) => {
                 if let Some(Err(e)) = p.send.peek() {
@@ -248,6 +253,7 @@ impl Req {
         match self {
             Req::Done(s) => return Ok(s),
             Req::Generalized(g) => return g.finish_by(deadline),
+            Req::Partitioned(p) => return p.finish_by(deadline),
             Req::Persistent(p) => return p.active.map_or(Ok(st), |r| r.finish_by(deadline)),
             Req::Pair(p) => {
                 let Pair { recv, send, keep } = *p;

@@ -29,6 +29,8 @@ pub struct MpiComm {
     pub topo: std::sync::OnceLock<crate::topo::Topo>,
     /// Made by the first MPI_File_open on this communicator (see file/group.rs).
     pub io: std::sync::OnceLock<Arc<crate::file::IoGroup>>,
+    /// Made by the first MPI_Psend_init or MPI_Precv_init on it (see partitioned.rs).
+    pub partitioned: std::sync::OnceLock<CommRef>,
 }
 
 impl MpiComm {
@@ -54,6 +56,9 @@ impl MpiComm {
     pub fn destroy(&self) {
         self.release_io();
         crate::pcoll::release_pool(self);
+        if let Some(p) = self.partitioned.get() {
+            p.comm.destroy();
+        }
         self.comm.destroy();
         if let Some(x) = self.inter.get() {
             x.union.destroy();
@@ -153,7 +158,7 @@ fn wrap(comm: Arc<Comm>, handle: MPI_Comm) -> Arc<MpiComm> {
         MPI_COMM_SELF => "MPI_COMM_SELF",
         _ => "",
     };
-    Arc::new(MpiComm { comm, errhandler: AtomicUsize::new(MPI_ERRORS_ARE_FATAL), handle, name: Mutex::new(name.to_string()), attrs: Mutex::new(Vec::new()), inter: std::sync::OnceLock::new(), topo: std::sync::OnceLock::new(), io: std::sync::OnceLock::new() })
+    Arc::new(MpiComm { comm, errhandler: AtomicUsize::new(MPI_ERRORS_ARE_FATAL), handle, name: Mutex::new(name.to_string()), attrs: Mutex::new(Vec::new()), inter: std::sync::OnceLock::new(), topo: std::sync::OnceLock::new(), io: std::sync::OnceLock::new(), partitioned: std::sync::OnceLock::new() })
 }
 
 /// A communicator that has no handle of its own (a topology's neighbourhood traffic): errors
