@@ -448,8 +448,8 @@ pub const MPI_C_COMPLEX: usize = MPI_C_FLOAT_COMPLEX as usize;
 /// Every function of the table: (name, supported by this library).
 pub const FUNCTIONS: &[(&str, bool)] = &[
     ("MPI_Abi_get_fortran_booleans", false),
-    ("MPI_Abi_get_fortran_info", false),
-    ("MPI_Abi_get_info", false),
+    ("MPI_Abi_get_fortran_info", true),
+    ("MPI_Abi_get_info", true),
     ("MPI_Abi_get_version", true),
     ("MPI_Abi_set_fortran_booleans", false),
     ("MPI_Abi_set_fortran_info", false),
@@ -1128,19 +1128,19 @@ pub unsafe extern "C" fn PMPI_Abi_get_fortran_booleans(logical_size: c_int, logi
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Abi_get_fortran_info(info: *mut MPI_Info) -> c_int {
-    crate::err::unsupported("MPI_Abi_get_fortran_info", MPI_COMM_SELF)
+    crate::err::guard("MPI_Abi_get_fortran_info", || unsafe { crate::api::abi_get_fortran_info(info) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Abi_get_fortran_info(info: *mut MPI_Info) -> c_int {
-    crate::err::unsupported("MPI_Abi_get_fortran_info", MPI_COMM_SELF)
+    crate::err::guard("MPI_Abi_get_fortran_info", || unsafe { crate::api::abi_get_fortran_info(info) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Abi_get_info(info: *mut MPI_Info) -> c_int {
-    crate::err::unsupported("MPI_Abi_get_info", MPI_COMM_SELF)
+    crate::err::guard("MPI_Abi_get_info", || unsafe { crate::api::abi_get_info(info) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Abi_get_info(info: *mut MPI_Info) -> c_int {
-    crate::err::unsupported("MPI_Abi_get_info", MPI_COMM_SELF)
+    crate::err::guard("MPI_Abi_get_info", || unsafe { crate::api::abi_get_info(info) })
 }
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Abi_get_version(abi_major: *mut c_int, abi_minor: *mut c_int) -> c_int {

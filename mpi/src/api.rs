@@ -118,6 +118,55 @@ pub unsafe fn abi_get_version(major: *mut c_int, minor: *mut c_int) -> Res {
     Ok(())
 }
 
+/// MPI_Abi_get_info: the sizes of the ABI's address, count and offset integers (callable
+/// before MPI_Init).
+pub unsafe fn abi_get_info(info: *mut MPI_Info) -> Res {
+    let size = |n: usize| n.to_string();
+    crate::info::with_pairs(
+        &[
+            ("mpi_aint_size", size(std::mem::size_of::<MPI_Aint>())),
+            ("mpi_count_size", size(std::mem::size_of::<MPI_Count>())),
+            ("mpi_offset_size", size(std::mem::size_of::<MPI_Offset>())),
+        ],
+        info,
+    )
+}
+
+/// MPI_Abi_get_fortran_info: the sizes of the Fortran types this library's datatypes describe
+/// (no Fortran bindings: the C datatypes), and which of the optional ones it has.
+pub unsafe fn abi_get_fortran_info(info: *mut MPI_Info) -> Res {
+    let size_of = |h: MPI_Datatype| crate::datatype::predefined(h).map_or(0, |d| d.size).to_string();
+    let mut pairs = vec![
+        ("mpi_logical_size", size_of(MPI_LOGICAL)),
+        ("mpi_integer_size", size_of(MPI_INTEGER)),
+        ("mpi_real_size", size_of(MPI_REAL)),
+        ("mpi_double_precision_size", size_of(MPI_DOUBLE_PRECISION)),
+    ];
+    let optional = [
+        ("mpi_logical1_supported", MPI_LOGICAL1),
+        ("mpi_logical2_supported", MPI_LOGICAL2),
+        ("mpi_logical4_supported", MPI_LOGICAL4),
+        ("mpi_logical8_supported", MPI_LOGICAL8),
+        ("mpi_logical16_supported", MPI_LOGICAL16),
+        ("mpi_integer1_supported", MPI_INTEGER1),
+        ("mpi_integer2_supported", MPI_INTEGER2),
+        ("mpi_integer4_supported", MPI_INTEGER4),
+        ("mpi_integer8_supported", MPI_INTEGER8),
+        ("mpi_integer16_supported", MPI_INTEGER16),
+        ("mpi_real2_supported", MPI_REAL2),
+        ("mpi_real4_supported", MPI_REAL4),
+        ("mpi_real8_supported", MPI_REAL8),
+        ("mpi_real16_supported", MPI_REAL16),
+        ("mpi_complex4_supported", MPI_COMPLEX4),
+        ("mpi_complex8_supported", MPI_COMPLEX8),
+        ("mpi_complex16_supported", MPI_COMPLEX16),
+        ("mpi_complex32_supported", MPI_COMPLEX32),
+        ("mpi_double_complex_supported", MPI_DOUBLE_COMPLEX),
+    ];
+    pairs.extend(optional.iter().map(|&(k, h)| (k, crate::datatype::predefined(h).is_some().to_string())));
+    crate::info::with_pairs(&pairs, info)
+}
+
 pub fn library_version() -> String {
     format!(
         "distcomm MPI library {} (libmpi_abi.so.1: MPI {MPI_VERSION}.{MPI_SUBVERSION} standard ABI {MPI_ABI_VERSION}.{MPI_ABI_SUBVERSION}, on the distcomm engine)",

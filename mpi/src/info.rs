@@ -78,6 +78,20 @@ pub unsafe fn info_create(info: *mut MPI_Info) -> Res {
     Ok(())
 }
 
+/// A new info object of `pairs`, into `*info`.
+pub(crate) fn with_pairs(pairs: &[(&str, String)], info: *mut MPI_Info) -> Res {
+    let o = out(info, "info")?;
+    let mut h = MPI_INFO_NULL;
+    // SAFETY: h is ours to fill; keys and values are NUL-terminated strings of ours.
+    unsafe { info_create(&mut h)? };
+    for (k, v) in pairs {
+        let (k, v) = (std::ffi::CString::new(*k).expect("no NUL"), std::ffi::CString::new(v.as_str()).expect("no NUL"));
+        unsafe { info_set(h, k.as_ptr(), v.as_ptr())? };
+    }
+    *o = h;
+    Ok(())
+}
+
 pub unsafe fn info_free(info: *mut MPI_Info) -> Res {
     let h = out(info, "info")?;
     with(*h, |_| Ok(()))?;

@@ -11,7 +11,7 @@ use crate::api::out;
 use crate::err::{MpiErr, Res};
 use crate::mpi_err;
 use crate::slots::Slots;
-use std::ffi::{c_char, c_int, CStr, CString};
+use std::ffi::{c_char, c_int, CStr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -135,16 +135,7 @@ fn members(name: *const c_char) -> Result<(&'static str, Vec<u32>), MpiErr> {
 }
 
 fn info_with(pairs: &[(&str, String)], info: *mut MPI_Info) -> Res {
-    let o = out(info, "info")?;
-    let mut h = MPI_INFO_NULL;
-    // SAFETY: h is ours to fill; keys and values are NUL-terminated strings of ours.
-    unsafe { crate::info::info_create(&mut h)? };
-    for (k, v) in pairs {
-        let (k, v) = (CString::new(*k).expect("no NUL"), CString::new(v.as_str()).expect("no NUL"));
-        unsafe { crate::info::info_set(h, k.as_ptr(), v.as_ptr())? };
-    }
-    *o = h;
-    Ok(())
+    crate::info::with_pairs(pairs, info)
 }
 
 pub unsafe fn session_get_pset_info(h: MPI_Session, name: *const c_char, info: *mut MPI_Info) -> Res {
