@@ -52,6 +52,9 @@ int main(int argc, char **argv) {
   int pid = (int)getpid();
   OK(MPI_Bcast(&pid, 1, MPI_INT, 0, MPI_COMM_WORLD));
   snprintf(path, sizeof path, "/tmp/t_io-%d", pid);
+  /* A file of that name left by a run that died (its pid reused now) would not start empty. */
+  if (rank == 0) (void)MPI_File_delete(path, MPI_INFO_NULL);
+  OK(MPI_Barrier(MPI_COMM_WORLD));
   MPI_File f;
   MPI_Status st;
   OK(MPI_File_open(MPI_COMM_WORLD, path, MPI_MODE_RDWR | MPI_MODE_CREATE | MPI_MODE_DELETE_ON_CLOSE, MPI_INFO_NULL, &f));
