@@ -190,21 +190,30 @@ pub unsafe fn buffer_detach_c(addr: *mut c_void, size: *mut MPI_Count) -> Res {
 pub unsafe fn buffer_detach(addr: *mut c_void, size: *mut c_int) -> Res {
     detach_int(Owner::Process, addr, size)
 }
-/// Waits for the buffered sends that use the process's buffer.
-pub unsafe fn buffer_flush() -> Res {
-    let p = bsend_lock().take(Owner::Process, false);
+/// Waits for the buffered sends that use `o`'s buffer.
+fn flush(o: Owner) -> Res {
+    let p = bsend_lock().take(o, false);
     finish_all(p)
 }
 
-/// The same as a request: a task waits for the sends (on MPI_COMM_SELF's worker: the buffer
-/// is the process's, no communicator's).
+/// `flush` as request `*req`: a task on `on`'s worker waits for the sends (`name` is the call's).
+fn iflush(o: Owner, on: &state::CommRef, name: &str, req: *mut MPI_Request) -> Res {
+    let r = out(req, "request")?;
+    let p = bsend_lock().take(o, false);
+    *r = request::add(crate::task::start(on, &on.comm, name, move || finish_all(p), None)?);
+    Ok(())
+}
+
+/// Waits for the buffered sends that use the process's buffer.
+pub unsafe fn buffer_flush() -> Res {
+    flush(Owner::Process)
+}
+
+/// The same as a request (on MPI_COMM_SELF's worker: the buffer is the process's, no
+/// communicator's).
 pub unsafe fn buffer_iflush(req: *mut MPI_Request) -> Res {
     state::check_active()?;
-    let r = out(req, "request")?;
-    let me = state::get_comm(MPI_COMM_SELF)?;
-    let p = bsend_lock().take(Owner::Process, false);
-    *r = request::add(crate::task::start(&me, &me.comm, "MPI_Buffer_iflush", move || finish_all(p), None)?);
-    Ok(())
+    iflush(Owner::Process, &state::get_comm(MPI_COMM_SELF)?, "MPI_Buffer_iflush", req)
 }
 
 fn comm_ok(c: MPI_Comm) -> Res {
@@ -230,17 +239,12 @@ pub unsafe fn comm_detach_buffer(c: MPI_Comm, addr: *mut c_void, size: *mut c_in
 /// Waits for the buffered sends that use the communicator's buffer.
 pub unsafe fn comm_flush_buffer(c: MPI_Comm) -> Res {
     comm_ok(c)?;
-    let p = bsend_lock().take(Owner::Comm(c), false);
-    finish_all(p).map_err(|e| e.on(c))
+    flush(Owner::Comm(c)).map_err(|e| e.on(c))
 }
 /// The same as a request: a task on the comm's worker waits for the sends.
 pub unsafe fn comm_iflush_buffer(c: MPI_Comm, req: *mut MPI_Request) -> Res {
     comm_ok(c)?;
-    let r = out(req, "request").map_err(|e| e.on(c))?;
-    let mc = state::get_comm(c)?;
-    let p = bsend_lock().take(Owner::Comm(c), false);
-    *r = request::add(crate::task::start(&mc, &mc.comm, "MPI_Comm_iflush_buffer", move || finish_all(p), None)?);
-    Ok(())
+    iflush(Owner::Comm(c), &state::get_comm(c)?, "MPI_Comm_iflush_buffer", req).map_err(|e| e.on(c))
 }
 
 /// A freed communicator's buffer is detached (its sends in flight go on).
@@ -253,8 +257,7 @@ pub fn forget_comm(c: MPI_Comm) {
 /// MPI_Session_finalize: the sends that use the session's buffer are delivered, and the buffer
 /// is detached.
 pub fn session_finalized(s: MPI_Session) -> Res {
-    let p = bsend_lock().take(Owner::Session(s), false);
-    let r = finish_all(p);
+    let r = flush(Owner::Session(s));
     let mut b = bsend_lock();
     b.attached.retain(|a| a.0 != Owner::Session(s));
     b.sessions.retain(|x| x.1 != s);
@@ -284,15 +287,10 @@ pub unsafe fn session_detach_buffer(s: MPI_Session, addr: *mut c_void, size: *mu
 /// Waits for the buffered sends that use the session's buffer.
 pub unsafe fn session_flush_buffer(s: MPI_Session) -> Res {
     session_ok(s)?;
-    let p = bsend_lock().take(Owner::Session(s), false);
-    finish_all(p).map_err(|e| e.on(s))
+    flush(Owner::Session(s)).map_err(|e| e.on(s))
 }
 /// The same as a request: a task on MPI_COMM_SELF's worker waits for the sends.
 pub unsafe fn session_iflush_buffer(s: MPI_Session, req: *mut MPI_Request) -> Res {
     session_ok(s)?;
-    let r = out(req, "request").map_err(|e| e.on(s))?;
-    let me = state::get_comm(MPI_COMM_SELF)?;
-    let p = bsend_lock().take(Owner::Session(s), false);
-    *r = request::add(crate::task::start(&me, &me.comm, "MPI_Session_iflush_buffer", move || finish_all(p), None)?);
-    Ok(())
+    iflush(Owner::Session(s), &state::get_comm(MPI_COMM_SELF)?, "MPI_Session_iflush_buffer", req).map_err(|e| e.on(s))
 }

@@ -134,14 +134,10 @@ fn members(name: *const c_char) -> Result<(&'static str, Vec<u32>), MpiErr> {
     }
 }
 
-fn info_with(pairs: &[(&str, String)], info: *mut MPI_Info) -> Res {
-    crate::info::with_pairs(pairs, info)
-}
-
 pub unsafe fn session_get_pset_info(h: MPI_Session, name: *const c_char, info: *mut MPI_Info) -> Res {
     with_session(h, |_| {
         let (_, m) = members(name)?;
-        info_with(&[("mpi_size", m.len().to_string())], info)
+        crate::info::with_pairs(&[("mpi_size", m.len().to_string())], info)
     })
 }
 
@@ -153,7 +149,7 @@ pub unsafe fn session_get_info(h: MPI_Session, info: *mut MPI_Info) -> Res {
             MPI_THREAD_SERIALIZED => "MPI_THREAD_SERIALIZED",
             _ => "MPI_THREAD_MULTIPLE",
         };
-        info_with(&[("thread_level", level.to_string())], info)
+        crate::info::with_pairs(&[("thread_level", level.to_string())], info)
     })
 }
 

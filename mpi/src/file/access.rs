@@ -55,12 +55,7 @@ fn access(h: MPI_File, place: Place, mode: Mode, data: Data, count: MPI_Count, d
                 return mpi_err!(MPI_ERR_OTHER, "a split collective ({begun}) is still open on this file: only one at a time");
             }
         }
-        let r = match data {
-            Data::Read(_) if f.amode & MPI_MODE_WRONLY != 0 => mpi_err!(MPI_ERR_ACCESS, "the file was opened MPI_MODE_WRONLY"),
-            Data::Write(_) if f.amode & MPI_MODE_RDONLY != 0 => mpi_err!(MPI_ERR_READ_ONLY, "the file was opened MPI_MODE_RDONLY"),
-            _ => Ok(()),
-        }
-        .and_then(|()| moved(f, place, mode, data, count, dt));
+        let r = f.check_access(data.is_write()).and_then(|()| moved(f, place, mode, data, count, dt));
         // A collective write waits for every member, whatever happened here.
         let synced = if mode != Mode::Independent && data.is_write() { barrier(f) } else { Ok(()) };
         let n = r?;
@@ -88,14 +83,14 @@ fn moved(f: &File, place: Place, mode: Mode, data: Data, count: MPI_Count, dt: M
             Ok(n)
         }
         (Place::Shared, Mode::Ordered) => {
-            let etypes = (data_bytes(&view, count, dt)? / view.esize) as i64;
+            let etypes = (data_bytes(&view, count, dt)?.0 / view.esize) as i64;
             let (mine, total) = rank_order(f, etypes)?;
             let base = if f.comm.rank() == 0 { f.shared_add(total) } else { Ok(0) };
             let base = bcast_i64(f, base)?;
             transfer(f, &view, base + mine, data, count, dt)
         }
         (Place::Shared, _) => {
-            let etypes = (data_bytes(&view, count, dt)? / view.esize) as i64;
+            let etypes = (data_bytes(&view, count, dt)?.0 / view.esize) as i64;
             let at = f.shared_add(etypes)?;
             transfer(f, &view, at, data, count, dt)
         }

@@ -72,12 +72,12 @@ impl Datarep {
         }
     }
 
-    /// The bytes the file holds for `count` elements of `dt` at `buf` (packed `native` bytes
-    /// of them given), or None when they are the packed native bytes themselves.
-    pub fn to_file(&self, native: &[u8], buf: *const c_void, count: MPI_Count, dt: MPI_Datatype) -> Result<Option<Vec<u8>>, MpiErr> {
+    /// The bytes the file holds for `count` elements of `dt` (type `t`) at `buf` (packed
+    /// `native` bytes of them given), or None when they are the packed native bytes themselves.
+    pub fn to_file(&self, native: &[u8], buf: *const c_void, count: MPI_Count, t: &Type, dt: MPI_Datatype) -> Result<Option<Vec<u8>>, MpiErr> {
         match self {
             Datarep::Native => Ok(None),
-            Datarep::External32 => crate::external32::encode(&crate::datatype::resolve(dt)?.map, native, count as u64).map(Some),
+            Datarep::External32 => crate::external32::encode(&t.map, native, count as u64).map(Some),
             Datarep::User(r) => match r.write {
                 None => Ok(None),
                 Some(conv) => {
@@ -98,13 +98,14 @@ impl Datarep {
         }
     }
 
-    /// Reads: `file` holds `count` whole elements of `dt` as the file has them; they go to the
-    /// caller's `buf` (user representations) or become native packed bytes in place.
-    pub fn from_file(&self, file: &mut [u8], buf: *mut c_void, count: u64, dt: MPI_Datatype) -> Res {
+    /// Reads: `file` holds `count` whole elements of `dt` (type `t`) as the file has them;
+    /// they go to the caller's `buf` (user representations) or become native packed bytes in
+    /// place.
+    pub fn from_file(&self, file: &mut [u8], buf: *mut c_void, count: u64, t: &Type, dt: MPI_Datatype) -> Res {
         match self {
             Datarep::Native => Ok(()),
             Datarep::External32 => {
-                let native = crate::external32::decode(&crate::datatype::resolve(dt)?.map, file, count)?;
+                let native = crate::external32::decode(&t.map, file, count)?;
                 file[..native.len()].copy_from_slice(&native);
                 Ok(())
             }

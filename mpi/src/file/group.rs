@@ -49,17 +49,15 @@ impl IoGroup {
         let comm = mc.comm.new_group(&all).map_err(MpiErr::from)?.expect("every rank is a member of its dup");
         let world = comm.world();
         let one_host = comm.members().iter().all(|&m| world.hosts[m as usize] == world.hosts[comm.members()[0] as usize]);
-        let counters = match one_host {
-            true => {
-                let mut parts = vec![(0i64, 1i64); comm.size()];
-                parts[0].0 = (SLOTS * 8) as i64;
-                Segment::make(&comm, &parts).map(Counters::Memory)
-            }
-            false => Err(MpiErr::new(MPI_ERR_OTHER, "not one host")),
-        };
-        let counters = match counters {
-            Ok(c) => c,
-            Err(_) => {
+        // One host: a segment (its failure is agreed by every member, so all fall back alike).
+        let memory = one_host.then(|| {
+            let mut parts = vec![(0i64, 1i64); comm.size()];
+            parts[0].0 = (SLOTS * 8) as i64;
+            Segment::make(&comm, &parts).ok().map(Counters::Memory)
+        });
+        let counters = match memory.flatten() {
+            Some(c) => c,
+            None => {
                 // Keys under rank 0's world rank and its own count of groups: unique in the job.
                 let n = if comm.rank() == 0 { GROUPS.fetch_add(1, Ordering::Relaxed) as i64 } else { 0 };
                 let [n] = super::bcast_i64s(&comm, [n])?;

@@ -4,13 +4,14 @@
 //! (open file description locks) for the whole access, so that another process sees all of it
 //! or none.
 
-use super::datarep::Datarep;
 use super::view::View;
 use super::{errno, io_err, File};
 use crate::abi_gen::*;
+use crate::datatype::Type;
 use crate::err::MpiErr;
 use crate::mpi_err;
 use std::ffi::{c_int, c_void};
+use std::sync::Arc;
 
 /// The caller's buffer and which way the data goes.
 #[derive(Clone, Copy)]
@@ -37,8 +38,9 @@ impl Data {
     }
 }
 
-/// The bytes `count` elements of `dt` take in the view's data: a whole number of etypes.
-pub fn data_bytes(view: &View, count: MPI_Count, dt: MPI_Datatype) -> Result<u64, MpiErr> {
+/// The bytes `count` elements of `dt` take in the view's data (a whole number of etypes), and
+/// the type.
+pub fn data_bytes(view: &View, count: MPI_Count, dt: MPI_Datatype) -> Result<(u64, Arc<Type>), MpiErr> {
     if count < 0 {
         return mpi_err!(MPI_ERR_COUNT, "count {count} is negative");
     }
@@ -47,7 +49,7 @@ pub fn data_bytes(view: &View, count: MPI_Count, dt: MPI_Datatype) -> Result<u64
     if n % view.esize != 0 {
         return mpi_err!(MPI_ERR_ARG, "{n} bytes are not a whole number of the view's etypes ({} bytes each)", view.esize);
     }
-    Ok(n)
+    Ok((n, t))
 }
 
 /// Reads or writes `count` elements of `dt` at the view's etype offset `at`: the bytes moved
@@ -56,18 +58,16 @@ pub fn transfer(f: &File, view: &View, at: i64, data: Data, count: MPI_Count, dt
     if at < 0 {
         return mpi_err!(MPI_ERR_ARG, "offset {at} is negative");
     }
-    let bytes = data_bytes(view, count, dt)?;
+    let (bytes, t) = data_bytes(view, count, dt)?;
     let pos = (at as u64).checked_mul(view.esize).ok_or_else(|| MpiErr::new(MPI_ERR_ARG, format!("offset {at} overflows")))?;
-    if !matches!(view.datarep, Datarep::Native) {
-        view.datarep.check(&*crate::datatype::resolve(dt)?, "the datatype")?;
-    }
+    view.datarep.check(&t, "the datatype")?;
     let _lock = if f.is_atomic() && bytes > 0 { Some(RangeLock::take(f, view, pos, bytes, data.is_write())?) } else { None };
     match data {
         Data::Write(buf) => {
             let o = crate::packing::outgoing(buf, count, dt)?;
             // SAFETY: `outgoing` gives o.len readable bytes.
             let native = unsafe { std::slice::from_raw_parts(o.ptr, o.len) };
-            let converted = view.datarep.to_file(native, buf, count, dt)?;
+            let converted = view.datarep.to_file(native, buf, count, &t, dt)?;
             let src = converted.as_deref().unwrap_or(native);
             let mut done = 0usize;
             if bytes > 0 {
@@ -81,14 +81,14 @@ pub fn transfer(f: &File, view: &View, at: i64, data: Data, count: MPI_Count, dt
             Ok(done)
         }
         Data::Read(buf) => {
-            let size = crate::datatype::resolve(dt)?.map.size;
+            let size = t.map.size;
             let whole = |done: usize| if size == 0 { 0 } else { done as u64 / size };
             if view.datarep.reads_into_caller() {
                 // The program's conversion reads the file's bytes into its buffer.
                 let mut file = vec![0u8; bytes as usize];
                 let done = read_ranges(f, view, pos, bytes, &mut file)?;
                 let n = whole(done);
-                view.datarep.from_file(&mut file[..(n * size) as usize], buf, n, dt)?;
+                view.datarep.from_file(&mut file[..(n * size) as usize], buf, n, &t, dt)?;
                 return Ok(done);
             }
             let i = crate::packing::incoming(buf, count, dt)?;
@@ -97,7 +97,7 @@ pub fn transfer(f: &File, view: &View, at: i64, data: Data, count: MPI_Count, dt
             let done = read_ranges(f, view, pos, bytes, dst)?;
             if view.datarep.converts_reads() {
                 let n = whole(done);
-                view.datarep.from_file(&mut dst[..(n * size) as usize], buf, n, dt)?;
+                view.datarep.from_file(&mut dst[..(n * size) as usize], buf, n, &t, dt)?;
             }
             if let Some((tmp, unpack)) = i.tmp {
                 unpack.run(&tmp[..done]);

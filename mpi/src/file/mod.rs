@@ -76,6 +76,18 @@ impl File {
         Ok(to)
     }
 
+    /// MPI_ERR_READ_ONLY for a write to a file opened MPI_MODE_RDONLY, MPI_ERR_ACCESS for a read
+    /// of one opened MPI_MODE_WRONLY.
+    fn check_access(&self, write: bool) -> Res {
+        if write && self.amode & MPI_MODE_RDONLY != 0 {
+            return mpi_err!(MPI_ERR_READ_ONLY, "the file was opened MPI_MODE_RDONLY");
+        }
+        if !write && self.amode & MPI_MODE_WRONLY != 0 {
+            return mpi_err!(MPI_ERR_ACCESS, "the file was opened MPI_MODE_WRONLY");
+        }
+        Ok(())
+    }
+
     fn size(&self) -> Result<i64, MpiErr> {
         // SAFETY: st is ours to fill; the fd is the file's.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
@@ -165,6 +177,13 @@ fn flags(amode: c_int) -> Result<c_int, MpiErr> {
     Ok(f | libc::O_CLOEXEC)
 }
 
+/// Where the file pointers of a new file start: its end for MPI_MODE_APPEND (in bytes, the
+/// default view's etypes), else 0.
+fn start_of(fd: c_int, amode: c_int) -> i64 {
+    // SAFETY: an open fd of ours.
+    if amode & MPI_MODE_APPEND != 0 { unsafe { libc::lseek(fd, 0, libc::SEEK_END) }.max(0) } else { 0 }
+}
+
 /// Collective over `comm`: rank 0's numbers to everyone.
 fn bcast_i64s<const N: usize>(comm: &Comm, mut v: [i64; N]) -> Result<[i64; N], MpiErr> {
     if comm.size() > 1 {
@@ -218,8 +237,7 @@ pub unsafe fn file_open(c: MPI_Comm, filename: *const c_char, amode: c_int, _inf
         if fd < 0 {
             e = errno();
         } else {
-            let end = if amode & MPI_MODE_APPEND != 0 { unsafe { libc::lseek(fd, 0, libc::SEEK_END) }.max(0) } else { 0 };
-            match group.take_slot(end) {
+            match group.take_slot(start_of(fd, amode)) {
                 Ok(Some(s)) => slot = s as i64,
                 Ok(None) => e = libc::EMFILE,
                 Err(_) => e = libc::EIO,
@@ -251,8 +269,7 @@ pub unsafe fn file_open(c: MPI_Comm, filename: *const c_char, amode: c_int, _inf
         return Err(null(err));
     }
     let eh = NULL_ERRH.load(Ordering::Relaxed);
-    // The pointers start at the end of the file with MPI_MODE_APPEND (the default view counts bytes).
-    let start = if amode & MPI_MODE_APPEND != 0 { unsafe { libc::lseek(fd, 0, libc::SEEK_END) }.max(0) } else { 0 };
+    let start = start_of(fd, amode);
     group.file_opened();
     let (h, _) = FILES.add(|_| File {
         fd,
@@ -282,7 +299,7 @@ pub unsafe fn file_close(fh: *mut MPI_File) -> Res {
     let rc = unsafe { libc::close(f.fd) };
     let e = if rc != 0 { errno() } else { 0 };
     // Collective: every process has closed before the file is deleted.
-    let barrier = if f.comm.size() > 1 { f.comm.collective(CollArgs::Barrier).map_err(MpiErr::from) } else { Ok(()) };
+    let barrier = access::barrier(&f);
     FILES.remove(h);
     *p = MPI_FILE_NULL;
     let mut res = barrier.map_err(|x| x.on(h));
@@ -329,9 +346,7 @@ pub unsafe fn file_set_size(h: MPI_File, size: MPI_Offset) -> Res {
         if size < 0 {
             return mpi_err!(MPI_ERR_ARG, "size {size} is negative");
         }
-        if f.amode & MPI_MODE_RDONLY != 0 {
-            return mpi_err!(MPI_ERR_READ_ONLY, "the file was opened MPI_MODE_RDONLY");
-        }
+        f.check_access(true)?;
         let rc = unsafe { libc::ftruncate(f.fd, size) };
         let e = if rc != 0 { errno() } else { 0 };
         if !all_ok(&f.comm, e == 0)? {
@@ -472,7 +487,8 @@ pub unsafe fn file_set_view(h: MPI_File, disp: MPI_Offset, etype: MPI_Datatype, 
             }
             // Rank 0 reads the pointer before it moves it back to 0 below.
             let now = access::bcast_i64(f, if f.comm.rank() == 0 { f.shared_add(0) } else { Ok(0) })?;
-            f.view().byte_offset(now as u64 * f.view().esize)?
+            let old = f.view();
+            old.byte_offset(now as u64 * old.esize)?
         } else {
             disp
         };
@@ -538,9 +554,7 @@ pub unsafe fn file_preallocate(h: MPI_File, size: MPI_Offset) -> Res {
         if size < 0 {
             return mpi_err!(MPI_ERR_ARG, "size {size} is negative");
         }
-        if f.amode & MPI_MODE_RDONLY != 0 {
-            return mpi_err!(MPI_ERR_READ_ONLY, "the file was opened MPI_MODE_RDONLY");
-        }
+        f.check_access(true)?;
         let done = if f.comm.rank() == 0 && size > 0 {
             // SAFETY: the file's fd.
             match unsafe { libc::posix_fallocate(f.fd, 0, size) } {
