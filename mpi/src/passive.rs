@@ -2,10 +2,12 @@
 //! flush*. Every window of several processes has a server thread on a communicator of its own
 //! (a dup of the window's): it grants locks (shared or exclusive, first come first served) and
 //! applies the records of the transfers made under them (the fence's records, rma.rs),
-//! answering with what the gets read. An origin queues its transfers to a locked target as in
-//! an epoch and sends them at `flush` or `unlock`, waiting for the answer: so a transfer is
-//! complete at the target when the flush or unlock that carries it returns, as the standard
-//! says, and the target process need not call anything.
+//! answering with what the gets read. An origin sends each transfer to a locked target at its
+//! call (`issue`) without waiting; `flush` and `unlock` wait for the answers of the gets and,
+//! when transfers without an answer went since, for the server's confirmation: so a transfer is
+//! complete at the target when the flush or unlock after it returns, as the standard says, it
+//! progresses while the origin does anything else, and the target process need not call
+//! anything.
 //!
 //! The server sleeps in the engine's wait (spin, then sleep until a peer's doorbell) and ends
 //! when the window is freed (a stop request from its own process), or when a process of the
@@ -14,15 +16,15 @@
 use crate::abi_gen::*;
 use crate::err::{MpiErr, Res};
 use crate::mpi_err;
-use crate::rma::{self, deadline, Local, Pending};
+use crate::rma::{self, deadline, Landing, Local, Pending};
 use distcomm::buffer::{ConstBuf, MutBuf};
-use distcomm::comm::Comm;
+use distcomm::comm::{Comm, P2pOp};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// The reply length that says the target refused the records (see `serve`).
+/// The first word of an answer whose records the target refused (else the data's length).
 const REFUSED: u64 = u64::MAX;
 
 // Tags on the server's communicator.
@@ -30,13 +32,24 @@ const REQ: u32 = 0x5054_0001;
 const REQ_DATA: u32 = 0x5054_0002;
 const GRANT: u32 = 0x5054_0003;
 const REPLY: u32 = 0x5054_0004;
+const CONFIRM: u32 = 0x5054_0005;
 
-// Requests: the first word of a request's 24-byte header (kind, argument, payload bytes).
+/// A request is a 24-byte header (kind, argument, payload bytes) and its payload: one message
+/// up to INLINE bytes (the server keeps a receive of that size posted), else the header alone
+/// and the payload as a second message.
+const HEADER: usize = 24;
+const INLINE: usize = 16 << 10;
+
+// Requests: the first word of a request's header.
 const LOCK_SHARED: u64 = 1;
 const LOCK_EXCLUSIVE: u64 = 2;
 const UNLOCK: u64 = 3;
+/// Records to apply; with argument 1, answered (REPLY) with what the gets read.
 const DATA: u64 = 4;
 const STOP: u64 = 5;
+/// Confirm that the records before it are applied (answered on CONFIRM with the number of
+/// unanswered batches refused since the last confirmation).
+const FLUSH: u64 = 6;
 
 /// The server's wait for the next request has no end but the window's.
 const FOREVER: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
@@ -47,6 +60,24 @@ pub struct Passive {
     thread: Mutex<Option<JoinHandle<()>>>,
     /// Per window rank: this process holds its lock (lock, or lock_all).
     held: Mutex<Vec<bool>>,
+    /// Per window rank: the transfers issued there and not yet known complete.
+    issued: Mutex<Vec<Issued>>,
+}
+
+/// Transfers sent to one server whose completion a flush must still see.
+#[derive(Default)]
+struct Issued {
+    /// The batches with gets, in order: each one's answer, received as it comes.
+    answers: VecDeque<Answer>,
+    /// Batches without gets went since the last one with an answer.
+    unconfirmed: bool,
+}
+
+/// The receive of a batch's answer, posted before the batch went, and where its data lands.
+struct Answer {
+    op: P2pOp,
+    buf: Vec<u8>,
+    landings: Vec<Landing>,
 }
 
 impl Passive {
@@ -65,7 +96,8 @@ impl Passive {
             })
             .ok();
         let n = comm.size();
-        Passive { comm, thread: Mutex::new(thread), held: Mutex::new(vec![false; n]) }
+        let issued = Mutex::new((0..n).map(|_| Issued::default()).collect());
+        Passive { comm, thread: Mutex::new(thread), held: Mutex::new(vec![false; n]), issued }
     }
 
     pub fn holds(&self, rank: usize) -> bool {
@@ -81,35 +113,68 @@ impl Passive {
         if self.holds(rank) {
             return mpi_err!(MPI_ERR_RMA_SYNC, "this process holds the lock of window rank {rank} already");
         }
-        let deadline = deadline(timeout_ms);
-        let mut grant = [0u8; 8];
-        let op = self.comm.post_recv(MutBuf::from_slice(&mut grant), Some(rank), Some(GRANT)).map_err(MpiErr::from)?;
-        request(&self.comm, rank, if exclusive { LOCK_EXCLUSIVE } else { LOCK_SHARED }, &[], deadline)?;
-        self.comm.wait_p2p(&op, deadline, &|| format!("MPI_Win_lock: the lock of window rank {rank}")).map_err(MpiErr::from)?;
+        let kind = if exclusive { LOCK_EXCLUSIVE } else { LOCK_SHARED };
+        self.ask(rank, GRANT, kind, deadline(timeout_ms), &|| format!("MPI_Win_lock: the lock of window rank {rank}"))?;
         lock(&self.held)[rank] = true;
         Ok(())
     }
 
-    /// MPI_Win_flush: the transfers queued for `rank` carried and applied there, the gets'
-    /// data unpacked here.
-    pub fn flush(&self, rank: usize, pending: &mut Pending, timeout_ms: i64) -> Res {
+    /// Sends request `kind` to `rank`'s server and waits for its 8-byte answer on `tag`.
+    fn ask(&self, rank: usize, tag: u32, kind: u64, deadline: Instant, what: &dyn Fn() -> String) -> Result<u64, MpiErr> {
+        let mut word = [0u8; 8];
+        let op = self.comm.post_recv(MutBuf::from_slice(&mut word), Some(rank), Some(tag)).map_err(MpiErr::from)?;
+        request(&self.comm, rank, kind, 0, &[], deadline)?;
+        self.comm.wait_p2p(&op, deadline, what).map_err(MpiErr::from)?;
+        Ok(u64::from_le_bytes(word))
+    }
+
+    /// Sends the transfers queued for `rank` (whose lock this process holds) to its server
+    /// without waiting for them to be applied.
+    pub fn issue(&self, rank: usize, pending: &mut Pending, timeout_ms: i64) -> Res {
         let (recs, landings) = pending.take_for(rank);
         if recs.is_empty() {
             return Ok(());
         }
+        let mut issued = lock(&self.issued);
+        let at = &mut issued[rank];
+        if landings.is_empty() {
+            request(&self.comm, rank, DATA, 0, &recs, deadline(timeout_ms))?;
+            at.unconfirmed = true;
+            return Ok(());
+        }
+        // The answer's receive is posted first, so that it lands in place when it comes.
+        let mut buf = vec![0u8; 8 + rma::answer_bytes(&landings)];
+        let op = self.comm.post_recv(MutBuf::from_slice(&mut buf), Some(rank), Some(REPLY)).map_err(MpiErr::from)?;
+        let sent = request(&self.comm, rank, DATA, 1, &recs, deadline(timeout_ms));
+        // Kept even if the request failed: the posted receive may still write into `buf`.
+        at.answers.push_back(Answer { op, buf, landings });
+        sent?;
+        // The server answers in order: this answer will confirm what went before it.
+        at.unconfirmed = false;
+        Ok(())
+    }
+
+    /// MPI_Win_flush: the transfers to `rank` applied there, the gets' data unpacked here.
+    pub fn flush(&self, rank: usize, pending: &mut Pending, timeout_ms: i64) -> Res {
+        self.issue(rank, pending, timeout_ms)?;
         let deadline = deadline(timeout_ms);
         let what = || format!("MPI_Win_flush/unlock: the answer of window rank {rank}");
-        let mut len = [0u8; 8];
-        let op = self.comm.post_recv(MutBuf::from_slice(&mut len), Some(rank), Some(REPLY)).map_err(MpiErr::from)?;
-        request(&self.comm, rank, DATA, &recs, deadline)?;
-        self.comm.wait_p2p(&op, deadline, &what).map_err(MpiErr::from)?;
-        let len = u64::from_le_bytes(len);
-        if len == REFUSED {
-            return Err(rma::refused(rank));
+        let mut issued = lock(&self.issued);
+        let at = &mut issued[rank];
+        // Every answer is taken even after a refusal, or the next flush would read it.
+        let mut first: Res = Ok(());
+        while let Some(a) = at.answers.front() {
+            self.comm.wait_p2p(&a.op, deadline, &what).map_err(MpiErr::from)?;
+            let Some(a) = at.answers.pop_front() else { break };
+            match u64::from_le_bytes(a.buf[..8].try_into().expect("8 bytes")) {
+                REFUSED => first = first.and(Err(rma::refused(rank))),
+                len => rma::land(&a.landings, &a.buf[8..(8 + len as usize).min(a.buf.len())]),
+            }
         }
-        let data = rma::recv_bytes(&self.comm, rank, REPLY, len as usize, deadline, &what).map_err(MpiErr::from)?;
-        rma::land(&landings, &data);
-        Ok(())
+        if std::mem::take(&mut at.unconfirmed) && self.ask(rank, CONFIRM, FLUSH, deadline, &what)? > 0 {
+            first = first.and(Err(rma::refused(rank)));
+        }
+        first
     }
 
     /// MPI_Win_unlock: flush, then the lock given back.
@@ -123,7 +188,7 @@ impl Passive {
         if flushed.as_ref().is_err_and(|e| e.class != MPI_ERR_RMA_RANGE) {
             return flushed;
         }
-        request(&self.comm, rank, UNLOCK, &[], deadline(timeout_ms))?;
+        request(&self.comm, rank, UNLOCK, 0, &[], deadline(timeout_ms))?;
         lock(&self.held)[rank] = false;
         flushed
     }
@@ -132,7 +197,7 @@ impl Passive {
     /// epochs: the caller synchronised them).
     pub fn stop(&self) {
         let me = self.comm.rank();
-        let _ = request(&self.comm, me, STOP, &[], Instant::now() + Duration::from_secs(30));
+        let _ = request(&self.comm, me, STOP, 0, &[], Instant::now() + Duration::from_secs(30));
         if let Some(t) = lock(&self.thread).take() {
             let _ = t.join();
         }
@@ -140,21 +205,40 @@ impl Passive {
     }
 }
 
+impl Drop for Passive {
+    fn drop(&mut self) {
+        // An answer never waited for (its flush failed): its receive may still be posted, so
+        // its buffer is left to it.
+        for at in lock(&self.issued).iter_mut() {
+            at.answers.drain(..).for_each(|a| std::mem::forget(a.buf));
+        }
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Sends a request (header, then `payload` if any) to `rank`'s server; returns once sent.
-fn request(comm: &Comm, rank: usize, kind: u64, payload: &[u8], deadline: Instant) -> Res {
-    let hdr: Vec<u8> = [kind, 0, payload.len() as u64].iter().flat_map(|x| x.to_le_bytes()).collect();
-    let what = || format!("a one-sided request to window rank {rank}");
-    let op = comm.post_send(ConstBuf::from_slice(&hdr), rank, REQ).map_err(MpiErr::from)?;
-    comm.wait_p2p(&op, deadline, &what).map_err(MpiErr::from)?;
-    if !payload.is_empty() {
-        let op = comm.post_send(ConstBuf::from_slice(payload), rank, REQ_DATA).map_err(MpiErr::from)?;
-        comm.wait_p2p(&op, deadline, &what).map_err(MpiErr::from)?;
+/// Sends a request (its header and `payload`, see INLINE) to `rank`'s server; returns once
+/// sent.
+fn request(comm: &Comm, rank: usize, kind: u64, arg: u64, payload: &[u8], deadline: Instant) -> Res {
+    let inline = HEADER + payload.len() <= INLINE;
+    let mut msg = Vec::with_capacity(if inline { HEADER + payload.len() } else { HEADER });
+    for w in [kind, arg, payload.len() as u64] {
+        msg.extend_from_slice(&w.to_le_bytes());
     }
-    Ok(())
+    let what = || format!("a one-sided request to window rank {rank}");
+    let send = |bytes: &[u8], tag| -> Res {
+        let op = comm.post_send(ConstBuf::from_slice(bytes), rank, tag).map_err(MpiErr::from)?;
+        comm.wait_p2p(&op, deadline, &what).map_err(MpiErr::from)?;
+        Ok(())
+    };
+    if inline {
+        msg.extend_from_slice(payload);
+        return send(&msg, REQ);
+    }
+    send(&msg, REQ)?;
+    send(payload, REQ_DATA)
 }
 
 /// Sends `bytes` to `to` with `tag` and waits for it to go.
@@ -194,17 +278,32 @@ impl Lock {
 /// The server: requests in arrival order until a stop (or a lost process) ends it.
 fn serve(comm: &Comm, local: &Local) {
     let mut lk = Lock::default();
+    // Per origin: records refused since its last confirmation (batches without an answer).
+    let mut refused = vec![0u64; comm.size()];
+    let mut msg = vec![0u8; INLINE];
     loop {
-        let mut hdr = [0u8; 24];
-        let Ok(op) = comm.post_recv(MutBuf::from_slice(&mut hdr), None, Some(REQ)) else { return };
+        let Ok(op) = comm.post_recv(MutBuf::from_slice(&mut msg), None, Some(REQ)) else { return };
         let Ok(done) = comm.wait_p2p(&op, Instant::now() + FOREVER, &|| "the one-sided server's next request".to_string()) else { return };
         let origin = comm.comm_rank_of(done.source);
         if origin < 0 {
             return;
         }
         let origin = origin as usize;
-        let word = |i: usize| u64::from_le_bytes(hdr[8 * i..8 * i + 8].try_into().unwrap());
-        let (kind, len) = (word(0), word(2) as usize);
+        let got = done.bytes.min(INLINE);
+        if got < HEADER {
+            continue;
+        }
+        let word = |i: usize| u64::from_le_bytes(msg[8 * i..8 * i + 8].try_into().expect("8 bytes"));
+        let (kind, arg, len) = (word(0), word(1), word(2) as usize);
+        let separate;
+        let recs = if got == HEADER && len > 0 {
+            let what = || "a one-sided request's records".to_string();
+            let Ok(v) = rma::recv_bytes(comm, origin, REQ_DATA, len, Instant::now() + FOREVER, &what) else { return };
+            separate = v;
+            &separate[..]
+        } else {
+            &msg[HEADER..got]
+        };
         let r = match kind {
             LOCK_SHARED | LOCK_EXCLUSIVE => {
                 let exclusive = kind == LOCK_EXCLUSIVE;
@@ -230,17 +329,19 @@ fn serve(comm: &Comm, local: &Local) {
                 r
             }
             DATA => {
-                let what = || "a one-sided request's records".to_string();
-                rma::recv_bytes(comm, origin, REQ_DATA, len, Instant::now() + FOREVER, &what).and_then(|recs| {
-                    // A malformed or out-of-range record is answered REFUSED (for a dynamic
-                    // window only the target can tell), or its origin would wait.
-                    let Ok(reply) = rma::apply(local, &recs) else {
-                        return answer(comm, origin, REPLY, &REFUSED.to_le_bytes());
-                    };
-                    answer(comm, origin, REPLY, &(reply.len() as u64).to_le_bytes())?;
-                    if reply.is_empty() { Ok(()) } else { answer(comm, origin, REPLY, &reply) }
-                })
+                // A malformed or out-of-range record is refused (for a dynamic window only the
+                // target can tell): answered REFUSED, or counted for the confirmation.
+                let applied = rma::apply(local, recs);
+                match (arg, applied) {
+                    (0, applied) => {
+                        refused[origin] += applied.is_err() as u64;
+                        Ok(())
+                    }
+                    (_, Ok(read)) => answer(comm, origin, REPLY, &[&(read.len() as u64).to_le_bytes()[..], &read].concat()),
+                    (_, Err(_)) => answer(comm, origin, REPLY, &REFUSED.to_le_bytes()),
+                }
             }
+            FLUSH => answer(comm, origin, CONFIRM, &std::mem::take(&mut refused[origin]).to_le_bytes()),
             STOP if origin == comm.rank() => return,
             _ => Ok(()),
         };

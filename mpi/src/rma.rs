@@ -378,6 +378,11 @@ pub fn refused(rank: usize) -> MpiErr {
     MpiErr::new(MPI_ERR_RMA_RANGE, format!("window rank {rank} refused a transfer of this epoch: its target data is not within the memory attached there"))
 }
 
+/// The bytes the gets of `landings` read, packed (their answer's length).
+pub fn answer_bytes(landings: &[Landing]) -> usize {
+    landings.iter().map(|l| l.t.map.packed_bytes(l.count).unwrap_or(0) as usize).sum()
+}
+
 /// Unpacks what one target's gets read (`data`, in record order) into their origin buffers.
 pub fn land(landings: &[Landing], data: &[u8]) {
     let mut o = 0usize;

@@ -59,6 +59,22 @@ pub struct Win {
 
 static WINS: Slots<Win> = Slots::new(WIN_BASE);
 
+impl Win {
+    /// Queues a transfer to another process (`f` writes its record). Under a lock of that
+    /// process it leaves at once, as on other MPI libraries: it is applied there while this
+    /// process goes on (programs that wait for a flag another rank sets, as mpi4py's
+    /// `util.sync` does, rely on it); the flush or unlock waits for it.
+    fn queue(&self, to: &Where, f: impl FnOnce(&mut rma::Pending, usize, &rma::Remote)) -> Res {
+        let Some(r) = to.remote() else { return Ok(()) };
+        let mut p = lock(&self.pending);
+        f(&mut p, self.comm.size(), &r);
+        match &self.passive {
+            Some(s) if s.holds(r.rank) => s.issue(r.rank, &mut p, self.comm.timeout_ms()),
+            _ => Ok(()),
+        }
+    }
+}
+
 pub fn errhandler_of(h: usize) -> Option<MPI_Errhandler> {
     if !WINS.owns(h) {
         return None;
@@ -641,7 +657,7 @@ pub unsafe fn put_c(oaddr: *const c_void, ocount: MPI_Count, odt: MPI_Datatype, 
         same_size_as(data.len(), &to, "origin")?;
         match &to {
             Where::Here(t) => w.local.in_turn(|| t.write(&data)),
-            Where::There { .. } => rma::put(&mut lock(&w.pending), w.comm.size(), &to.remote().expect("remote"), &data),
+            Where::There { .. } => w.queue(&to, |p, n, r| rma::put(p, n, r, &data))?,
             Where::Nowhere => {}
         }
         Ok(())
@@ -677,8 +693,7 @@ pub unsafe fn get_c(oaddr: *mut c_void, ocount: MPI_Count, odt: MPI_Datatype, ra
             Where::Here(t) => to_origin(oaddr, ocount, odt, &w.local.in_turn(|| t.read()), "origin"),
             to @ Where::There { .. } => {
                 let ot = landing(oaddr, ocount, odt, &to, "origin")?;
-                rma::get(&mut lock(&w.pending), w.comm.size(), &to.remote().expect("remote"), None, oaddr as usize, ocount as u64, ot);
-                Ok(())
+                w.queue(&to, |p, n, r| rma::get(p, n, r, None, oaddr as usize, ocount as u64, ot))
             }
             Where::Nowhere => Ok(()),
         }
@@ -739,7 +754,7 @@ pub unsafe fn accumulate_c(oaddr: *const c_void, ocount: MPI_Count, odt: MPI_Dat
             Where::There { t, .. } => {
                 // The op's checks at the origin: the target applies it without a way to answer.
                 combine(op, t.map.basic, &data, &mut data.clone())?;
-                rma::accumulate(&mut lock(&w.pending), w.comm.size(), &to.remote().expect("remote"), op, &data);
+                w.queue(&to, |p, n, r| rma::accumulate(p, n, r, op, &data))?;
             }
             Where::Nowhere => {}
         }
@@ -780,8 +795,7 @@ pub unsafe fn get_accumulate_c(
                     let Where::There { t, .. } = &to else { unreachable!() };
                     combine(op, t.map.basic, &data, &mut data.clone())?;
                 }
-                rma::get(&mut lock(&w.pending), w.comm.size(), &to.remote().expect("remote"), Some((op, &data)), raddr as usize, rcount as u64, rt);
-                return Ok(());
+                return w.queue(&to, |p, n, r| rma::get(p, n, r, Some((op, &data)), raddr as usize, rcount as u64, rt));
             }
             Where::Nowhere => return Ok(()),
         };
@@ -830,8 +844,7 @@ pub unsafe fn compare_and_swap(oaddr: *const c_void, caddr: *const c_void, raddr
                 let rt = landing(raddr, 1, dt, &to, "result")?;
                 same_size_as(new.len(), &to, "origin")?;
                 same_size_as(cmp.len(), &to, "compare")?;
-                rma::compare_and_swap(&mut lock(&w.pending), w.comm.size(), &to.remote().expect("remote"), &cmp, &new, raddr as usize, rt);
-                return Ok(());
+                return w.queue(&to, |p, n, r| rma::compare_and_swap(p, n, r, &cmp, &new, raddr as usize, rt));
             }
             Where::Nowhere => return Ok(()),
         };

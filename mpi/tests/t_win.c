@@ -281,6 +281,25 @@ int main(int argc, char **argv) {
     OK(MPI_Accumulate(&one_, 1, MPI_INT, 0, 2, 1, MPI_INT, MPI_SUM, lw));
     OK(MPI_Win_unlock_all(lw));
     OK(MPI_Barrier(MPI_COMM_WORLD));
+    if (size > 1) {
+      /* A token passed around the ring through window flags, with no flush before each wait:
+       * a transfer under a lock progresses without a flush of its target (each waits flushing
+       * only itself, as mpi4py's util.sync does). */
+      int flag[1] = {0}, token = 1, seen_ = 0;
+      MPI_Win fw;
+      OK(MPI_Win_create(flag, sizeof flag, sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &fw));
+      OK(MPI_Win_lock_all(0, fw));
+      if (rank == 0) OK(MPI_Accumulate(&token, 1, MPI_INT, right, 0, 1, MPI_INT, MPI_REPLACE, fw));
+      double until = MPI_Wtime() + 20;
+      while (!(seen_ = __atomic_load_n(&flag[0], __ATOMIC_ACQUIRE)) && MPI_Wtime() < until) {
+        if (MPI_Win_flush(rank, fw) != MPI_SUCCESS || MPI_Win_sync(fw) != MPI_SUCCESS) break;
+      }
+      CHECK(seen_ == 1);
+      if (rank != 0) OK(MPI_Accumulate(&token, 1, MPI_INT, right, 0, 1, MPI_INT, MPI_REPLACE, fw));
+      OK(MPI_Win_unlock_all(fw));
+      OK(MPI_Barrier(MPI_COMM_WORLD));
+      OK(MPI_Win_free(&fw));
+    }
     OK(MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, lw));
     OK(MPI_Get(&sum, 1, MPI_INT, 0, 2, 1, MPI_INT, lw));
     OK(MPI_Win_unlock(0, lw));
