@@ -139,6 +139,7 @@ pub fn init(opts: &InitOptions) -> Result<Arc<Comm>> {
         keepalive: Mutex::new(keepalive),
         shutdown_wait,
         policy,
+        arena_pool: Default::default(),
         #[cfg(feature = "nccl")]
         gpu: crate::nccl::GpuPlan { mode: gpu_mode, local_rank: rdv.local_rank },
     });

@@ -11,6 +11,7 @@
 //!   `executor`: the worker for non-blocking collectives;
 //! - `device`: the NCCL hooks (feature "nccl").
 
+mod arena_pool;
 mod dispatch;
 #[cfg(feature = "nccl")]
 mod device;
@@ -228,6 +229,9 @@ impl Comm {
         }
         if let Some(shm) = self.shm.get() {
             shm.arena.leave();
+            if shm.arena.aborted_by().is_none() && shm.arena.lost_member().is_none() {
+                self.world.arena_pool.keep(&self.members, shm.arena.clone());
+            }
         }
         self.transport().unregister_ctx(self.ctx.id);
     }

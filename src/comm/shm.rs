@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 /// A comm whose members share a host: its arena, step counter, and the turn that keeps its
 /// collectives in call order (the blocking caller and the worker thread may both run them).
 pub(super) struct ShmState {
-    pub(super) arena: Arena,
+    pub(super) arena: Arc<Arena>,
     pub(super) steps: Steps,
     /// Members' pids when every member lets us read its memory (allgatherv and alltoallv read
     /// single-copy).
@@ -93,8 +93,11 @@ pub(super) enum Setup {
     Collectives(u64),
 }
 
-/// Collectives a new group's set-up runs (a broadcast, an allreduce).
-const SETUP_COLLECTIVES: u64 = 2;
+/// Collectives a new group's set-up may run: taking over a kept arena (a broadcast, an
+/// allreduce, a barrier; see `take_kept_arena`), then making one (a broadcast, an allreduce).
+/// Numbers a set-up does not use stay unused on every member alike.
+const REUSE_COLLECTIVES: u64 = 3;
+const SETUP_COLLECTIVES: u64 = REUSE_COLLECTIVES + 2;
 
 impl Comm {
     /// Why a wait on shared memory for comm rank `r` cannot end: it destroyed the comm, closed
@@ -131,6 +134,12 @@ impl Comm {
     /// point-to-point rings (the world's, one per rank of a host). 0 for what it does not have.
     pub fn shm_bytes(&self) -> (usize, usize) {
         (self.shm.get().map_or(0, |s| s.arena.bytes()), self.transport().incoming_ring_bytes())
+    }
+
+    /// Which arena the comm has (its segment's random name), if it has one: for tests of
+    /// arenas taken over by new comms.
+    pub fn arena_id(&self) -> Option<u64> {
+        self.shm.get().map(|s| s.arena.nonce())
     }
 
     /// Whether the comm can have an arena: the policy allows shared memory, and its members
@@ -195,6 +204,59 @@ impl Comm {
             .then(|| self.coll_seq.fetch_add(SETUP_COLLECTIVES, Ordering::Relaxed))
     }
 
+    /// A new group's first try (collectives `seq` to `seq + 2`): the arena of a destroyed
+    /// comm of the same members (see `arena_pool`), if rank 0 keeps one and every member still
+    /// does. Each member then makes its part of it new, and a barrier lets nobody use it
+    /// before everyone has.
+    fn take_kept_arena(&self, seq: u64, deadline: Instant) -> Result<Option<Arc<Arena>>> {
+        let pool = &self.world.arena_pool;
+        let mut offer = [0u8; 8];
+        let mut held = None;
+        if self.rank == 0 {
+            let chunk = shm_seg::chunk_for(self.size(), crate::params::get().shm_chunk);
+            held = pool.take_for(&self.members, chunk);
+            if let Some(a) = &held {
+                offer = a.nonce().to_le_bytes();
+            }
+        }
+        self.execute(&CollArgs::Broadcast { buf: MutBuf::from_slice(&mut offer), dt: crate::dtype::DType::Uint8, root: 0 }, seq, &|| deadline)?;
+        let nonce = u64::from_le_bytes(offer);
+        if nonce == 0 {
+            return Ok(None);
+        }
+        if self.rank != 0 {
+            held = pool.take_nonce(&self.members, nonce);
+        }
+        let mut all = [0u8; 1];
+        let min = |send: &[u8], recv: &mut [u8]| CollArgs::Allreduce { send: Some(ConstBuf::from_slice(send)), recv: MutBuf::from_slice(recv), dt: crate::dtype::DType::Uint8, op: crate::dtype::ReduceOp::Min };
+        self.execute(&min(&[u8::from(held.is_some())], &mut all), seq + 1, &|| deadline)?;
+        // Where one member no longer keeps it, nobody does: it goes with the last mapping.
+        let Some(arena) = held.filter(|_| all[0] == 1) else { return Ok(None) };
+        arena.reset_mine();
+        self.execute(&min(&[1], &mut all), seq + 2, &|| deadline)?;
+        Ok(Some(arena))
+    }
+
+    /// Makes `arena` this comm's, its collectives numbered from the end of the set-up's.
+    fn install_arena(&self, arena: Arc<Arena>, how: &Setup) {
+        let pids: Option<Vec<i32>> = self.members.iter().map(|&w| self.transport().readable_pid(w)).collect();
+        let state = ShmState {
+            arena,
+            steps: Steps::default(),
+            pids,
+            scratch: std::cell::UnsafeCell::new(Default::default()),
+            // The first collective after the set-up's own.
+            turn: AtomicU64::new(match how {
+                Setup::Store => self.coll_seq.load(Ordering::Relaxed),
+                Setup::Collectives(seq) => seq + SETUP_COLLECTIVES,
+            }),
+            turn_waiters: AtomicU64::new(0),
+            turn_lock: Mutex::new(()),
+            turn_cv: Condvar::new(),
+        };
+        let _ = self.shm.set(state);
+    }
+
     /// Maps one shared segment for all members if the policy allows and every member can
     /// (same host, same /dev/shm, room in it for the segment); otherwise the comm stays on
     /// sockets. Collective. The segment's size grows linearly with the members and is capped
@@ -212,10 +274,17 @@ impl Comm {
         // may not be among them and may have finished.
         let store = matches!(how, Setup::Store).then_some(&*self.world.store);
         let at = |k: u64| match how {
-            Setup::Collectives(seq) => seq + k,
+            Setup::Collectives(seq) => seq + REUSE_COLLECTIVES + k,
             Setup::Store => unreachable!("the store's set-up runs no collectives"),
         };
         let deadline = self.deadline();
+        if let Setup::Collectives(seq) = how {
+            if let Some(arena) = self.take_kept_arena(seq, deadline)? {
+                dc_log!(Level::Info, Some(self.rank), "communicator {:#x}: shared memory, {} ranks, the arena of a destroyed communicator", self.ctx.id, n);
+                self.install_arena(arena, &how);
+                return Ok(());
+            }
+        }
         let key = format!("shm/{:016x}", self.ctx.id);
         // Rank 0 creates the segment and tells the others its name parts: ok, pid, chunk, nonce;
         // if it could not, the bytes it needed and found free in /dev/shm.
@@ -304,22 +373,7 @@ impl Comm {
         match (all_ok[0], arena) {
             (1, Some(arena)) => {
                 dc_log!(Level::Info, Some(self.rank), "communicator {:#x}: shared memory, {} ranks, {} bytes", self.ctx.id, n, arena.bytes());
-                let pids: Option<Vec<i32>> = self.members.iter().map(|&w| self.transport().readable_pid(w)).collect();
-                let state = ShmState {
-                    arena,
-                    steps: Steps::default(),
-                    pids,
-                    scratch: std::cell::UnsafeCell::new(Default::default()),
-                    // The first collective after the set-up's own.
-                    turn: AtomicU64::new(match how {
-                        Setup::Store => self.coll_seq.load(Ordering::Relaxed),
-                        Setup::Collectives(seq) => seq + SETUP_COLLECTIVES,
-                    }),
-                    turn_waiters: AtomicU64::new(0),
-                    turn_lock: Mutex::new(()),
-                    turn_cv: Condvar::new(),
-                };
-                let _ = self.shm.set(state);
+                self.install_arena(Arc::new(arena), &how);
                 Ok(())
             }
             _ if policy == TransportPolicy::Shm => {

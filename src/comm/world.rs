@@ -21,6 +21,8 @@ pub struct World {
     pub shutdown_wait: Duration,
     /// Which transports collectives may use.
     pub policy: TransportPolicy,
+    /// Arenas of destroyed comms, for new comms of the same members.
+    pub(crate) arena_pool: super::arena_pool::ArenaPool,
     /// Whether comms get an NCCL communicator for device buffers, and on which device.
     #[cfg(feature = "nccl")]
     pub gpu: crate::nccl::GpuPlan,

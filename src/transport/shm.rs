@@ -400,6 +400,37 @@ impl Arena {
         self.layout.ranks
     }
 
+    /// The random number rank 0 gave the segment when it made it: names it among a process's
+    /// arenas (see `comm::arena_pool`).
+    pub fn nonce(&self) -> u64 {
+        self.header().nonce.load(Ordering::Relaxed)
+    }
+
+    /// Makes this rank's part of the arena as it was when the segment was new, for a new
+    /// communicator of the same members that takes the arena over from a destroyed one: its
+    /// flags, its done line (with the left mark; on rank 0 the abort and lost marks too) and
+    /// its mailbox stamps. Only once every member destroyed the old communicator, and before
+    /// any member uses the arena again (the set-up's collectives order both).
+    pub fn reset_mine(&self) {
+        let zero_line = |off: usize| {
+            for i in 0..LINE / 4 {
+                // SAFETY: in bounds (a whole line of the layout), aligned; atomics only.
+                unsafe { &*(self.base().add(off + 4 * i) as *const AtomicU32) }.store(0, Ordering::Relaxed);
+            }
+        };
+        zero_line(self.layout.flags_off + self.rank * 2 * LINE);
+        zero_line(self.layout.flags_off + (self.rank * 2 + 1) * LINE);
+        zero_line(self.layout.done_off + self.rank * LINE);
+        for c in 0..self.layout.eager as u32 {
+            let (h, _) = self.slot(self.rank, c);
+            h.stamp.store(0, Ordering::Relaxed);
+            h.sig.store(0, Ordering::Relaxed);
+            h.len.store(0, Ordering::Relaxed);
+        }
+        self.all_done.store(0, Ordering::Relaxed);
+        std::sync::atomic::fence(Ordering::Release);
+    }
+
     pub fn rank(&self) -> usize {
         self.rank
     }
