@@ -280,7 +280,8 @@ fn predef_layout(d: &Dt) -> Layout {
 /// standard ABI reserves that range): every typed call asks for one.
 static PREDEF_TYPES: [std::sync::OnceLock<Arc<Type>>; 4096] = [const { std::sync::OnceLock::new() }; 4096];
 
-fn predef_type(d: Dt) -> Arc<Type> {
+/// A predefined type with its map, from its summary.
+pub fn predef_type(d: Dt) -> Arc<Type> {
     let make = || {
         let map = predef_layout(&d);
         Arc::new(Type { dt: d, map, env: Envelope { combiner: MPI_COMBINER_NAMED, ints: vec![], addrs: vec![], larges: vec![], types: vec![] } })

@@ -10,7 +10,7 @@
 
 use crate::abi_gen::*;
 use crate::api::out;
-use crate::datatype::{self, Kind as DtKind, Type};
+use crate::datatype::{self, Type};
 use crate::err::{MpiErr, Res};
 use crate::keyval::{self, Attrs, Kind};
 use crate::mpi_err;
@@ -730,11 +730,23 @@ pub(crate) fn combine(op: MPI_Op, basic: Option<usize>, origin: &[u8], target: &
     }
     let dt = basic.and_then(datatype::predefined).ok_or_else(|| MpiErr::new(MPI_ERR_TYPE, "accumulate needs data of one predefined type"))?;
     crate::op::plan(op, &dt)?;
-    // (op::apply has no half floats; padded pairs' packed bytes are not their memory layout)
-    if dt.size != dt.extent || dt.kind == DtKind::F16 {
-        return mpi_err!(MPI_ERR_UNSUPPORTED_OPERATION, "accumulate on {} is not supported by distcomm's MPI library yet", dt.name);
+    let n = origin.len() / dt.size.max(1);
+    if dt.size == dt.extent {
+        crate::op::apply(&crate::op::Local::Predef(op, dt), n, origin, target);
+        return Ok(());
     }
-    crate::op::apply(&crate::op::Local::Predef(op, dt), origin.len() / dt.size.max(1), origin, target);
+    // A padded pair (MPI_DOUBLE_INT, MPI_LONG_DOUBLE_INT...): its packed bytes are not its
+    // memory layout, which the op works on.
+    let t = datatype::predef_type(dt);
+    let (mut o, mut at) = (vec![0u8; n * dt.extent], vec![0u8; n * dt.extent]);
+    // SAFETY: both buffers hold `n` elements of the type's extent; the packed ones `n` of its size.
+    unsafe {
+        t.map.unpack(origin, o.as_mut_ptr(), n as u64);
+        t.map.unpack(target, at.as_mut_ptr(), n as u64);
+    }
+    crate::op::apply(&crate::op::Local::Predef(op, dt), n, &o, &mut at);
+    // SAFETY: as above.
+    unsafe { t.map.pack(at.as_ptr(), n as u64, target) };
     Ok(())
 }
 

@@ -3,6 +3,7 @@
  * world), the same to other processes in fence epochs, post/start/complete/wait epochs and under locks (passive target), the window attributes, names, groups, keyvals with callbacks, and error
  * handlers. Datatype keyvals at the end (the same attribute machinery). */
 #include "common.h"
+#include <stddef.h>
 
 static int win_deleted = 0, type_deleted = 0, type_copied = 0, eh_calls = 0, eh_class = -1;
 static MPI_Win eh_win = MPI_WIN_NULL;
@@ -491,6 +492,31 @@ int main(int argc, char **argv) {
   OK(MPI_Type_free_keyval(&tk2));
   CHECK(tk == MPI_KEYVAL_INVALID);
 
+  {
+    /* Accumulate on padded pair types (their packed bytes are not their memory layout):
+     * MINLOC of (value, rank) pairs from every process into rank 0's, two at once and one. */
+    struct dpair { double v; int i; };
+    struct ldpair { long double v; int i; };
+    struct pairs { struct dpair d[2]; struct ldpair ld; } pm;
+    memset(&pm, 0, sizeof pm);
+    pm.d[0] = (struct dpair){1e9, -1};
+    pm.d[1] = (struct dpair){1e9, -1};
+    pm.ld = (struct ldpair){1e9L, -1};
+    MPI_Win pw2;
+    OK(MPI_Win_create(&pm, sizeof pm, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &pw2));
+    OK(MPI_Win_fence(0, pw2));
+    struct dpair two[2] = {{100.0 - rank, rank}, {rank, rank}};
+    struct ldpair one = {(long double)rank + 5, rank};
+    OK(MPI_Accumulate(two, 2, MPI_DOUBLE_INT, 0, offsetof(struct pairs, d), 2, MPI_DOUBLE_INT, MPI_MINLOC, pw2));
+    OK(MPI_Accumulate(&one, 1, MPI_LONG_DOUBLE_INT, 0, offsetof(struct pairs, ld), 1, MPI_LONG_DOUBLE_INT, MPI_MINLOC, pw2));
+    OK(MPI_Win_fence(0, pw2));
+    if (rank == 0) {
+      CHECK(pm.d[0].v == 100.0 - (size - 1) && pm.d[0].i == size - 1);
+      CHECK(pm.d[1].v == 0.0 && pm.d[1].i == 0);
+      CHECK(pm.ld.v == 5.0L && pm.ld.i == 0);
+    }
+    OK(MPI_Win_free(&pw2));
+  }
   t_done("t_win");
   OK(MPI_Finalize());
   return 0;
