@@ -230,6 +230,23 @@ fn new_groups_take_over_the_arenas_of_destroyed_ones() {
             kept.destroy();
         }
         g.destroy();
+        // Destroyed in different orders: rank 0 destroys two groups, rank 1 only the older
+        // one for now; the next group takes over the older one, which everyone keeps.
+        let (older, newer) = (c.new_group(&[0, 1, 2]).unwrap().unwrap(), c.new_group(&[0, 1, 2]).unwrap().unwrap());
+        allreduce_f32(&older, &[me]).unwrap();
+        allreduce_f32(&newer, &[me]).unwrap();
+        let (older_id, newer_id) = (older.arena_id().unwrap(), newer.arena_id().unwrap());
+        older.destroy();
+        if c.rank() != 1 {
+            newer.destroy();
+        }
+        let g = c.new_group(&[0, 1, 2]).unwrap().unwrap();
+        assert_eq!(allreduce_f32(&g, &[me; 5]).unwrap(), vec![3.0; 5]);
+        assert_eq!(g.arena_id().unwrap(), older_id, "the arena all members keep ({newer_id:x} is still rank 1's)");
+        g.destroy();
+        if c.rank() == 1 {
+            newer.destroy();
+        }
         // Other members: an arena of its own, then taken over by the next group of them.
         let mut pair_ids = Vec::new();
         for _ in 0..2 {

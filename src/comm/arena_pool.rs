@@ -2,8 +2,10 @@
 //! making an arena costs milliseconds (the kernel reserves, maps and later frees its pages:
 //! 2 ms for the 1.9 MiB of two ranks here), taking one over costs three small collectives.
 //! A rank keeps an arena once it destroyed its communicator; a new group's set-up
-//! (`Comm::setup_shm`) takes it over only if every member still holds it, which each does
-//! only after destroying the old communicator, so nobody uses it for the old one any more.
+//! (`Comm::take_kept_arena`) takes one over only if every member still holds it, which each
+//! does only after destroying the old communicator, so nobody uses it for the old one any
+//! more. Members destroy comms in any order (persistent requests freed in different orders),
+//! so rank 0 offers all it keeps for the members and the first that everyone holds is taken.
 
 use crate::transport::shm::Arena;
 use std::collections::VecDeque;
@@ -11,7 +13,8 @@ use std::sync::{Arc, Mutex};
 
 /// Arenas kept per rank, and the bytes of /dev/shm they may hold together (their files are
 /// unlinked: the memory goes back when the last member unmaps them).
-const KEEP: usize = 4;
+pub(crate) const KEEP: usize = 4;
+const _: () = assert!(KEEP <= 8, "a member says which offered arenas it keeps in a byte");
 const KEEP_BYTES: usize = 64 << 20;
 
 struct Kept {
@@ -39,20 +42,21 @@ impl ArenaPool {
         }
     }
 
-    /// Takes the most recently kept arena of `members` with staging slots of `chunk` bytes
-    /// (rank 0's offer).
-    pub(crate) fn take_for(&self, members: &[u32], chunk: usize) -> Option<Arc<Arena>> {
-        self.take(|k| k.members == members && k.arena.chunk() == chunk)
-    }
-
-    /// Takes the arena rank 0 offered by its nonce, if this rank keeps it for `members`.
-    pub(crate) fn take_nonce(&self, members: &[u32], nonce: u64) -> Option<Arc<Arena>> {
-        self.take(|k| k.members == members && k.arena.nonce() == nonce)
-    }
-
-    fn take(&self, fits: impl Fn(&Kept) -> bool) -> Option<Arc<Arena>> {
+    /// Takes every kept arena of `members` with staging slots of `chunk` bytes, the most
+    /// recent first (rank 0's offer: a set-up on another thread cannot offer them too).
+    pub(crate) fn take_all_for(&self, members: &[u32], chunk: usize) -> Vec<Arc<Arena>> {
         let mut kept = super::lock(&self.kept);
-        let i = kept.iter().rposition(fits)?;
+        let mut taken = Vec::new();
+        while let Some(i) = kept.iter().rposition(|k| k.members == members && k.arena.chunk() == chunk) {
+            taken.extend(kept.remove(i).map(|k| k.arena));
+        }
+        taken
+    }
+
+    /// Takes the arena of `members` named `nonce`, if this rank keeps it.
+    pub(crate) fn take_nonce(&self, members: &[u32], nonce: u64) -> Option<Arc<Arena>> {
+        let mut kept = super::lock(&self.kept);
+        let i = kept.iter().rposition(|k| k.members == members && k.arena.nonce() == nonce)?;
         kept.remove(i).map(|k| k.arena)
     }
 }

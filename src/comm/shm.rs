@@ -7,6 +7,7 @@ use crate::collective::CollArgs;
 use crate::dc_log;
 use crate::error::{Error, Result, Status};
 use crate::log::Level;
+use super::arena_pool;
 use crate::transport::shm::{self as shm_seg, Arena, Steps};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -205,35 +206,45 @@ impl Comm {
     }
 
     /// A new group's first try (collectives `seq` to `seq + 2`): the arena of a destroyed
-    /// comm of the same members (see `arena_pool`), if rank 0 keeps one and every member still
-    /// does. Each member then makes its part of it new, and a barrier lets nobody use it
-    /// before everyone has.
+    /// comm of the same members (see `arena_pool`) that every member still keeps. Rank 0
+    /// offers the ones it keeps (their nonces), an allreduce ANDs the masks of those each
+    /// member holds, and the first in all masks is taken; each member then makes its part of
+    /// it new, and a barrier lets nobody use it before everyone has.
     fn take_kept_arena(&self, seq: u64, deadline: Instant) -> Result<Option<Arc<Arena>>> {
         let pool = &self.world.arena_pool;
-        let mut offer = [0u8; 8];
-        let mut held = None;
+        let mut offer = [0u8; 8 * arena_pool::KEEP];
+        let mut offered = Vec::new();
         if self.rank == 0 {
             let chunk = shm_seg::chunk_for(self.size(), crate::params::get().shm_chunk);
-            held = pool.take_for(&self.members, chunk);
-            if let Some(a) = &held {
-                offer = a.nonce().to_le_bytes();
+            offered = pool.take_all_for(&self.members, chunk);
+            for (i, a) in offered.iter().enumerate().take(arena_pool::KEEP) {
+                offer[8 * i..8 * i + 8].copy_from_slice(&a.nonce().to_le_bytes());
             }
         }
         self.execute(&CollArgs::Broadcast { buf: MutBuf::from_slice(&mut offer), dt: crate::dtype::DType::Uint8, root: 0 }, seq, &|| deadline)?;
-        let nonce = u64::from_le_bytes(offer);
-        if nonce == 0 {
+        let nonces: Vec<u64> = offer.chunks_exact(8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes"))).take_while(|&x| x != 0).collect();
+        if nonces.is_empty() {
             return Ok(None);
         }
-        if self.rank != 0 {
-            held = pool.take_nonce(&self.members, nonce);
-        }
+        // Each member takes out the offered arenas it keeps (rank 0 took its own) so that
+        // they stay until the choice is made; the others go back after it.
+        let held: Vec<Arc<Arena>> = if self.rank == 0 { offered } else { nonces.iter().filter_map(|&x| pool.take_nonce(&self.members, x)).collect() };
+        let mine = nonces.iter().enumerate().filter(|&(_, &x)| held.iter().any(|a| a.nonce() == x)).fold(0u8, |m, (i, _)| m | 1 << i);
         let mut all = [0u8; 1];
-        let min = |send: &[u8], recv: &mut [u8]| CollArgs::Allreduce { send: Some(ConstBuf::from_slice(send)), recv: MutBuf::from_slice(recv), dt: crate::dtype::DType::Uint8, op: crate::dtype::ReduceOp::Min };
-        self.execute(&min(&[u8::from(held.is_some())], &mut all), seq + 1, &|| deadline)?;
-        // Where one member no longer keeps it, nobody does: it goes with the last mapping.
-        let Some(arena) = held.filter(|_| all[0] == 1) else { return Ok(None) };
+        let reduce = |send: &[u8], recv: &mut [u8], op| CollArgs::Allreduce { send: Some(ConstBuf::from_slice(send)), recv: MutBuf::from_slice(recv), dt: crate::dtype::DType::Uint8, op };
+        self.execute(&reduce(&[mine], &mut all, crate::dtype::ReduceOp::Band), seq + 1, &|| deadline)?;
+        let chosen = (all[0] != 0).then(|| nonces[all[0].trailing_zeros() as usize]);
+        let mut arena = None;
+        for a in held {
+            if Some(a.nonce()) == chosen {
+                arena = Some(a);
+            } else {
+                pool.keep(&self.members, a);
+            }
+        }
+        let Some(arena) = arena else { return Ok(None) };
         arena.reset_mine();
-        self.execute(&min(&[1], &mut all), seq + 2, &|| deadline)?;
+        self.execute(&reduce(&[1], &mut all, crate::dtype::ReduceOp::Min), seq + 2, &|| deadline)?;
         Ok(Some(arena))
     }
 
