@@ -32,6 +32,13 @@ pub struct Landing {
     t: Arc<Type>,
 }
 
+impl Landing {
+    /// The bytes the get reads, packed.
+    fn bytes(&self) -> usize {
+        self.t.map.packed_bytes(self.count).unwrap_or(0) as usize
+    }
+}
+
 /// The transfers of this process waiting for the next fence.
 #[derive(Default)]
 pub struct Pending {
@@ -380,15 +387,14 @@ pub fn refused(rank: usize) -> MpiErr {
 
 /// The bytes the gets of `landings` read, packed (their answer's length).
 pub fn answer_bytes(landings: &[Landing]) -> usize {
-    landings.iter().map(|l| l.t.map.packed_bytes(l.count).unwrap_or(0) as usize).sum()
+    landings.iter().map(Landing::bytes).sum()
 }
 
 /// Unpacks what one target's gets read (`data`, in record order) into their origin buffers.
 pub fn land(landings: &[Landing], data: &[u8]) {
     let mut o = 0usize;
     for l in landings {
-        let len = l.t.map.packed_bytes(l.count).unwrap_or(0) as usize;
-        let end = (o + len).min(data.len());
+        let end = (o + l.bytes()).min(data.len());
         // SAFETY: the origin buffer of the get holds `count` elements of its type and is the
         // library's until the epoch ends (MPI's rule).
         unsafe { l.t.map.unpack(&data[o..end], l.addr as *mut u8, l.count) };
