@@ -60,13 +60,17 @@ usage: bench/compare.sh [options]
   --form oop|ip|both     which rows the ratio table shows (default oop: out-of-place; broadcast,
                          alltoall, sendrecv, barrier, gather, scatter and the v forms only
                          have that form)
-  --peer mpi|oneccl      what distcomm is compared with (default mpi: bench/mpi_bench.c on the
+  --peer mpi|oneccl|distcomm-mpi
+                         what distcomm is compared with (default mpi: bench/mpi_bench.c on the
                          MPI of --mpi; oneccl: bench/oneccl_bench.cpp on Intel oneCCL, its
                          CPU library oneccl-cpu and headers oneccl-cpu-devel from PyPI (plus
                          libccl.so.2 from the oneccl wheel) in $ONECCL_VENV, default
                          build/venv-oneccl, version $ONECCL_VERSION (default 2022.2.0),
                          installed if missing; started by MPICH 5.0.2's mpiexec from PyPI in
-                         $MPICH_VENV, installed if missing; run with CCL_WORKER_OFFLOAD=0)
+                         $MPICH_VENV, installed if missing; run with CCL_WORKER_OFFLOAD=0);
+                         distcomm-mpi: the MPI layer's own cost, mpi_bench built once with
+                         MPICH 5's mpicc_abi and run on distcomm's libmpi_abi.so.1 by our
+                         mpiexec, against dc-bench (bench/mpi_compare.sh uses it)
   --oneccl-transport T   oneCCL's transport with --peer oneccl (default: $ONECCL_TRANSPORT,
                          else ofi): ofi or ofi:shm (CCL_ATL_TRANSPORT=ofi CCL_ATL_SHM=1
                          FI_PROVIDER=shm: libfabric's shared-memory provider), ofi:tcp
@@ -195,9 +199,14 @@ esac
 case "$PEER" in
   mpi) PEER_NAME=$MPI ;;
   oneccl) PEER_NAME=oneccl ;;
-  *) echo "compare.sh: --peer is mpi or oneccl" >&2; exit 2 ;;
+  # The MPI layer's own cost: the standard-ABI mpi_bench on distcomm's libmpi_abi.so.1 (our
+  # mpiexec) against dc-bench on the engine's C entry points, the same ops and sizes.
+  distcomm-mpi)
+    [ "$MPI" = openmpi ] || [ "$MPI" = mpich-abi ] || { echo "compare.sh: --peer distcomm-mpi runs the mpich-abi binary" >&2; exit 2; }
+    MPI=mpich-abi MPICC="$MPICH_VENV/bin/mpicc_abi" MPIRUN="$PREFIX/bin/mpiexec" PEER_NAME=distcomm-mpi ;;
+  *) echo "compare.sh: --peer is mpi, oneccl or distcomm-mpi" >&2; exit 2 ;;
 esac
-[ "$PEER" = mpi ] || [ "$DC_MPI" = 0 ] || { echo "compare.sh: --distcomm-mpi compares two MPI libraries, not --peer oneccl" >&2; exit 2; }
+[ "$PEER" = mpi ] || [ "$DC_MPI" = 0 ] || { echo "compare.sh: --distcomm-mpi compares two MPI libraries, not --peer $PEER" >&2; exit 2; }
 # oneCCL's environment for each transport (--peer oneccl). CCL_WORKER_OFFLOAD=0: no worker thread
 # of its own, the collectives progress on the calling thread (2 cores: a spinning worker beside
 # every rank would take a core from the other rank). MPICH's ch4 runs with FI_PROVIDER=shm, as in
@@ -374,6 +383,8 @@ run_one() {
     cmd=(env ${TRANSPORT:+DC_TRANSPORT="$TRANSPORT"} "$DCRUN" "${EXTRA_DCRUN_ARGS[@]}" -n "$np" "$DCBENCH" "${bench_args[@]}")
   elif [ "$PEER" = oneccl ]; then
     cmd=(env "${ONECCL_ENV[@]}" "$MPICH_VENV/bin/mpiexec" "${EXTRA_MPI_ARGS[@]}" -n "$np" "$ONECCL_BENCH" "${bench_args[@]}" --label oneccl)
+  elif [ "$PEER" = distcomm-mpi ]; then
+    cmd=(env ${TRANSPORT:+DC_TRANSPORT="$TRANSPORT"} LD_LIBRARY_PATH="$PREFIX/lib" "$PREFIX/bin/mpiexec" -n "$np" "$MPI_BENCH" "${bench_args[@]}" --label distcomm-mpi)
   elif [ "$MPI" = mpich-abi ]; then
     # More ranks than cores: MPICH polls and yields, and takes milliseconds per call (8 ms for
     # a 16 B allreduce of 4 ranks on 2 cores); a usleep(1) after each poll that found nothing
