@@ -221,7 +221,7 @@ impl Comm {
                 offer[8 * i..8 * i + 8].copy_from_slice(&a.nonce().to_le_bytes());
             }
         }
-        self.execute(&CollArgs::Broadcast { buf: MutBuf::from_slice(&mut offer), dt: crate::dtype::DType::Uint8, root: 0 }, seq, &|| deadline)?;
+        self.setup_broadcast(&mut offer, seq, deadline)?;
         let nonces: Vec<u64> = offer.chunks_exact(8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes"))).take_while(|&x| x != 0).collect();
         if nonces.is_empty() {
             return Ok(None);
@@ -230,10 +230,8 @@ impl Comm {
         // they stay until the choice is made; the others go back after it.
         let held: Vec<Arc<Arena>> = if self.rank == 0 { offered } else { nonces.iter().filter_map(|&x| pool.take_nonce(&self.members, x)).collect() };
         let mine = nonces.iter().enumerate().filter(|&(_, &x)| held.iter().any(|a| a.nonce() == x)).fold(0u8, |m, (i, _)| m | 1 << i);
-        let mut all = [0u8; 1];
-        let reduce = |send: &[u8], recv: &mut [u8], op| CollArgs::Allreduce { send: Some(ConstBuf::from_slice(send)), recv: MutBuf::from_slice(recv), dt: crate::dtype::DType::Uint8, op };
-        self.execute(&reduce(&[mine], &mut all, crate::dtype::ReduceOp::Band), seq + 1, &|| deadline)?;
-        let chosen = (all[0] != 0).then(|| nonces[all[0].trailing_zeros() as usize]);
+        let all = self.setup_allreduce(mine, crate::dtype::ReduceOp::Band, seq + 1, deadline)?;
+        let chosen = (all != 0).then(|| nonces[all.trailing_zeros() as usize]);
         let mut arena = None;
         for a in held {
             if Some(a.nonce()) == chosen {
@@ -244,8 +242,22 @@ impl Comm {
         }
         let Some(arena) = arena else { return Ok(None) };
         arena.reset_mine();
-        self.execute(&reduce(&[1], &mut all, crate::dtype::ReduceOp::Min), seq + 2, &|| deadline)?;
+        self.setup_allreduce(1, crate::dtype::ReduceOp::Min, seq + 2, deadline)?;
         Ok(Some(arena))
+    }
+
+    /// The set-up's broadcast of a few bytes from rank 0, as collective `seq`.
+    fn setup_broadcast(&self, bytes: &mut [u8], seq: u64, deadline: Instant) -> Result<()> {
+        self.execute(&CollArgs::Broadcast { buf: MutBuf::from_slice(bytes), dt: crate::dtype::DType::Uint8, root: 0 }, seq, &|| deadline)
+    }
+
+    /// The set-up's allreduce of one byte, as collective `seq`.
+    fn setup_allreduce(&self, mine: u8, op: crate::dtype::ReduceOp, seq: u64, deadline: Instant) -> Result<u8> {
+        let send = [mine];
+        let mut all = [0u8; 1];
+        let args = CollArgs::Allreduce { send: Some(ConstBuf::from_slice(&send)), recv: MutBuf::from_slice(&mut all), dt: crate::dtype::DType::Uint8, op };
+        self.execute(&args, seq, &|| deadline)?;
+        Ok(all[0])
     }
 
     /// Makes `arena` this comm's, its collectives numbered from the end of the set-up's.
@@ -328,7 +340,7 @@ impl Comm {
             }
         }
         match store {
-            None => self.execute(&CollArgs::Broadcast { buf: MutBuf::from_slice(&mut info), dt: crate::dtype::DType::Uint8, root: 0 }, at(0), &|| deadline)?,
+            None => self.setup_broadcast(&mut info, at(0), deadline)?,
             Some(store) if self.rank == 0 => store.set(&key, &info)?,
             Some(store) => {
                 let v = store.get(&key, self.deadline()).map_err(|e| e.context("waiting for rank 0 to set up shared memory"))?;
@@ -359,10 +371,7 @@ impl Comm {
         let ok = [u8::from(arena.is_some())];
         let mut all_ok = [0u8; 1];
         match store {
-            None => {
-                let args = CollArgs::Allreduce { send: Some(ConstBuf::from_slice(&ok)), recv: MutBuf::from_slice(&mut all_ok), dt: crate::dtype::DType::Uint8, op: crate::dtype::ReduceOp::Min };
-                self.execute(&args, at(1), &|| deadline)?
-            }
+            None => all_ok[0] = self.setup_allreduce(ok[0], crate::dtype::ReduceOp::Min, at(1), deadline)?,
             Some(store) => {
                 let ranks: Vec<usize> = (0..n).collect();
                 let said = crate::rendezvous::exchange_among(store, &format!("{key}/mapped"), self.rank, &ranks, &ok, self.deadline())?;
