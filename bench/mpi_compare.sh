@@ -72,7 +72,9 @@ def cell(v, limit):
 
 keys = sorted(set(vs_mpich) | set(layer))
 sizes = sorted({k[2] for k in keys if k[1] != "barrier"})
-ops = list(dict.fromkeys(k[1] for k in sorted(keys, key=lambda k: k[0])))
+# In the order the runs went (bench/compare.sh's order of ops).
+ops = list(dict.fromkeys(r["op"] for r in csv.DictReader(open(f"{out}/vs-mpich/rounds.csv"))))
+ops += [op for op in dict.fromkeys(k[1] for k in keys) if op not in ops]
 misses = [0, 0]
 print("Each cell: distcomm-MPI time / MPICH 5 time, then / dc-bench time (medians over rounds;")
 print("targets at most 1 and at most 1.10; misses in bold).\n")

@@ -45,6 +45,9 @@ pub struct Params {
     /// `DC_MAX_UNEXPECTED_BYTES`, `DC_RENDEZVOUS_BYTES`: flow control (see `transport::flow`).
     pub max_unexpected_bytes: Option<usize>,
     pub rendezvous_bytes: Option<usize>,
+    /// `DC_PICK=first|second`: every choice made by measure (`crate::pick`) takes that way, for
+    /// measuring one way against the other; unset: by measure.
+    pub pick_way: Option<bool>,
 }
 
 impl Params {
@@ -69,6 +72,11 @@ impl Params {
             encrypt: get("DC_ENCRYPT").is_some_and(|v| v.trim() == "1"),
             max_unexpected_bytes: num("DC_MAX_UNEXPECTED_BYTES"),
             rendezvous_bytes: num("DC_RENDEZVOUS_BYTES"),
+            pick_way: get("DC_PICK").and_then(|v| match v.trim() {
+                "first" => Some(false),
+                "second" => Some(true),
+                _ => None,
+            }),
         }
     }
 
@@ -129,6 +137,7 @@ mod tests {
         assert_eq!(from(&[]).peer_timeout(), Some(std::time::Duration::from_secs(10)));
         assert_eq!(from(&[("DC_PEER_TIMEOUT_MS", "1500")]).peer_timeout(), Some(std::time::Duration::from_millis(1500)));
         assert!(!from(&[("DC_NCCL", "1")]).nccl_off);
+        assert_eq!([" first", "second", "both"].map(|v| from(&[("DC_PICK", v)]).pick_way), [Some(false), Some(true), None]);
         assert!(!from(&[("DC_DEBUG", "INFO")]).detail());
     }
 }

@@ -13,8 +13,8 @@
 //! message announced through a shared-memory ring the receiver chooses alone (read it once from
 //! the sender's memory, or have it streamed through the ring: the sender does either, see
 //! `transport::messages::read_announced`). Used by the shared-memory allgather
-//! of blocks from 256 KiB, allreduce and reduce_scatter from 1 MiB (staged, or read once), alltoall
-//! from 256 KiB (staged, or read directly), and
+//! of blocks from 256 KiB, allreduce and reduce_scatter from 1 MiB (staged, or read once), alltoall,
+//! gather and scatter from 256 KiB (staged, or read directly), and
 //! broadcast from 64 KiB (staged, or with one copy: read directly, shared out from 256 KiB). 2 ranks, old build
 //! (always staged) and new interleaved with the ping-pong, medians of new/old time, far minutes
 //! (about 90 runs each) and the rest (about 340): allgather 4 MiB 0.24 (measured when it came)
@@ -83,6 +83,9 @@ impl Pick {
     /// calls.
     pub fn second(&mut self) -> bool {
         self.calls += 1;
+        if let Some(way) = forced() {
+            return way;
+        }
         match (self.first.estimate, self.second.estimate) {
             (Some(a), Some(b)) if self.first.settled() && self.second.settled() => (b < a * SECOND_BELOW) != (self.calls % EXPLORE_EVERY == 0),
             _ => self.second.timed < self.first.timed,
@@ -94,6 +97,12 @@ impl Pick {
         let per_byte = took.as_nanos() as f64 / bytes.max(1) as f64;
         if second { &mut self.second } else { &mut self.first }.took(per_byte);
     }
+}
+
+/// The way `DC_PICK` forces, if it does (see `params`).
+fn forced() -> Option<bool> {
+    static FORCED: once_cell::sync::Lazy<Option<bool>> = once_cell::sync::Lazy::new(|| crate::params::get().pick_way);
+    *FORCED
 }
 
 /// A `Pick` for each size class (a power of two from `MIN` bytes, the last one open-ended):

@@ -32,6 +32,12 @@ const ALLTOALL_DIRECT_MIN: usize = 64 * 1024;
 /// took 0.5-0.8x the direct time from 256 KiB to 16 MiB; the measures at `Alltoall` below, in
 /// the slow state, had direct 4-5x ahead at 1 MiB.
 const ALLTOALL_MEASURED_MIN: usize = 256 * 1024;
+/// From this size (the root's whole buffer) a gather or scatter is staged or read directly
+/// (the root reading every block, or every rank its block from the root), whichever has lately
+/// been faster for rank 0 (see `pick`). Staged only, MPICH 5 read these directly and was ahead
+/// on 2026-12-07 (its library against ours, 2 ranks, 5 rounds): scatter 1 MiB 96 against 69 us
+/// in every round, gather 16 MiB 4.5 against 2.2 ms in four of five.
+const ROOTED_MEASURED_MIN: usize = 256 * 1024;
 
 /// Allgather blocks (bytes per rank) in this range are read straight from the others' buffers
 /// (one copy) where the host's cores are not outnumbered by its ranks; other sizes are staged.
@@ -127,7 +133,7 @@ pub struct Scratch {
     remote: Vec<u8>,
     /// Rank 0's (a broadcast's root's) measures of the collectives made two ways: staged
     /// (first) or read directly (second), indexed by `Measured`.
-    picks: [crate::pick::BySize; 6],
+    picks: [crate::pick::BySize; 8],
 }
 
 /// Where the members' buffer addresses for a read-once collective are: in their staging slots
@@ -149,6 +155,9 @@ enum Measured {
     Alltoall,
     /// Staged (first) or read directly, by rank 0's bytes sent (see `alltoallv`).
     Alltoallv,
+    /// Staged (first) or read directly, by the root's whole buffer.
+    Gather,
+    Scatter,
 }
 
 impl Measured {
@@ -159,6 +168,7 @@ impl Measured {
             Measured::Allreduce | Measured::ReduceScatter => REDUCE_MEASURED_MIN,
             Measured::Broadcast => BROADCAST_MEASURED_MIN,
             Measured::Alltoall | Measured::Alltoallv => ALLTOALL_MEASURED_MIN,
+            Measured::Gather | Measured::Scatter => ROOTED_MEASURED_MIN,
         }
     }
 }
@@ -323,7 +333,14 @@ fn piece_of(len: usize, off: usize, p: usize) -> (usize, usize) {
 
 /// Largest piece (bytes, element-aligned) of which `k` fit in one slot.
 fn piece_for(chunk: usize, k: usize, es: usize) -> usize {
-    ((chunk / k) / es * es).max(es)
+    ((chunk / k.max(1)) / es * es).max(es)
+}
+
+/// Where in `owner`'s slot the piece for rank `j` goes when the owner stages a piece for every
+/// rank but itself (`n - 1` pieces a slot: no room kept for its own, which it copies directly;
+/// at 2 ranks that halves the steps of a scatter or alltoall).
+fn piece_place(j: usize, owner: usize) -> usize {
+    j - usize::from(j > owner)
 }
 
 impl<'a> ShmRun<'a> {
@@ -756,7 +773,7 @@ impl<'a> ShmRun<'a> {
                 // 16 MiB level; 4 ranks on 2 cores 64 KiB 32 against 83, 1 MiB 453 against
                 // 1151, 16 MiB 13.5 against 19.7 ms. (The staged copy runs in two modes here,
                 // one 3-4x slower; below 64 KiB it wins in both.)
-                if recv.len() >= ALLTOALL_DIRECT_MIN && self.pids.is_some() && (2 + 2 * self.n()) * 8 <= self.arena.chunk() {
+                if recv.len() >= ALLTOALL_DIRECT_MIN && self.reads_directly() {
                     let (send, recv) = (*send, *recv);
                     let direct = move |run: &mut Self| {
                         let (counts, displs) = even_blocks(run.n(), block);
@@ -773,11 +790,21 @@ impl<'a> ShmRun<'a> {
             }
             Gather { send, recv, root, .. } => {
                 self.bytes = send.len() as u64;
-                self.gather(*send, *recv, *root)
+                let (send, recv, root) = (*send, *recv, *root);
+                let whole = send.len() * self.n();
+                if whole >= ROOTED_MEASURED_MIN && self.reads_directly() {
+                    return Some(self.measured(Measured::Gather, whole, &[], |run| run.gather(send, recv, root), |run| run.gather_direct(send, recv, root)));
+                }
+                self.gather(send, recv, root)
             }
             Scatter { send, recv, root, .. } => {
                 self.bytes = recv.len() as u64;
-                self.scatter(*send, *recv, *root)
+                let (send, recv, root) = (*send, *recv, *root);
+                let whole = recv.len() * self.n();
+                if whole >= ROOTED_MEASURED_MIN && self.reads_directly() {
+                    return Some(self.measured(Measured::Scatter, whole, &[], |run| run.scatter(send, recv, root), |run| run.scatter_direct(send, recv, root)));
+                }
+                self.scatter(send, recv, root)
             }
         })
     }
@@ -1213,18 +1240,18 @@ impl<'a> ShmRun<'a> {
                 count.min(rcounts[r])
             })
             .collect();
-        let piece = piece_for(self.arena.chunk(), n, 1);
+        let piece = piece_for(self.arena.chunk(), n - 1, 1);
         for (off, p) in pieces(largest, piece) {
             let s = self.begin()?;
             let stage = self.arena.my_stage(s).as_mut_ptr();
             for j in (0..n).filter(|&j| j != me) {
                 let (at, len) = piece_of(scounts[j], off, p);
-                copy(src.add(sdispls[j] + at), stage.add(j * piece), len);
+                copy(src.add(sdispls[j] + at), stage.add(piece_place(j, me) * piece), len);
             }
             self.staged(s)?;
             for r in (0..n).filter(|&r| r != me) {
                 let (at, len) = piece_of(sent[r], off, p);
-                copy(self.arena.stage(r, s).as_ptr().add(me * piece), recv.as_ptr().add(rdispls[r] + at), len);
+                copy(self.arena.stage(r, s).as_ptr().add(piece_place(me, r) * piece), recv.as_ptr().add(rdispls[r] + at), len);
             }
         }
         copy(src.add(sdispls[me]), recv.as_ptr().add(rdispls[me]), sent[me]);
@@ -1388,6 +1415,55 @@ impl<'a> ShmRun<'a> {
         self.gather_staged(send.as_slice().as_ptr(), recv, Blocks::Even(send.len()), Some(root))
     }
 
+    /// Whether the members may read each other's buffers directly as an alltoall(v) does: every
+    /// member's memory readable, and their words fit a slot (see `alltoallv_words`).
+    fn reads_directly(&self) -> bool {
+        self.pids.is_some() && (2 + 2 * self.n()) * 8 <= self.arena.chunk()
+    }
+
+    /// A gather with one copy, as an alltoallv in which every other member sends its block to
+    /// the root and the root reads them all (see `alltoallv_read`).
+    unsafe fn gather_direct(&mut self, send: ConstBuf, recv: Option<MutBuf>, root: usize) -> Result<()> {
+        let (n, me, block) = (self.n(), self.me(), send.len());
+        let src = send.as_slice().as_ptr();
+        let out = recv.filter(|_| me == root);
+        let scounts: Vec<usize> = (0..n).map(|j| if j == root && me != root { block } else { 0 }).collect();
+        let rcounts: Vec<usize> = (0..n).map(|r| if out.is_some() && r != me { block } else { 0 }).collect();
+        let rdispls: Vec<usize> = (0..n).map(|r| if out.is_some() { r * block } else { 0 }).collect();
+        let zeros = vec![0; n];
+        let s = self.alltoallv_words(src, &scounts, &zeros)?;
+        let done = self.alltoallv_read(s, src, &zeros, out.unwrap_or(MutBuf::new(std::ptr::null_mut(), 0)), &rcounts, &rdispls);
+        if let Some(out) = out {
+            // Our own block, unless it is in place already.
+            let own = out.as_ptr().add(me * block);
+            if own as *const u8 != src {
+                copy(src, own, block);
+            }
+        }
+        done
+    }
+
+    /// A scatter with one copy, as an alltoallv in which the root sends every other member its
+    /// block and each reads its own from the root's buffer (see `alltoallv_read`).
+    unsafe fn scatter_direct(&mut self, send: Option<ConstBuf>, recv: MutBuf, root: usize) -> Result<()> {
+        let (n, me, block) = (self.n(), self.me(), recv.len());
+        let src = send.filter(|_| me == root).map(|s| s.as_slice().as_ptr());
+        let scounts: Vec<usize> = (0..n).map(|j| if src.is_some() && j != me { block } else { 0 }).collect();
+        let sdispls: Vec<usize> = (0..n).map(|j| j * block).collect();
+        let rcounts: Vec<usize> = (0..n).map(|r| if r == root && me != root { block } else { 0 }).collect();
+        let zeros = vec![0; n];
+        let s = self.alltoallv_words(src.unwrap_or(std::ptr::null()), &scounts, &sdispls)?;
+        let done = self.alltoallv_read(s, src.unwrap_or(std::ptr::null()), &sdispls, recv, &rcounts, &zeros);
+        if let Some(src) = src {
+            // Our own block, unless it is in place already.
+            let own = src.add(me * block);
+            if own != recv.as_ptr() as *const u8 {
+                copy(own, recv.as_ptr(), block);
+            }
+        }
+        done
+    }
+
     /// The senders (everyone, or only `root`) stage block j of `send` for rank j; every rank
     /// copies the block meant for it from each sender into `recv` (from sender r at r * block,
     /// or at 0 when there is one sender). alltoall, and scatter.
@@ -1395,17 +1471,17 @@ impl<'a> ShmRun<'a> {
         let (n, me) = (self.n(), self.me());
         let sends = root.is_none_or(|r| r == me);
         let place = |r: usize| if root.is_some() { 0 } else { r * block };
-        for (off, p) in pieces(block, piece_for(self.arena.chunk(), n, 1)) {
+        for (off, p) in pieces(block, piece_for(self.arena.chunk(), n - 1, 1)) {
             let s = self.begin()?;
             if let (true, Some(src)) = (sends, send) {
                 let stage = self.arena.my_stage(s).as_mut_ptr();
                 for j in (0..n).filter(|&j| j != me) {
-                    copy(src.add(j * block + off), stage.add(j * p), p);
+                    copy(src.add(j * block + off), stage.add(piece_place(j, me) * p), p);
                 }
             }
             self.staged(s)?;
             for r in (0..n).filter(|&r| r != me && root.is_none_or(|root| root == r)) {
-                copy(self.arena.stage(r, s).as_ptr().add(me * p), recv.as_ptr().add(place(r) + off), p);
+                copy(self.arena.stage(r, s).as_ptr().add(piece_place(me, r) * p), recv.as_ptr().add(place(r) + off), p);
             }
         }
         if let (true, Some(src)) = (sends, send) {
@@ -1426,14 +1502,14 @@ impl<'a> ShmRun<'a> {
         let (n, me, es) = (self.n(), self.me(), dt.size());
         let block = out.len();
         let src = input.as_slice().as_ptr();
-        for (off, p) in pieces(block, piece_for(self.arena.chunk(), n, es)) {
+        for (off, p) in pieces(block, piece_for(self.arena.chunk(), n - 1, es)) {
             let s = self.begin()?;
             let stage = self.arena.my_stage(s).as_mut_ptr();
             for j in (0..n).filter(|&j| j != me) {
-                copy(src.add(j * block + off), stage.add(j * p), p);
+                copy(src.add(j * block + off), stage.add(piece_place(j, me) * p), p);
             }
             self.staged(s)?;
-            self.set_inputs(|r| if r == me { src.add(me * block + off) } else { self.arena.stage(r, s).as_ptr().add(me * p) });
+            self.set_inputs(|r| if r == me { src.add(me * block + off) } else { self.arena.stage(r, s).as_ptr().add(piece_place(me, r) * p) });
             self.reduce(dt, op, n, out.as_ptr().add(off), p);
         }
         Ok(())
@@ -1689,6 +1765,74 @@ mod tests {
             assert!(results.into_iter().all(|r| matches!(r, Some(Ok(())))), "rank {me}");
             args(&mut b);
             assert_eq!(b.wrong, 0, "rank {me}: alltoalls that arrived wrong");
+        }
+    }
+
+    #[test]
+    fn measured_gathers_and_scatters_arrive_whole_staged_and_read_directly() {
+        // 48 calls on 3 ranks of blocks of 96 KiB + 1, gathers and scatters in turn, the root
+        // going round, every fourth call in place at the root: rank 0's picks take the two ways
+        // in turn for their first 8 calls each, then the faster with the other now and then.
+        // Each rank checks the call before it as it fills its buffers for the next.
+        const BLOCK: usize = 96 * 1024 + 1;
+        struct Bufs {
+            me: usize,
+            call: usize,
+            block: Vec<u8>,
+            whole: Vec<u8>,
+            wrong: Vec<usize>,
+        }
+        fn want(call: usize, of: usize, i: usize) -> u8 {
+            (i * 7 + call * 13 + of * 5) as u8
+        }
+        fn root(call: usize) -> usize {
+            (call / 2) % 3
+        }
+        fn in_place(call: usize) -> bool {
+            call % 4 >= 2
+        }
+        fn args(b: &mut Bufs) -> CollArgs {
+            if let Some(last) = b.call.checked_sub(1) {
+                let gather = last % 2 == 0;
+                let ok = if !gather {
+                    let got = if in_place(last) && b.me == root(last) { &b.whole[b.me * BLOCK..][..BLOCK] } else { &b.block[..] };
+                    got.iter().enumerate().all(|(i, &x)| x == want(last, b.me, i))
+                } else {
+                    b.me != root(last) || (0..3).all(|r| b.whole[r * BLOCK..][..BLOCK].iter().enumerate().all(|(i, &x)| x == want(last, r, i)))
+                };
+                if !ok {
+                    b.wrong.push(last);
+                }
+            }
+            let (call, me) = (b.call, b.me);
+            b.call += 1;
+            let (at_root, place) = (me == root(call), in_place(call) && me == root(call));
+            if call % 2 == 0 {
+                // A gather: everyone's block to the root.
+                b.whole.fill(0xEE);
+                let mine = if place { &mut b.whole[me * BLOCK..][..BLOCK] } else { &mut b.block[..] };
+                mine.iter_mut().enumerate().for_each(|(i, x)| *x = want(call, me, i));
+                let send = if place { ConstBuf::from_slice(&b.whole[me * BLOCK..][..BLOCK]) } else { ConstBuf::from_slice(&b.block) };
+                let recv = at_root.then(|| MutBuf::from_slice(&mut b.whole));
+                CollArgs::Gather { send, recv, dt: crate::dtype::DType::Uint8, root: root(call) }
+            } else {
+                // A scatter: block r of the root's buffer to rank r.
+                b.block.fill(0xEE);
+                if at_root {
+                    for r in 0..3 {
+                        b.whole[r * BLOCK..][..BLOCK].iter_mut().enumerate().for_each(|(i, x)| *x = want(call, r, i));
+                    }
+                }
+                let send = at_root.then(|| ConstBuf::from_slice(&b.whole));
+                let recv = if place { MutBuf::from_slice(&mut b.whole[me * BLOCK..][..BLOCK]) } else { MutBuf::from_slice(&mut b.block) };
+                CollArgs::Scatter { send, recv, dt: crate::dtype::DType::Uint8, root: root(call) }
+            }
+        }
+        let make = |me| Bufs { me, call: 0, block: vec![0; BLOCK], whole: vec![0; 3 * BLOCK], wrong: Vec::new() };
+        for (me, (results, mut b)) in calls_on_threads(3, 64 * 1024, 48, false, our_pids(3), make, args).into_iter().enumerate() {
+            assert!(results.into_iter().all(|r| matches!(r, Some(Ok(())))), "rank {me}");
+            args(&mut b);
+            assert!(b.wrong.is_empty(), "rank {me}: calls that arrived wrong: {:?}", b.wrong);
         }
     }
 
