@@ -1768,74 +1768,6 @@ mod tests {
         }
     }
 
-    #[test]
-    fn measured_gathers_and_scatters_arrive_whole_staged_and_read_directly() {
-        // 48 calls on 3 ranks of blocks of 96 KiB + 1, gathers and scatters in turn, the root
-        // going round, every fourth call in place at the root: rank 0's picks take the two ways
-        // in turn for their first 8 calls each, then the faster with the other now and then.
-        // Each rank checks the call before it as it fills its buffers for the next.
-        const BLOCK: usize = 96 * 1024 + 1;
-        struct Bufs {
-            me: usize,
-            call: usize,
-            block: Vec<u8>,
-            whole: Vec<u8>,
-            wrong: Vec<usize>,
-        }
-        fn want(call: usize, of: usize, i: usize) -> u8 {
-            (i * 7 + call * 13 + of * 5) as u8
-        }
-        fn root(call: usize) -> usize {
-            (call / 2) % 3
-        }
-        fn in_place(call: usize) -> bool {
-            call % 4 >= 2
-        }
-        fn args(b: &mut Bufs) -> CollArgs {
-            if let Some(last) = b.call.checked_sub(1) {
-                let gather = last % 2 == 0;
-                let ok = if !gather {
-                    let got = if in_place(last) && b.me == root(last) { &b.whole[b.me * BLOCK..][..BLOCK] } else { &b.block[..] };
-                    got.iter().enumerate().all(|(i, &x)| x == want(last, b.me, i))
-                } else {
-                    b.me != root(last) || (0..3).all(|r| b.whole[r * BLOCK..][..BLOCK].iter().enumerate().all(|(i, &x)| x == want(last, r, i)))
-                };
-                if !ok {
-                    b.wrong.push(last);
-                }
-            }
-            let (call, me) = (b.call, b.me);
-            b.call += 1;
-            let (at_root, place) = (me == root(call), in_place(call) && me == root(call));
-            if call % 2 == 0 {
-                // A gather: everyone's block to the root.
-                b.whole.fill(0xEE);
-                let mine = if place { &mut b.whole[me * BLOCK..][..BLOCK] } else { &mut b.block[..] };
-                mine.iter_mut().enumerate().for_each(|(i, x)| *x = want(call, me, i));
-                let send = if place { ConstBuf::from_slice(&b.whole[me * BLOCK..][..BLOCK]) } else { ConstBuf::from_slice(&b.block) };
-                let recv = at_root.then(|| MutBuf::from_slice(&mut b.whole));
-                CollArgs::Gather { send, recv, dt: crate::dtype::DType::Uint8, root: root(call) }
-            } else {
-                // A scatter: block r of the root's buffer to rank r.
-                b.block.fill(0xEE);
-                if at_root {
-                    for r in 0..3 {
-                        b.whole[r * BLOCK..][..BLOCK].iter_mut().enumerate().for_each(|(i, x)| *x = want(call, r, i));
-                    }
-                }
-                let send = at_root.then(|| ConstBuf::from_slice(&b.whole));
-                let recv = if place { MutBuf::from_slice(&mut b.whole[me * BLOCK..][..BLOCK]) } else { MutBuf::from_slice(&mut b.block) };
-                CollArgs::Scatter { send, recv, dt: crate::dtype::DType::Uint8, root: root(call) }
-            }
-        }
-        let make = |me| Bufs { me, call: 0, block: vec![0; BLOCK], whole: vec![0; 3 * BLOCK], wrong: Vec::new() };
-        for (me, (results, mut b)) in calls_on_threads(3, 64 * 1024, 48, false, our_pids(3), make, args).into_iter().enumerate() {
-            assert!(results.into_iter().all(|r| matches!(r, Some(Ok(())))), "rank {me}");
-            args(&mut b);
-            assert!(b.wrong.is_empty(), "rank {me}: calls that arrived wrong: {:?}", b.wrong);
-        }
-    }
-
     /// allgatherv of uneven blocks, placed out of rank order with gaps between them, through
     /// every way the arena has: the mailboxes (blocks up to 2 KiB), staged (in several steps
     /// of 64 KiB), read directly (largest block 32-128 KiB), and rank 0's pick between staged
@@ -2037,14 +1969,29 @@ mod tests {
     }
 
     /// Small gathers and scatters go through the mailboxes; the root moves from call to call,
-    /// and the sizes run up to the slot's 2 KiB (scatter: all blocks together). Each rank checks
-    /// the call before it as it fills its buffers for the next.
+    /// and the sizes run up to the slot's 2 KiB (scatter: all blocks together).
     #[test]
     fn small_gathers_and_scatters_arrive_whole() {
-        const BLOCKS: [usize; 4] = [1, 48, 500, 682];
+        gathers_and_scatters_arrive_whole(&[1, 48, 500, 682], false, 40);
+    }
+
+    /// Gathers and scatters of 3 blocks of 96 KiB + 1, every fourth call in place at the root:
+    /// rank 0's picks take the two ways (staged, read directly) in turn for their first 8 calls
+    /// each, then the faster with the other now and then.
+    #[test]
+    fn measured_gathers_and_scatters_arrive_whole_staged_and_read_directly() {
+        gathers_and_scatters_arrive_whole(&[96 * 1024 + 1], true, 48);
+    }
+
+    /// `calls` calls on 3 ranks, gathers and scatters in turn, the root going round, blocks of
+    /// the sizes of `blocks` in turn, in place at the root in every second pair of calls if
+    /// `in_place`. Each rank checks the call before it as it fills its buffers for the next.
+    fn gathers_and_scatters_arrive_whole(blocks: &'static [usize], in_place: bool, calls: u32) {
         struct Bufs {
             me: usize,
             call: usize,
+            blocks: &'static [usize],
+            in_place: bool,
             mine: Vec<u8>,
             all: Vec<u8>,
             wrong: Vec<usize>,
@@ -2052,36 +1999,43 @@ mod tests {
         fn want(call: usize, rank: usize, i: usize) -> u8 {
             (i * 7 + call * 13 + rank * 5) as u8
         }
-        // Call c: root c % 3, block BLOCKS[c / 2 % 4]; a gather when even, a scatter when odd.
+        // Call c: root c % 3, a gather when even, a scatter when odd.
         fn args(b: &mut Bufs) -> CollArgs {
-            if b.call > 0 {
-                let (c, root) = (b.call - 1, (b.call - 1) % 3);
-                let block = b.mine.len();
+            let place = |b: &Bufs, c: usize| b.in_place && c % 4 >= 2 && b.me == c % 3;
+            if let Some(c) = b.call.checked_sub(1) {
+                let (root, block) = (c % 3, b.blocks[c / 2 % b.blocks.len()]);
                 let ok = if c % 2 == 0 {
                     b.me != root || (0..3).all(|r| b.all[r * block..][..block].iter().enumerate().all(|(i, &x)| x == want(c, r, i)))
                 } else {
-                    b.mine.iter().enumerate().all(|(i, &x)| x == want(c, b.me, i))
+                    let got = if place(b, c) { &b.all[b.me * block..][..block] } else { &b.mine[..] };
+                    got.iter().enumerate().all(|(i, &x)| x == want(c, b.me, i))
                 };
                 if !ok {
                     b.wrong.push(c);
                 }
             }
-            let (c, root, block) = (b.call, b.call % 3, BLOCKS[b.call / 2 % 4]);
+            let (c, me) = (b.call, b.me);
+            let (root, block, place) = (c % 3, b.blocks[c / 2 % b.blocks.len()], place(b, c));
             b.call += 1;
             if c % 2 == 0 {
-                b.mine = (0..block).map(|i| want(c, b.me, i)).collect();
                 b.all = vec![0xEE; 3 * block];
-                let recv = (b.me == root).then(|| MutBuf::from_slice(&mut b.all));
-                CollArgs::Gather { send: ConstBuf::from_slice(&b.mine), recv, dt: crate::dtype::DType::Uint8, root }
+                b.mine = (0..block).map(|i| want(c, me, i)).collect();
+                if place {
+                    b.all[me * block..][..block].copy_from_slice(&b.mine);
+                }
+                let send = ConstBuf::from_slice(if place { &b.all[me * block..][..block] } else { &b.mine });
+                let recv = (me == root).then(|| MutBuf::from_slice(&mut b.all));
+                CollArgs::Gather { send, recv, dt: crate::dtype::DType::Uint8, root }
             } else {
                 b.all = (0..3 * block).map(|i| want(c, i / block, i % block)).collect();
                 b.mine = vec![0xEE; block];
-                let send = (b.me == root).then(|| ConstBuf::from_slice(&b.all));
-                CollArgs::Scatter { send, recv: MutBuf::from_slice(&mut b.mine), dt: crate::dtype::DType::Uint8, root }
+                let send = (me == root).then(|| ConstBuf::from_slice(&b.all));
+                let recv = MutBuf::from_slice(if place { &mut b.all[me * block..][..block] } else { &mut b.mine });
+                CollArgs::Scatter { send, recv, dt: crate::dtype::DType::Uint8, root }
             }
         }
-        let make = |me| Bufs { me, call: 0, mine: Vec::new(), all: Vec::new(), wrong: Vec::new() };
-        for (me, (results, mut b)) in calls_on_threads(3, 64 * 1024, 40, false, our_pids(3), make, args).into_iter().enumerate() {
+        let make = |me| Bufs { me, call: 0, blocks, in_place, mine: Vec::new(), all: Vec::new(), wrong: Vec::new() };
+        for (me, (results, mut b)) in calls_on_threads(3, 64 * 1024, calls, false, our_pids(3), make, args).into_iter().enumerate() {
             assert!(results.iter().all(|r| matches!(r, Some(Ok(())))), "rank {me}: {results:?}");
             args(&mut b);
             assert!(b.wrong.is_empty(), "rank {me}: calls that arrived wrong: {:?}", b.wrong);
