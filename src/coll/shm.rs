@@ -777,9 +777,7 @@ impl<'a> ShmRun<'a> {
                     let (send, recv) = (*send, *recv);
                     let direct = move |run: &mut Self| {
                         let (counts, displs) = even_blocks(run.n(), block);
-                        let src = send.as_slice().as_ptr();
-                        let s = run.alltoallv_words(src, &counts, &displs)?;
-                        run.alltoallv_read(s, src, &displs, recv, &counts, &displs)
+                        run.alltoallv_direct(send.as_slice().as_ptr(), &counts, &displs, recv, &counts, &displs)
                     };
                     if recv.len() >= ALLTOALL_MEASURED_MIN {
                         return Some(self.measured(Measured::Alltoall, recv.len(), &[], |run| run.alltoall(send, recv, block), direct));
@@ -1212,14 +1210,26 @@ impl<'a> ShmRun<'a> {
             if let Some(e) = wrong {
                 first_err.get_or_insert(e);
             } else if r == me {
-                // Our own block from our own arguments (what the arena holds is for the others).
-                copy(src.add(sdispls[me]), recv.as_ptr().add(rdispls[me]), count);
+                // Our own block from our own arguments (what the arena holds is for the others),
+                // unless it is in place already (a gather's or scatter's root).
+                let (from, to) = (src.add(sdispls[me]), recv.as_ptr().add(rdispls[me]));
+                if !std::ptr::eq(from, to) {
+                    copy(from, to, count);
+                }
             } else if let Err(e) = self.read_from(r, self.word(r, s, 0) + self.word(r, s, 1 + n + me), recv.as_ptr().add(rdispls[r]), count) {
                 first_err.get_or_insert(e);
             }
         }
         self.finish_reads()?;
         first_err.map_or(Ok(()), Err)
+    }
+
+    /// alltoall(v) with one copy from the start: publishes this rank's send buffer and counts
+    /// (`alltoallv_words`), then reads (`alltoallv_read`).
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn alltoallv_direct(&mut self, src: *const u8, scounts: &[usize], sdispls: &[usize], recv: MutBuf, rcounts: &[usize], rdispls: &[usize]) -> Result<()> {
+        let s = self.alltoallv_words(src, scounts, sdispls)?;
+        self.alltoallv_read(s, src, sdispls, recv, rcounts, rdispls)
     }
 
     /// alltoall(v) staged: in steps by the largest count of any rank (published at step `s`),
@@ -1421,47 +1431,28 @@ impl<'a> ShmRun<'a> {
         self.pids.is_some() && (2 + 2 * self.n()) * 8 <= self.arena.chunk()
     }
 
-    /// A gather with one copy, as an alltoallv in which every other member sends its block to
-    /// the root and the root reads them all (see `alltoallv_read`).
+    /// A gather with one copy, as an alltoallv in which every member sends its block to the
+    /// root and the root reads them all (see `alltoallv_direct`).
     unsafe fn gather_direct(&mut self, send: ConstBuf, recv: Option<MutBuf>, root: usize) -> Result<()> {
         let (n, me, block) = (self.n(), self.me(), send.len());
-        let src = send.as_slice().as_ptr();
         let out = recv.filter(|_| me == root);
-        let scounts: Vec<usize> = (0..n).map(|j| if j == root && me != root { block } else { 0 }).collect();
-        let rcounts: Vec<usize> = (0..n).map(|r| if out.is_some() && r != me { block } else { 0 }).collect();
+        let scounts: Vec<usize> = (0..n).map(|j| if j == root { block } else { 0 }).collect();
+        let rcounts: Vec<usize> = (0..n).map(|_| if out.is_some() { block } else { 0 }).collect();
         let rdispls: Vec<usize> = (0..n).map(|r| if out.is_some() { r * block } else { 0 }).collect();
         let zeros = vec![0; n];
-        let s = self.alltoallv_words(src, &scounts, &zeros)?;
-        let done = self.alltoallv_read(s, src, &zeros, out.unwrap_or(MutBuf::new(std::ptr::null_mut(), 0)), &rcounts, &rdispls);
-        if let Some(out) = out {
-            // Our own block, unless it is in place already.
-            let own = out.as_ptr().add(me * block);
-            if own as *const u8 != src {
-                copy(src, own, block);
-            }
-        }
-        done
+        self.alltoallv_direct(send.as_slice().as_ptr(), &scounts, &zeros, out.unwrap_or(MutBuf::new(std::ptr::null_mut(), 0)), &rcounts, &rdispls)
     }
 
-    /// A scatter with one copy, as an alltoallv in which the root sends every other member its
-    /// block and each reads its own from the root's buffer (see `alltoallv_read`).
+    /// A scatter with one copy, as an alltoallv in which the root sends every member its block
+    /// and each reads its own from the root's buffer (see `alltoallv_direct`).
     unsafe fn scatter_direct(&mut self, send: Option<ConstBuf>, recv: MutBuf, root: usize) -> Result<()> {
         let (n, me, block) = (self.n(), self.me(), recv.len());
         let src = send.filter(|_| me == root).map(|s| s.as_slice().as_ptr());
-        let scounts: Vec<usize> = (0..n).map(|j| if src.is_some() && j != me { block } else { 0 }).collect();
+        let scounts: Vec<usize> = (0..n).map(|_| if src.is_some() { block } else { 0 }).collect();
         let sdispls: Vec<usize> = (0..n).map(|j| j * block).collect();
-        let rcounts: Vec<usize> = (0..n).map(|r| if r == root && me != root { block } else { 0 }).collect();
+        let rcounts: Vec<usize> = (0..n).map(|r| if r == root { block } else { 0 }).collect();
         let zeros = vec![0; n];
-        let s = self.alltoallv_words(src.unwrap_or(std::ptr::null()), &scounts, &sdispls)?;
-        let done = self.alltoallv_read(s, src.unwrap_or(std::ptr::null()), &sdispls, recv, &rcounts, &zeros);
-        if let Some(src) = src {
-            // Our own block, unless it is in place already.
-            let own = src.add(me * block);
-            if own != recv.as_ptr() as *const u8 {
-                copy(own, recv.as_ptr(), block);
-            }
-        }
-        done
+        self.alltoallv_direct(src.unwrap_or(std::ptr::null()), &scounts, &sdispls, recv, &rcounts, &zeros)
     }
 
     /// The senders (everyone, or only `root`) stage block j of `send` for rank j; every rank
