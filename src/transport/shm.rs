@@ -20,10 +20,13 @@
 //! `c + E` only once every rank has finished collective `c` (each rank publishes the
 //! last collective it finished), so writers run up to `E` collectives ahead of the
 //! slowest reader. Up to `LARGE_EAGER_MAX_RANKS` ranks, each rank also has `LARGE_EAGER_SLOTS`
-//! large mailbox slots (`LARGE_EAGER_BYTES` of data, no header) for data past `EAGER_BYTES`:
-//! the stamp stays in the small slot, marked (`LARGE`) to say where the data went, and a large
-//! slot is reused every `LARGE_EAGER_SLOTS` collectives. Small data keeps the small slots'
-//! compact layout (a 16 B allreduce touches the same lines and pages as without them).
+//! large mailbox slots (`LARGE_EAGER_BYTES` of data, no header): the stamp stays in the small
+//! slot, marked (`LARGE`) to say where the data went. Where every rank has a core, only
+//! `SHALLOW_LARGE_SLOTS` of them are used in turn, for data past `SHALLOW_LARGE_FROM` (slots
+//! that stay in cache, see there); where the ranks outnumber the cores, all of them, for data
+//! past `EAGER_BYTES` (writers run further ahead of readers that wait for a core). Small data
+//! keeps the small slots' compact layout (a 16 B allreduce touches the same lines and pages as
+//! without them).
 //!
 //! Waiting spins briefly, yields, then sleeps on a futex in the segment (with a sleeper count so
 //! writers only pay for a wake-up when someone sleeps), always with a deadline and an interrupt
@@ -89,8 +92,20 @@ pub const EAGER_BYTES: usize = 2048;
 /// them (2 ranks, dc-bench, full LTO, 7 interleaved rounds, medians of new/old time at 3 / 4
 /// KiB): allreduce 0.55-0.57 / 0.52, reduce 0.65 / 0.61, broadcast 0.73-0.74 / 0.73-0.74.
 pub const LARGE_EAGER_BYTES: usize = 4096;
-/// Large mailbox slots per rank: a writer of such data runs up to this many collectives ahead.
+/// Large mailbox slots per rank: where the ranks outnumber the cores, a writer of such data
+/// runs up to this many collectives ahead (a rank that loses its core is caught up with later).
 const LARGE_EAGER_SLOTS: usize = 16;
+/// The large slots in turn where every rank has a core: four slots of 4 KiB stay in the
+/// writer's and the readers' L1 caches, sixteen do not. A writer refilling slots its readers
+/// evicted long ago waits on every line: 2 ranks, a loop of 4 KiB copies through rotating
+/// slots took 0.26 us with 2-4 slots and 0.49 with 8-64 (C, this VM). With a busy process
+/// beside the 2 ranks, four slots were no slower than sixteen; with 4 ranks on 2 cores they
+/// were 2-3x slower at 1-4 KiB broadcasts, hence only where every rank has a core.
+const SHALLOW_LARGE_SLOTS: usize = 4;
+/// With `SHALLOW_LARGE_SLOTS`, the data past this goes to the large slots (the small ones, 64
+/// rotating, were slower from there: 2 KiB broadcast 0.34 against 0.22 us, allreduce 0.50
+/// against 0.39-0.43; below, the two were level).
+const SHALLOW_LARGE_FROM: usize = 1024;
 /// The most ranks an arena has large mailbox slots for (4 MiB of them at 64 ranks).
 const LARGE_EAGER_MAX_RANKS: usize = 64;
 /// The bit of a slot header's size that says the data is in the rank's large slot.
@@ -110,6 +125,8 @@ struct Header {
     /// Waiters currently asleep on some flag of this arena.
     sleepers: AtomicU32,
     eager: AtomicU32,
+    /// Large mailbox slots in turn, as the creator chose (`Layout::large_ring`).
+    large_ring: AtomicU32,
 }
 
 /// Where things are in the segment.
@@ -125,6 +142,9 @@ struct Layout {
     mailbox_off: usize,
     /// Large mailbox slots per rank (0 or `LARGE_EAGER_SLOTS`), and where they start.
     large: usize,
+    /// How many of them are used in turn (`SHALLOW_LARGE_SLOTS` or all; a power of two):
+    /// chosen by the segment's creator, read from the header by the other members.
+    large_ring: usize,
     large_off: usize,
     staging_off: usize,
     result_off: usize,
@@ -143,7 +163,14 @@ impl Layout {
         let staging_off = large_off + ranks * large * LARGE_EAGER_BYTES;
         let result_off = staging_off + ranks * SLOTS * chunk;
         let total = result_off + SLOTS * chunk;
-        Layout { ranks, chunk, eager, flags_off, done_off, mailbox_off, large, large_off, staging_off, result_off, total }
+        let large_ring = if crate::completion::oversubscribed() { large } else { large.min(SHALLOW_LARGE_SLOTS) };
+        Layout { ranks, chunk, eager, flags_off, done_off, mailbox_off, large, large_ring, large_off, staging_off, result_off, total }
+    }
+
+    /// Whether data of `len` bytes goes to a large mailbox slot.
+    fn in_large_slot(&self, len: usize) -> bool {
+        let from = if self.large_ring < self.large { SHALLOW_LARGE_FROM } else { EAGER_BYTES };
+        self.large > 0 && len > from
     }
 }
 
@@ -374,6 +401,7 @@ impl Arena {
         h.ranks.store(ranks as u32, Ordering::Relaxed);
         h.chunk.store(chunk as u32, Ordering::Relaxed);
         h.eager.store(layout.eager as u32, Ordering::Relaxed);
+        h.large_ring.store(layout.large_ring as u32, Ordering::Relaxed);
         h.magic.store(MAGIC, Ordering::Release);
         Ok(arena)
     }
@@ -382,12 +410,16 @@ impl Arena {
     pub fn open(path: &PathBuf, ranks: usize, chunk: usize, nonce: u64, rank: usize) -> Result<Arena> {
         let layout = Layout::new(ranks, chunk);
         let file = open_segment_file(path, layout.total)?;
-        let arena = Arena::map(&file, layout, rank)?;
+        let mut arena = Arena::map(&file, layout, rank)?;
         let h = arena.header();
-        let same_layout = h.ranks.load(Ordering::Relaxed) as usize == ranks && h.chunk.load(Ordering::Relaxed) as usize == chunk && h.eager.load(Ordering::Relaxed) as usize == layout.eager;
+        // The creator's choice, whatever ours would be: the ranks must take the same slots.
+        let ring = h.large_ring.load(Ordering::Relaxed) as usize;
+        let ring_fits = (layout.large == 0 && ring == 0) || (ring.is_power_of_two() && ring <= layout.large);
+        let same_layout = ring_fits && h.ranks.load(Ordering::Relaxed) as usize == ranks && h.chunk.load(Ordering::Relaxed) as usize == chunk && h.eager.load(Ordering::Relaxed) as usize == layout.eager;
         if h.magic.load(Ordering::Acquire) != MAGIC || h.nonce.load(Ordering::Relaxed) != nonce || !same_layout {
             return Err(Error::new(Status::Unavailable, "shared-memory segment belongs to someone else"));
         }
+        arena.layout.large_ring = ring;
         Ok(arena)
     }
 
@@ -688,8 +720,8 @@ impl Arena {
 
     /// Rank `r`'s large mailbox slot for collective `c` (the arena has them).
     fn large_slot(&self, r: usize, c: u32) -> *mut u8 {
-        let large = self.layout.large;
-        let off = self.layout.large_off + (r * large + (c as usize & (large - 1))) * LARGE_EAGER_BYTES;
+        let (large, ring) = (self.layout.large, self.layout.large_ring);
+        let off = self.layout.large_off + (r * large + (c as usize & (ring - 1))) * LARGE_EAGER_BYTES;
         // SAFETY: in bounds (see `Layout`).
         unsafe { self.base().add(off) }
     }
@@ -718,8 +750,8 @@ impl Arena {
     /// collective that used the slot before.
     pub fn post(&self, c: u32, sig: u32, len: u64, data: &[u8], deadline: &dyn Fn() -> Instant, interrupt: &dyn Fn(usize) -> Option<Error>) -> Result<()> {
         assert!(data.len() <= self.eager_capacity() && len & LARGE == 0);
-        let large = data.len() > EAGER_BYTES;
-        let before = c.wrapping_sub(if large { self.layout.large } else { self.layout.eager } as u32);
+        let large = self.layout.in_large_slot(data.len());
+        let before = c.wrapping_sub(if large { self.layout.large_ring } else { self.layout.eager } as u32);
         if !reached(self.all_done.load(Ordering::Relaxed), before) {
             let mut oldest = c;
             for r in (0..self.layout.ranks).filter(|&r| r != self.rank) {
@@ -952,13 +984,13 @@ mod tests {
     }
 
     /// Broadcasts and allreduces of 16 B to 4 KiB through the mailboxes, the small slots and the
-    /// large ones (past 2 KiB), the root moving and running ahead: more calls than either kind
-    /// has slots, so both are reused. Every byte checked.
+    /// large ones (past 1 KiB, four in turn), the root moving and running ahead: more calls
+    /// than either kind has slots, so both are reused. Every byte checked.
     #[test]
     fn mailboxes_take_up_to_4_kib_in_small_and_large_slots() {
         on_ranks(3, 64 << 10, 0x6c61_7267_0000, true, |me, a, run| {
-            assert_eq!(a.eager_capacity(), LARGE_EAGER_BYTES);
-            let (n, sizes) = (3, [16usize, 2049, 4096, 3000, 2048, 48, 4000]);
+            assert_eq!((a.eager_capacity(), a.layout.large_ring), (LARGE_EAGER_BYTES, SHALLOW_LARGE_SLOTS));
+            let (n, sizes) = (3, [16usize, 2049, 4096, 1025, 3000, 2048, 48, 1024, 4000]);
             for k in 0..(3 * EAGER_SLOTS) {
                 let len = sizes[k % sizes.len()];
                 let root = k / 40 % n;
@@ -975,6 +1007,24 @@ mod tests {
                 }
             }
         });
+    }
+
+    /// The members take the large slots in the turn the creator chose (its ranks may outnumber
+    /// the cores where ours do not), and a header with a turn that cannot be is refused.
+    #[test]
+    fn members_take_the_creators_turn_of_large_slots() {
+        let path = segment_path(0x7475_726e ^ std::process::id() as u64);
+        let a0 = Arena::create(&path, 2, 4096, 9).unwrap();
+        for (ring, opens) in [(LARGE_EAGER_SLOTS, true), (SHALLOW_LARGE_SLOTS, true), (3, false), (2 * LARGE_EAGER_SLOTS, false)] {
+            a0.header().large_ring.store(ring as u32, Ordering::Relaxed);
+            let a1 = Arena::open(&path, 2, 4096, 9, 1);
+            assert_eq!(a1.as_ref().map(|a| a.layout.large_ring).ok(), opens.then_some(ring), "turn of {ring}");
+        }
+        std::fs::remove_file(&path).unwrap();
+        let deep = Layout { large_ring: LARGE_EAGER_SLOTS, ..a0.layout };
+        assert!(!deep.in_large_slot(EAGER_BYTES) && deep.in_large_slot(EAGER_BYTES + 1));
+        let shallow = Layout { large_ring: SHALLOW_LARGE_SLOTS, ..a0.layout };
+        assert!(!shallow.in_large_slot(SHALLOW_LARGE_FROM) && shallow.in_large_slot(SHALLOW_LARGE_FROM + 1));
     }
 
     #[test]
