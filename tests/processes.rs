@@ -111,9 +111,9 @@ fn child_entry() {
             }
         }
         "crowded_exchanges" => {
-            // Around the ring, bodies past the crowded inline limit: the way they go (inline
-            // or single-copy) switches as the exchanges try both. Large messages too, which
-            // the receiver reads once or has streamed.
+            // Around the ring, bodies past the inline limit (`inline_max_unpicked`): the way
+            // they go (inline or single-copy) switches as the exchanges try both. Large
+            // messages too, which the receiver reads once or has streamed.
             let (next, prev) = ((rank + 1) % size, (rank + size - 1) % size);
             let far = Instant::now() + Duration::from_secs(60);
             for round in 0..300usize {
@@ -144,9 +144,12 @@ fn broadcasts_and_reduces_back_to_back_with_ranks_outnumbering_cores() {
 }
 
 #[test]
-fn crowded_exchanges_arrive_whole_whichever_way_they_go() {
-    let codes = wait_all(spawn_job_with("crowded_exchanges", 4, "30000", &[("LOCAL_WORLD_SIZE", "64")]), Duration::from_secs(120));
-    assert!(codes.iter().all(|&c| c == 0), "exit codes {codes:?}");
+fn exchanges_past_the_inline_limit_arrive_whole_whichever_way_they_go() {
+    // Crowded (4 ranks said to share a host of fewer cores) and not (2 ranks, 2 a host).
+    for (n, local) in [(4, "64"), (2, "2")] {
+        let codes = wait_all(spawn_job_with("crowded_exchanges", n, "30000", &[("LOCAL_WORLD_SIZE", local), ("DC_LOCAL_CORES", "2")]), Duration::from_secs(120));
+        assert!(codes.iter().all(|&c| c == 0), "{n} ranks: exit codes {codes:?}");
+    }
 }
 
 #[test]

@@ -162,8 +162,8 @@ impl Comm {
         deadline: &dyn Fn() -> Instant,
         what: (&dyn Fn() -> String, &dyn Fn() -> String),
     ) -> Exchanged {
-        // Where ranks outnumber the cores, some messages go one way or another as such
-        // exchanges measured faster (see `transport::crowded`); elsewhere no size is crowded.
+        // Messages of 24-32 KiB up to a ring's quarter go inline or are read single-copy as
+        // such exchanges measured faster (see `transport::crowded`).
         let tr = self.transport();
         let Some(trial) = tr.crowded_exchange_starts(send.0.len()) else {
             return self.exchange(send, recv, deadline, what);

@@ -11,7 +11,7 @@ use super::wire::Wire;
 use super::ops::RecvOp;
 use super::protocol::{self, Record};
 use super::ring::RingSegment;
-use super::crowded::crowded_inline_max;
+use super::crowded::inline_max_unpicked;
 use super::stream::StreamOut;
 use super::ops::{CtxState, SendOp};
 use crate::buffer::{ConstBuf, MutBuf};
@@ -390,21 +390,22 @@ fn ring_back_due(rings: &RingsIn, i: usize, peer: &Peer) -> bool {
 impl SocketTransport {
     /// Whether a body of `len` bytes goes inside a ring that takes bodies up to `inline_max` (a
     /// quarter of the ring, 64 KiB at most): every body it takes does, larger ones are announced
-    /// (read single-copy or streamed), and so is every body over `crowded_inline_max` where ranks
-    /// outnumber the cores and it would be read single-copy (`ring_message_single_copy`: we may
+    /// (read single-copy or streamed), and so is every body over `inline_max_unpicked` (24-32
+    /// KiB) that would be read single-copy (`ring_message_single_copy`: we may
     /// read the peer's memory, so it may read ours, the same probe and rules; otherwise it would be
     /// streamed, two copies and more steps than inline), unless blocking exchanges lately went
-    /// clearly faster with such bodies inline (see `crowded`).
+    /// clearly faster with such bodies inline (see `crowded`): neither way wins on every day.
     /// Inline against single-copy, measured on 2026-12-06 (dc-bench
     /// sendrecv, 2 ranks, 5 interleaved rounds, medians of inline/single-copy time): 40 / 48 / 64
     /// KiB 0.53 / 0.58 / 0.66 idle, 0.62 / 0.67 / 0.77 beside a busy process (dcrun), 0.68 / 0.73 /
     /// 0.75 under a plain launcher; in 15 idle rounds 64 KiB 0.74 in medians and 0.94 in means, but
     /// with 3 rounds of 18-25 us where single-copy's worst was 15.5 (the copies' slow mode). (An
     /// earlier run had single-copy ahead from 40 KiB: 64 KiB 0.75 of the inline time idle, 0.58
-    /// beside a busy process, the inline copies falling into a mode 3-4x slower at times.)
+    /// beside a busy process, the inline copies falling into a mode 3-4x slower at times; and
+    /// on 2026-12-08, see `inline_max_unpicked`.)
     fn goes_inline(&self, peer: &Peer, inline_max: usize, len: usize) -> bool {
         len <= inline_max
-            && (len <= crowded_inline_max()
+            && (len <= inline_max_unpicked()
                 || !super::messages::ring_message_single_copy(peer, len)
                 || crate::placement::yields_lose_the_core()
                 || self.crowded.inline())
