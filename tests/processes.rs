@@ -117,7 +117,7 @@ fn child_entry() {
             let (next, prev) = ((rank + 1) % size, (rank + size - 1) % size);
             let far = Instant::now() + Duration::from_secs(60);
             for round in 0..300usize {
-                let len = [40 * 1024 + 3, 64 * 1024, 300 * 1024 + 5][round % 3];
+                let len = [40 * 1024 + 3, 64 * 1024, 300 * 1024 + 5, 20 * 1024 + 1][round % 4];
                 let out: Vec<u8> = (0..len).map(|i| (i * 7 + rank * 13 + round) as u8).collect();
                 let mut got = vec![0xEEu8; len];
                 let (send_what, recv_what) = (|| format!("round {round}: send"), || format!("round {round}: receive"));

@@ -1,7 +1,7 @@
 //! Whether bodies past `inline_max_unpicked` that fit a ring inline go inline (two copies, the
 //! sender done at once) or are read single-copy (one copy each, and hand-offs: announce, read,
 //! answer), chosen by how fast blocking exchanges (`dc_sendrecv`, `MPI_Sendrecv`) went lately
-//! each way: from 24-32 KiB where a host's ranks outnumber its cores ("crowded"), from 32 KiB
+//! each way: from 24-32 KiB where a host's ranks outnumber its cores ("crowded"), from 16 KiB
 //! elsewhere. Crowded, the time that matters is the exchange's, which includes waiting for the
 //! peers' turns on the cores; uncrowded, the copies through the ring are what this VM's slow
 //! minutes slow down most (see `inline_max_unpicked`). Each exchange times
@@ -28,10 +28,21 @@ use std::time::Duration;
 const INLINE_MAX: usize = super::ring::MAX_RING_BYTES / 4;
 
 /// The exchanges' recent times each way, and the way the latest chose.
-#[derive(Default)]
 pub struct Crowded {
     pick: Mutex<BySize>,
     inline: AtomicBool,
+}
+
+impl Default for Crowded {
+    /// Before any exchange chose: single-copy where ranks outnumber the cores, inline elsewhere.
+    /// Only exchanges are timed, and a ping-pong of plain sends went faster inline in the VM's
+    /// fast minutes (2 ranks, one way, 24 / 32 / 48 / 64 KiB: 3.9 / 5.0 / 7.4 / 9.6 us inline,
+    /// 7.2 / 8.5 / 11.2 / 14.0 single-copy; in its slow minutes the other way round, 9.9 / 18.0
+    /// / 20.6 against 7.2 / 8.6 / 11.3), so a program that sends without exchanging keeps them
+    /// inline there.
+    fn default() -> Crowded {
+        Crowded { pick: Mutex::default(), inline: AtomicBool::new(!crate::completion::oversubscribed()) }
+    }
 }
 
 /// An exchange under way that chose a way: report its time with `crowded_exchange_took`.
@@ -80,17 +91,19 @@ impl SocketTransport {
 /// busy process, with and without the yields' test, single-copy/inline was level: 0.97-1.03
 /// at 4 ranks, 0.88-1.27 at 8.)
 ///
-/// Elsewhere 32 KiB: 2 ranks, idle, 5 interleaved rounds (2026-12-08), single-copy against
+/// Elsewhere 16 KiB: 2 ranks, idle, 5 interleaved rounds (2026-12-08), single-copy against
 /// inline 36 / 48 / 60 / 64 KiB 5.9 / 6.7 / 7.5 / 7.8 against 5.9 / 7.8 / 9.5 / 10.4 us (32 KiB
 /// level, 16 KiB 4.4 against 2.9); beside a busy process 64 KiB 15.5-16.5 against 19.5-23.5
 /// (dcrun) and 14.6-16.6 against 19.7-28.6 (unbound); in the VM's slow minutes 64 KiB 9-10
-/// against 36-40 us (inline, the writer's stores to lines the reader held wait on each line).
-/// But on 2026-12-06 inline took 0.53-0.66x the single-copy time at 40-64 KiB: the machine
-/// decides, so it is measured as where crowded.
+/// against 36-40 us, 16 / 24 / 32 KiB 5.6-6.3 / 6.1-6.8 / 6.7-7.9 against 10.1-12.7 /
+/// 14.5-15.4 / 19.2-20.2 (inline, the writer's stores to lines the reader held wait on each
+/// line), and 8 KiB 5.0-5.9 against 5.6-7.5 (close: inline below 16 KiB). But on 2026-12-06
+/// inline took 0.53-0.66x the single-copy time at 40-64 KiB: the machine decides, so it is
+/// measured as where crowded (inline taken while clearly faster, see `pick`).
 pub(super) fn inline_max_unpicked() -> usize {
     static MAX: once_cell::sync::Lazy<usize> = once_cell::sync::Lazy::new(|| {
         if !crate::completion::oversubscribed() {
-            return 32 * 1024;
+            return 16 * 1024;
         }
         let (local, cores) = (crate::params::get().local_world_size.unwrap_or(1), crate::completion::host_cores());
         if local <= 2 * cores { 32 * 1024 } else { 24 * 1024 }

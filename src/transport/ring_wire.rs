@@ -390,7 +390,7 @@ fn ring_back_due(rings: &RingsIn, i: usize, peer: &Peer) -> bool {
 impl SocketTransport {
     /// Whether a body of `len` bytes goes inside a ring that takes bodies up to `inline_max` (a
     /// quarter of the ring, 64 KiB at most): every body it takes does, larger ones are announced
-    /// (read single-copy or streamed), and so is every body over `inline_max_unpicked` (24-32
+    /// (read single-copy or streamed), and so is every body over `inline_max_unpicked` (16-32
     /// KiB) that would be read single-copy (`ring_message_single_copy`: we may
     /// read the peer's memory, so it may read ours, the same probe and rules; otherwise it would be
     /// streamed, two copies and more steps than inline), unless blocking exchanges lately went
