@@ -162,7 +162,7 @@ impl Comm {
         deadline: &dyn Fn() -> Instant,
         what: (&dyn Fn() -> String, &dyn Fn() -> String),
     ) -> Exchanged {
-        // Messages of 16-32 KiB up to a ring's quarter go inline or are read single-copy as
+        // Messages past 16-32 KiB that fit a ring inline go inline or are read single-copy as
         // such exchanges measured faster (see `transport::crowded`).
         let tr = self.transport();
         let Some(trial) = tr.crowded_exchange_starts(send.0.len()) else {

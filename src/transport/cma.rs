@@ -33,7 +33,14 @@ struct Exposed {
     slots: [AtomicU64; SLOTS],
 }
 
-static EXPOSED: Exposed = Exposed { probe: *b"distcomm-cma-ok!", floor: AtomicU64::new(0), _line: [0; 40], slots: [const { AtomicU64::new(0) }; SLOTS] };
+static EXPOSED: Exposed = Exposed::new();
+
+impl Exposed {
+    /// The probe pattern, nothing revoked, no slot taken.
+    const fn new() -> Exposed {
+        Exposed { probe: *b"distcomm-cma-ok!", floor: AtomicU64::new(0), _line: [0; 40], slots: [const { AtomicU64::new(0) }; SLOTS] }
+    }
+}
 
 /// The slot of `cookie`: consecutive cookies in different cache lines, so that publishing the
 /// next message does not have to take back the line a reader has just read the last one's slot
@@ -303,7 +310,7 @@ mod tests {
     fn a_revoked_cookie_reads_as_revoked_and_stays_so_when_its_slot_is_reused() {
         // A table of the test's own (the process's one serves the other tests meanwhile),
         // read through process_vm_readv as a peer reads it.
-        let t: Box<Exposed> = Box::new(Exposed { probe: EXPOSED.probe, floor: AtomicU64::new(0), _line: [0; 40], slots: [const { AtomicU64::new(0) }; SLOTS] });
+        let t: Box<Exposed> = Box::new(Exposed::new());
         let me = Remote { pid: std::process::id() as i32, base: &*t as *const Exposed as u64 };
         let valid = |c| check_still_valid(me, c).unwrap();
         let (a, b) = (10, 11);

@@ -81,7 +81,8 @@ impl SocketTransport {
 /// single-copy (each rank copies once where inline it copies twice), unless the sender's
 /// yields lately lost its core (a busy process beside us keeps the cores it is handed, so every
 /// hand-off of a single-copy exchange, announce, read and answer, can wait for a time slice;
-/// inline, the sender is done at once) or the exchanges chose inline (see the module's comment).
+/// inline, the sender is done at once) or the exchanges chose inline (see the module's comment;
+/// before any exchange chose, inline where ranks have a core each, see `Crowded::default`).
 ///
 /// Where ranks outnumber the cores, measured (dc-bench sendrecv, 5-7 interleaved rounds, medians
 /// of single-copy/inline time) at 4 / 8 ranks on 2 cores: 16 KiB 1.40 / 1.46, 24 KiB 1.07 /
